@@ -1,0 +1,333 @@
+//! One agent loop: declare the tools, send the conversation, settle what it cost, run
+//! the tool calls the model asked for (or refuse them), send every result back under
+//! its call id, and repeat until the model ends its turn or a limit stops the task.
+//! The model proposes, the harness disposes.
+
+pub mod stop;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use rust_decimal::Decimal;
+use serde_json::{json, Value};
+use tokio::time::timeout_at;
+use tokio_util::sync::CancellationToken;
+
+use crate::govern::backoff::{jitter, retry_delay};
+use crate::govern::budget::{plan_request, Meter};
+use crate::job::{ProviderKind, TaskSpec};
+use crate::model::anthropic::{Conversation, Endpoint, Params};
+use crate::model::{ToolCall, ToolResult, Turn};
+use crate::report::{TaskLog, TaskResult};
+use crate::tools::{Registry, Toolset};
+use stop::{after_response, check_turn_and_clock, Next, Stop, StopReason};
+
+/// What every loop of a run shares.
+#[derive(Clone)]
+pub struct AgentEnv {
+    pub client: reqwest::Client,
+    pub registry: Arc<Registry>,
+    /// The API root of the simulator the runner started, for tasks on provider `sim`
+    /// without a base_url of their own.
+    pub sim_base: Option<String>,
+    /// Cancelled to end every loop now (second Ctrl-C, or reports can no longer be
+    /// written); loops end as `cancelled`.
+    pub cancel: CancellationToken,
+}
+
+/// Where a task's requests go, with the key read from the environment at run time.
+fn endpoint(spec: &TaskSpec, env: &AgentEnv) -> Result<Endpoint, String> {
+    let p = &spec.provider;
+    let (base, api_key) = match p.kind {
+        ProviderKind::Sim => {
+            let root = p.base_url.clone().or_else(|| env.sim_base.clone()).ok_or(
+                "no simulator is running for provider sim (set providers.sim.base_url to an `agentbatch sim` server)",
+            )?;
+            (format!("{}/t/{}", root.trim_end_matches('/'), spec.id), Some("sim-key".to_string()))
+        }
+        ProviderKind::Anthropic => {
+            let base = p.base_url.clone().unwrap_or_default();
+            let key = match &p.api_key_env {
+                Some(var) => Some(std::env::var(var).map_err(|_| format!("the API key variable {var} is not set"))?),
+                None => None,
+            };
+            (base, key)
+        }
+    };
+    Ok(Endpoint {
+        url: Endpoint::messages_url(&base)?,
+        api_key,
+        version: p.anthropic_version.clone(),
+        timeout: p.timeout,
+    })
+}
+
+/// Counters the loop keeps besides the meter.
+#[derive(Default)]
+struct Tally {
+    retries: u32,
+    tool_calls: u32,
+    tool_errors: u32,
+    model: Duration,
+    tools: Duration,
+}
+
+enum Interrupt {
+    Deadline,
+    Cancelled,
+}
+
+/// Runs `fut` unless the task's deadline passes or the run is cancelled first.
+async fn guarded<F: std::future::Future>(
+    fut: F,
+    deadline: Instant,
+    cancel: &CancellationToken,
+) -> Result<F::Output, Interrupt> {
+    tokio::select! {
+        biased;
+        _ = cancel.cancelled() => Err(Interrupt::Cancelled),
+        r = timeout_at(deadline.into(), fut) => r.map_err(|_| Interrupt::Deadline),
+    }
+}
+
+/// Runs one task to its end and returns its record. Never fails: every way a loop can
+/// end is a stop reason.
+pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResult {
+    let started_at = Utc::now();
+    let t0 = Instant::now();
+    let deadline = t0 + spec.limits.time_limit;
+    log.started();
+    let toolset = env.registry.toolset(&spec.tools);
+    log.emit(
+        "task_start",
+        json!({
+            "task": spec.id, "provider": spec.provider.name, "model": spec.model,
+            "max_tokens": spec.max_tokens, "tools": toolset.names(), "limits": spec.limits,
+        }),
+    );
+    let mut lp = Loop { spec, env, log: &log, toolset: &toolset, deadline, meter: Meter::default(), tally: Tally::default() };
+    let stop = match endpoint(spec, env) {
+        Err(e) => Stop::new(StopReason::ProviderError, e),
+        Ok(ep) => {
+            let params = Params {
+                model: spec.model.clone(),
+                system: spec.system.clone(),
+                tools: toolset.declarations(),
+                extra: spec.extra.clone(),
+            };
+            match Conversation::new(env.client.clone(), ep, params, &spec.prompt) {
+                Err(e) => Stop::new(StopReason::ProviderError, e),
+                Ok(mut conv) => lp.drive(&mut conv).await,
+            }
+        }
+    };
+    let Loop { meter, tally, .. } = lp;
+    let outcome = stop.reason.unchecked_outcome();
+    let cost = spec.price.as_ref().map(|_| meter.cost);
+    log.emit("stop", json!({"stop_reason": stop.reason, "detail": stop.detail}));
+    log.emit(
+        "task_end",
+        json!({
+            "outcome": outcome, "turns": meter.turns, "usage": meter.usage,
+            "cost_usd": cost.map(|c| c.normalize().to_string()), "tool_calls": tally.tool_calls,
+            "tool_errors": tally.tool_errors, "retries": tally.retries,
+        }),
+    );
+    let result = TaskResult {
+        task_id: spec.id.clone(),
+        provider: spec.provider.name.clone(),
+        model: spec.model.clone(),
+        outcome,
+        stop_reason: stop.reason,
+        stop_detail: stop.detail,
+        turns: meter.turns,
+        tool_calls: tally.tool_calls,
+        tool_errors: tally.tool_errors,
+        usage: meter.usage,
+        cost_usd: cost,
+        wall_ms: t0.elapsed().as_millis() as u64,
+        model_ms: tally.model.as_millis() as u64,
+        tool_ms: tally.tools.as_millis() as u64,
+        retries: tally.retries,
+        started_at,
+        finished_at: Utc::now(),
+    };
+    log.finished(result.clone());
+    result
+}
+
+/// One task's loop state, so the steps below share it without long argument lists.
+struct Loop<'a> {
+    spec: &'a TaskSpec,
+    env: &'a AgentEnv,
+    log: &'a TaskLog,
+    toolset: &'a Toolset,
+    deadline: Instant,
+    meter: Meter,
+    tally: Tally,
+}
+
+impl Loop<'_> {
+    async fn drive(&mut self, conv: &mut Conversation) -> Stop {
+        loop {
+            if let Some(s) = check_turn_and_clock(&self.spec.limits, self.meter.turns, Instant::now(), self.deadline) {
+                return s;
+            }
+            let turn = match self.request(conv).await {
+                Ok(t) => t,
+                Err(s) => return s,
+            };
+            match after_response(&turn.stop, turn.calls.len()) {
+                Next::Stop(s) => return s,
+                Next::Resend => continue,
+                Next::RunTools => {}
+            }
+            match self.run_tools(&turn.calls).await {
+                Ok(results) => conv.push_results(&results),
+                Err(s) => return s,
+            }
+        }
+    }
+
+    /// Sends one model request, retrying retryable failures. Every attempt is planned
+    /// and reserved against the budgets first, and charged in full when it may have
+    /// been billed without an answer.
+    async fn request(&mut self, conv: &mut Conversation) -> Result<Turn, Stop> {
+        let price = self.spec.price.as_ref();
+        let turn_no = self.meter.turns + 1;
+        let mut attempt = 0u32;
+        loop {
+            let estimate = conv.estimate_prompt_tokens();
+            let plan = plan_request(
+                &self.spec.limits,
+                &self.meter,
+                price,
+                self.spec.max_tokens,
+                estimate,
+                self.spec.thinking_budget,
+            )?;
+            if attempt == 0 {
+                self.meter.turns = turn_no;
+            }
+            self.log.emit(
+                "reserve",
+                json!({
+                    "turn": turn_no, "attempt": attempt + 1, "max_tokens": plan.max_tokens,
+                    "prompt_tokens_upper_bound": plan.prompt_tokens,
+                    "reserved_usd": plan.reserved_usd.map(|d| d.normalize().to_string()),
+                    "spent_usd": self.meter.cost.normalize().to_string(),
+                }),
+            );
+            let sent_at = Instant::now();
+            let sent = guarded(conv.send(plan.max_tokens, self.log, turn_no, attempt + 1), self.deadline, &self.env.cancel).await;
+            self.tally.model += sent_at.elapsed();
+            let failure = match sent {
+                Err(interrupt) => return Err(self.abort_request(interrupt, plan.reserved_usd, turn_no)),
+                Ok(Ok(turn)) => {
+                    let cost = self.meter.settle(&turn.usage, price);
+                    self.log.emit(
+                        "settle",
+                        json!({
+                            "turn": turn_no, "usage": turn.usage,
+                            "cost_usd": cost.map(|c| c.normalize().to_string()),
+                            "released_usd": match (plan.reserved_usd, cost) {
+                                (Some(r), Some(c)) => json!((r - c).normalize().to_string()),
+                                _ => Value::Null,
+                            },
+                            "spent_usd": self.meter.cost.normalize().to_string(),
+                        }),
+                    );
+                    return Ok(turn);
+                }
+                Ok(Err(f)) => f,
+            };
+            let charged = if failure.maybe_billed { plan.reserved_usd } else { None };
+            if let Some(c) = charged {
+                self.meter.cost += c;
+            }
+            let give_up = !failure.retryable || attempt >= self.spec.provider.max_retries;
+            let wait = retry_delay(attempt, failure.server_wait, jitter());
+            self.log.emit(
+                "attempt_failed",
+                json!({
+                    "turn": turn_no, "attempt": attempt + 1, "error": failure.error.to_string(),
+                    "retryable": failure.retryable,
+                    "charged_usd": charged.map(|c| c.normalize().to_string()),
+                    "retry_in_ms": (!give_up).then(|| wait.as_millis() as u64),
+                }),
+            );
+            if give_up {
+                let mut detail = failure.error.to_string();
+                if attempt > 0 {
+                    detail.push_str(&format!(" (after {attempt} retries)"));
+                }
+                if let Some(c) = charged {
+                    detail.push_str(&format!("; ${} reserved for it is counted as spent", c.normalize()));
+                }
+                return Err(Stop::new(StopReason::ProviderError, detail));
+            }
+            if let Err(interrupt) = guarded(tokio::time::sleep(wait), self.deadline, &self.env.cancel).await {
+                return Err(interrupted(interrupt, "while waiting to retry a model request", &self.spec.limits));
+            }
+            attempt += 1;
+            self.tally.retries += 1;
+        }
+    }
+
+    /// Runs the turn's tool calls in order; every call gets exactly one result.
+    async fn run_tools(&mut self, calls: &[ToolCall]) -> Result<Vec<ToolResult>, Stop> {
+        let turn_no = self.meter.turns;
+        let mut results = Vec::with_capacity(calls.len());
+        for call in calls {
+            self.log.emit("tool_call", json!({"turn": turn_no, "id": call.id, "name": call.name, "input": call.input}));
+            let ran_at = Instant::now();
+            let done = guarded(self.toolset.dispatch(call), self.deadline, &self.env.cancel).await;
+            self.tally.tools += ran_at.elapsed();
+            let d = match done {
+                Ok(d) => d,
+                Err(interrupt) => {
+                    let stop = interrupted(interrupt, &format!("while tool \"{}\" was running", call.name), &self.spec.limits);
+                    self.log.emit("tool_result", json!({"turn": turn_no, "id": call.id, "name": call.name, "interrupted": stop.detail}));
+                    return Err(stop);
+                }
+            };
+            self.tally.tool_calls += 1;
+            if d.result.is_error {
+                self.tally.tool_errors += 1;
+            }
+            self.log.emit(
+                "tool_result",
+                json!({
+                    "turn": turn_no, "id": call.id, "name": call.name, "decision": d.decision,
+                    "rule": d.rule, "is_error": d.result.is_error, "content": d.result.content, "ms": d.ms,
+                }),
+            );
+            results.push(d.result);
+        }
+        Ok(results)
+    }
+
+    /// A request cut off by the deadline or a cancel may still be billed: its whole
+    /// reservation is counted as spent.
+    fn abort_request(&mut self, interrupt: Interrupt, reserved: Option<Decimal>, turn: u32) -> Stop {
+        let charged = reserved.unwrap_or_default();
+        self.meter.cost += charged;
+        self.log.emit("request_aborted", json!({"turn": turn, "charged_usd": charged.normalize().to_string()}));
+        let mut stop = interrupted(interrupt, "during a model request", &self.spec.limits);
+        if reserved.is_some() {
+            stop.detail.push_str(&format!("; its reservation of ${} is counted as spent", charged.normalize()));
+        }
+        stop
+    }
+}
+
+fn interrupted(interrupt: Interrupt, when: &str, limits: &crate::govern::budget::Limits) -> Stop {
+    match interrupt {
+        Interrupt::Deadline => Stop::new(
+            StopReason::TimeLimit,
+            format!("time_limit of {} reached {when}", humantime::format_duration(limits.time_limit)),
+        ),
+        Interrupt::Cancelled => Stop::new(StopReason::Cancelled, format!("run cancelled {when}")),
+    }
+}

@@ -1,0 +1,214 @@
+//! A task's budgets: before each request, work out the largest request the remaining
+//! token and dollar budgets can pay for at worst case (reserve), or decide to stop;
+//! after it, record what it really used (settle). Because the reservation is an upper
+//! bound and max_tokens is shrunk to fit, no budget is overshot even by one request.
+
+use std::time::Duration;
+
+use rust_decimal::Decimal;
+use serde::Serialize;
+
+use super::pricing::Price;
+use crate::agent::stop::{Stop, StopReason};
+use crate::model::Usage;
+
+/// The limits of one task, resolved from the job file.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Limits {
+    pub max_turns: u32,
+    #[serde(with = "humantime_serde_compat")]
+    pub time_limit: Duration,
+    /// Prompt tokens (input, cache reads and cache writes) summed over the task.
+    pub max_input_tokens: Option<u64>,
+    pub max_output_tokens: Option<u64>,
+    pub max_cost_usd: Option<Decimal>,
+    /// Below this max_tokens a shrunk request is not worth sending.
+    pub min_max_tokens: u32,
+}
+
+mod humantime_serde_compat {
+    use serde::Serializer;
+    use std::time::Duration;
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&humantime::format_duration(*d).to_string())
+    }
+}
+
+/// What a task has used so far.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Meter {
+    pub turns: u32,
+    pub usage: Usage,
+    pub cost: Decimal,
+}
+
+/// The request the budgets allow.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RequestPlan {
+    pub max_tokens: u32,
+    /// Upper bound on the prompt tokens the request will use.
+    pub prompt_tokens: u64,
+    /// Worst-case cost, held until the response settles it (None without a price).
+    pub reserved_usd: Option<Decimal>,
+}
+
+/// Decides the next request's max_tokens from the budgets, or why no request may go.
+/// `thinking_budget` raises the floor: the API refuses max_tokens <= budget_tokens.
+pub fn plan_request(
+    limits: &Limits,
+    meter: &Meter,
+    price: Option<&Price>,
+    max_tokens: u32,
+    prompt_tokens: u64,
+    thinking_budget: Option<u32>,
+) -> Result<RequestPlan, Stop> {
+    let used_in = meter.usage.prompt_tokens();
+    if let Some(cap) = limits.max_input_tokens {
+        if used_in.saturating_add(prompt_tokens) > cap {
+            return Err(Stop::new(
+                StopReason::TokenLimit,
+                format!(
+                    "next request may use up to {prompt_tokens} input tokens; {used_in} of max_input_tokens {cap} used"
+                ),
+            ));
+        }
+    }
+    let floor = limits
+        .min_max_tokens
+        .min(max_tokens)
+        .max(thinking_budget.map_or(1, |b| b.saturating_add(1)))
+        .max(1);
+    let mut allowed = u64::from(max_tokens);
+    let mut limited_by: Option<Stop> = None;
+    if let Some(cap) = limits.max_output_tokens {
+        let left = cap.saturating_sub(meter.usage.output_tokens);
+        if left < allowed {
+            allowed = left;
+            limited_by = Some(Stop::new(
+                StopReason::TokenLimit,
+                format!(
+                    "{left} output tokens left of max_output_tokens {cap}, below the {floor}-token minimum request"
+                ),
+            ));
+        }
+    }
+    let mut reserved = None;
+    if let Some(price) = price {
+        if let Some(cap) = limits.max_cost_usd {
+            let left = (cap - meter.cost).max(Decimal::ZERO);
+            let affordable = price.affordable_output(left, prompt_tokens);
+            if affordable < allowed {
+                allowed = affordable;
+                limited_by = Some(Stop::new(
+                    StopReason::CostLimit,
+                    format!(
+                        "${} left of max_cost_usd ${cap} pays for {affordable} output tokens after a {prompt_tokens}-token prompt, below the {floor}-token minimum request",
+                        left.normalize()
+                    ),
+                ));
+            }
+        }
+    }
+    if allowed < u64::from(floor) {
+        return Err(limited_by.unwrap_or_else(|| {
+            Stop::new(StopReason::TokenLimit, "max_tokens below the minimum request")
+        }));
+    }
+    let max_tokens = u32::try_from(allowed).unwrap_or(max_tokens);
+    if let Some(price) = price {
+        reserved = Some(price.worst_case(prompt_tokens, u64::from(max_tokens)));
+    }
+    Ok(RequestPlan { max_tokens, prompt_tokens, reserved_usd: reserved })
+}
+
+impl Meter {
+    /// Records a response's real usage and cost.
+    pub fn settle(&mut self, usage: &Usage, price: Option<&Price>) -> Option<Decimal> {
+        self.usage.add(usage);
+        let cost = price.map(|p| p.cost(usage));
+        if let Some(c) = cost {
+            self.cost += c;
+        }
+        cost
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+    use std::str::FromStr;
+
+    fn limits() -> Limits {
+        Limits {
+            max_turns: 10,
+            time_limit: Duration::from_secs(60),
+            max_input_tokens: None,
+            max_output_tokens: None,
+            max_cost_usd: None,
+            min_max_tokens: 256,
+        }
+    }
+
+    fn sonnet() -> Price {
+        crate::govern::pricing::lookup(&BTreeMap::new(), "claude-sonnet-4-5").unwrap()
+    }
+
+    #[test]
+    fn unlimited_keeps_max_tokens() {
+        let p = plan_request(&limits(), &Meter::default(), None, 4096, 1000, None).unwrap();
+        assert_eq!(p.max_tokens, 4096);
+        assert_eq!(p.reserved_usd, None);
+    }
+
+    #[test]
+    fn output_budget_shrinks_then_stops() {
+        let l = Limits { max_output_tokens: Some(5000), ..limits() };
+        let mut m = Meter::default();
+        m.usage.output_tokens = 3000;
+        assert_eq!(plan_request(&l, &m, None, 4096, 10, None).unwrap().max_tokens, 2000);
+        m.usage.output_tokens = 4800;
+        let e = plan_request(&l, &m, None, 4096, 10, None).unwrap_err();
+        assert_eq!(e.reason, StopReason::TokenLimit);
+    }
+
+    #[test]
+    fn input_budget_counts_the_upcoming_prompt() {
+        let l = Limits { max_input_tokens: Some(10_000), ..limits() };
+        let mut m = Meter::default();
+        m.usage.input_tokens = 6000;
+        assert!(plan_request(&l, &m, None, 4096, 4000, None).is_ok());
+        assert_eq!(plan_request(&l, &m, None, 4096, 4001, None).unwrap_err().reason, StopReason::TokenLimit);
+    }
+
+    #[test]
+    fn cost_budget_reserves_worst_case_within_cap() {
+        let cap = Decimal::from_str("0.05").unwrap();
+        let l = Limits { max_cost_usd: Some(cap), ..limits() };
+        let mut m = Meter { cost: Decimal::from_str("0.02").unwrap(), ..Default::default() };
+        let price = sonnet();
+        let plan = plan_request(&l, &m, Some(&price), 4096, 2000, None).unwrap();
+        // $0.03 left: 2000 prompt tokens at $3.75/M = $0.0075, leaves 0.0225 / $15/M = 1500 tokens
+        assert_eq!(plan.max_tokens, 1500);
+        assert!(m.cost + plan.reserved_usd.unwrap() <= cap);
+        m.cost = Decimal::from_str("0.0475").unwrap();
+        assert_eq!(plan_request(&l, &m, Some(&price), 4096, 2000, None).unwrap_err().reason, StopReason::CostLimit);
+    }
+
+    #[test]
+    fn thinking_budget_raises_the_floor() {
+        let l = Limits { max_output_tokens: Some(2000), min_max_tokens: 1, ..limits() };
+        let e = plan_request(&l, &Meter::default(), None, 4096, 10, Some(2000)).unwrap_err();
+        assert_eq!(e.reason, StopReason::TokenLimit);
+        assert_eq!(plan_request(&l, &Meter::default(), None, 4096, 10, Some(1024)).unwrap().max_tokens, 2000);
+    }
+
+    #[test]
+    fn settle_adds_exact_cost() {
+        let mut m = Meter::default();
+        let u = Usage { input_tokens: 1000, output_tokens: 100, ..Default::default() };
+        let c = m.settle(&u, Some(&sonnet())).unwrap();
+        assert_eq!(c, Decimal::from_str("0.0045").unwrap());
+        assert_eq!(m.usage.output_tokens, 100);
+    }
+}

@@ -1,0 +1,6 @@
+//! Governance: what a request may cost, whether another one may be sent, and when to
+//! retry. Money is exact decimal dollars throughout.
+
+pub mod backoff;
+pub mod budget;
+pub mod pricing;

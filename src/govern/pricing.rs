@@ -1,0 +1,207 @@
+//! Prices and the cost of a request, in exact decimal dollars. The built-in table is a
+//! data file (prices.yaml) with an as-of date; a job's `pricing:` overrides it per model.
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+use rust_decimal::Decimal;
+use serde::{Deserialize, Serialize};
+
+use crate::job::schema::{LongContextFields, PriceFields};
+use crate::job::values::Money;
+use crate::model::Usage;
+
+const MILLION: Decimal = Decimal::from_parts(1_000_000, 0, 0, false, 0);
+
+/// Rates in USD per million tokens.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Price {
+    pub input: Decimal,
+    pub output: Decimal,
+    pub cache_write: Decimal,
+    pub cache_write_1h: Decimal,
+    pub cache_read: Decimal,
+    /// (prompt tokens above which it applies, the tier's rates)
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub long_context: Option<(u64, Box<Price>)>,
+}
+
+impl Price {
+    fn from_rates(
+        input: Money,
+        output: Money,
+        cache_write: Option<Money>,
+        cache_write_1h: Option<Money>,
+        cache_read: Option<Money>,
+    ) -> Price {
+        let input = input.0;
+        Price {
+            input,
+            output: output.0,
+            cache_write: cache_write.map_or(input * Decimal::new(125, 2), |m| m.0),
+            cache_write_1h: cache_write_1h.map_or(input * Decimal::TWO, |m| m.0),
+            cache_read: cache_read.map_or(input * Decimal::new(1, 1), |m| m.0),
+            long_context: None,
+        }
+    }
+
+    /// Builds a price from a job file's or the built-in table's entry.
+    pub fn from_fields(f: &PriceFields) -> Price {
+        let mut p = Price::from_rates(f.input, f.output, f.cache_write, f.cache_write_1h, f.cache_read);
+        if let Some(lc) = &f.long_context {
+            let LongContextFields { above_tokens, input, output, cache_write, cache_write_1h, cache_read } =
+                (**lc).clone();
+            let tier = Price::from_rates(input, output, cache_write, cache_write_1h, cache_read);
+            p.long_context = Some((above_tokens, Box::new(tier)));
+        }
+        p
+    }
+
+    fn tier(&self, prompt_tokens: u64) -> &Price {
+        match &self.long_context {
+            Some((above, tier)) if prompt_tokens > *above => tier,
+            _ => self,
+        }
+    }
+
+    /// The exact cost of a response's usage.
+    pub fn cost(&self, u: &Usage) -> Decimal {
+        let p = self.tier(u.prompt_tokens());
+        let writes_5m = u.cache_write_tokens.saturating_sub(u.cache_write_1h_tokens);
+        (Decimal::from(u.input_tokens) * p.input
+            + Decimal::from(writes_5m) * p.cache_write
+            + Decimal::from(u.cache_write_1h_tokens) * p.cache_write_1h
+            + Decimal::from(u.cache_read_tokens) * p.cache_read
+            + Decimal::from(u.output_tokens) * p.output)
+            / MILLION
+    }
+
+    /// The most a prompt token can cost (any tier, plain input or a 5-minute cache
+    /// write; the runner never asks for 1-hour caching), for worst-case reservations.
+    pub fn max_input_rate(&self) -> Decimal {
+        let own = self.input.max(self.cache_write);
+        match &self.long_context {
+            Some((_, t)) => own.max(t.max_input_rate()),
+            None => own,
+        }
+    }
+
+    /// The most an output token can cost, any tier.
+    pub fn max_output_rate(&self) -> Decimal {
+        match &self.long_context {
+            Some((_, t)) => self.output.max(t.max_output_rate()),
+            None => self.output,
+        }
+    }
+
+    /// Worst-case cost of a request: every prompt token at the highest input rate, every
+    /// allowed output token at the highest output rate.
+    pub fn worst_case(&self, prompt_tokens: u64, max_tokens: u64) -> Decimal {
+        (Decimal::from(prompt_tokens) * self.max_input_rate()
+            + Decimal::from(max_tokens) * self.max_output_rate())
+            / MILLION
+    }
+
+    /// How many output tokens `budget` pays for after `prompt_tokens` at worst case.
+    pub fn affordable_output(&self, budget: Decimal, prompt_tokens: u64) -> u64 {
+        let left = budget * MILLION - Decimal::from(prompt_tokens) * self.max_input_rate();
+        if left <= Decimal::ZERO {
+            return 0;
+        }
+        let rate = self.max_output_rate();
+        if rate.is_zero() {
+            return u64::MAX;
+        }
+        u64::try_from((left / rate).floor()).unwrap_or(u64::MAX)
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Table {
+    as_of: String,
+    models: BTreeMap<String, PriceFields>,
+}
+
+fn builtin() -> &'static Table {
+    static TABLE: OnceLock<Table> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        serde_yaml::from_str(include_str!("prices.yaml"))
+            .unwrap_or_else(|e| panic!("built-in prices.yaml is invalid (a build defect): {e}"))
+    })
+}
+
+/// The date of the built-in price table.
+pub fn builtin_as_of() -> &'static str {
+    &builtin().as_of
+}
+
+/// Looks up a model's price: the job's table first, then the built-in one. Dated ids
+/// such as `claude-sonnet-4-5-20250929` fall back to their undated family id.
+pub fn lookup(job_prices: &BTreeMap<String, PriceFields>, model: &str) -> Option<Price> {
+    let undated = strip_date(model);
+    for id in [Some(model), undated].into_iter().flatten() {
+        if let Some(f) = job_prices.get(id).or_else(|| builtin().models.get(id)) {
+            return Some(Price::from_fields(f));
+        }
+    }
+    None
+}
+
+fn strip_date(model: &str) -> Option<&str> {
+    let (head, tail) = model.rsplit_once('-')?;
+    (tail.len() == 8 && tail.bytes().all(|b| b.is_ascii_digit())).then_some(head)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::str::FromStr;
+
+    fn d(s: &str) -> Decimal {
+        Decimal::from_str(s).unwrap()
+    }
+
+    #[test]
+    fn builtin_table_parses_and_prices_sonnet() {
+        let p = lookup(&BTreeMap::new(), "claude-sonnet-4-5").unwrap();
+        assert_eq!(p.input, d("3"));
+        let u = Usage { input_tokens: 1000, output_tokens: 200, cache_read_tokens: 2000, cache_write_tokens: 400, cache_write_1h_tokens: 100 };
+        // 1000*3 + 300*3.75 + 100*6 + 2000*0.3 + 200*15 = 3000+1125+600+600+3000 = 8325 per M
+        assert_eq!(p.cost(&u), d("0.008325"));
+        assert!(lookup(&BTreeMap::new(), "claude-sonnet-4-5-20250929").is_some());
+        assert!(lookup(&BTreeMap::new(), "gpt-unknown").is_none());
+    }
+
+    #[test]
+    fn long_context_tier_applies_to_whole_request() {
+        let p = lookup(&BTreeMap::new(), "claude-haiku-5-5").unwrap();
+        let small = Usage { input_tokens: 100_000, output_tokens: 1000, ..Default::default() };
+        assert_eq!(p.cost(&small), d("0.0105"));
+        let big = Usage { input_tokens: 100_001, output_tokens: 1000, ..Default::default() };
+        assert_eq!(p.cost(&big), d("0.0525005"));
+        assert_eq!(p.max_input_rate(), d("0.625"));
+        assert_eq!(p.max_output_rate(), d("2.50"));
+    }
+
+    #[test]
+    fn job_prices_override_and_default_cache_rates() {
+        let mut t = BTreeMap::new();
+        t.insert(
+            "claude-sonnet-4-5".to_string(),
+            PriceFields { input: Money(d("1")), output: Money(d("2")), cache_write: None, cache_write_1h: None, cache_read: None, long_context: None },
+        );
+        let p = lookup(&t, "claude-sonnet-4-5").unwrap();
+        assert_eq!((p.cache_write, p.cache_write_1h, p.cache_read), (d("1.25"), d("2"), d("0.1")));
+    }
+
+    #[test]
+    fn affordable_output_never_exceeds_budget() {
+        let p = lookup(&BTreeMap::new(), "claude-sonnet-4-5").unwrap();
+        let budget = d("0.01");
+        let n = p.affordable_output(budget, 1000);
+        assert!(p.worst_case(1000, n) <= budget);
+        assert!(p.worst_case(1000, n + 1) > budget);
+        assert_eq!(p.affordable_output(d("0.001"), 1_000_000), 0);
+    }
+}

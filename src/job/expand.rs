@@ -1,0 +1,577 @@
+//! From the job file as written to a [`Plan`]: defaults merged into each task field by
+//! field, providers and prices resolved, simulator scripts loaded, and every check that
+//! needs no spending done, each error placed at the line of the field that caused it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::{json, Map, Value};
+
+use super::locate::{locate, path_string, Seg};
+use super::schema::{JobFile, LimitFields, ProviderFields, SimSource, TaskFields, ThinkingFields, ThinkingKind};
+use super::{yaml_diagnostic, Diagnostic, JobError};
+use crate::govern::budget::Limits;
+use crate::govern::pricing::{self, Price};
+use crate::model::anthropic::Endpoint;
+use crate::sim::script::Script;
+use crate::tools::Registry;
+
+const DEFAULT_CONCURRENCY: usize = 4;
+const DEFAULT_MAX_TOKENS: u32 = 4096;
+const DEFAULT_MAX_TURNS: u32 = 20;
+const DEFAULT_TIME_LIMIT: Duration = Duration::from_secs(30 * 60);
+const DEFAULT_MIN_MAX_TOKENS: u32 = 256;
+const DEFAULT_ANTHROPIC_VERSION: &str = "2023-06-01";
+/// The API version that removed sampling parameters.
+const NO_SAMPLING_VERSION: &str = "2026-10-21";
+const PROVIDERS: [&str; 2] = ["sim", "anthropic"];
+
+/// Which wire protocol and server a provider is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderKind {
+    /// The built-in simulator, speaking the Anthropic protocol.
+    Sim,
+    Anthropic,
+}
+
+/// A provider with every setting resolved.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProviderSpec {
+    pub name: String,
+    pub kind: ProviderKind,
+    /// None for the simulator the runner starts itself.
+    pub base_url: Option<String>,
+    /// The variable holding the key (never the key itself).
+    pub api_key_env: Option<String>,
+    pub anthropic_version: String,
+    #[serde(serialize_with = "human")]
+    pub timeout: Duration,
+    pub max_retries: u32,
+}
+
+fn human<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&humantime::format_duration(*d).to_string())
+}
+
+/// One task, fully resolved.
+#[derive(Debug, Clone, Serialize)]
+pub struct TaskSpec {
+    pub id: String,
+    pub prompt: String,
+    pub provider: Arc<ProviderSpec>,
+    pub model: String,
+    pub max_tokens: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub system: Option<String>,
+    pub tools: Vec<String>,
+    pub limits: Limits,
+    /// Optional request fields (sampling, thinking), exactly as they will be sent.
+    #[serde(skip_serializing_if = "Map::is_empty")]
+    pub extra: Map<String, Value>,
+    /// budget_tokens of enabled thinking, which max_tokens must stay above.
+    #[serde(skip)]
+    pub thinking_budget: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub price: Option<Price>,
+    #[serde(skip)]
+    pub sim: Option<Arc<Script>>,
+}
+
+/// A checked job, ready to run.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub name: String,
+    pub file: PathBuf,
+    pub concurrency: usize,
+    pub tasks: Vec<TaskSpec>,
+    /// The job as written, kept for run.json.
+    pub job: JobFile,
+}
+
+struct Ctx<'a> {
+    file: String,
+    text: &'a str,
+    dir: PathBuf,
+    diags: Vec<Diagnostic>,
+    scripts: HashMap<PathBuf, Option<Arc<Script>>>,
+}
+
+impl Ctx<'_> {
+    fn err(&mut self, path: &[Seg], message: impl Into<String>) {
+        let (line, column) = locate(self.text, path).map_or((None, None), |(l, c)| (Some(l), Some(c)));
+        let field = path_string(path);
+        let message = message.into();
+        let message = if field.is_empty() { message } else { format!("{field}: {message}") };
+        self.diags.push(Diagnostic { file: self.file.clone(), line, column, message });
+    }
+}
+
+fn key(k: &str) -> Seg {
+    Seg::Key(k.to_string())
+}
+
+/// Where a merged field came from: the task itself or `defaults`.
+fn origin(task: usize, set_on_task: bool, field: &[&str]) -> Vec<Seg> {
+    let mut p = if set_on_task { vec![key("tasks"), Seg::Index(task)] } else { vec![key("defaults")] };
+    p.extend(field.iter().map(|f| key(f)));
+    p
+}
+
+pub(super) fn expand(job: JobFile, text: &str, path: &Path, registry: &Registry) -> Result<Plan, JobError> {
+    let mut cx = Ctx {
+        file: path.display().to_string(),
+        text,
+        dir: path.parent().map(Path::to_path_buf).unwrap_or_default(),
+        diags: Vec::new(),
+        scripts: HashMap::new(),
+    };
+    if job.name.trim().is_empty() {
+        cx.err(&[key("name")], "the job needs a name");
+    }
+    if job.concurrency == Some(0) {
+        cx.err(&[key("concurrency")], "must be at least 1");
+    }
+    if job.tasks.is_empty() {
+        cx.err(&[key("tasks")], "the job has no tasks");
+    }
+    if job.defaults.id.is_some() {
+        cx.err(&[key("defaults"), key("id")], "a task id cannot be a default; give each task its own id");
+    }
+    let providers = resolve_providers(&job, &mut cx);
+    let mut tasks = Vec::with_capacity(job.tasks.len());
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for (i, t) in job.tasks.iter().enumerate() {
+        if let Some(id) = &t.id {
+            if let Some(first) = seen.get(id) {
+                let first_line = locate(text, &[key("tasks"), Seg::Index(*first), key("id")])
+                    .map(|(l, _)| format!(" (first at line {l})"))
+                    .unwrap_or_default();
+                cx.err(
+                    &[key("tasks"), Seg::Index(i), key("id")],
+                    format!("duplicate task id \"{id}\"{first_line}; task ids must be unique"),
+                );
+            } else {
+                seen.insert(id.clone(), i);
+            }
+        }
+        if let Some(spec) = expand_task(&job, i, t, &providers, registry, &mut cx) {
+            tasks.push(spec);
+        }
+    }
+    if !cx.diags.is_empty() {
+        cx.diags.sort_by_key(|d| (d.line.unwrap_or(usize::MAX), d.column.unwrap_or(0)));
+        return Err(JobError { diagnostics: cx.diags });
+    }
+    Ok(Plan {
+        name: job.name.clone(),
+        file: path.to_path_buf(),
+        concurrency: job.concurrency.unwrap_or(DEFAULT_CONCURRENCY),
+        tasks,
+        job,
+    })
+}
+
+fn resolve_providers(job: &JobFile, cx: &mut Ctx) -> BTreeMap<String, Arc<ProviderSpec>> {
+    for name in job.providers.keys() {
+        if !PROVIDERS.contains(&name.as_str()) {
+            cx.err(
+                &[key("providers"), key(name)],
+                format!("unknown provider \"{name}\": the providers are {}", PROVIDERS.join(", ")),
+            );
+        }
+    }
+    let mut out = BTreeMap::new();
+    for name in PROVIDERS {
+        let f = job.providers.get(name).cloned().unwrap_or_default();
+        let at = |field: &str| vec![key("providers"), key(name), key(field)];
+        let (kind, default_key_env) = match name {
+            "anthropic" => (ProviderKind::Anthropic, Some("ANTHROPIC_API_KEY")),
+            _ => (ProviderKind::Sim, None),
+        };
+        if kind == ProviderKind::Sim && f.api_key_env.is_some() {
+            cx.err(&at("api_key_env"), "the simulator needs no API key");
+        }
+        let base_url = match (&f.base_url, kind) {
+            (Some(u), _) => Some(u.clone()),
+            (None, ProviderKind::Anthropic) => Some("https://api.anthropic.com".to_string()),
+            (None, ProviderKind::Sim) => None,
+        };
+        if let Some(u) = &base_url {
+            if let Err(e) = Endpoint::messages_url(u) {
+                cx.err(&at("base_url"), e);
+            }
+        }
+        let ProviderFields { anthropic_version, timeout, max_retries, api_key_env, .. } = f;
+        if anthropic_version.as_deref().is_some_and(|v| v.trim().is_empty()) {
+            cx.err(&at("anthropic_version"), "must not be empty");
+        }
+        out.insert(
+            name.to_string(),
+            Arc::new(ProviderSpec {
+                name: name.to_string(),
+                kind,
+                base_url,
+                api_key_env: api_key_env.or_else(|| default_key_env.map(str::to_string)),
+                anthropic_version: anthropic_version.unwrap_or_else(|| DEFAULT_ANTHROPIC_VERSION.into()),
+                timeout: timeout.map_or(Duration::from_secs(600), |d| d.0),
+                max_retries: max_retries.unwrap_or(2),
+            }),
+        );
+    }
+    out
+}
+
+fn merge_limits(task: Option<&LimitFields>, defaults: Option<&LimitFields>) -> LimitFields {
+    let t = task.cloned().unwrap_or_default();
+    let d = defaults.cloned().unwrap_or_default();
+    LimitFields {
+        max_turns: t.max_turns.or(d.max_turns),
+        time_limit: t.time_limit.or(d.time_limit),
+        max_input_tokens: t.max_input_tokens.or(d.max_input_tokens),
+        max_output_tokens: t.max_output_tokens.or(d.max_output_tokens),
+        max_cost_usd: t.max_cost_usd.or(d.max_cost_usd),
+        min_max_tokens: t.min_max_tokens.or(d.min_max_tokens),
+    }
+}
+
+fn limit_origin(i: usize, t: &TaskFields, field: &str, pick: impl Fn(&LimitFields) -> bool) -> Vec<Seg> {
+    origin(i, t.limits.as_ref().is_some_and(pick), &["limits", field])
+}
+
+fn expand_task(
+    job: &JobFile,
+    i: usize,
+    t: &TaskFields,
+    providers: &BTreeMap<String, Arc<ProviderSpec>>,
+    registry: &Registry,
+    cx: &mut Ctx,
+) -> Option<TaskSpec> {
+    let d = &job.defaults;
+    let here = vec![key("tasks"), Seg::Index(i)];
+    let before = cx.diags.len();
+
+    let id = match &t.id {
+        None => {
+            cx.err(&here, "the task has no `id`");
+            String::new()
+        }
+        Some(id) if !valid_id(id) => {
+            cx.err(
+                &origin(i, true, &["id"]),
+                format!("invalid task id \"{id}\": use letters, digits, '.', '_' and '-' (it names report files)"),
+            );
+            String::new()
+        }
+        Some(id) => id.clone(),
+    };
+    let prompt = t.prompt.clone().or_else(|| d.prompt.clone()).unwrap_or_default();
+    if prompt.trim().is_empty() {
+        cx.err(&origin(i, t.prompt.is_some(), &["prompt"]), "the task has no prompt");
+    }
+    let provider_name = t.provider.clone().or_else(|| d.provider.clone()).unwrap_or_else(|| "sim".into());
+    let provider_at = origin(i, t.provider.is_some(), &["provider"]);
+    let provider = providers.get(&provider_name).cloned();
+    if provider.is_none() {
+        cx.err(
+            &provider_at,
+            format!("unknown provider \"{provider_name}\": the providers are {}", PROVIDERS.join(", ")),
+        );
+    }
+    let model = t.model.clone().or_else(|| d.model.clone()).unwrap_or_default();
+    let model_at = origin(i, t.model.is_some(), &["model"]);
+    if model.trim().is_empty() {
+        cx.err(&model_at, "no model: set `model` on the task or in `defaults`");
+    }
+    let max_tokens = t.max_tokens.or(d.max_tokens).unwrap_or(DEFAULT_MAX_TOKENS);
+    if max_tokens == 0 {
+        cx.err(&origin(i, t.max_tokens.is_some(), &["max_tokens"]), "must be at least 1");
+    }
+    let tools = t.tools.clone().or_else(|| d.tools.clone()).unwrap_or_default();
+    let tools_on_task = t.tools.is_some();
+    for (j, name) in tools.iter().enumerate() {
+        let mut at = origin(i, tools_on_task, &["tools"]);
+        at.push(Seg::Index(j));
+        if !registry.contains(name) {
+            let known: Vec<&str> = registry.names().collect();
+            cx.err(&at, format!("unknown tool \"{name}\"; the tools are: {}", known.join(", ")));
+        } else if tools[..j].contains(name) {
+            cx.err(&at, format!("tool \"{name}\" is listed twice"));
+        }
+    }
+
+    let l = merge_limits(t.limits.as_ref(), d.limits.as_ref());
+    if l.max_turns == Some(0) {
+        cx.err(&limit_origin(i, t, "max_turns", |l| l.max_turns.is_some()), "must be at least 1");
+    }
+    if l.min_max_tokens == Some(0) {
+        cx.err(&limit_origin(i, t, "min_max_tokens", |l| l.min_max_tokens.is_some()), "must be at least 1");
+    }
+    let price = pricing::lookup(&job.pricing, &model);
+    if l.max_cost_usd.is_some() && price.is_none() && !model.is_empty() {
+        cx.err(
+            &model_at,
+            format!(
+                "model \"{model}\" has no price, so limits.max_cost_usd cannot be enforced: add it under `pricing:` (USD per million tokens), e.g. pricing: {{ {model}: {{ input: 3, output: 15 }} }}"
+            ),
+        );
+    }
+    let limits = Limits {
+        max_turns: l.max_turns.unwrap_or(DEFAULT_MAX_TURNS),
+        time_limit: l.time_limit.map_or(DEFAULT_TIME_LIMIT, |d| d.0),
+        max_input_tokens: l.max_input_tokens,
+        max_output_tokens: l.max_output_tokens,
+        max_cost_usd: l.max_cost_usd.map(|m| m.0),
+        min_max_tokens: l.min_max_tokens.unwrap_or(DEFAULT_MIN_MAX_TOKENS),
+    };
+
+    let mut extra = Map::new();
+    let version = provider.as_ref().map(|p| p.anthropic_version.clone()).unwrap_or_default();
+    let sampling: [(&str, Option<Value>, bool); 3] = [
+        ("temperature", t.temperature.or(d.temperature).map(|v| json!(v)), t.temperature.is_some()),
+        ("top_p", t.top_p.or(d.top_p).map(|v| json!(v)), t.top_p.is_some()),
+        ("top_k", t.top_k.or(d.top_k).map(|v| json!(v)), t.top_k.is_some()),
+    ];
+    for (name, value, on_task) in sampling {
+        let Some(value) = value else { continue };
+        let at = origin(i, on_task, &[name]);
+        if version == NO_SAMPLING_VERSION {
+            cx.err(
+                &at,
+                format!("anthropic-version {NO_SAMPLING_VERSION} refuses {name}: remove it, or set the provider's anthropic_version to 2023-06-01"),
+            );
+        }
+        let in_unit = value.as_f64().is_some_and(|v| (0.0..=1.0).contains(&v));
+        if name != "top_k" && !in_unit {
+            cx.err(&at, "must be between 0 and 1");
+        }
+        extra.insert(name.to_string(), value);
+    }
+    let thinking = t.thinking.clone().or_else(|| d.thinking.clone());
+    let thinking_budget = match thinking.as_ref().map(|th| check_thinking(th, max_tokens)) {
+        Some(Err(msg)) => {
+            cx.err(&origin(i, t.thinking.is_some(), &["thinking"]), msg);
+            None
+        }
+        Some(Ok(budget)) => budget,
+        None => None,
+    };
+    if let Some(th) = &thinking {
+        extra.insert("thinking".into(), serde_json::to_value(th).unwrap_or(Value::Null));
+    }
+
+    let sim_on_task = t.sim.is_some();
+    let sim_source = t.sim.as_ref().or(d.sim.as_ref());
+    let sim_at = origin(i, sim_on_task, &["sim"]);
+    let mut sim = None;
+    if let Some(p) = &provider {
+        if p.kind == ProviderKind::Sim {
+            match sim_source {
+                Some(src) => sim = load_script(src, &sim_at, cx),
+                None if p.base_url.is_none() => cx.err(
+                    &origin(i, true, &["sim"]),
+                    "provider sim needs a script: add `sim: path/to/script.yaml` (or an inline script), or set `provider: anthropic`",
+                ),
+                None => {}
+            }
+        }
+        if p.kind == ProviderKind::Anthropic {
+            if let Some(var) = &p.api_key_env {
+                if std::env::var_os(var).is_none_or(|v| v.is_empty()) {
+                    cx.err(
+                        &provider_at,
+                        format!("the API key variable {var} is not set: export {var}=<your key>, or name another variable in providers.anthropic.api_key_env"),
+                    );
+                }
+            }
+        }
+    }
+
+    if cx.diags.len() > before {
+        return None;
+    }
+    Some(TaskSpec {
+        id,
+        prompt,
+        provider: provider?,
+        model,
+        max_tokens,
+        system: t.system.clone().or_else(|| d.system.clone()),
+        tools,
+        limits,
+        extra,
+        thinking_budget,
+        price,
+        sim,
+    })
+}
+
+/// Ok(budget) for a valid setting (the budget for `enabled`), Err(message) otherwise.
+fn check_thinking(th: &ThinkingFields, max_tokens: u32) -> Result<Option<u32>, String> {
+    match (th.kind, th.budget_tokens) {
+        (ThinkingKind::Enabled, None) => Err("type enabled needs budget_tokens (at least 1024)".into()),
+        (ThinkingKind::Enabled, Some(b)) if b < 1024 => Err(format!("budget_tokens {b} is below the minimum of 1024")),
+        (ThinkingKind::Enabled, Some(b)) if b >= max_tokens => {
+            Err(format!("budget_tokens {b} must be less than max_tokens {max_tokens}"))
+        }
+        (ThinkingKind::Enabled, Some(b)) => Ok(Some(b)),
+        (_, Some(_)) => Err("budget_tokens applies only to type enabled".into()),
+        (_, None) => Ok(None),
+    }
+}
+
+fn valid_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 200
+        && !id.starts_with('.')
+        && id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+fn load_script(src: &SimSource, at: &[Seg], cx: &mut Ctx) -> Option<Arc<Script>> {
+    match src {
+        SimSource::Inline(s) => match s.check() {
+            Ok(()) => Some(Arc::new(s.clone())),
+            Err(e) => {
+                cx.err(at, e);
+                None
+            }
+        },
+        SimSource::Path(p) => {
+            let full = cx.dir.join(p);
+            if let Some(cached) = cx.scripts.get(&full) {
+                return cached.clone();
+            }
+            let loaded = read_script(&full);
+            let script = match loaded {
+                Ok(s) => Some(Arc::new(s)),
+                Err(ScriptError::Missing(e)) => {
+                    cx.err(at, format!("cannot read simulator script {}: {e}", full.display()));
+                    None
+                }
+                Err(ScriptError::Invalid(d)) => {
+                    cx.diags.push(d);
+                    None
+                }
+            };
+            cx.scripts.insert(full, script.clone());
+            script
+        }
+    }
+}
+
+enum ScriptError {
+    Missing(std::io::Error),
+    Invalid(Diagnostic),
+}
+
+fn read_script(path: &Path) -> Result<Script, ScriptError> {
+    let text = std::fs::read_to_string(path).map_err(ScriptError::Missing)?;
+    let file = path.display().to_string();
+    let script: Script =
+        serde_yaml::from_str(&text).map_err(|e| ScriptError::Invalid(yaml_diagnostic(&file, &e)))?;
+    script.check().map_err(|message| {
+        ScriptError::Invalid(Diagnostic { file, line: None, column: None, message })
+    })?;
+    Ok(script)
+}
+
+/// Reads a script file on its own (for `agentbatch sim --script`).
+pub fn load_script_file(path: &Path) -> Result<Script, JobError> {
+    read_script(path).map_err(|e| match e {
+        ScriptError::Missing(io) => JobError {
+            diagnostics: vec![Diagnostic {
+                file: path.display().to_string(),
+                line: None,
+                column: None,
+                message: format!("cannot read simulator script: {io}"),
+            }],
+        },
+        ScriptError::Invalid(d) => JobError { diagnostics: vec![d] },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str) -> Result<Plan, JobError> {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("job.yaml");
+        std::fs::write(&p, text).unwrap();
+        let job: JobFile = serde_yaml::from_str(text).map_err(|e| JobError { diagnostics: vec![yaml_diagnostic("job.yaml", &e)] })?;
+        expand(job, text, &p, &Registry::builtin())
+    }
+
+    const INLINE: &str = "{ turns: [ { content: [ { text: hi } ] } ] }";
+
+    #[test]
+    fn defaults_merge_field_by_field() {
+        let plan = load(&format!(
+            "name: t\ndefaults:\n  model: claude-sonnet-4-5\n  tools: [get_time]\n  limits: {{ max_turns: 5, max_cost_usd: 0.5 }}\n  sim: {INLINE}\ntasks:\n  - id: a\n    prompt: p\n    limits: {{ max_turns: 2 }}\n  - id: b\n    prompt: q\n    model: claude-haiku-4-5\n"
+        ))
+        .unwrap();
+        assert_eq!(plan.tasks.len(), 2);
+        let a = &plan.tasks[0];
+        assert_eq!(a.limits.max_turns, 2);
+        assert_eq!(a.limits.max_cost_usd.unwrap().to_string(), "0.5");
+        assert_eq!(a.tools, vec!["get_time"]);
+        assert_eq!(a.provider.kind, ProviderKind::Sim);
+        assert_eq!(plan.tasks[1].model, "claude-haiku-4-5");
+        assert_eq!(plan.tasks[1].limits.max_turns, 5);
+        assert_eq!(plan.concurrency, DEFAULT_CONCURRENCY);
+    }
+
+    #[test]
+    fn errors_point_at_the_field() {
+        let e = load(&format!(
+            "name: t\ndefaults:\n  model: m\n  sim: {INLINE}\ntasks:\n  - id: a\n    prompt: p\n  - id: a\n    prompt: p\n    tools: [nope]\n"
+        ))
+        .unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("job.yaml:8:9: tasks[1].id: duplicate task id \"a\" (first at line 6)"), "{text}");
+        assert!(text.contains(":10:13: tasks[1].tools[0]: unknown tool \"nope\""), "{text}");
+    }
+
+    #[test]
+    fn cost_limit_needs_a_price() {
+        let e = load(&format!(
+            "name: t\ndefaults:\n  model: my-model\n  sim: {INLINE}\n  limits: {{ max_cost_usd: 1 }}\ntasks:\n  - {{ id: a, prompt: p }}\n"
+        ))
+        .unwrap_err();
+        assert!(e.to_string().contains("3:10: defaults.model: model \"my-model\" has no price"), "{e}");
+        let ok = load(&format!(
+            "name: t\npricing:\n  my-model: {{ input: 1, output: 2 }}\ndefaults:\n  model: my-model\n  sim: {INLINE}\n  limits: {{ max_cost_usd: 1 }}\ntasks:\n  - {{ id: a, prompt: p }}\n"
+        ));
+        assert!(ok.is_ok());
+    }
+
+    #[test]
+    fn sim_needs_a_script_and_sampling_needs_an_old_version() {
+        let e = load("name: t\ndefaults: { model: m }\ntasks:\n  - { id: a, prompt: p }\n").unwrap_err();
+        assert!(e.to_string().contains("provider sim needs a script"), "{e}");
+        let e = load(&format!(
+            "name: t\nproviders:\n  sim: {{ anthropic_version: \"2026-10-21\" }}\ndefaults: {{ model: m, sim: {INLINE} }}\ntasks:\n  - {{ id: a, prompt: p, temperature: 0.2 }}\n"
+        ))
+        .unwrap_err();
+        assert!(e.to_string().contains("refuses temperature"), "{e}");
+    }
+
+    #[test]
+    fn thinking_checks() {
+        assert!(check_thinking(&ThinkingFields { kind: ThinkingKind::Enabled, budget_tokens: None, display: None }, 4096).is_err());
+        assert_eq!(check_thinking(&ThinkingFields { kind: ThinkingKind::Enabled, budget_tokens: Some(2048), display: None }, 4096), Ok(Some(2048)));
+        assert!(check_thinking(&ThinkingFields { kind: ThinkingKind::Enabled, budget_tokens: Some(4096), display: None }, 4096).is_err());
+        assert_eq!(check_thinking(&ThinkingFields { kind: ThinkingKind::Adaptive, budget_tokens: None, display: None }, 4096), Ok(None));
+    }
+
+    #[test]
+    fn ids_name_files_safely() {
+        assert!(valid_id("fix-parse_dates.2"));
+        for bad in ["", "../x", "a/b", ".hidden", "a b"] {
+            assert!(!valid_id(bad), "{bad}");
+        }
+    }
+}

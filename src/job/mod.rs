@@ -1,0 +1,90 @@
+//! Job files: parse (schema v1), check everything that can be checked without
+//! spending, and expand into a [`Plan`] of fully resolved tasks. Every error names the
+//! file, line and column, and the field.
+
+mod describe;
+mod expand;
+pub mod locate;
+pub mod schema;
+pub mod values;
+
+use std::fmt;
+use std::path::Path;
+
+pub use describe::describe;
+pub use expand::{load_script_file, Plan, ProviderKind, ProviderSpec, TaskSpec};
+
+use crate::tools::Registry;
+
+/// One problem in a job file (or a file it references).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Diagnostic {
+    pub file: String,
+    /// 1-based; None when the problem has no single place (an unreadable file).
+    pub line: Option<usize>,
+    pub column: Option<usize>,
+    pub message: String,
+}
+
+impl fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        match (self.line, self.column) {
+            (Some(l), Some(c)) => write!(f, "{}:{l}:{c}: {}", self.file, self.message),
+            (Some(l), None) => write!(f, "{}:{l}: {}", self.file, self.message),
+            _ => write!(f, "{}: {}", self.file, self.message),
+        }
+    }
+}
+
+/// Everything wrong with a job file, in file order.
+#[derive(Debug, Clone, thiserror::Error)]
+pub struct JobError {
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+impl fmt::Display for JobError {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        for (i, d) in self.diagnostics.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{d}")?;
+        }
+        Ok(())
+    }
+}
+
+impl JobError {
+    fn one(file: &str, line: Option<usize>, column: Option<usize>, message: impl Into<String>) -> JobError {
+        JobError { diagnostics: vec![Diagnostic { file: file.into(), line, column, message: message.into() }] }
+    }
+}
+
+/// Turns a serde_yaml error into a diagnostic: its position moves to the front
+/// (`file:line:column:`), its field path and message stay.
+pub(crate) fn yaml_diagnostic(file: &str, e: &serde_yaml::Error) -> Diagnostic {
+    let mut message = e.to_string();
+    let (line, column) = match e.location() {
+        Some(l) => {
+            let suffix = format!(" at line {} column {}", l.line(), l.column());
+            if let Some(stripped) = message.strip_suffix(&suffix) {
+                message = stripped.to_string();
+            }
+            (Some(l.line()), Some(l.column()))
+        }
+        None => (None, None),
+    };
+    Diagnostic { file: file.into(), line, column, message }
+}
+
+/// Reads, checks and expands a job file. `registry` is what tool names are checked
+/// against.
+pub fn load(path: &Path, registry: &Registry) -> Result<Plan, JobError> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        JobError::one(&file, None, None, format!("cannot read the job file: {e}"))
+    })?;
+    let job: schema::JobFile = serde_yaml::from_str(&text)
+        .map_err(|e| JobError { diagnostics: vec![yaml_diagnostic(&file, &e)] })?;
+    expand::expand(job, &text, path, registry)
+}

@@ -1,0 +1,196 @@
+//! The job file as written (schema v1). Every struct refuses unknown fields so that a
+//! typo is an error with a line number, not a silently ignored setting.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde::{Deserialize, Serialize};
+
+use super::values::{HumanDuration, Money};
+use crate::sim::script::Script;
+
+/// The top level of a job file.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobFile {
+    pub name: String,
+    /// Tasks in flight at once.
+    #[serde(default)]
+    pub concurrency: Option<usize>,
+    /// Settings every task inherits unless it sets its own.
+    #[serde(default)]
+    pub defaults: TaskFields,
+    /// Per-provider connection settings, keyed by provider name.
+    #[serde(default)]
+    pub providers: BTreeMap<String, ProviderFields>,
+    /// USD per million tokens, by model id; overrides the built-in table.
+    #[serde(default)]
+    pub pricing: BTreeMap<String, PriceFields>,
+    pub tasks: Vec<TaskFields>,
+}
+
+/// Everything a task may set; `defaults` uses the same fields (except `id`).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskFields {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Per request; the cost and token budgets may shrink it further.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<LimitFields>,
+    /// The simulator script: a path relative to the job file, or the script inline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sim: Option<SimSource>,
+    /// Sampling parameters are sent only when set (newer Anthropic API versions and
+    /// models reject them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_k: Option<u32>,
+    /// Extended thinking, sent as given (`{type: enabled, budget_tokens: N}` or
+    /// `{type: adaptive}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<ThinkingFields>,
+}
+
+/// Limits of one task; each field set on a task overrides the same field of `defaults`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitFields {
+    /// Model requests per task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_turns: Option<u32>,
+    /// Wall clock for the whole task, tool runs included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_limit: Option<HumanDuration>,
+    /// Summed over the task's requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_input_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_output_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cost_usd: Option<Money>,
+    /// The smallest max_tokens worth sending when a budget shrinks a request; below it
+    /// the task stops instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_max_tokens: Option<u32>,
+}
+
+/// Connection settings of one provider.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderFields {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    /// Name of the environment variable holding the key; keys never go in job files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub anthropic_version: Option<String>,
+    /// Per HTTP request (the task's time_limit still applies).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<HumanDuration>,
+    /// Retries of a retryable failure (429, 5xx, 529, connection errors) per request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_retries: Option<u32>,
+}
+
+/// Prices in USD per million tokens.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PriceFields {
+    pub input: Money,
+    pub output: Money,
+    /// 5-minute cache writes; defaults to 1.25 x input.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write: Option<Money>,
+    /// 1-hour cache writes; defaults to 2 x input.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write_1h: Option<Money>,
+    /// Defaults to 0.1 x input.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_read: Option<Money>,
+    /// Rates for the whole request once its prompt exceeds `above_tokens`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub long_context: Option<Box<LongContextFields>>,
+}
+
+/// A long-context price tier.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct LongContextFields {
+    pub above_tokens: u64,
+    pub input: Money,
+    pub output: Money,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write: Option<Money>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write_1h: Option<Money>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_read: Option<Money>,
+}
+
+/// The `thinking` request parameter.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ThinkingFields {
+    #[serde(rename = "type")]
+    pub kind: ThinkingKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_tokens: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub display: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ThinkingKind {
+    Enabled,
+    Adaptive,
+    Disabled,
+}
+
+/// Where a task's simulator script comes from.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum SimSource {
+    /// A YAML file, relative to the job file.
+    Path(String),
+    Inline(Script),
+}
+
+// Hand-written rather than `#[serde(untagged)]` so that errors inside an inline script
+// keep their line and column.
+impl<'de> Deserialize<'de> for SimSource {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = SimSource;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a path to a simulator script, or a script (a map with `turns`)")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<SimSource, E> {
+                Ok(SimSource::Path(s.to_string()))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<SimSource, A::Error> {
+                Script::deserialize(de::value::MapAccessDeserializer::new(map)).map(SimSource::Inline)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}

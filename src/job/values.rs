@@ -1,0 +1,170 @@
+//! Scalar value types of the job file that need more than serde's defaults: human
+//! durations ("90s", "30m", "2h") and money written as plain decimal numbers.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use rust_decimal::Decimal;
+use serde::de::{self, Deserializer, Visitor};
+use serde::{Deserialize, Serialize, Serializer};
+
+/// A duration written the way people write it ("90s", "30m", "1h30m"); a bare number is
+/// refused because nobody can tell whether it means seconds or minutes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HumanDuration(pub Duration);
+
+impl<'de> Deserialize<'de> for HumanDuration {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = HumanDuration;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a duration with a unit, such as \"90s\", \"30m\" or \"2h\"")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<HumanDuration, E> {
+                parse_duration(s).map(HumanDuration).map_err(E::custom)
+            }
+            fn visit_u64<E: de::Error>(self, n: u64) -> Result<HumanDuration, E> {
+                Err(E::custom(format!(
+                    "invalid duration {n}: write a unit, e.g. \"{n}s\" or \"{n}m\""
+                )))
+            }
+            fn visit_i64<E: de::Error>(self, n: i64) -> Result<HumanDuration, E> {
+                Err(E::custom(format!(
+                    "invalid duration {n}: write a positive duration with a unit, e.g. \"90s\""
+                )))
+            }
+            fn visit_f64<E: de::Error>(self, n: f64) -> Result<HumanDuration, E> {
+                Err(E::custom(format!(
+                    "invalid duration {n}: write a unit, e.g. \"1500ms\" or \"90s\""
+                )))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl Serialize for HumanDuration {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&humantime::format_duration(self.0).to_string())
+    }
+}
+
+/// Parses "90s", "30m", "2h", "1h30m", "500ms"; zero is refused since no limit of zero
+/// makes sense.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s.trim()).map_err(|e| {
+        format!("invalid duration \"{s}\" ({e}): use a number with a unit, e.g. \"90s\", \"30m\", \"2h\"")
+    })?;
+    if d.is_zero() {
+        return Err(format!("invalid duration \"{s}\": must be more than zero"));
+    }
+    Ok(d)
+}
+
+/// An amount of US dollars. YAML numbers are read through their shortest decimal
+/// spelling so that `1.10` is exactly 1.10, never 1.100000000000000088.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub struct Money(pub Decimal);
+
+impl<'de> Deserialize<'de> for Money {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Money;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an amount of US dollars such as 1.50")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Money, E> {
+                let t = s.trim().trim_start_matches('$');
+                let v = Decimal::from_str(t).map_err(|_| {
+                    E::custom(format!("invalid amount \"{s}\": write a number such as 1.50"))
+                })?;
+                non_negative(v)
+            }
+            fn visit_u64<E: de::Error>(self, n: u64) -> Result<Money, E> {
+                Ok(Money(Decimal::from(n)))
+            }
+            fn visit_i64<E: de::Error>(self, n: i64) -> Result<Money, E> {
+                non_negative(Decimal::from(n))
+            }
+            fn visit_f64<E: de::Error>(self, n: f64) -> Result<Money, E> {
+                if !n.is_finite() {
+                    return Err(E::custom("invalid amount: must be a finite number"));
+                }
+                // `{}` prints the shortest string that reads back as the same f64, which is
+                // what the user typed.
+                let v = Decimal::from_str(&format!("{n}"))
+                    .or_else(|_| Decimal::from_scientific(&format!("{n:e}")))
+                    .map_err(|_| E::custom(format!("invalid amount {n}")))?;
+                non_negative(v)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+fn non_negative<E: de::Error>(v: Decimal) -> Result<Money, E> {
+    if v.is_sign_negative() && !v.is_zero() {
+        return Err(E::custom(format!("invalid amount {v}: must not be negative")));
+    }
+    Ok(Money(v.normalize()))
+}
+
+impl Serialize for Money {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0.normalize().to_string())
+    }
+}
+
+impl fmt::Display for Money {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "{}", self.0.normalize())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Deserialize)]
+    struct D {
+        d: HumanDuration,
+    }
+    #[derive(Deserialize)]
+    struct M {
+        m: Money,
+    }
+
+    #[test]
+    fn durations_need_units() {
+        let d: D = serde_yaml::from_str("d: 90s").unwrap();
+        assert_eq!(d.d.0, Duration::from_secs(90));
+        let d: D = serde_yaml::from_str("d: 1h30m").unwrap();
+        assert_eq!(d.d.0, Duration::from_secs(5400));
+        let d: D = serde_yaml::from_str("d: 250ms").unwrap();
+        assert_eq!(d.d.0, Duration::from_millis(250));
+        let e = serde_yaml::from_str::<D>("d: 90").err().unwrap().to_string();
+        assert!(e.contains("write a unit"), "{e}");
+        let e = serde_yaml::from_str::<D>("d: ten minutes").err().unwrap().to_string();
+        assert!(e.contains("invalid duration"), "{e}");
+        assert!(serde_yaml::from_str::<D>("d: 0s").is_err());
+    }
+
+    #[test]
+    fn money_is_exact() {
+        let m: M = serde_yaml::from_str("m: 1.10").unwrap();
+        assert_eq!(m.m.0, Decimal::from_str("1.1").unwrap());
+        let m: M = serde_yaml::from_str("m: 0.3").unwrap();
+        assert_eq!(m.m.0.to_string(), "0.3");
+        let m: M = serde_yaml::from_str("m: 25").unwrap();
+        assert_eq!(m.m.0, Decimal::from(25));
+        let m: M = serde_yaml::from_str("m: \"0.000001\"").unwrap();
+        assert_eq!(m.m.0.to_string(), "0.000001");
+        let m: M = serde_yaml::from_str("m: 0.0000001").unwrap();
+        assert_eq!(m.m.0.to_string(), "0.0000001");
+        assert!(serde_yaml::from_str::<M>("m: -1").is_err());
+        assert!(serde_yaml::from_str::<M>("m: lots").is_err());
+    }
+}

@@ -1,0 +1,18 @@
+//! agentbatch: run many LLM agent loops in batch under hard budgets.
+//!
+//! Data flows one way: a job file is parsed and expanded into a [`job::Plan`], the
+//! [`run`] scheduler runs one [`agent`] loop per task against a provider adapter
+//! ([`model`]), governed by [`govern`], with [`tools`] executed locally, and every event
+//! goes to the single [`report`] writer. [`sim`] is the built-in simulated provider.
+
+pub mod agent;
+pub mod govern;
+pub mod job;
+pub mod model;
+pub mod report;
+pub mod run;
+pub mod sim;
+pub mod tools;
+
+/// The version recorded in run.json and sent as the user agent.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -1,0 +1,160 @@
+//! The HTTP exchange shared by every provider adapter: one POST with a JSON body, and
+//! what its failure means (retryable? the server's wait? possibly billed?). Retries are
+//! the agent loop's decision, since each attempt must be paid for again.
+//! Protocol-neutral: the adapter builds headers and reads the body.
+
+use std::time::{Duration, Instant};
+
+use reqwest::header::HeaderMap;
+use reqwest::{Client, Url};
+use serde_json::Value;
+
+use crate::govern::backoff::{parse_retry_after, status_is_retryable};
+
+/// Builds the HTTP client a run shares (one connection pool for all its tasks).
+pub fn client() -> reqwest::Result<Client> {
+    Client::builder()
+        .user_agent(concat!("agentbatch/", env!("CARGO_PKG_VERSION")))
+        .connect_timeout(Duration::from_secs(5))
+        .tcp_keepalive(Duration::from_secs(60))
+        .build()
+}
+
+/// A successful (2xx) reply.
+#[derive(Debug)]
+pub struct Reply {
+    pub body: Vec<u8>,
+    pub request_id: Option<String>,
+    pub ms: u64,
+}
+
+/// Why a request failed, after any retries.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    #[error("HTTP {status} {error_type}: {message}{}", rid(request_id))]
+    Status {
+        status: u16,
+        error_type: String,
+        message: String,
+        request_id: Option<String>,
+    },
+    #[error("connection error: {0}")]
+    Transport(String),
+    #[error("no answer within the provider timeout of {}", humantime::format_duration(*.0))]
+    Timeout(Duration),
+}
+
+fn rid(request_id: &Option<String>) -> String {
+    request_id.as_deref().map(|r| format!(" (request-id {r})")).unwrap_or_default()
+}
+
+/// A failed attempt, with what the caller needs to decide about a retry and about money.
+#[derive(Debug)]
+pub struct Failure {
+    pub error: HttpError,
+    pub retryable: bool,
+    /// The wait the server asked for (retry-after-ms / retry-after).
+    pub server_wait: Option<Duration>,
+    /// The request may have reached the model and been billed although no usable answer
+    /// came back (a cut-off body, a timeout): its reservation must be counted as spent.
+    pub maybe_billed: bool,
+}
+
+/// POSTs `body` to `url` once.
+pub async fn post_once(
+    client: &Client,
+    url: &Url,
+    headers: &HeaderMap,
+    body: Vec<u8>,
+    timeout: Duration,
+) -> Result<Reply, Failure> {
+    let started = Instant::now();
+    let (body, request_id) = once(client, url, headers, body, timeout).await?;
+    Ok(Reply { body, request_id, ms: started.elapsed().as_millis() as u64 })
+}
+
+async fn once(
+    client: &Client,
+    url: &Url,
+    headers: &HeaderMap,
+    body: Vec<u8>,
+    timeout: Duration,
+) -> Result<(Vec<u8>, Option<String>), Failure> {
+    let transport = |e: reqwest::Error| {
+        let error = if e.is_timeout() {
+            HttpError::Timeout(timeout)
+        } else {
+            HttpError::Transport(error_chain(&e))
+        };
+        // Only a refused connection proves the request never reached the server.
+        Failure { error, retryable: true, server_wait: None, maybe_billed: !e.is_connect() }
+    };
+    let resp = client
+        .post(url.clone())
+        .headers(headers.clone())
+        .timeout(timeout)
+        .body(body)
+        .send()
+        .await
+        .map_err(transport)?;
+    let status = resp.status().as_u16();
+    let h = resp.headers();
+    let header = |name: &str| h.get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
+    let request_id = header("request-id").or_else(|| header("x-request-id"));
+    let should_retry = header("x-should-retry").and_then(|v| match v.as_str() {
+        "true" => Some(true),
+        "false" => Some(false),
+        _ => None,
+    });
+    let server_wait = parse_retry_after(header("retry-after-ms").as_deref(), header("retry-after").as_deref());
+    let bytes = resp.bytes().await.map_err(transport)?;
+    if (200..300).contains(&status) {
+        return Ok((bytes.to_vec(), request_id));
+    }
+    let (error_type, message) = error_body(&bytes);
+    Err(Failure {
+        error: HttpError::Status { status, error_type, message, request_id },
+        retryable: status_is_retryable(status, should_retry),
+        server_wait,
+        maybe_billed: false,
+    })
+}
+
+/// Reads `{"error": {"type", "message"}}` (Anthropic and OpenAI shapes), or quotes the
+/// start of whatever else came back.
+fn error_body(bytes: &[u8]) -> (String, String) {
+    if let Ok(v) = serde_json::from_slice::<Value>(bytes) {
+        let e = &v["error"];
+        let t = e["type"].as_str().or_else(|| e["code"].as_str()).unwrap_or("unknown_error");
+        if let Some(m) = e["message"].as_str() {
+            return (t.to_string(), m.to_string());
+        }
+    }
+    let text = String::from_utf8_lossy(bytes);
+    let short: String = text.chars().take(300).collect();
+    ("unknown_error".into(), if short.is_empty() { "(empty body)".into() } else { short })
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_provider_error_bodies() {
+        let b = br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
+        assert_eq!(error_body(b), ("overloaded_error".into(), "Overloaded".into()));
+        assert_eq!(error_body(b"<html>bad gateway</html>").1, "<html>bad gateway</html>");
+        assert_eq!(error_body(b"").1, "(empty body)");
+    }
+}

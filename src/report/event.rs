@@ -1,0 +1,96 @@
+//! What tasks tell the reporter. Tasks never touch report files themselves: they send
+//! events, and the reporter alone writes.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use rust_decimal::Decimal;
+use serde_json::{json, Map, Value};
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::agent::stop::{Outcome, StopReason};
+use crate::model::Usage;
+
+/// The final record of one task: one row of results.csv.
+#[derive(Debug, Clone)]
+pub struct TaskResult {
+    pub task_id: String,
+    pub provider: String,
+    pub model: String,
+    pub outcome: Outcome,
+    pub stop_reason: StopReason,
+    pub stop_detail: String,
+    pub turns: u32,
+    pub tool_calls: u32,
+    pub tool_errors: u32,
+    pub usage: Usage,
+    /// None when the model has no price.
+    pub cost_usd: Option<Decimal>,
+    pub wall_ms: u64,
+    pub model_ms: u64,
+    pub tool_ms: u64,
+    pub retries: u32,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: DateTime<Utc>,
+}
+
+/// A message to the reporter.
+#[derive(Debug)]
+pub enum Event {
+    TaskStarted { task: Arc<str> },
+    /// One line of the task's transcript.
+    Transcript { task: Arc<str>, line: Value },
+    TaskFinished(Box<TaskResult>),
+}
+
+/// A task's handle for writing its transcript. The channel is unbounded so that logging
+/// never blocks a loop; the reporter only appends buffered lines, far faster than any
+/// model answers.
+#[derive(Clone)]
+pub struct TaskLog {
+    task: Arc<str>,
+    tx: UnboundedSender<Event>,
+    started: Instant,
+}
+
+impl TaskLog {
+    pub fn new(task: &str, tx: UnboundedSender<Event>) -> TaskLog {
+        TaskLog { task: Arc::from(task), tx, started: Instant::now() }
+    }
+
+    pub fn task(&self) -> &str {
+        &self.task
+    }
+
+    /// Appends `{ts, t_ms, event, ...fields}` to the transcript. `fields` should be a
+    /// JSON object; anything else is stored under `data`.
+    pub fn emit(&self, event: &str, fields: Value) {
+        let mut line = Map::new();
+        line.insert(
+            "ts".into(),
+            json!(Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true)),
+        );
+        line.insert("t_ms".into(), json!(self.started.elapsed().as_millis() as u64));
+        line.insert("event".into(), json!(event));
+        match fields {
+            Value::Object(m) => line.extend(m),
+            Value::Null => {}
+            other => {
+                line.insert("data".into(), other);
+            }
+        }
+        // A closed channel means the run is shutting down; the line has nowhere to go.
+        let _ = self.tx.send(Event::Transcript { task: self.task.clone(), line: Value::Object(line) });
+    }
+
+    /// Tells the reporter the task has started.
+    pub fn started(&self) {
+        let _ = self.tx.send(Event::TaskStarted { task: self.task.clone() });
+    }
+
+    /// Hands the task's final record to the reporter.
+    pub fn finished(&self, result: TaskResult) {
+        let _ = self.tx.send(Event::TaskFinished(Box::new(result)));
+    }
+}

@@ -1,0 +1,15 @@
+//! Reports: the single writer of a run's output folder. Tasks send [`Event`]s; the
+//! [`Reporter`] appends transcripts, writes one results.csv row per finished task
+//! (flushed at once, so a killed run keeps every finished task), keeps the progress
+//! display, and writes run.json at the start and the end.
+
+mod event;
+mod progress;
+mod results;
+mod summary;
+mod writer;
+
+pub use event::{Event, TaskLog, TaskResult};
+pub use results::{ResultsCsv, COLUMNS};
+pub use summary::{RunTotals, Summary};
+pub use writer::{ProgressMode, ReportError, Reporter, ReporterConfig};

@@ -1,0 +1,105 @@
+//! The progress display: an indicatif bar on a terminal, one plain line per finished
+//! task otherwise (logs, CI), nothing with --quiet.
+
+use std::io::IsTerminal;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use rust_decimal::Decimal;
+
+use super::TaskResult;
+use crate::agent::stop::Outcome;
+
+/// How progress is shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProgressMode {
+    /// A bar when stderr is a terminal, plain lines otherwise.
+    Auto,
+    Lines,
+    Quiet,
+}
+
+pub(super) struct Progress {
+    bar: Option<ProgressBar>,
+    lines: bool,
+    total: usize,
+    done: usize,
+    started: usize,
+    pass: usize,
+    fail: usize,
+    error: usize,
+    spent: Decimal,
+}
+
+impl Progress {
+    pub fn new(mode: ProgressMode, total: usize) -> Progress {
+        let terminal = std::io::stderr().is_terminal();
+        let (bar, lines) = match mode {
+            ProgressMode::Quiet => (None, false),
+            ProgressMode::Auto if terminal => {
+                let bar = ProgressBar::with_draw_target(Some(total as u64), ProgressDrawTarget::stderr());
+                let style = ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} [{elapsed_precise}]")
+                    .unwrap_or_else(|_| ProgressStyle::default_bar());
+                bar.set_style(style);
+                (Some(bar), false)
+            }
+            _ => (None, true),
+        };
+        let p = Progress { bar, lines, total, done: 0, started: 0, pass: 0, fail: 0, error: 0, spent: Decimal::ZERO };
+        p.redraw();
+        p
+    }
+
+    fn redraw(&self) {
+        if let Some(bar) = &self.bar {
+            bar.set_position(self.done as u64);
+            bar.set_message(format!(
+                "running {} pass {} fail {} error {} ${:.4}",
+                self.started - self.done,
+                self.pass,
+                self.fail,
+                self.error,
+                self.spent
+            ));
+        }
+    }
+
+    pub fn started(&mut self) {
+        self.started += 1;
+        self.redraw();
+    }
+
+    pub fn finished(&mut self, r: &TaskResult, was_started: bool) {
+        if !was_started {
+            self.started += 1;
+        }
+        self.done += 1;
+        match r.outcome {
+            Outcome::Pass => self.pass += 1,
+            Outcome::Fail => self.fail += 1,
+            Outcome::Error => self.error += 1,
+            Outcome::Unchecked => {}
+        }
+        self.spent += r.cost_usd.unwrap_or_default();
+        if self.lines {
+            eprintln!(
+                "[{}/{}] {}: {} ({}) turns {} ${:.4} {:.1}s{}",
+                self.done,
+                self.total,
+                r.task_id,
+                r.stop_reason,
+                r.outcome,
+                r.turns,
+                r.cost_usd.unwrap_or_default(),
+                r.wall_ms as f64 / 1000.0,
+                if r.stop_detail.is_empty() { String::new() } else { format!(" - {}", r.stop_detail) }
+            );
+        }
+        self.redraw();
+    }
+
+    pub fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}

@@ -1,0 +1,87 @@
+//! results.csv: one row per task, appended and flushed to disk as each task ends.
+
+use std::fs::{File, OpenOptions};
+use std::path::Path;
+
+use chrono::SecondsFormat;
+
+use super::TaskResult;
+
+/// The columns of results.csv, in order. Scripts read them by name; new columns are
+/// only ever added at the end.
+pub const COLUMNS: [&str; 22] = [
+    "run_id",
+    "task_id",
+    "provider",
+    "model",
+    "outcome",
+    "stop_reason",
+    "stop_detail",
+    "turns",
+    "tool_calls",
+    "tool_errors",
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "cost_usd",
+    "wall_ms",
+    "model_ms",
+    "tool_ms",
+    "retries",
+    "started_at",
+    "finished_at",
+    "transcript",
+];
+
+/// The open results file.
+pub struct ResultsCsv {
+    w: csv::Writer<File>,
+}
+
+impl ResultsCsv {
+    /// Creates the file and writes the header (durably, so an empty run still has it).
+    pub fn create(path: &Path) -> std::io::Result<ResultsCsv> {
+        let file = OpenOptions::new().create(true).write(true).truncate(true).open(path)?;
+        let mut r = ResultsCsv { w: csv::Writer::from_writer(file) };
+        r.w.write_record(COLUMNS)?;
+        r.sync()?;
+        Ok(r)
+    }
+
+    /// Appends a row and pushes it to disk before returning.
+    pub fn append(&mut self, run_id: &str, r: &TaskResult, transcript: &str) -> std::io::Result<()> {
+        let u = &r.usage;
+        let ts = |t: &chrono::DateTime<chrono::Utc>| t.to_rfc3339_opts(SecondsFormat::Millis, true);
+        self.w.write_record([
+            run_id,
+            &r.task_id,
+            &r.provider,
+            &r.model,
+            r.outcome.as_str(),
+            r.stop_reason.as_str(),
+            &r.stop_detail,
+            &r.turns.to_string(),
+            &r.tool_calls.to_string(),
+            &r.tool_errors.to_string(),
+            &u.input_tokens.to_string(),
+            &u.output_tokens.to_string(),
+            &u.cache_read_tokens.to_string(),
+            &u.cache_write_tokens.to_string(),
+            &r.cost_usd.map(|c| c.normalize().to_string()).unwrap_or_default(),
+            &r.wall_ms.to_string(),
+            &r.model_ms.to_string(),
+            &r.tool_ms.to_string(),
+            &r.retries.to_string(),
+            &ts(&r.started_at),
+            &ts(&r.finished_at),
+            transcript,
+        ])?;
+        self.sync()
+    }
+
+    fn sync(&mut self) -> std::io::Result<()> {
+        self.w.flush()?;
+        self.w.get_ref().sync_data()
+    }
+}

@@ -1,0 +1,112 @@
+//! Totals over a run's finished tasks: the end-of-run table and run.json's totals.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use rust_decimal::Decimal;
+use serde::Serialize;
+
+use super::TaskResult;
+use crate::agent::stop::{Outcome, StopReason};
+use crate::model::Usage;
+
+/// Sums over finished tasks.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RunTotals {
+    pub tasks: usize,
+    pub by_outcome: BTreeMap<Outcome, usize>,
+    pub by_stop_reason: BTreeMap<StopReason, usize>,
+    pub turns: u64,
+    pub tool_calls: u64,
+    pub tool_errors: u64,
+    pub usage: Usage,
+    pub cost_usd: Decimal,
+    /// Tasks whose model has no price (their cost is not in cost_usd).
+    pub unpriced_tasks: usize,
+    pub retries: u64,
+}
+
+impl RunTotals {
+    pub fn add(&mut self, r: &TaskResult) {
+        self.tasks += 1;
+        *self.by_outcome.entry(r.outcome).or_default() += 1;
+        *self.by_stop_reason.entry(r.stop_reason).or_default() += 1;
+        self.turns += u64::from(r.turns);
+        self.tool_calls += u64::from(r.tool_calls);
+        self.tool_errors += u64::from(r.tool_errors);
+        self.usage.add(&r.usage);
+        match r.cost_usd {
+            Some(c) => self.cost_usd += c,
+            None => self.unpriced_tasks += 1,
+        }
+        self.retries += u64::from(r.retries);
+    }
+
+    pub fn count(&self, o: Outcome) -> usize {
+        self.by_outcome.get(&o).copied().unwrap_or(0)
+    }
+}
+
+/// What a finished run reports back to the caller.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub run_id: String,
+    pub dir: std::path::PathBuf,
+    pub totals: RunTotals,
+    /// Rows in task order: (task id, outcome, stop reason, turns, cost).
+    #[serde(skip)]
+    pub rows: Vec<TaskResult>,
+}
+
+impl Summary {
+    /// The short table printed at the end of a run.
+    pub fn table(&self) -> String {
+        let mut s = String::new();
+        let w = self.rows.iter().map(|r| r.task_id.len()).max().unwrap_or(4).clamp(4, 40);
+        let _ = writeln!(s, "{:<w$}  {:<9}  {:<16}  {:>5}  {:>10}  {:>8}", "task", "outcome", "stop_reason", "turns", "cost_usd", "wall_s");
+        for r in &self.rows {
+            let cost = r.cost_usd.map_or("-".to_string(), |c| format!("{:.4}", c));
+            let _ = writeln!(
+                s,
+                "{:<w$}  {:<9}  {:<16}  {:>5}  {:>10}  {:>8.1}",
+                truncate(&r.task_id, w),
+                r.outcome.as_str(),
+                r.stop_reason.as_str(),
+                r.turns,
+                cost,
+                r.wall_ms as f64 / 1000.0
+            );
+        }
+        let t = &self.totals;
+        let reasons: Vec<String> = t.by_stop_reason.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        let outcomes: Vec<String> = t.by_outcome.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        let _ = writeln!(
+            s,
+            "{} tasks: {}; stop reasons: {}",
+            t.tasks,
+            outcomes.join(", "),
+            reasons.join(", ")
+        );
+        let _ = write!(
+            s,
+            "tokens in {} out {} (cache read {}, write {}); cost ${:.4}{}",
+            t.usage.input_tokens,
+            t.usage.output_tokens,
+            t.usage.cache_read_tokens,
+            t.usage.cache_write_tokens,
+            t.cost_usd,
+            if t.unpriced_tasks > 0 { format!(" (+{} task(s) without a price)", t.unpriced_tasks) } else { String::new() }
+        );
+        s
+    }
+}
+
+fn truncate(s: &str, w: usize) -> String {
+    if s.chars().count() <= w {
+        s.to_string()
+    } else {
+        let mut t: String = s.chars().take(w.saturating_sub(1)).collect();
+        t.push('~');
+        t
+    }
+}

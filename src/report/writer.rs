@@ -1,0 +1,214 @@
+//! The reporter task: the only code that writes into a run's folder.
+
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use chrono::{SecondsFormat, Utc};
+use serde_json::{json, Value};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+pub use super::progress::ProgressMode;
+use super::progress::Progress;
+use super::results::ResultsCsv;
+use super::summary::{RunTotals, Summary};
+use super::{Event, TaskResult};
+
+/// What the reporter needs to know up front.
+pub struct ReporterConfig {
+    pub run_id: String,
+    /// The run's folder, `<out>/<run-id>`; created here and must not exist yet.
+    pub dir: PathBuf,
+    /// run.json's fixed part (job, version, start time, tasks); totals are added at the
+    /// end.
+    pub run_json: Value,
+    pub total_tasks: usize,
+    pub progress: ProgressMode,
+    /// Cancelled when a report file cannot be written, so no more money is spent on
+    /// results that would be lost.
+    pub on_fatal: CancellationToken,
+}
+
+/// A report file could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error("cannot write {}: {source}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{} already exists: choose another --run-id or --out", .0.display())]
+    Exists(PathBuf),
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ReportError + '_ {
+    move |source| ReportError::Io { path: path.to_path_buf(), source }
+}
+
+/// The running reporter.
+pub struct Reporter {
+    tx: UnboundedSender<Event>,
+    task: JoinHandle<Loop>,
+    run_json: Value,
+    dir: PathBuf,
+    run_id: String,
+}
+
+struct Loop {
+    results: Vec<TaskResult>,
+    error: Option<ReportError>,
+}
+
+impl Reporter {
+    /// Creates the run folder, results.csv (header only) and run.json, then starts the
+    /// writer task.
+    pub fn start(cfg: ReporterConfig) -> Result<Reporter, ReportError> {
+        if cfg.dir.exists() {
+            return Err(ReportError::Exists(cfg.dir));
+        }
+        let transcripts = cfg.dir.join("transcripts");
+        std::fs::create_dir_all(&transcripts).map_err(io_err(&transcripts))?;
+        let csv_path = cfg.dir.join("results.csv");
+        let csv = ResultsCsv::create(&csv_path).map_err(io_err(&csv_path))?;
+        let mut run_json = cfg.run_json;
+        run_json["status"] = json!("running");
+        write_json(&cfg.dir.join("run.json"), &run_json)?;
+        let (tx, rx) = unbounded_channel();
+        let state = State {
+            run_id: cfg.run_id.clone(),
+            dir: cfg.dir.clone(),
+            csv,
+            csv_path,
+            open: HashMap::new(),
+            started: HashSet::new(),
+            progress: Progress::new(cfg.progress, cfg.total_tasks),
+            on_fatal: cfg.on_fatal,
+            results: Vec::new(),
+            error: None,
+        };
+        let task = tokio::spawn(state.run(rx));
+        Ok(Reporter { tx, task, run_json, dir: cfg.dir, run_id: cfg.run_id })
+    }
+
+    /// A sender for tasks' events.
+    pub fn sender(&self) -> UnboundedSender<Event> {
+        self.tx.clone()
+    }
+
+    /// Waits for every sender to be dropped and every event written, then completes
+    /// run.json with the end time, status and totals.
+    pub async fn finish(self, status: &str) -> Result<Summary, ReportError> {
+        let Reporter { tx, task, mut run_json, dir, run_id } = self;
+        drop(tx);
+        let done = task.await.map_err(|e| ReportError::Io {
+            path: dir.clone(),
+            source: std::io::Error::other(format!("the report writer stopped: {e}")),
+        })?;
+        let mut totals = RunTotals::default();
+        for r in &done.results {
+            totals.add(r);
+        }
+        run_json["status"] = json!(status);
+        run_json["finished_at"] = json!(Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true));
+        run_json["totals"] = serde_json::to_value(&totals).unwrap_or(Value::Null);
+        write_json(&dir.join("run.json"), &run_json)?;
+        if let Some(e) = done.error {
+            return Err(e);
+        }
+        Ok(Summary { run_id, dir, totals, rows: done.results })
+    }
+}
+
+fn write_json(path: &Path, v: &Value) -> Result<(), ReportError> {
+    let tmp = path.with_extension("json.tmp");
+    let text = serde_json::to_string_pretty(v).unwrap_or_default();
+    std::fs::write(&tmp, text + "\n").map_err(io_err(&tmp))?;
+    std::fs::rename(&tmp, path).map_err(io_err(path))
+}
+
+struct State {
+    run_id: String,
+    dir: PathBuf,
+    csv: ResultsCsv,
+    csv_path: PathBuf,
+    open: HashMap<Arc<str>, BufWriter<File>>,
+    started: HashSet<Arc<str>>,
+    progress: Progress,
+    on_fatal: CancellationToken,
+    results: Vec<TaskResult>,
+    error: Option<ReportError>,
+}
+
+impl State {
+    async fn run(mut self, mut rx: UnboundedReceiver<Event>) -> Loop {
+        while let Some(ev) = rx.recv().await {
+            if let Err(e) = self.handle(ev) {
+                if self.error.is_none() {
+                    self.on_fatal.cancel();
+                    self.error = Some(e);
+                }
+            }
+        }
+        for (task, mut w) in self.open.drain() {
+            if let Err(e) = w.flush() {
+                let path = self.dir.join(transcript_rel(&task));
+                self.error.get_or_insert(ReportError::Io { path, source: e });
+            }
+        }
+        self.progress.finish();
+        Loop { results: self.results, error: self.error }
+    }
+
+    fn transcript(&mut self, task: &Arc<str>) -> Result<&mut BufWriter<File>, ReportError> {
+        if !self.open.contains_key(task) {
+            let path = self.dir.join(transcript_rel(task));
+            let f = File::create(&path).map_err(io_err(&path))?;
+            self.open.insert(task.clone(), BufWriter::new(f));
+        }
+        self.open.get_mut(task).ok_or_else(|| ReportError::Io {
+            path: PathBuf::from(transcript_rel(task)),
+            source: std::io::Error::other("transcript not open"),
+        })
+    }
+
+    fn handle(&mut self, ev: Event) -> Result<(), ReportError> {
+        if self.error.is_some() {
+            // After a fatal write error, keep draining so senders never block, but write
+            // nothing more: the run is being cancelled.
+            return Ok(());
+        }
+        match ev {
+            Event::TaskStarted { task } => {
+                self.started.insert(task.clone());
+                self.progress.started();
+                self.transcript(&task)?;
+            }
+            Event::Transcript { task, line } => {
+                let path = self.dir.join(transcript_rel(&task));
+                let w = self.transcript(&task)?;
+                serde_json::to_writer(&mut *w, &line).map_err(|e| ReportError::Io { path: path.clone(), source: e.into() })?;
+                w.write_all(b"\n").map_err(io_err(&path))?;
+            }
+            Event::TaskFinished(r) => {
+                let key: Arc<str> = Arc::from(r.task_id.as_str());
+                let rel = transcript_rel(&key);
+                let path = self.dir.join(&rel);
+                if let Some(mut w) = self.open.remove(&key) {
+                    w.flush().map_err(io_err(&path))?;
+                    w.get_ref().sync_data().map_err(io_err(&path))?;
+                }
+                let transcript = if path.exists() { rel } else { String::new() };
+                self.csv.append(&self.run_id, &r, &transcript).map_err(io_err(&self.csv_path))?;
+                let was_started = self.started.remove(&key);
+                self.progress.finished(&r, was_started);
+                self.results.push(*r);
+            }
+        }
+        Ok(())
+    }
+}
+
+fn transcript_rel(task: &str) -> String {
+    format!("transcripts/{task}.jsonl")
+}

@@ -1,0 +1,293 @@
+//! The scheduler: runs a plan's tasks with at most `concurrency` in flight, starts the
+//! simulator when tasks need it, and handles interruption (the first Ctrl-C drains: no
+//! new task starts; the second, or SIGTERM, cancels the running ones, which end as
+//! `cancelled`). Every task of the plan gets a row, started or not.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use chrono::{SecondsFormat, Utc};
+use globset::{Glob, GlobSetBuilder};
+use serde_json::json;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::stop::StopReason;
+use crate::agent::{run_task, AgentEnv};
+use crate::govern::pricing;
+use crate::job::{Plan, ProviderKind, TaskSpec};
+use crate::model::Usage;
+use crate::report::{Event, ProgressMode, ReportError, Reporter, ReporterConfig, Summary, TaskLog, TaskResult};
+use crate::sim::Sim;
+use crate::tools::Registry;
+
+/// How to run a plan.
+pub struct RunOptions {
+    /// Reports go to `<out_dir>/<run_id>/`.
+    pub out_dir: PathBuf,
+    /// Defaults to `<job name>-<UTC timestamp>`.
+    pub run_id: Option<String>,
+    /// Overrides the job's concurrency.
+    pub concurrency: Option<usize>,
+    /// Only tasks whose id matches one of these globs.
+    pub only: Vec<String>,
+    pub progress: ProgressMode,
+    pub registry: Arc<Registry>,
+    /// A simulator to use instead of starting one (tests inspect its request log).
+    pub sim: Option<Arc<Sim>>,
+    /// Install Ctrl-C / SIGTERM handlers (the CLI does; embedders may not want to).
+    pub handle_signals: bool,
+}
+
+impl RunOptions {
+    pub fn new(out_dir: impl Into<PathBuf>) -> RunOptions {
+        RunOptions {
+            out_dir: out_dir.into(),
+            run_id: None,
+            concurrency: None,
+            only: Vec::new(),
+            progress: ProgressMode::Auto,
+            registry: Arc::new(Registry::builtin()),
+            sim: None,
+            handle_signals: false,
+        }
+    }
+}
+
+/// Why a run could not start or finish.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// Bad arguments: nothing ran.
+    #[error("{0}")]
+    Invalid(String),
+    #[error(transparent)]
+    Report(#[from] ReportError),
+    #[error("cannot start the simulator: {0}")]
+    Sim(std::io::Error),
+    #[error("cannot build the HTTP client: {0}")]
+    Http(#[from] reqwest::Error),
+}
+
+/// How a run ended.
+#[derive(Debug)]
+pub struct RunOutcome {
+    pub summary: Summary,
+    /// False when the run was interrupted (some tasks cancelled or never started).
+    pub complete: bool,
+}
+
+fn select_tasks(plan: &Plan, only: &[String]) -> Result<Vec<TaskSpec>, RunError> {
+    if only.is_empty() {
+        return Ok(plan.tasks.clone());
+    }
+    let mut b = GlobSetBuilder::new();
+    for g in only {
+        b.add(Glob::new(g).map_err(|e| RunError::Invalid(format!("--only {g}: {e}")))?);
+    }
+    let set = b.build().map_err(|e| RunError::Invalid(format!("--only: {e}")))?;
+    let picked: Vec<TaskSpec> = plan.tasks.iter().filter(|t| set.is_match(&t.id)).cloned().collect();
+    if picked.is_empty() {
+        return Err(RunError::Invalid(format!(
+            "--only {} matches none of the job's {} task ids",
+            only.join(" "),
+            plan.tasks.len()
+        )));
+    }
+    Ok(picked)
+}
+
+fn default_run_id(plan: &Plan) -> String {
+    let name: String = plan
+        .name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '-' })
+        .collect();
+    format!("{}-{}", name, Utc::now().format("%Y%m%d-%H%M%S"))
+}
+
+fn valid_run_id(id: &str) -> bool {
+    !id.is_empty() && !id.starts_with('.') && id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// Runs the plan and writes its reports.
+pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunOutcome, RunError> {
+    let tasks = select_tasks(&plan, &opts.only)?;
+    let concurrency = opts.concurrency.unwrap_or(plan.concurrency);
+    if concurrency == 0 {
+        return Err(RunError::Invalid("--concurrency must be at least 1".into()));
+    }
+    let run_id = match &opts.run_id {
+        Some(id) if !valid_run_id(id) => {
+            return Err(RunError::Invalid(format!(
+                "--run-id \"{id}\": use letters, digits, '.', '_' and '-' (it names a folder)"
+            )))
+        }
+        Some(id) => id.clone(),
+        None => {
+            let base = default_run_id(&plan);
+            let mut id = base.clone();
+            let mut n = 2;
+            while opts.out_dir.join(&id).exists() {
+                id = format!("{base}-{n}");
+                n += 1;
+            }
+            id
+        }
+    };
+
+    let needs_sim = tasks.iter().any(|t| t.provider.kind == ProviderKind::Sim && t.provider.base_url.is_none());
+    let sim = match (&opts.sim, needs_sim) {
+        (Some(s), _) => Some(s.clone()),
+        (None, true) => Some(Arc::new(Sim::start_local().await.map_err(RunError::Sim)?)),
+        (None, false) => None,
+    };
+    if let Some(sim) = &sim {
+        for t in &tasks {
+            if let (ProviderKind::Sim, Some(script)) = (t.provider.kind, &t.sim) {
+                sim.register(&t.id, script.clone());
+            }
+        }
+    }
+
+    let cancel = CancellationToken::new();
+    let drain = cancel.child_token();
+    let started_at = Utc::now();
+    let run_json = json!({
+        "agentbatch_version": crate::VERSION,
+        "run_id": run_id,
+        "job_file": plan.file.display().to_string(),
+        "job_name": plan.name,
+        "started_at": started_at.to_rfc3339_opts(SecondsFormat::Millis, true),
+        "concurrency": concurrency,
+        "only": opts.only,
+        "pricing_as_of": pricing::builtin_as_of(),
+        "job": plan.job,
+        "tasks": tasks,
+    });
+    let reporter = Reporter::start(ReporterConfig {
+        run_id: run_id.clone(),
+        dir: opts.out_dir.join(&run_id),
+        run_json,
+        total_tasks: tasks.len(),
+        progress: opts.progress,
+        on_fatal: cancel.clone(),
+    })?;
+    let tx = reporter.sender();
+    let env = AgentEnv {
+        client: crate::model::client()?,
+        registry: opts.registry.clone(),
+        sim_base: sim.as_ref().map(|s| s.base_url()),
+        cancel: cancel.clone(),
+    };
+    let signals = opts.handle_signals.then(|| tokio::spawn(watch_signals(drain.clone(), cancel.clone())));
+
+    let semaphore = Arc::new(Semaphore::new(concurrency));
+    let mut set = JoinSet::new();
+    let mut running: HashMap<tokio::task::Id, TaskSpec> = HashMap::new();
+    let mut not_started = Vec::new();
+    let mut pending = tasks.into_iter();
+    for spec in pending.by_ref() {
+        let permit = tokio::select! {
+            biased;
+            _ = drain.cancelled() => None,
+            p = semaphore.clone().acquire_owned() => p.ok(),
+        };
+        let Some(permit) = permit else {
+            not_started.push(spec);
+            break;
+        };
+        let env = env.clone();
+        let log = TaskLog::new(&spec.id, tx.clone());
+        let task_spec = spec.clone();
+        let handle = set.spawn(async move {
+            let result = run_task(&task_spec, &env, log).await;
+            drop(permit);
+            result
+        });
+        running.insert(handle.id(), spec);
+    }
+    not_started.extend(pending);
+    for spec in &not_started {
+        let _ = tx.send(Event::TaskFinished(Box::new(unrun(spec, "not started: the run was interrupted"))));
+    }
+    while let Some(joined) = set.join_next_with_id().await {
+        if let Err(e) = joined {
+            if let Some(spec) = running.get(&e.id()) {
+                let _ = tx.send(Event::TaskFinished(Box::new(unrun(spec, &format!("internal error: the task failed: {e}")))));
+            }
+        }
+    }
+    if let Some(s) = signals {
+        s.abort();
+    }
+    drop(tx);
+    drop(env);
+    let complete = !drain.is_cancelled();
+    let mut summary = reporter.finish(if complete { "finished" } else { "interrupted" }).await?;
+    let order: HashMap<String, usize> = plan.tasks.iter().enumerate().map(|(i, t)| (t.id.clone(), i)).collect();
+    summary.rows.sort_by_key(|r| order.get(&r.task_id).copied().unwrap_or(usize::MAX));
+    Ok(RunOutcome { summary, complete })
+}
+
+/// The row of a task that did not run to its own end.
+fn unrun(spec: &TaskSpec, detail: &str) -> TaskResult {
+    let now = Utc::now();
+    TaskResult {
+        task_id: spec.id.clone(),
+        provider: spec.provider.name.clone(),
+        model: spec.model.clone(),
+        outcome: StopReason::Cancelled.unchecked_outcome(),
+        stop_reason: StopReason::Cancelled,
+        stop_detail: detail.to_string(),
+        turns: 0,
+        tool_calls: 0,
+        tool_errors: 0,
+        usage: Usage::default(),
+        cost_usd: spec.price.as_ref().map(|_| Default::default()),
+        wall_ms: 0,
+        model_ms: 0,
+        tool_ms: 0,
+        retries: 0,
+        started_at: now,
+        finished_at: now,
+    }
+}
+
+async fn watch_signals(drain: CancellationToken, cancel: CancellationToken) {
+    #[cfg(unix)]
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    loop {
+        #[cfg(unix)]
+        let terminated = async {
+            match term.as_mut() {
+                Some(t) => {
+                    t.recv().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        #[cfg(not(unix))]
+        let terminated = std::future::pending::<()>();
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => {
+                if r.is_err() {
+                    return;
+                }
+                if drain.is_cancelled() {
+                    eprintln!("agentbatch: cancelling running tasks");
+                    cancel.cancel();
+                    return;
+                }
+                eprintln!("agentbatch: interrupted: finishing running tasks, starting no new ones (Ctrl-C again to cancel them)");
+                drain.cancel();
+            }
+            _ = terminated => {
+                eprintln!("agentbatch: terminated: cancelling running tasks");
+                cancel.cancel();
+                return;
+            }
+        }
+    }
+}

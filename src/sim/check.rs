@@ -1,0 +1,299 @@
+//! The simulator's checks of a client request, as the real Messages API makes them (and
+//! a little stricter where a harness bug would otherwise pass unnoticed). A broken rule
+//! is answered with 400 `invalid_request_error` and a message naming the field.
+
+use serde_json::Value;
+
+use super::respond::signature;
+use super::SentTurn;
+
+/// Looks up what the simulator sent at a step of this conversation.
+pub trait History {
+    fn sent(&self, step: usize) -> Option<SentTurn>;
+}
+
+/// Checks the body of a Messages request. `version` is the anthropic-version header.
+pub fn check_request(body: &Value, version: &str, history: &dyn History) -> Result<(), String> {
+    let obj = body.as_object().ok_or("the request body must be a JSON object")?;
+    match obj.get("model") {
+        Some(Value::String(m)) if !m.is_empty() => {}
+        _ => return Err("model: Field required".into()),
+    }
+    let max_tokens = match obj.get("max_tokens").and_then(Value::as_u64) {
+        Some(n) if n >= 1 => n,
+        _ => return Err("max_tokens: Field required (an integer of at least 1)".into()),
+    };
+    if version == "2026-10-21" {
+        for p in ["temperature", "top_p", "top_k"] {
+            if obj.contains_key(p) {
+                return Err(format!("{p}: Extra inputs are not permitted"));
+            }
+        }
+    }
+    if let Some(th) = obj.get("thinking") {
+        if th.get("type").and_then(Value::as_str) == Some("enabled") {
+            let b = th.get("budget_tokens").and_then(Value::as_u64).unwrap_or(0);
+            if b < 1024 {
+                return Err("thinking.enabled.budget_tokens: Input should be greater than or equal to 1024".into());
+            }
+            if b >= max_tokens {
+                return Err("`max_tokens` must be greater than `thinking.budget_tokens`".into());
+            }
+        }
+    }
+    check_tools(obj.get("tools"))?;
+    let messages = obj
+        .get("messages")
+        .and_then(Value::as_array)
+        .ok_or("messages: Field required")?;
+    if messages.is_empty() {
+        return Err("messages: at least one message is required".into());
+    }
+    check_messages(messages, history)
+}
+
+fn check_tools(tools: Option<&Value>) -> Result<(), String> {
+    let Some(tools) = tools else { return Ok(()) };
+    let list = tools.as_array().ok_or("tools: Input should be a valid list")?;
+    let mut names = Vec::new();
+    for (i, t) in list.iter().enumerate() {
+        let name = t
+            .get("name")
+            .and_then(Value::as_str)
+            .ok_or_else(|| format!("tools.{i}.name: Field required"))?;
+        let valid = !name.is_empty()
+            && name.len() <= 128
+            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        if !valid {
+            return Err(format!("tools.{i}.name: String should match pattern '^[a-zA-Z0-9_-]{{1,128}}$'"));
+        }
+        let is_server_tool = t.get("type").and_then(Value::as_str).is_some_and(|ty| ty != "custom");
+        if !is_server_tool && t.pointer("/input_schema/type").and_then(Value::as_str) != Some("object") {
+            return Err(format!("tools.{i}.input_schema.type: Input should be 'object'"));
+        }
+        if names.contains(&name) {
+            return Err(format!("tools: Tool names must be unique (\"{name}\")"));
+        }
+        names.push(name);
+    }
+    Ok(())
+}
+
+fn blocks(content: &Value) -> &[Value] {
+    content.as_array().map(Vec::as_slice).unwrap_or(&[])
+}
+
+fn check_messages(messages: &[Value], history: &dyn History) -> Result<(), String> {
+    let mut step = 0usize;
+    for (i, m) in messages.iter().enumerate() {
+        let role = m.get("role").and_then(Value::as_str).unwrap_or("");
+        let content = m.get("content").ok_or_else(|| format!("messages.{i}.content: Field required"))?;
+        if !content.is_string() && !content.is_array() {
+            return Err(format!("messages.{i}.content: Input should be a valid string or list"));
+        }
+        match role {
+            "user" if i == 0 => {}
+            "user" => {}
+            "assistant" if i == 0 => return Err("messages.0.role: the first message must use the \"user\" role".into()),
+            "assistant" => {
+                check_assistant(i, step, content, history)?;
+                check_answer(i, content, messages.get(i + 1), history.sent(step).as_ref())?;
+                step += 1;
+            }
+            other => return Err(format!("messages.{i}.role: Input should be 'user' or 'assistant', got \"{other}\"")),
+        }
+        if role == "user" {
+            let prev_calls = if i > 0 { tool_use_ids(&messages[i - 1]) } else { Vec::new() };
+            for (j, b) in blocks(content).iter().enumerate() {
+                if b.get("type").and_then(Value::as_str) == Some("tool_result") {
+                    let id = b.get("tool_use_id").and_then(Value::as_str).unwrap_or("");
+                    if !prev_calls.iter().any(|c| c == id) {
+                        return Err(format!(
+                            "messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result` blocks: {id}. Each `tool_result` block must have a corresponding `tool_use` block in the previous message."
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn tool_use_ids(m: &Value) -> Vec<String> {
+    if m.get("role").and_then(Value::as_str) != Some("assistant") {
+        return Vec::new();
+    }
+    blocks(&m["content"])
+        .iter()
+        .filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_use"))
+        .filter_map(|b| b.get("id").and_then(Value::as_str).map(str::to_string))
+        .collect()
+}
+
+/// A replayed assistant message must be what was sent, thinking signatures intact.
+fn check_assistant(i: usize, step: usize, content: &Value, history: &dyn History) -> Result<(), String> {
+    for (j, b) in blocks(content).iter().enumerate() {
+        if b.get("type").and_then(Value::as_str) == Some("thinking") {
+            let text = b.get("thinking").and_then(Value::as_str).unwrap_or("");
+            let sig = b.get("signature").and_then(Value::as_str).unwrap_or("");
+            if sig != signature(text) {
+                return Err(format!("messages.{i}.content.{j}: Invalid `signature` in `thinking` block"));
+            }
+        }
+    }
+    if let Some(sent) = history.sent(step) {
+        if &sent.content != content {
+            return Err(format!(
+                "messages.{i}.content: the assistant turn differs from the response the model sent (blocks must be returned unchanged, in order)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// What follows an assistant turn: after tool_use, one tool_result per call, first, in
+/// call order; after pause_turn, nothing (the paused turn is sent back as the last
+/// message).
+fn check_answer(i: usize, content: &Value, next: Option<&Value>, sent: Option<&SentTurn>) -> Result<(), String> {
+    let Some(next) = next else { return Ok(()) };
+    if sent.is_some_and(|s| s.stop_reason == "pause_turn") {
+        return Err(format!(
+            "messages.{}: a pause_turn response must be continued by sending the conversation back with it as the last message, without adding a message",
+            i + 1
+        ));
+    }
+    let calls: Vec<&str> = blocks(content)
+        .iter()
+        .filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_use"))
+        .filter_map(|b| b.get("id").and_then(Value::as_str))
+        .collect();
+    if calls.is_empty() {
+        return Ok(());
+    }
+    let next_blocks = blocks(&next["content"]);
+    let results: Vec<&str> = next_blocks
+        .iter()
+        .take_while(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
+        .filter_map(|b| b.get("tool_use_id").and_then(Value::as_str))
+        .collect();
+    if next.get("role").and_then(Value::as_str) != Some("user") || results.len() < calls.len() {
+        let missing: Vec<&str> = calls.iter().copied().filter(|c| !results.contains(c)).collect();
+        return Err(format!(
+            "messages.{}: `tool_use` ids were found without `tool_result` blocks immediately after: {}. Each `tool_use` block must have a corresponding `tool_result` block in the next message, before any other content.",
+            i + 1,
+            if missing.is_empty() { calls.join(", ") } else { missing.join(", ") }
+        ));
+    }
+    if results.len() > calls.len() {
+        return Err(format!("messages.{}: more `tool_result` blocks than `tool_use` blocks", i + 1));
+    }
+    if results != calls {
+        return Err(format!(
+            "messages.{}: `tool_result` blocks must follow the order of the `tool_use` blocks ({})",
+            i + 1,
+            calls.join(", ")
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use std::collections::HashMap;
+
+    #[derive(Default)]
+    struct Map(HashMap<usize, SentTurn>);
+    impl History for Map {
+        fn sent(&self, step: usize) -> Option<SentTurn> {
+            self.0.get(&step).cloned()
+        }
+    }
+
+    fn req(messages: Value) -> Value {
+        json!({"model": "m", "max_tokens": 100, "messages": messages})
+    }
+
+    fn tool_turn() -> Value {
+        json!([{"type": "tool_use", "id": "a", "name": "t", "input": {}}, {"type": "tool_use", "id": "b", "name": "t", "input": {}}])
+    }
+
+    #[test]
+    fn tool_results_must_pair_in_order_and_come_first() {
+        let h = Map::default();
+        let ok = req(json!([
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": tool_turn()},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "a", "content": "1"},
+                {"type": "tool_result", "tool_use_id": "b", "content": "2"},
+                {"type": "text", "text": "after"}]}
+        ]));
+        assert_eq!(check_request(&ok, "2023-06-01", &h), Ok(()));
+        let missing = req(json!([
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": tool_turn()},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "a", "content": "1"}]}
+        ]));
+        assert!(check_request(&missing, "2023-06-01", &h).unwrap_err().contains("without `tool_result`"));
+        let text_first = req(json!([
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": tool_turn()},
+            {"role": "user", "content": [{"type": "text", "text": "x"},
+                {"type": "tool_result", "tool_use_id": "a", "content": "1"},
+                {"type": "tool_result", "tool_use_id": "b", "content": "2"}]}
+        ]));
+        assert!(check_request(&text_first, "2023-06-01", &h).is_err());
+        let swapped = req(json!([
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": tool_turn()},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "b", "content": "2"},
+                {"type": "tool_result", "tool_use_id": "a", "content": "1"}]}
+        ]));
+        assert!(check_request(&swapped, "2023-06-01", &h).unwrap_err().contains("order"));
+    }
+
+    #[test]
+    fn replayed_turns_must_match_and_keep_signatures() {
+        let content = json!([{"type": "thinking", "thinking": "hm", "signature": signature("hm")}, {"type": "text", "text": "x"}]);
+        let mut h = Map::default();
+        h.0.insert(0, SentTurn { content: content.clone(), stop_reason: "end_turn".into() });
+        let good = req(json!([{"role": "user", "content": "hi"}, {"role": "assistant", "content": content}, {"role": "user", "content": "more"}]));
+        assert_eq!(check_request(&good, "2023-06-01", &h), Ok(()));
+        let forged = json!([{"type": "thinking", "thinking": "hm!", "signature": signature("hm")}, {"type": "text", "text": "x"}]);
+        let bad = req(json!([{"role": "user", "content": "hi"}, {"role": "assistant", "content": forged}, {"role": "user", "content": "more"}]));
+        assert!(check_request(&bad, "2023-06-01", &h).unwrap_err().contains("signature"));
+        let edited = json!([{"type": "thinking", "thinking": "hm", "signature": signature("hm")}, {"type": "text", "text": "x "}]);
+        let bad = req(json!([{"role": "user", "content": "hi"}, {"role": "assistant", "content": edited}, {"role": "user", "content": "more"}]));
+        assert!(check_request(&bad, "2023-06-01", &h).unwrap_err().contains("differs"));
+    }
+
+    #[test]
+    fn pause_turn_must_be_sent_back_last() {
+        let mut h = Map::default();
+        let content = json!([{"type": "text", "text": "working"}]);
+        h.0.insert(0, SentTurn { content: content.clone(), stop_reason: "pause_turn".into() });
+        let cont = req(json!([{"role": "user", "content": "hi"}, {"role": "assistant", "content": content}]));
+        assert_eq!(check_request(&cont, "2023-06-01", &h), Ok(()));
+        let nudged = req(json!([{"role": "user", "content": "hi"}, {"role": "assistant", "content": content}, {"role": "user", "content": "continue"}]));
+        assert!(check_request(&nudged, "2023-06-01", &h).unwrap_err().contains("pause_turn"));
+    }
+
+    #[test]
+    fn request_fields() {
+        let h = Map::default();
+        let mut r = req(json!([{"role": "user", "content": "hi"}]));
+        r["temperature"] = json!(0.5);
+        assert_eq!(check_request(&r, "2023-06-01", &h), Ok(()));
+        assert!(check_request(&r, "2026-10-21", &h).unwrap_err().contains("Extra inputs"));
+        let mut r = req(json!([{"role": "user", "content": "hi"}]));
+        r["tools"] = json!([{"name": "bad name", "input_schema": {"type": "object"}}]);
+        assert!(check_request(&r, "2023-06-01", &h).is_err());
+        let r = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+        assert!(check_request(&r, "2023-06-01", &h).unwrap_err().contains("max_tokens"));
+        let r = req(json!([{"role": "user", "content": "hi"}, {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "zz", "content": "?"}]}]));
+        assert!(check_request(&r, "2023-06-01", &h).unwrap_err().contains("unexpected `tool_use_id`"));
+    }
+}

@@ -1,0 +1,344 @@
+//! The built-in simulated provider: a real HTTP server on 127.0.0.1 speaking the
+//! Anthropic Messages protocol, playing one script per task, injecting latency and
+//! faults, and checking what the client sends the way the real API does. Every test and
+//! the offline demo go through it, so they exercise reqwest, the adapter and the retry
+//! code for real.
+//!
+//! Routes: `POST /t/{key}/v1/messages` plays the script registered under `key` (the
+//! runner registers each task under its id); `POST /v1/messages` plays the script
+//! registered under the empty key; `GET /_sim/requests` returns the request log.
+
+mod check;
+mod respond;
+pub mod script;
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Serialize;
+use serde_json::Value;
+use tokio::task::JoinHandle;
+
+use check::{check_request, History};
+use respond::{default_error_type, error_body, render};
+use script::{Fault, Script};
+
+/// What the simulator answered at one step of a conversation, for checking replays.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SentTurn {
+    pub content: Value,
+    pub stop_reason: String,
+}
+
+/// One request as the simulator saw it.
+#[derive(Debug, Clone, Serialize)]
+pub struct RecordedRequest {
+    pub key: String,
+    /// The script turn the request asked for (assistant messages in its history).
+    pub step: Option<usize>,
+    /// Header values; credentials are replaced by `<redacted>`.
+    pub headers: BTreeMap<String, String>,
+    /// The body as JSON, or as a string when it was not JSON.
+    pub body: Value,
+    pub status: u16,
+    /// The error message when the simulator refused the request or played a fault.
+    pub error: Option<String>,
+}
+
+type Key = (String, usize);
+
+#[derive(Default)]
+struct SimState {
+    scripts: Mutex<HashMap<String, Arc<Script>>>,
+    sent: Mutex<HashMap<Key, SentTurn>>,
+    attempts: Mutex<HashMap<Key, usize>>,
+    log: Mutex<Vec<RecordedRequest>>,
+    request_ids: AtomicU64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+struct ConversationHistory<'a> {
+    state: &'a SimState,
+    key: &'a str,
+}
+
+impl History for ConversationHistory<'_> {
+    fn sent(&self, step: usize) -> Option<SentTurn> {
+        lock(&self.state.sent).get(&(self.key.to_string(), step)).cloned()
+    }
+}
+
+/// A running simulator. Dropping it stops the server.
+pub struct Sim {
+    addr: SocketAddr,
+    state: Arc<SimState>,
+    server: JoinHandle<()>,
+}
+
+impl Drop for Sim {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+impl Sim {
+    /// Starts a simulator on `addr` (use port 0 for any free port).
+    pub async fn start(addr: SocketAddr) -> std::io::Result<Sim> {
+        let state = Arc::new(SimState::default());
+        let app = Router::new()
+            .route("/v1/messages", post(default_messages))
+            .route("/t/{key}/v1/messages", post(keyed_messages))
+            .route("/_sim/requests", get(requests))
+            .fallback(not_found)
+            .with_state(state.clone());
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        let server = tokio::spawn(async move {
+            // The server only ends with an I/O error on the listener; the runner notices
+            // through failed requests.
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(Sim { addr, state, server })
+    }
+
+    /// Starts a simulator on a free port of 127.0.0.1.
+    pub async fn start_local() -> std::io::Result<Sim> {
+        Sim::start(SocketAddr::from(([127, 0, 0, 1], 0))).await
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The API root for the script registered under the empty key.
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The API root for the script registered under `key`.
+    pub fn base_url_for(&self, key: &str) -> String {
+        format!("http://{}/t/{key}", self.addr)
+    }
+
+    /// Plays `script` for requests under `key` (the empty key: `POST /v1/messages`).
+    pub fn register(&self, key: &str, script: Arc<Script>) {
+        lock(&self.state.scripts).insert(key.to_string(), script);
+    }
+
+    /// Every request received so far, in arrival order.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        lock(&self.state.log).clone()
+    }
+}
+
+async fn default_messages(State(state): State<Arc<SimState>>, headers: HeaderMap, body: Bytes) -> Response {
+    messages(state, String::new(), headers, body).await
+}
+
+async fn keyed_messages(
+    State(state): State<Arc<SimState>>,
+    Path(key): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    messages(state, key, headers, body).await
+}
+
+async fn requests(State(state): State<Arc<SimState>>) -> Json<Vec<RecordedRequest>> {
+    Json(lock(&state.log).clone())
+}
+
+async fn not_found() -> Response {
+    error_response(StatusCode::NOT_FOUND, "not_found_error", "Not found: the simulator serves POST /v1/messages and POST /t/{key}/v1/messages", "req_sim_404", &[])
+}
+
+fn error_response(status: StatusCode, error_type: &str, message: &str, request_id: &str, extra: &[(&'static str, String)]) -> Response {
+    let mut resp = (status, Json(error_body(error_type, message, request_id))).into_response();
+    let h = resp.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(request_id) {
+        h.insert("request-id", v);
+    }
+    for (k, v) in extra {
+        if let Ok(v) = HeaderValue::from_str(v) {
+            h.insert(*k, v);
+        }
+    }
+    resp
+}
+
+fn recorded_headers(headers: &HeaderMap) -> BTreeMap<String, String> {
+    headers
+        .iter()
+        .map(|(k, v)| {
+            let name = k.as_str().to_string();
+            let value = if matches!(name.as_str(), "x-api-key" | "authorization") {
+                "<redacted>".to_string()
+            } else {
+                v.to_str().unwrap_or("<binary>").to_string()
+            };
+            (name, value)
+        })
+        .collect()
+}
+
+async fn messages(state: Arc<SimState>, key: String, headers: HeaderMap, body: Bytes) -> Response {
+    let request_id = format!("req_sim_{:06}", state.request_ids.fetch_add(1, Ordering::Relaxed) + 1);
+    let parsed: Result<Value, _> = serde_json::from_slice(&body);
+    let mut rec = RecordedRequest {
+        key: key.clone(),
+        step: None,
+        headers: recorded_headers(&headers),
+        body: match &parsed {
+            Ok(v) => v.clone(),
+            Err(_) => Value::String(String::from_utf8_lossy(&body).into_owned()),
+        },
+        status: 200,
+        error: None,
+    };
+    let outcome = answer(&state, &key, &headers, parsed, body.len(), &request_id, &mut rec).await;
+    let resp = match outcome {
+        Ok(resp) => resp,
+        Err((status, error_type, message)) => {
+            rec.status = status.as_u16();
+            rec.error = Some(message.clone());
+            error_response(status, error_type, &message, &request_id, &[])
+        }
+    };
+    lock(&state.log).push(rec);
+    resp
+}
+
+type Refusal = (StatusCode, &'static str, String);
+
+async fn answer(
+    state: &SimState,
+    key: &str,
+    headers: &HeaderMap,
+    parsed: Result<Value, serde_json::Error>,
+    body_len: usize,
+    request_id: &str,
+    rec: &mut RecordedRequest,
+) -> Result<Response, Refusal> {
+    let header = |n: &str| headers.get(n).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if header("x-api-key").is_empty() && header("authorization").is_empty() {
+        return Err((StatusCode::UNAUTHORIZED, "authentication_error", "x-api-key header is required".into()));
+    }
+    let version = header("anthropic-version").to_string();
+    if version.is_empty() {
+        return Err((StatusCode::BAD_REQUEST, "invalid_request_error", "anthropic-version: header is required".into()));
+    }
+    if !header("content-type").starts_with("application/json") {
+        return Err((StatusCode::BAD_REQUEST, "invalid_request_error", "content-type must be application/json".into()));
+    }
+    let request = parsed.map_err(|e| {
+        (StatusCode::BAD_REQUEST, "invalid_request_error", format!("The request body is not valid JSON: {e}"))
+    })?;
+    let script = lock(&state.scripts).get(key).cloned().ok_or_else(|| {
+        (
+            StatusCode::NOT_FOUND,
+            "not_found_error",
+            if key.is_empty() {
+                "no simulator script is registered for POST /v1/messages (start `agentbatch sim` with --script or --job)".to_string()
+            } else {
+                format!("no simulator script is registered for task \"{key}\"")
+            },
+        )
+    })?;
+    check_request(&request, &version, &ConversationHistory { state, key })
+        .map_err(|m| (StatusCode::BAD_REQUEST, "invalid_request_error", m))?;
+    let step = request["messages"]
+        .as_array()
+        .map_or(0, |m| m.iter().filter(|m| m["role"] == "assistant").count());
+    rec.step = Some(step);
+    let turn = script.turn(step).ok_or_else(|| {
+        (
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            format!(
+                "simulator script for \"{key}\" has {} turn(s) and no repeat_last; this request asks for turn {}",
+                script.turns.len(),
+                step + 1
+            ),
+        )
+    })?;
+    let attempt = {
+        let mut a = lock(&state.attempts);
+        let n = a.entry((key.to_string(), step)).or_insert(0);
+        *n += 1;
+        *n - 1
+    };
+    if let Some(latency) = turn.latency.or(script.latency) {
+        tokio::time::sleep(latency.0).await;
+    }
+    if let Some(fault) = turn.faults.get(attempt) {
+        rec.status = fault.status.unwrap_or(200);
+        rec.error = Some(format!("scripted fault {} of {}", attempt + 1, turn.faults.len()));
+        return Ok(play_fault(fault, request_id));
+    }
+    let msg = render(turn, &request, body_len, key, step);
+    lock(&state.sent).insert(
+        (key.to_string(), step),
+        SentTurn { content: msg["content"].clone(), stop_reason: msg["stop_reason"].as_str().unwrap_or("").to_string() },
+    );
+    let mut bytes = match &turn.raw_body {
+        Some(raw) => raw.clone().into_bytes(),
+        None => serde_json::to_vec(&msg).unwrap_or_default(),
+    };
+    if turn.truncate_body {
+        bytes.truncate(bytes.len() / 2);
+    }
+    let body = match turn.body_delay {
+        Some(d) => slow_body(bytes, d.0),
+        None => Body::from(bytes),
+    };
+    let mut resp = Response::new(body);
+    let h = resp.headers_mut();
+    h.insert("content-type", HeaderValue::from_static("application/json"));
+    if let Ok(v) = HeaderValue::from_str(request_id) {
+        h.insert("request-id", v);
+    }
+    Ok(resp)
+}
+
+fn slow_body(bytes: Vec<u8>, delay: Duration) -> Body {
+    let stream = futures::stream::once(async move {
+        tokio::time::sleep(delay).await;
+        Ok::<_, std::io::Error>(Bytes::from(bytes))
+    });
+    Body::from_stream(stream)
+}
+
+fn play_fault(fault: &Fault, request_id: &str) -> Response {
+    if fault.disconnect {
+        let half = Bytes::from_static(b"{\"id\":\"msg_sim\",\"type\":\"message\",\"content\":[{\"type\":\"te");
+        let stream = futures::stream::iter(vec![
+            Ok(half),
+            Err(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "simulated disconnect")),
+        ]);
+        let mut resp = Response::new(Body::from_stream(stream));
+        resp.headers_mut().insert("content-type", HeaderValue::from_static("application/json"));
+        return resp;
+    }
+    let status = fault.status.unwrap_or(500);
+    let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let error_type = fault.error_type.as_deref().unwrap_or(default_error_type(status));
+    let message = fault.message.clone().unwrap_or_else(|| format!("simulated {status} {error_type}"));
+    let mut extra = Vec::new();
+    if let Some(wait) = fault.retry_after {
+        extra.push(("retry-after", wait.0.as_secs_f64().ceil().to_string()));
+        extra.push(("retry-after-ms", wait.0.as_millis().to_string()));
+    }
+    error_response(code, error_type, &message, request_id, &extra)
+}

@@ -1,0 +1,243 @@
+//! The simulator's script format: what a simulated model answers, turn by turn, for one
+//! task. Turn n of the script answers the request whose history holds n assistant
+//! messages, so retries and `pause_turn` continuations land on the right turn without
+//! any session state.
+
+use std::fmt;
+
+use serde::de::{self, MapAccess, Visitor};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::job::values::HumanDuration;
+
+/// One task's script.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Script {
+    /// Latency of every turn that does not set its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency: Option<HumanDuration>,
+    /// Once the turns run out, keep answering with the last one (for loops that only a
+    /// limit stops). Without it a request past the end is answered with a 400 error.
+    #[serde(default)]
+    pub repeat_last: bool,
+    pub turns: Vec<ScriptTurn>,
+}
+
+/// One simulated model response, optionally preceded by faults.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptTurn {
+    #[serde(default)]
+    pub content: Vec<Block>,
+    /// Defaults to `tool_use` when the content has a tool_use block, else `end_turn`.
+    /// Any string is played as given, so unknown future values can be tested.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_sequence: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_details: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<UsageScript>,
+    /// Delay before the response headers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency: Option<HumanDuration>,
+    /// Played one per attempt before the real answer: the first attempt at this turn
+    /// gets `faults[0]`, the second `faults[1]`, and so on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub faults: Vec<Fault>,
+    /// Send this text as the 200 response body instead of the rendered message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw_body: Option<String>,
+    /// Cut the rendered body in half (a connection that died mid-body).
+    #[serde(default)]
+    pub truncate_body: bool,
+    /// Send the headers, then wait this long before the body (a slow body).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body_delay: Option<HumanDuration>,
+}
+
+/// A content block of a simulated response, written as a one-key map
+/// (`- text: "..."`, `- tool_use: {name: get_time, input: {}}`).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Block {
+    /// `{{tool_result}}` in the text is replaced by the text of the first tool result
+    /// the client sent in this request.
+    Text(String),
+    /// A thinking block; the simulator signs it and checks the signature when the block
+    /// comes back.
+    Thinking(String),
+    RedactedThinking(String),
+    ToolUse(ToolUseScript),
+    /// Any JSON block, sent verbatim (server tool blocks, future block types).
+    Raw(Value),
+}
+
+const BLOCKS: &[&str] = &["text", "thinking", "redacted_thinking", "tool_use", "raw"];
+
+// YAML enums in serde_yaml are tags (`!text hi`); scripts read better as one-key maps.
+impl<'de> Deserialize<'de> for Block {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Block;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a one-key map such as `text: \"...\"` or `tool_use: {name: ..., input: {...}}`")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Block, A::Error> {
+                let Some(kind) = map.next_key::<String>()? else {
+                    return Err(de::Error::invalid_length(0, &self));
+                };
+                let block = match kind.as_str() {
+                    "text" => Block::Text(map.next_value()?),
+                    "thinking" => Block::Thinking(map.next_value()?),
+                    "redacted_thinking" => Block::RedactedThinking(map.next_value()?),
+                    "tool_use" => Block::ToolUse(map.next_value()?),
+                    "raw" => Block::Raw(map.next_value()?),
+                    other => return Err(de::Error::unknown_variant(other, BLOCKS)),
+                };
+                if let Some(extra) = map.next_key::<String>()? {
+                    return Err(de::Error::custom(format!(
+                        "a content block has exactly one key; found `{kind}` and `{extra}` (write them as two list items)"
+                    )));
+                }
+                Ok(block)
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolUseScript {
+    pub name: String,
+    #[serde(default = "empty_object")]
+    pub input: Value,
+    /// Defaults to a deterministic `toolu_...` id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+}
+
+fn empty_object() -> Value {
+    Value::Object(Default::default())
+}
+
+/// Usage figures to report instead of the simulator's estimates. Input tokens are always
+/// computed from the request size (a quarter of its bytes), which is what keeps the
+/// runner's upper-bound estimates honest; cache figures are carved out of them.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct UsageScript {
+    /// Capped at the request's max_tokens; a larger figure turns the answer into a
+    /// `max_tokens` stop, as the real API does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_read_input_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_creation_input_tokens: Option<u64>,
+}
+
+/// A failed attempt.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Fault {
+    /// HTTP status (429, 500, 529, 400, ...). Absent with `disconnect`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    /// Sent as `retry-after` (whole seconds, rounded up) and `retry-after-ms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after: Option<HumanDuration>,
+    /// The `error.type` of the body; defaults to the one the real API uses for the status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Answer 200, then break the connection in the middle of the body.
+    #[serde(default)]
+    pub disconnect: bool,
+}
+
+impl Script {
+    /// Checks what serde cannot: a script needs turns, faults need a status.
+    pub fn check(&self) -> Result<(), String> {
+        if self.turns.is_empty() {
+            return Err("a simulator script needs at least one entry in `turns`".into());
+        }
+        for (i, t) in self.turns.iter().enumerate() {
+            for f in &t.faults {
+                match (f.status, f.disconnect) {
+                    (None, false) => {
+                        return Err(format!(
+                            "turns[{i}].faults: a fault needs `status: <code>` or `disconnect: true`"
+                        ))
+                    }
+                    (Some(s), _) if !(400..=599).contains(&s) => {
+                        return Err(format!(
+                            "turns[{i}].faults: status {s} is not an error status (400-599)"
+                        ))
+                    }
+                    _ => {}
+                }
+            }
+            for b in &t.content {
+                if let Block::ToolUse(u) = b {
+                    if !u.input.is_object() {
+                        return Err(format!(
+                            "turns[{i}].content: tool_use `{}` input must be a map",
+                            u.name
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The turn that answers a request with `step` assistant messages in its history.
+    pub fn turn(&self, step: usize) -> Option<&ScriptTurn> {
+        match self.turns.get(step) {
+            Some(t) => Some(t),
+            None if self.repeat_last => self.turns.last(),
+            None => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_are_one_key_maps() {
+        let s: Script = serde_yaml::from_str(
+            r#"
+turns:
+  - content:
+      - thinking: "hmm"
+      - text: "I'll check."
+      - tool_use: { name: get_time, input: { timezone: UTC } }
+  - content: [{ text: "done" }]
+    faults: [{ status: 429, retry_after: 1s }]
+"#,
+        )
+        .unwrap();
+        assert_eq!(s.turns.len(), 2);
+        assert!(matches!(&s.turns[0].content[2], Block::ToolUse(u) if u.name == "get_time"));
+        assert!(s.check().is_ok());
+        assert!(s.turn(2).is_none());
+    }
+
+    #[test]
+    fn unknown_block_type_is_an_error_with_location() {
+        let e = serde_yaml::from_str::<Script>("turns:\n  - content:\n      - txt: hi\n")
+            .err()
+            .unwrap();
+        assert!(e.location().is_some());
+        assert!(e.to_string().contains("txt"), "{e}");
+    }
+}

@@ -1,0 +1,249 @@
+//! Tools the model may call: the [`Tool`] trait, the registry of available tools, and
+//! the dispatch of one call (unknown tool, permission, schema check, execution with a
+//! timeout), which always ends in exactly one result for the call's id.
+
+mod get_time;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use serde_json::{json, Value};
+
+pub use get_time::GetTime;
+
+use crate::model::{ToolCall, ToolResult};
+
+/// A tool the harness runs on the model's behalf.
+pub trait Tool: Send + Sync {
+    fn name(&self) -> &str;
+    /// Shown to the model; says when to use the tool.
+    fn description(&self) -> &str;
+    /// JSON Schema of the input (an object schema); inputs are checked against it before
+    /// the tool runs.
+    fn input_schema(&self) -> Value;
+    /// How long one call may run.
+    fn timeout(&self) -> Duration {
+        Duration::from_secs(60)
+    }
+    /// Runs the tool. `Err` is a failure the model should see (it becomes an is_error
+    /// result), not a harness failure.
+    fn call(&self, input: Value) -> BoxFuture<'_, Result<String, String>>;
+}
+
+/// A tool with its compiled input schema.
+#[derive(Clone)]
+struct Entry {
+    tool: Arc<dyn Tool>,
+    schema: Value,
+    validator: Arc<jsonschema::Validator>,
+}
+
+/// Why a tool cannot be registered.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    #[error("tool name \"{0}\" is invalid: use 1-64 characters of a-z, A-Z, 0-9, _ and -")]
+    BadName(String),
+    #[error("tool \"{0}\" is registered twice")]
+    Duplicate(String),
+    #[error("tool \"{name}\" has an invalid input schema: {detail}")]
+    BadSchema { name: String, detail: String },
+}
+
+/// Every tool a job may name.
+#[derive(Clone, Default)]
+pub struct Registry {
+    tools: BTreeMap<String, Entry>,
+}
+
+impl Registry {
+    /// The built-in tools.
+    pub fn builtin() -> Registry {
+        let mut r = Registry::default();
+        r.register(Arc::new(GetTime))
+            .unwrap_or_else(|e| panic!("built-in tool is invalid (a build defect): {e}"));
+        r
+    }
+
+    /// Adds a tool (embedders may add their own).
+    pub fn register(&mut self, tool: Arc<dyn Tool>) -> Result<(), RegistryError> {
+        let name = tool.name().to_string();
+        let valid = !name.is_empty()
+            && name.len() <= 64
+            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        if !valid {
+            return Err(RegistryError::BadName(name));
+        }
+        if self.tools.contains_key(&name) {
+            return Err(RegistryError::Duplicate(name));
+        }
+        let schema = tool.input_schema();
+        if schema.get("type").and_then(Value::as_str) != Some("object") {
+            return Err(RegistryError::BadSchema { name, detail: "the schema's type must be \"object\"".into() });
+        }
+        let validator = jsonschema::validator_for(&schema)
+            .map_err(|e| RegistryError::BadSchema { name: name.clone(), detail: e.to_string() })?;
+        self.tools.insert(name, Entry { tool, schema, validator: Arc::new(validator) });
+        Ok(())
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.tools.keys().map(String::as_str)
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.tools.contains_key(name)
+    }
+
+    /// The tools a task declares. Unknown names are skipped here; the job check refuses
+    /// them before anything runs.
+    pub fn toolset(&self, names: &[String]) -> Toolset {
+        Toolset { tools: names.iter().filter_map(|n| self.tools.get(n).cloned()).collect() }
+    }
+}
+
+/// The tools of one task.
+#[derive(Clone)]
+pub struct Toolset {
+    tools: Vec<Entry>,
+}
+
+/// How one call went, for the transcript and the counters.
+#[derive(Debug, Clone)]
+pub struct Dispatched {
+    pub result: ToolResult,
+    /// `allow` or `deny`, and the rule that decided.
+    pub decision: &'static str,
+    pub rule: String,
+    pub ms: u64,
+}
+
+impl Toolset {
+    /// Declarations for the request: name, description, input_schema.
+    pub fn declarations(&self) -> Vec<Value> {
+        self.tools
+            .iter()
+            .map(|e| json!({"name": e.tool.name(), "description": e.tool.description(), "input_schema": e.schema}))
+            .collect()
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        self.tools.iter().map(|e| e.tool.name().to_string()).collect()
+    }
+
+    /// Runs one call; every path ends in one result carrying the call's id.
+    pub async fn dispatch(&self, call: &ToolCall) -> Dispatched {
+        let started = Instant::now();
+        let done = |content: String, is_error: bool, decision: &'static str, rule: String| Dispatched {
+            result: ToolResult { id: call.id.clone(), content, is_error },
+            decision,
+            rule,
+            ms: started.elapsed().as_millis() as u64,
+        };
+        let Some(entry) = self.tools.iter().find(|e| e.tool.name() == call.name) else {
+            let names = self.names().join(", ");
+            return done(
+                format!("Error: unknown tool \"{}\". Available tools: {}.", call.name, if names.is_empty() { "none" } else { &names }),
+                true,
+                "deny",
+                "not declared for this task".into(),
+            );
+        };
+        let rule = "declared in the task's tools".to_string();
+        let problems: Vec<String> = entry
+            .validator
+            .iter_errors(&call.input)
+            .take(5)
+            .map(|e| {
+                let at = e.instance_path().to_string();
+                format!("{}: {}", if at.is_empty() { "input".to_string() } else { at }, e)
+            })
+            .collect();
+        if !problems.is_empty() {
+            return done(
+                format!(
+                    "Error: the input does not match the input schema of \"{}\": {}",
+                    call.name,
+                    problems.join("; ")
+                ),
+                true,
+                "allow",
+                rule,
+            );
+        }
+        let timeout = entry.tool.timeout();
+        match tokio::time::timeout(timeout, entry.tool.call(call.input.clone())).await {
+            Ok(Ok(out)) => done(out, false, "allow", rule),
+            Ok(Err(msg)) => done(format!("Error: {msg}"), true, "allow", rule),
+            Err(_) => done(
+                format!("Error: tool \"{}\" did not finish within {}", call.name, humantime::format_duration(timeout)),
+                true,
+                "allow",
+                rule,
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(name: &str, input: Value) -> ToolCall {
+        ToolCall { id: "toolu_1".into(), name: name.into(), input }
+    }
+
+    #[tokio::test]
+    async fn dispatch_answers_every_path_with_the_call_id() {
+        let set = Registry::builtin().toolset(&["get_time".to_string()]);
+        let ok = set.dispatch(&call("get_time", json!({"timezone": "UTC"}))).await;
+        assert!(!ok.result.is_error, "{}", ok.result.content);
+        assert_eq!(ok.result.id, "toolu_1");
+
+        let unknown = set.dispatch(&call("rm_rf", json!({}))).await;
+        assert!(unknown.result.is_error);
+        assert_eq!(unknown.decision, "deny");
+        assert!(unknown.result.content.contains("get_time"));
+
+        let bad = set.dispatch(&call("get_time", json!({"timezone": 5}))).await;
+        assert!(bad.result.is_error);
+        assert!(bad.result.content.contains("/timezone"), "{}", bad.result.content);
+
+        let failed = set.dispatch(&call("get_time", json!({"timezone": "Mars/Olympus"}))).await;
+        assert!(failed.result.is_error);
+        assert_eq!(failed.decision, "allow");
+    }
+
+    struct Slow;
+    impl Tool for Slow {
+        fn name(&self) -> &str {
+            "slow"
+        }
+        fn description(&self) -> &str {
+            "sleeps"
+        }
+        fn input_schema(&self) -> Value {
+            json!({"type": "object"})
+        }
+        fn timeout(&self) -> Duration {
+            Duration::from_millis(20)
+        }
+        fn call(&self, _: Value) -> BoxFuture<'_, Result<String, String>> {
+            Box::pin(async {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                Ok("late".into())
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn tool_timeout_is_an_error_result() {
+        let mut r = Registry::builtin();
+        r.register(Arc::new(Slow)).unwrap();
+        assert!(matches!(r.register(Arc::new(Slow)), Err(RegistryError::Duplicate(_))));
+        let d = r.toolset(&["slow".into()]).dispatch(&call("slow", json!({}))).await;
+        assert!(d.result.is_error);
+        assert!(d.result.content.contains("did not finish"));
+    }
+}
