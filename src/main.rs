@@ -1,9 +1,10 @@
 //! The `agentbatch` command line: parses arguments and calls the library.
 //! Exit codes: 0 the run finished and its reports are written (task failures are data),
-//! 1 the run itself broke, 2 the job file or the arguments are invalid (nothing ran).
+//! 1 the run itself broke, 2 the job file or the arguments are invalid (nothing ran),
+//! 130 the run was interrupted (its reports are written, unfinished tasks as cancelled).
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -17,7 +18,11 @@ use agentbatch::sim::Sim;
 use agentbatch::tools::Registry;
 
 #[derive(Parser)]
-#[command(name = "agentbatch", version, about = "Run many LLM agent loops in batch under hard budgets")]
+#[command(
+    name = "agentbatch",
+    version,
+    about = "Run many LLM agent loops in batch under hard budgets"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -46,9 +51,7 @@ enum Command {
         quiet: bool,
     },
     /// Check a job file without spending anything and print the expanded plan.
-    Validate {
-        job: PathBuf,
-    },
+    Validate { job: PathBuf },
     /// Run the simulated provider as a standalone server.
     Sim {
         #[arg(long, default_value_t = 8787)]
@@ -67,7 +70,10 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("agentbatch: cannot start the async runtime: {e}");
@@ -76,11 +82,21 @@ fn main() -> ExitCode {
     };
     rt.block_on(async {
         match cli.command {
-            Command::Run { job, out, run_id, concurrency, only, quiet } => {
-                run_cmd(job, out, run_id, concurrency, only, quiet).await
-            }
+            Command::Run {
+                job,
+                out,
+                run_id,
+                concurrency,
+                only,
+                quiet,
+            } => run_cmd(job, out, run_id, concurrency, only, quiet).await,
             Command::Validate { job } => validate_cmd(job),
-            Command::Sim { port, host, job, script } => match sim_cmd(port, &host, job, script).await {
+            Command::Sim {
+                port,
+                host,
+                job,
+                script,
+            } => match sim_cmd(port, &host, job, script).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("agentbatch sim: {e:#}");
@@ -91,10 +107,14 @@ fn main() -> ExitCode {
     })
 }
 
-fn load(path: &PathBuf, registry: &Registry) -> Result<Plan, ExitCode> {
+fn load(path: &Path, registry: &Registry) -> Result<Plan, ExitCode> {
     job::load(path, registry).map_err(|e: JobError| {
         eprintln!("{e}");
-        eprintln!("agentbatch: {} has {} problem(s); nothing ran", path.display(), e.diagnostics.len());
+        eprintln!(
+            "agentbatch: {} has {} problem(s); nothing ran",
+            path.display(),
+            e.diagnostics.len()
+        );
         ExitCode::from(2)
     })
 }
@@ -116,7 +136,11 @@ async fn run_cmd(
     opts.run_id = run_id;
     opts.concurrency = concurrency;
     opts.only = only;
-    opts.progress = if quiet { ProgressMode::Quiet } else { ProgressMode::Auto };
+    opts.progress = if quiet {
+        ProgressMode::Quiet
+    } else {
+        ProgressMode::Auto
+    };
     opts.registry = registry;
     opts.handle_signals = true;
     match run::run(plan, opts).await {
@@ -126,6 +150,7 @@ async fn run_cmd(
             println!("reports: {}", s.dir.join("results.csv").display());
             if !outcome.complete {
                 eprintln!("agentbatch: the run was interrupted; unfinished tasks are recorded as cancelled");
+                return ExitCode::from(130);
             }
             ExitCode::SUCCESS
         }
@@ -152,9 +177,18 @@ fn validate_cmd(job: PathBuf) -> ExitCode {
     }
 }
 
-async fn sim_cmd(port: u16, host: &str, job: Option<PathBuf>, script: Option<PathBuf>) -> anyhow::Result<()> {
-    let addr: SocketAddr = format!("{host}:{port}").parse().with_context(|| format!("invalid address {host}:{port}"))?;
-    let sim = Sim::start(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
+async fn sim_cmd(
+    port: u16,
+    host: &str,
+    job: Option<PathBuf>,
+    script: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    let addr: SocketAddr = format!("{host}:{port}")
+        .parse()
+        .with_context(|| format!("invalid address {host}:{port}"))?;
+    let sim = Sim::start(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr}"))?;
     let mut registered = 0;
     if let Some(path) = &job {
         let plan = job::load(path, &Registry::builtin()).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -170,10 +204,18 @@ async fn sim_cmd(port: u16, host: &str, job: Option<PathBuf>, script: Option<Pat
         sim.register("", Arc::new(s));
         registered += 1;
     }
-    println!("simulator listening on {} ({registered} script(s)); Ctrl-C stops it", sim.base_url());
+    println!(
+        "simulator listening on {} ({registered} script(s)); Ctrl-C stops it",
+        sim.base_url()
+    );
     if job.is_some() {
-        println!("point a job at it with providers: {{ sim: {{ base_url: {} }} }}", sim.base_url());
+        println!(
+            "point a job at it with providers: {{ sim: {{ base_url: {} }} }}",
+            sim.base_url()
+        );
     }
-    tokio::signal::ctrl_c().await.context("cannot wait for Ctrl-C")?;
+    tokio::signal::ctrl_c()
+        .await
+        .context("cannot wait for Ctrl-C")?;
     Ok(())
 }

@@ -44,12 +44,18 @@ fn endpoint(spec: &TaskSpec, env: &AgentEnv) -> Result<Endpoint, String> {
             let root = p.base_url.clone().or_else(|| env.sim_base.clone()).ok_or(
                 "no simulator is running for provider sim (set providers.sim.base_url to an `agentbatch sim` server)",
             )?;
-            (format!("{}/t/{}", root.trim_end_matches('/'), spec.id), Some("sim-key".to_string()))
+            (
+                format!("{}/t/{}", root.trim_end_matches('/'), spec.id),
+                Some("sim-key".to_string()),
+            )
         }
         ProviderKind::Anthropic => {
             let base = p.base_url.clone().unwrap_or_default();
             let key = match &p.api_key_env {
-                Some(var) => Some(std::env::var(var).map_err(|_| format!("the API key variable {var} is not set"))?),
+                Some(var) => Some(
+                    std::env::var(var)
+                        .map_err(|_| format!("the API key variable {var} is not set"))?,
+                ),
                 None => None,
             };
             (base, key)
@@ -106,7 +112,15 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
             "max_tokens": spec.max_tokens, "tools": toolset.names(), "limits": spec.limits,
         }),
     );
-    let mut lp = Loop { spec, env, log: &log, toolset: &toolset, deadline, meter: Meter::default(), tally: Tally::default() };
+    let mut lp = Loop {
+        spec,
+        env,
+        log: &log,
+        toolset: &toolset,
+        deadline,
+        meter: Meter::default(),
+        tally: Tally::default(),
+    };
     let stop = match endpoint(spec, env) {
         Err(e) => Stop::new(StopReason::ProviderError, e),
         Ok(ep) => {
@@ -125,7 +139,10 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
     let Loop { meter, tally, .. } = lp;
     let outcome = stop.reason.unchecked_outcome();
     let cost = spec.price.as_ref().map(|_| meter.cost);
-    log.emit("stop", json!({"stop_reason": stop.reason, "detail": stop.detail}));
+    log.emit(
+        "stop",
+        json!({"stop_reason": stop.reason, "detail": stop.detail}),
+    );
     log.emit(
         "task_end",
         json!({
@@ -171,7 +188,12 @@ struct Loop<'a> {
 impl Loop<'_> {
     async fn drive(&mut self, conv: &mut Conversation) -> Stop {
         loop {
-            if let Some(s) = check_turn_and_clock(&self.spec.limits, self.meter.turns, Instant::now(), self.deadline) {
+            if let Some(s) = check_turn_and_clock(
+                &self.spec.limits,
+                self.meter.turns,
+                Instant::now(),
+                self.deadline,
+            ) {
                 return s;
             }
             let turn = match self.request(conv).await {
@@ -220,10 +242,17 @@ impl Loop<'_> {
                 }),
             );
             let sent_at = Instant::now();
-            let sent = guarded(conv.send(plan.max_tokens, self.log, turn_no, attempt + 1), self.deadline, &self.env.cancel).await;
+            let sent = guarded(
+                conv.send(plan.max_tokens, self.log, turn_no, attempt + 1),
+                self.deadline,
+                &self.env.cancel,
+            )
+            .await;
             self.tally.model += sent_at.elapsed();
             let failure = match sent {
-                Err(interrupt) => return Err(self.abort_request(interrupt, plan.reserved_usd, turn_no)),
+                Err(interrupt) => {
+                    return Err(self.abort_request(interrupt, plan.reserved_usd, turn_no))
+                }
                 Ok(Ok(turn)) => {
                     let cost = self.meter.settle(&turn.usage, price);
                     self.log.emit(
@@ -242,7 +271,11 @@ impl Loop<'_> {
                 }
                 Ok(Err(f)) => f,
             };
-            let charged = if failure.maybe_billed { plan.reserved_usd } else { None };
+            let charged = if failure.maybe_billed {
+                plan.reserved_usd
+            } else {
+                None
+            };
             if let Some(c) = charged {
                 self.meter.cost += c;
             }
@@ -254,7 +287,7 @@ impl Loop<'_> {
                     "turn": turn_no, "attempt": attempt + 1, "error": failure.error.to_string(),
                     "retryable": failure.retryable,
                     "charged_usd": charged.map(|c| c.normalize().to_string()),
-                    "retry_in_ms": (!give_up).then(|| wait.as_millis() as u64),
+                    "retry_in_ms": (!give_up).then_some(wait.as_millis() as u64),
                 }),
             );
             if give_up {
@@ -263,12 +296,21 @@ impl Loop<'_> {
                     detail.push_str(&format!(" (after {attempt} retries)"));
                 }
                 if let Some(c) = charged {
-                    detail.push_str(&format!("; ${} reserved for it is counted as spent", c.normalize()));
+                    detail.push_str(&format!(
+                        "; ${} reserved for it is counted as spent",
+                        c.normalize()
+                    ));
                 }
                 return Err(Stop::new(StopReason::ProviderError, detail));
             }
-            if let Err(interrupt) = guarded(tokio::time::sleep(wait), self.deadline, &self.env.cancel).await {
-                return Err(interrupted(interrupt, "while waiting to retry a model request", &self.spec.limits));
+            if let Err(interrupt) =
+                guarded(tokio::time::sleep(wait), self.deadline, &self.env.cancel).await
+            {
+                return Err(interrupted(
+                    interrupt,
+                    "while waiting to retry a model request",
+                    &self.spec.limits,
+                ));
             }
             attempt += 1;
             self.tally.retries += 1;
@@ -280,14 +322,21 @@ impl Loop<'_> {
         let turn_no = self.meter.turns;
         let mut results = Vec::with_capacity(calls.len());
         for call in calls {
-            self.log.emit("tool_call", json!({"turn": turn_no, "id": call.id, "name": call.name, "input": call.input}));
+            self.log.emit(
+                "tool_call",
+                json!({"turn": turn_no, "id": call.id, "name": call.name, "input": call.input}),
+            );
             let ran_at = Instant::now();
             let done = guarded(self.toolset.dispatch(call), self.deadline, &self.env.cancel).await;
             self.tally.tools += ran_at.elapsed();
             let d = match done {
                 Ok(d) => d,
                 Err(interrupt) => {
-                    let stop = interrupted(interrupt, &format!("while tool \"{}\" was running", call.name), &self.spec.limits);
+                    let stop = interrupted(
+                        interrupt,
+                        &format!("while tool \"{}\" was running", call.name),
+                        &self.spec.limits,
+                    );
                     self.log.emit("tool_result", json!({"turn": turn_no, "id": call.id, "name": call.name, "interrupted": stop.detail}));
                     return Err(stop);
                 }
@@ -310,13 +359,24 @@ impl Loop<'_> {
 
     /// A request cut off by the deadline or a cancel may still be billed: its whole
     /// reservation is counted as spent.
-    fn abort_request(&mut self, interrupt: Interrupt, reserved: Option<Decimal>, turn: u32) -> Stop {
+    fn abort_request(
+        &mut self,
+        interrupt: Interrupt,
+        reserved: Option<Decimal>,
+        turn: u32,
+    ) -> Stop {
         let charged = reserved.unwrap_or_default();
         self.meter.cost += charged;
-        self.log.emit("request_aborted", json!({"turn": turn, "charged_usd": charged.normalize().to_string()}));
+        self.log.emit(
+            "request_aborted",
+            json!({"turn": turn, "charged_usd": charged.normalize().to_string()}),
+        );
         let mut stop = interrupted(interrupt, "during a model request", &self.spec.limits);
         if reserved.is_some() {
-            stop.detail.push_str(&format!("; its reservation of ${} is counted as spent", charged.normalize()));
+            stop.detail.push_str(&format!(
+                "; its reservation of ${} is counted as spent",
+                charged.normalize()
+            ));
         }
         stop
     }
@@ -326,7 +386,10 @@ fn interrupted(interrupt: Interrupt, when: &str, limits: &crate::govern::budget:
     match interrupt {
         Interrupt::Deadline => Stop::new(
             StopReason::TimeLimit,
-            format!("time_limit of {} reached {when}", humantime::format_duration(limits.time_limit)),
+            format!(
+                "time_limit of {} reached {when}",
+                humantime::format_duration(limits.time_limit)
+            ),
         ),
         Interrupt::Cancelled => Stop::new(StopReason::Cancelled, format!("run cancelled {when}")),
     }

@@ -118,12 +118,20 @@ pub struct Stop {
 
 impl Stop {
     pub fn new(reason: StopReason, detail: impl Into<String>) -> Stop {
-        Stop { reason, detail: detail.into() }
+        Stop {
+            reason,
+            detail: detail.into(),
+        }
     }
 }
 
 /// Turn count and wall clock: may another request be sent?
-pub fn check_turn_and_clock(limits: &Limits, turns_done: u32, now: Instant, deadline: Instant) -> Option<Stop> {
+pub fn check_turn_and_clock(
+    limits: &Limits,
+    turns_done: u32,
+    now: Instant,
+    deadline: Instant,
+) -> Option<Stop> {
     if turns_done >= limits.max_turns {
         return Some(Stop::new(
             StopReason::MaxTurns,
@@ -133,7 +141,10 @@ pub fn check_turn_and_clock(limits: &Limits, turns_done: u32, now: Instant, dead
     if now >= deadline {
         return Some(Stop::new(
             StopReason::TimeLimit,
-            format!("time_limit of {} reached", humantime::format_duration(limits.time_limit)),
+            format!(
+                "time_limit of {} reached",
+                humantime::format_duration(limits.time_limit)
+            ),
         ));
     }
     None
@@ -155,7 +166,9 @@ pub fn after_response(stop: &ModelStop, tool_calls: usize) -> Next {
         ModelStop::EndTurn => Next::Stop(Stop::new(StopReason::Completed, "end_turn")),
         ModelStop::StopSequence(s) => Next::Stop(Stop::new(
             StopReason::Completed,
-            format!("stop_sequence {}", s.as_deref().unwrap_or("")).trim_end().to_string(),
+            format!("stop_sequence {}", s.as_deref().unwrap_or(""))
+                .trim_end()
+                .to_string(),
         )),
         ModelStop::ToolUse if tool_calls > 0 => Next::RunTools,
         ModelStop::ToolUse => Next::Stop(Stop::new(
@@ -208,8 +221,18 @@ mod tests {
         let now = Instant::now();
         let later = now + Duration::from_secs(1);
         assert_eq!(check_turn_and_clock(&limits(), 2, now, later), None);
-        assert_eq!(check_turn_and_clock(&limits(), 3, now, later).unwrap().reason, StopReason::MaxTurns);
-        assert_eq!(check_turn_and_clock(&limits(), 0, later, now).unwrap().reason, StopReason::TimeLimit);
+        assert_eq!(
+            check_turn_and_clock(&limits(), 3, now, later)
+                .unwrap()
+                .reason,
+            StopReason::MaxTurns
+        );
+        assert_eq!(
+            check_turn_and_clock(&limits(), 0, later, now)
+                .unwrap()
+                .reason,
+            StopReason::TimeLimit
+        );
     }
 
     #[test]
@@ -220,13 +243,37 @@ mod tests {
             Next::Stop(s) => s.reason,
             other => panic!("{other:?}"),
         };
-        assert_eq!(s(after_response(&ModelStop::EndTurn, 0)), StopReason::Completed);
-        assert_eq!(s(after_response(&ModelStop::ToolUse, 0)), StopReason::ProviderError);
-        assert_eq!(s(after_response(&ModelStop::MaxTokens, 1)), StopReason::ModelMaxTokens);
-        assert_eq!(s(after_response(&ModelStop::Refusal(None), 0)), StopReason::Refusal);
-        assert_eq!(s(after_response(&ModelStop::ContextWindow, 0)), StopReason::ContextWindow);
-        assert_eq!(s(after_response(&ModelStop::Unknown("x".into()), 0)), StopReason::ProviderError);
-        assert_eq!(s(after_response(&ModelStop::StopSequence(Some("END".into())), 0)), StopReason::Completed);
+        assert_eq!(
+            s(after_response(&ModelStop::EndTurn, 0)),
+            StopReason::Completed
+        );
+        assert_eq!(
+            s(after_response(&ModelStop::ToolUse, 0)),
+            StopReason::ProviderError
+        );
+        assert_eq!(
+            s(after_response(&ModelStop::MaxTokens, 1)),
+            StopReason::ModelMaxTokens
+        );
+        assert_eq!(
+            s(after_response(&ModelStop::Refusal(None), 0)),
+            StopReason::Refusal
+        );
+        assert_eq!(
+            s(after_response(&ModelStop::ContextWindow, 0)),
+            StopReason::ContextWindow
+        );
+        assert_eq!(
+            s(after_response(&ModelStop::Unknown("x".into()), 0)),
+            StopReason::ProviderError
+        );
+        assert_eq!(
+            s(after_response(
+                &ModelStop::StopSequence(Some("END".into())),
+                0
+            )),
+            StopReason::Completed
+        );
     }
 
     #[test]

@@ -35,7 +35,10 @@ pub fn status_is_retryable(status: u16, should_retry: Option<bool>) -> bool {
 
 /// Parses `retry-after-ms` (float milliseconds) or `retry-after` (seconds, or an HTTP
 /// date) into a wait.
-pub fn parse_retry_after(retry_after_ms: Option<&str>, retry_after: Option<&str>) -> Option<Duration> {
+pub fn parse_retry_after(
+    retry_after_ms: Option<&str>,
+    retry_after: Option<&str>,
+) -> Option<Duration> {
     if let Some(ms) = retry_after_ms.and_then(|v| v.trim().parse::<f64>().ok()) {
         if ms.is_finite() && ms >= 0.0 {
             return Some(Duration::from_secs_f64(ms / 1000.0));
@@ -56,10 +59,19 @@ mod tests {
 
     #[test]
     fn honours_sane_server_waits() {
-        assert_eq!(retry_delay(0, Some(Duration::from_secs(3)), 1.0), Duration::from_secs(3));
+        assert_eq!(
+            retry_delay(0, Some(Duration::from_secs(3)), 1.0),
+            Duration::from_secs(3)
+        );
         // too long or zero: back off instead
-        assert_eq!(retry_delay(0, Some(Duration::from_secs(600)), 1.0), Duration::from_millis(500));
-        assert_eq!(retry_delay(1, Some(Duration::ZERO), 1.0), Duration::from_secs(1));
+        assert_eq!(
+            retry_delay(0, Some(Duration::from_secs(600)), 1.0),
+            Duration::from_millis(500)
+        );
+        assert_eq!(
+            retry_delay(1, Some(Duration::ZERO), 1.0),
+            Duration::from_secs(1)
+        );
     }
 
     #[test]
@@ -86,11 +98,20 @@ mod tests {
 
     #[test]
     fn parses_retry_after_forms() {
-        assert_eq!(parse_retry_after(Some("1500"), Some("9")), Some(Duration::from_millis(1500)));
-        assert_eq!(parse_retry_after(None, Some("2")), Some(Duration::from_secs(2)));
+        assert_eq!(
+            parse_retry_after(Some("1500"), Some("9")),
+            Some(Duration::from_millis(1500))
+        );
+        assert_eq!(
+            parse_retry_after(None, Some("2")),
+            Some(Duration::from_secs(2))
+        );
         assert_eq!(parse_retry_after(None, Some("soon")), None);
         let later = (chrono::Utc::now() + chrono::Duration::seconds(30)).to_rfc2822();
         let w = parse_retry_after(None, Some(&later)).unwrap();
-        assert!(w <= Duration::from_secs(30) && w >= Duration::from_secs(28), "{w:?}");
+        assert!(
+            w <= Duration::from_secs(30) && w >= Duration::from_secs(28),
+            "{w:?}"
+        );
     }
 }

@@ -111,14 +111,21 @@ pub fn plan_request(
     }
     if allowed < u64::from(floor) {
         return Err(limited_by.unwrap_or_else(|| {
-            Stop::new(StopReason::TokenLimit, "max_tokens below the minimum request")
+            Stop::new(
+                StopReason::TokenLimit,
+                "max_tokens below the minimum request",
+            )
         }));
     }
     let max_tokens = u32::try_from(allowed).unwrap_or(max_tokens);
     if let Some(price) = price {
         reserved = Some(price.worst_case(prompt_tokens, u64::from(max_tokens)));
     }
-    Ok(RequestPlan { max_tokens, prompt_tokens, reserved_usd: reserved })
+    Ok(RequestPlan {
+        max_tokens,
+        prompt_tokens,
+        reserved_usd: reserved,
+    })
 }
 
 impl Meter {
@@ -163,10 +170,18 @@ mod tests {
 
     #[test]
     fn output_budget_shrinks_then_stops() {
-        let l = Limits { max_output_tokens: Some(5000), ..limits() };
+        let l = Limits {
+            max_output_tokens: Some(5000),
+            ..limits()
+        };
         let mut m = Meter::default();
         m.usage.output_tokens = 3000;
-        assert_eq!(plan_request(&l, &m, None, 4096, 10, None).unwrap().max_tokens, 2000);
+        assert_eq!(
+            plan_request(&l, &m, None, 4096, 10, None)
+                .unwrap()
+                .max_tokens,
+            2000
+        );
         m.usage.output_tokens = 4800;
         let e = plan_request(&l, &m, None, 4096, 10, None).unwrap_err();
         assert_eq!(e.reason, StopReason::TokenLimit);
@@ -174,39 +189,71 @@ mod tests {
 
     #[test]
     fn input_budget_counts_the_upcoming_prompt() {
-        let l = Limits { max_input_tokens: Some(10_000), ..limits() };
+        let l = Limits {
+            max_input_tokens: Some(10_000),
+            ..limits()
+        };
         let mut m = Meter::default();
         m.usage.input_tokens = 6000;
         assert!(plan_request(&l, &m, None, 4096, 4000, None).is_ok());
-        assert_eq!(plan_request(&l, &m, None, 4096, 4001, None).unwrap_err().reason, StopReason::TokenLimit);
+        assert_eq!(
+            plan_request(&l, &m, None, 4096, 4001, None)
+                .unwrap_err()
+                .reason,
+            StopReason::TokenLimit
+        );
     }
 
     #[test]
     fn cost_budget_reserves_worst_case_within_cap() {
         let cap = Decimal::from_str("0.05").unwrap();
-        let l = Limits { max_cost_usd: Some(cap), ..limits() };
-        let mut m = Meter { cost: Decimal::from_str("0.02").unwrap(), ..Default::default() };
+        let l = Limits {
+            max_cost_usd: Some(cap),
+            ..limits()
+        };
+        let mut m = Meter {
+            cost: Decimal::from_str("0.02").unwrap(),
+            ..Default::default()
+        };
         let price = sonnet();
         let plan = plan_request(&l, &m, Some(&price), 4096, 2000, None).unwrap();
         // $0.03 left: 2000 prompt tokens at $3.75/M = $0.0075, leaves 0.0225 / $15/M = 1500 tokens
         assert_eq!(plan.max_tokens, 1500);
         assert!(m.cost + plan.reserved_usd.unwrap() <= cap);
         m.cost = Decimal::from_str("0.0475").unwrap();
-        assert_eq!(plan_request(&l, &m, Some(&price), 4096, 2000, None).unwrap_err().reason, StopReason::CostLimit);
+        assert_eq!(
+            plan_request(&l, &m, Some(&price), 4096, 2000, None)
+                .unwrap_err()
+                .reason,
+            StopReason::CostLimit
+        );
     }
 
     #[test]
     fn thinking_budget_raises_the_floor() {
-        let l = Limits { max_output_tokens: Some(2000), min_max_tokens: 1, ..limits() };
+        let l = Limits {
+            max_output_tokens: Some(2000),
+            min_max_tokens: 1,
+            ..limits()
+        };
         let e = plan_request(&l, &Meter::default(), None, 4096, 10, Some(2000)).unwrap_err();
         assert_eq!(e.reason, StopReason::TokenLimit);
-        assert_eq!(plan_request(&l, &Meter::default(), None, 4096, 10, Some(1024)).unwrap().max_tokens, 2000);
+        assert_eq!(
+            plan_request(&l, &Meter::default(), None, 4096, 10, Some(1024))
+                .unwrap()
+                .max_tokens,
+            2000
+        );
     }
 
     #[test]
     fn settle_adds_exact_cost() {
         let mut m = Meter::default();
-        let u = Usage { input_tokens: 1000, output_tokens: 100, ..Default::default() };
+        let u = Usage {
+            input_tokens: 1000,
+            output_tokens: 100,
+            ..Default::default()
+        };
         let c = m.settle(&u, Some(&sonnet())).unwrap();
         assert_eq!(c, Decimal::from_str("0.0045").unwrap());
         assert_eq!(m.usage.output_tokens, 100);

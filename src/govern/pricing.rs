@@ -47,10 +47,22 @@ impl Price {
 
     /// Builds a price from a job file's or the built-in table's entry.
     pub fn from_fields(f: &PriceFields) -> Price {
-        let mut p = Price::from_rates(f.input, f.output, f.cache_write, f.cache_write_1h, f.cache_read);
+        let mut p = Price::from_rates(
+            f.input,
+            f.output,
+            f.cache_write,
+            f.cache_write_1h,
+            f.cache_read,
+        );
         if let Some(lc) = &f.long_context {
-            let LongContextFields { above_tokens, input, output, cache_write, cache_write_1h, cache_read } =
-                (**lc).clone();
+            let LongContextFields {
+                above_tokens,
+                input,
+                output,
+                cache_write,
+                cache_write_1h,
+                cache_read,
+            } = (**lc).clone();
             let tier = Price::from_rates(input, output, cache_write, cache_write_1h, cache_read);
             p.long_context = Some((above_tokens, Box::new(tier)));
         }
@@ -166,7 +178,13 @@ mod tests {
     fn builtin_table_parses_and_prices_sonnet() {
         let p = lookup(&BTreeMap::new(), "claude-sonnet-4-5").unwrap();
         assert_eq!(p.input, d("3"));
-        let u = Usage { input_tokens: 1000, output_tokens: 200, cache_read_tokens: 2000, cache_write_tokens: 400, cache_write_1h_tokens: 100 };
+        let u = Usage {
+            input_tokens: 1000,
+            output_tokens: 200,
+            cache_read_tokens: 2000,
+            cache_write_tokens: 400,
+            cache_write_1h_tokens: 100,
+        };
         // 1000*3 + 300*3.75 + 100*6 + 2000*0.3 + 200*15 = 3000+1125+600+600+3000 = 8325 per M
         assert_eq!(p.cost(&u), d("0.008325"));
         assert!(lookup(&BTreeMap::new(), "claude-sonnet-4-5-20250929").is_some());
@@ -176,9 +194,17 @@ mod tests {
     #[test]
     fn long_context_tier_applies_to_whole_request() {
         let p = lookup(&BTreeMap::new(), "claude-haiku-5-5").unwrap();
-        let small = Usage { input_tokens: 100_000, output_tokens: 1000, ..Default::default() };
+        let small = Usage {
+            input_tokens: 100_000,
+            output_tokens: 1000,
+            ..Default::default()
+        };
         assert_eq!(p.cost(&small), d("0.0105"));
-        let big = Usage { input_tokens: 100_001, output_tokens: 1000, ..Default::default() };
+        let big = Usage {
+            input_tokens: 100_001,
+            output_tokens: 1000,
+            ..Default::default()
+        };
         assert_eq!(p.cost(&big), d("0.0525005"));
         assert_eq!(p.max_input_rate(), d("0.625"));
         assert_eq!(p.max_output_rate(), d("2.50"));
@@ -189,10 +215,20 @@ mod tests {
         let mut t = BTreeMap::new();
         t.insert(
             "claude-sonnet-4-5".to_string(),
-            PriceFields { input: Money(d("1")), output: Money(d("2")), cache_write: None, cache_write_1h: None, cache_read: None, long_context: None },
+            PriceFields {
+                input: Money(d("1")),
+                output: Money(d("2")),
+                cache_write: None,
+                cache_write_1h: None,
+                cache_read: None,
+                long_context: None,
+            },
         );
         let p = lookup(&t, "claude-sonnet-4-5").unwrap();
-        assert_eq!((p.cache_write, p.cache_write_1h, p.cache_read), (d("1.25"), d("2"), d("0.1")));
+        assert_eq!(
+            (p.cache_write, p.cache_write_1h, p.cache_read),
+            (d("1.25"), d("2"), d("0.1"))
+        );
     }
 
     #[test]

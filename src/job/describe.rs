@@ -21,16 +21,31 @@ pub fn describe(plan: &Plan) -> String {
         plan.tasks.len(),
         plan.concurrency
     );
-    let used: BTreeSet<&str> = plan.tasks.iter().map(|t| t.provider.name.as_str()).collect();
+    let used: BTreeSet<&str> = plan
+        .tasks
+        .iter()
+        .map(|t| t.provider.name.as_str())
+        .collect();
     let _ = writeln!(s, "providers:");
     for name in used {
-        let Some(p) = plan.tasks.iter().map(|t| &t.provider).find(|p| p.name == name) else { continue };
+        let Some(p) = plan
+            .tasks
+            .iter()
+            .map(|t| &t.provider)
+            .find(|p| p.name == name)
+        else {
+            continue;
+        };
         let where_ = match (p.kind, &p.base_url) {
             (ProviderKind::Sim, None) => "built-in simulator, started by the run".to_string(),
             (_, Some(u)) => u.clone(),
             (_, None) => "-".to_string(),
         };
-        let key = p.api_key_env.as_ref().map(|v| format!(", key from ${v}")).unwrap_or_default();
+        let key = p
+            .api_key_env
+            .as_ref()
+            .map(|v| format!(", key from ${v}"))
+            .unwrap_or_default();
         let _ = writeln!(
             s,
             "  {name}: {where_}{key}, anthropic-version {}, timeout {}, {} retries",
@@ -42,10 +57,13 @@ pub fn describe(plan: &Plan) -> String {
     let _ = writeln!(s, "tasks:");
     for t in &plan.tasks {
         let l = &t.limits;
-        let price = t
-            .price
-            .as_ref()
-            .map_or("no price".to_string(), |p| format!("${}/${} per Mtok", p.input.normalize(), p.output.normalize()));
+        let price = t.price.as_ref().map_or("no price".to_string(), |p| {
+            format!(
+                "${}/${} per Mtok",
+                p.input.normalize(),
+                p.output.normalize()
+            )
+        });
         let _ = writeln!(
             s,
             "  {}: {} {} ({price}), max_tokens {}, tools [{}]\n      limits: max_turns {}, time_limit {}, max_input_tokens {}, max_output_tokens {}, max_cost_usd {}",

@@ -11,7 +11,9 @@ use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 use super::locate::{locate, path_string, Seg};
-use super::schema::{JobFile, LimitFields, ProviderFields, SimSource, TaskFields, ThinkingFields, ThinkingKind};
+use super::schema::{
+    JobFile, LimitFields, ProviderFields, SimSource, TaskFields, ThinkingFields, ThinkingKind,
+};
 use super::{yaml_diagnostic, Diagnostic, JobError};
 use crate::govern::budget::Limits;
 use crate::govern::pricing::{self, Price};
@@ -102,11 +104,21 @@ struct Ctx<'a> {
 
 impl Ctx<'_> {
     fn err(&mut self, path: &[Seg], message: impl Into<String>) {
-        let (line, column) = locate(self.text, path).map_or((None, None), |(l, c)| (Some(l), Some(c)));
+        let (line, column) =
+            locate(self.text, path).map_or((None, None), |(l, c)| (Some(l), Some(c)));
         let field = path_string(path);
         let message = message.into();
-        let message = if field.is_empty() { message } else { format!("{field}: {message}") };
-        self.diags.push(Diagnostic { file: self.file.clone(), line, column, message });
+        let message = if field.is_empty() {
+            message
+        } else {
+            format!("{field}: {message}")
+        };
+        self.diags.push(Diagnostic {
+            file: self.file.clone(),
+            line,
+            column,
+            message,
+        });
     }
 }
 
@@ -116,12 +128,21 @@ fn key(k: &str) -> Seg {
 
 /// Where a merged field came from: the task itself or `defaults`.
 fn origin(task: usize, set_on_task: bool, field: &[&str]) -> Vec<Seg> {
-    let mut p = if set_on_task { vec![key("tasks"), Seg::Index(task)] } else { vec![key("defaults")] };
+    let mut p = if set_on_task {
+        vec![key("tasks"), Seg::Index(task)]
+    } else {
+        vec![key("defaults")]
+    };
     p.extend(field.iter().map(|f| key(f)));
     p
 }
 
-pub(super) fn expand(job: JobFile, text: &str, path: &Path, registry: &Registry) -> Result<Plan, JobError> {
+pub(super) fn expand(
+    job: JobFile,
+    text: &str,
+    path: &Path,
+    registry: &Registry,
+) -> Result<Plan, JobError> {
     let mut cx = Ctx {
         file: path.display().to_string(),
         text,
@@ -139,7 +160,10 @@ pub(super) fn expand(job: JobFile, text: &str, path: &Path, registry: &Registry)
         cx.err(&[key("tasks")], "the job has no tasks");
     }
     if job.defaults.id.is_some() {
-        cx.err(&[key("defaults"), key("id")], "a task id cannot be a default; give each task its own id");
+        cx.err(
+            &[key("defaults"), key("id")],
+            "a task id cannot be a default; give each task its own id",
+        );
     }
     let providers = resolve_providers(&job, &mut cx);
     let mut tasks = Vec::with_capacity(job.tasks.len());
@@ -163,8 +187,11 @@ pub(super) fn expand(job: JobFile, text: &str, path: &Path, registry: &Registry)
         }
     }
     if !cx.diags.is_empty() {
-        cx.diags.sort_by_key(|d| (d.line.unwrap_or(usize::MAX), d.column.unwrap_or(0)));
-        return Err(JobError { diagnostics: cx.diags });
+        cx.diags
+            .sort_by_key(|d| (d.line.unwrap_or(usize::MAX), d.column.unwrap_or(0)));
+        return Err(JobError {
+            diagnostics: cx.diags,
+        });
     }
     Ok(Plan {
         name: job.name.clone(),
@@ -180,7 +207,10 @@ fn resolve_providers(job: &JobFile, cx: &mut Ctx) -> BTreeMap<String, Arc<Provid
         if !PROVIDERS.contains(&name.as_str()) {
             cx.err(
                 &[key("providers"), key(name)],
-                format!("unknown provider \"{name}\": the providers are {}", PROVIDERS.join(", ")),
+                format!(
+                    "unknown provider \"{name}\": the providers are {}",
+                    PROVIDERS.join(", ")
+                ),
             );
         }
     }
@@ -205,8 +235,17 @@ fn resolve_providers(job: &JobFile, cx: &mut Ctx) -> BTreeMap<String, Arc<Provid
                 cx.err(&at("base_url"), e);
             }
         }
-        let ProviderFields { anthropic_version, timeout, max_retries, api_key_env, .. } = f;
-        if anthropic_version.as_deref().is_some_and(|v| v.trim().is_empty()) {
+        let ProviderFields {
+            anthropic_version,
+            timeout,
+            max_retries,
+            api_key_env,
+            ..
+        } = f;
+        if anthropic_version
+            .as_deref()
+            .is_some_and(|v| v.trim().is_empty())
+        {
             cx.err(&at("anthropic_version"), "must not be empty");
         }
         out.insert(
@@ -216,7 +255,8 @@ fn resolve_providers(job: &JobFile, cx: &mut Ctx) -> BTreeMap<String, Arc<Provid
                 kind,
                 base_url,
                 api_key_env: api_key_env.or_else(|| default_key_env.map(str::to_string)),
-                anthropic_version: anthropic_version.unwrap_or_else(|| DEFAULT_ANTHROPIC_VERSION.into()),
+                anthropic_version: anthropic_version
+                    .unwrap_or_else(|| DEFAULT_ANTHROPIC_VERSION.into()),
                 timeout: timeout.map_or(Duration::from_secs(600), |d| d.0),
                 max_retries: max_retries.unwrap_or(2),
             }),
@@ -238,7 +278,12 @@ fn merge_limits(task: Option<&LimitFields>, defaults: Option<&LimitFields>) -> L
     }
 }
 
-fn limit_origin(i: usize, t: &TaskFields, field: &str, pick: impl Fn(&LimitFields) -> bool) -> Vec<Seg> {
+fn limit_origin(
+    i: usize,
+    t: &TaskFields,
+    field: &str,
+    pick: impl Fn(&LimitFields) -> bool,
+) -> Vec<Seg> {
     origin(i, t.limits.as_ref().is_some_and(pick), &["limits", field])
 }
 
@@ -268,36 +313,70 @@ fn expand_task(
         }
         Some(id) => id.clone(),
     };
-    let prompt = t.prompt.clone().or_else(|| d.prompt.clone()).unwrap_or_default();
+    let prompt = t
+        .prompt
+        .clone()
+        .or_else(|| d.prompt.clone())
+        .unwrap_or_default();
     if prompt.trim().is_empty() {
-        cx.err(&origin(i, t.prompt.is_some(), &["prompt"]), "the task has no prompt");
+        cx.err(
+            &origin(i, t.prompt.is_some(), &["prompt"]),
+            "the task has no prompt",
+        );
     }
-    let provider_name = t.provider.clone().or_else(|| d.provider.clone()).unwrap_or_else(|| "sim".into());
+    let provider_name = t
+        .provider
+        .clone()
+        .or_else(|| d.provider.clone())
+        .unwrap_or_else(|| "sim".into());
     let provider_at = origin(i, t.provider.is_some(), &["provider"]);
     let provider = providers.get(&provider_name).cloned();
     if provider.is_none() {
         cx.err(
             &provider_at,
-            format!("unknown provider \"{provider_name}\": the providers are {}", PROVIDERS.join(", ")),
+            format!(
+                "unknown provider \"{provider_name}\": the providers are {}",
+                PROVIDERS.join(", ")
+            ),
         );
     }
-    let model = t.model.clone().or_else(|| d.model.clone()).unwrap_or_default();
+    let model = t
+        .model
+        .clone()
+        .or_else(|| d.model.clone())
+        .unwrap_or_default();
     let model_at = origin(i, t.model.is_some(), &["model"]);
     if model.trim().is_empty() {
-        cx.err(&model_at, "no model: set `model` on the task or in `defaults`");
+        cx.err(
+            &model_at,
+            "no model: set `model` on the task or in `defaults`",
+        );
     }
     let max_tokens = t.max_tokens.or(d.max_tokens).unwrap_or(DEFAULT_MAX_TOKENS);
     if max_tokens == 0 {
-        cx.err(&origin(i, t.max_tokens.is_some(), &["max_tokens"]), "must be at least 1");
+        cx.err(
+            &origin(i, t.max_tokens.is_some(), &["max_tokens"]),
+            "must be at least 1",
+        );
     }
-    let tools = t.tools.clone().or_else(|| d.tools.clone()).unwrap_or_default();
+    let tools = t
+        .tools
+        .clone()
+        .or_else(|| d.tools.clone())
+        .unwrap_or_default();
     let tools_on_task = t.tools.is_some();
     for (j, name) in tools.iter().enumerate() {
         let mut at = origin(i, tools_on_task, &["tools"]);
         at.push(Seg::Index(j));
         if !registry.contains(name) {
             let known: Vec<&str> = registry.names().collect();
-            cx.err(&at, format!("unknown tool \"{name}\"; the tools are: {}", known.join(", ")));
+            cx.err(
+                &at,
+                format!(
+                    "unknown tool \"{name}\"; the tools are: {}",
+                    known.join(", ")
+                ),
+            );
         } else if tools[..j].contains(name) {
             cx.err(&at, format!("tool \"{name}\" is listed twice"));
         }
@@ -305,10 +384,16 @@ fn expand_task(
 
     let l = merge_limits(t.limits.as_ref(), d.limits.as_ref());
     if l.max_turns == Some(0) {
-        cx.err(&limit_origin(i, t, "max_turns", |l| l.max_turns.is_some()), "must be at least 1");
+        cx.err(
+            &limit_origin(i, t, "max_turns", |l| l.max_turns.is_some()),
+            "must be at least 1",
+        );
     }
     if l.min_max_tokens == Some(0) {
-        cx.err(&limit_origin(i, t, "min_max_tokens", |l| l.min_max_tokens.is_some()), "must be at least 1");
+        cx.err(
+            &limit_origin(i, t, "min_max_tokens", |l| l.min_max_tokens.is_some()),
+            "must be at least 1",
+        );
     }
     let price = pricing::lookup(&job.pricing, &model);
     if l.max_cost_usd.is_some() && price.is_none() && !model.is_empty() {
@@ -329,11 +414,26 @@ fn expand_task(
     };
 
     let mut extra = Map::new();
-    let version = provider.as_ref().map(|p| p.anthropic_version.clone()).unwrap_or_default();
+    let version = provider
+        .as_ref()
+        .map(|p| p.anthropic_version.clone())
+        .unwrap_or_default();
     let sampling: [(&str, Option<Value>, bool); 3] = [
-        ("temperature", t.temperature.or(d.temperature).map(|v| json!(v)), t.temperature.is_some()),
-        ("top_p", t.top_p.or(d.top_p).map(|v| json!(v)), t.top_p.is_some()),
-        ("top_k", t.top_k.or(d.top_k).map(|v| json!(v)), t.top_k.is_some()),
+        (
+            "temperature",
+            t.temperature.or(d.temperature).map(|v| json!(v)),
+            t.temperature.is_some(),
+        ),
+        (
+            "top_p",
+            t.top_p.or(d.top_p).map(|v| json!(v)),
+            t.top_p.is_some(),
+        ),
+        (
+            "top_k",
+            t.top_k.or(d.top_k).map(|v| json!(v)),
+            t.top_k.is_some(),
+        ),
     ];
     for (name, value, on_task) in sampling {
         let Some(value) = value else { continue };
@@ -360,7 +460,10 @@ fn expand_task(
         None => None,
     };
     if let Some(th) = &thinking {
-        extra.insert("thinking".into(), serde_json::to_value(th).unwrap_or(Value::Null));
+        extra.insert(
+            "thinking".into(),
+            serde_json::to_value(th).unwrap_or(Value::Null),
+        );
     }
 
     let sim_on_task = t.sim.is_some();
@@ -412,11 +515,15 @@ fn expand_task(
 /// Ok(budget) for a valid setting (the budget for `enabled`), Err(message) otherwise.
 fn check_thinking(th: &ThinkingFields, max_tokens: u32) -> Result<Option<u32>, String> {
     match (th.kind, th.budget_tokens) {
-        (ThinkingKind::Enabled, None) => Err("type enabled needs budget_tokens (at least 1024)".into()),
-        (ThinkingKind::Enabled, Some(b)) if b < 1024 => Err(format!("budget_tokens {b} is below the minimum of 1024")),
-        (ThinkingKind::Enabled, Some(b)) if b >= max_tokens => {
-            Err(format!("budget_tokens {b} must be less than max_tokens {max_tokens}"))
+        (ThinkingKind::Enabled, None) => {
+            Err("type enabled needs budget_tokens (at least 1024)".into())
         }
+        (ThinkingKind::Enabled, Some(b)) if b < 1024 => {
+            Err(format!("budget_tokens {b} is below the minimum of 1024"))
+        }
+        (ThinkingKind::Enabled, Some(b)) if b >= max_tokens => Err(format!(
+            "budget_tokens {b} must be less than max_tokens {max_tokens}"
+        )),
         (ThinkingKind::Enabled, Some(b)) => Ok(Some(b)),
         (_, Some(_)) => Err("budget_tokens applies only to type enabled".into()),
         (_, None) => Ok(None),
@@ -427,7 +534,9 @@ fn valid_id(id: &str) -> bool {
     !id.is_empty()
         && id.len() <= 200
         && !id.starts_with('.')
-        && id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
 fn load_script(src: &SimSource, at: &[Seg], cx: &mut Ctx) -> Option<Arc<Script>> {
@@ -448,7 +557,10 @@ fn load_script(src: &SimSource, at: &[Seg], cx: &mut Ctx) -> Option<Arc<Script>>
             let script = match loaded {
                 Ok(s) => Some(Arc::new(s)),
                 Err(ScriptError::Missing(e)) => {
-                    cx.err(at, format!("cannot read simulator script {}: {e}", full.display()));
+                    cx.err(
+                        at,
+                        format!("cannot read simulator script {}: {e}", full.display()),
+                    );
                     None
                 }
                 Err(ScriptError::Invalid(d)) => {
@@ -470,10 +582,15 @@ enum ScriptError {
 fn read_script(path: &Path) -> Result<Script, ScriptError> {
     let text = std::fs::read_to_string(path).map_err(ScriptError::Missing)?;
     let file = path.display().to_string();
-    let script: Script =
-        serde_yaml::from_str(&text).map_err(|e| ScriptError::Invalid(yaml_diagnostic(&file, &e)))?;
+    let script: Script = serde_yaml::from_str(&text)
+        .map_err(|e| ScriptError::Invalid(yaml_diagnostic(&file, &e)))?;
     script.check().map_err(|message| {
-        ScriptError::Invalid(Diagnostic { file, line: None, column: None, message })
+        ScriptError::Invalid(Diagnostic {
+            file,
+            line: None,
+            column: None,
+            message,
+        })
     })?;
     Ok(script)
 }
@@ -489,7 +606,9 @@ pub fn load_script_file(path: &Path) -> Result<Script, JobError> {
                 message: format!("cannot read simulator script: {io}"),
             }],
         },
-        ScriptError::Invalid(d) => JobError { diagnostics: vec![d] },
+        ScriptError::Invalid(d) => JobError {
+            diagnostics: vec![d],
+        },
     })
 }
 
@@ -501,7 +620,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("job.yaml");
         std::fs::write(&p, text).unwrap();
-        let job: JobFile = serde_yaml::from_str(text).map_err(|e| JobError { diagnostics: vec![yaml_diagnostic("job.yaml", &e)] })?;
+        let job: JobFile = serde_yaml::from_str(text).map_err(|e| JobError {
+            diagnostics: vec![yaml_diagnostic("job.yaml", &e)],
+        })?;
         expand(job, text, &p, &Registry::builtin())
     }
 
@@ -531,8 +652,14 @@ mod tests {
         ))
         .unwrap_err();
         let text = e.to_string();
-        assert!(text.contains("job.yaml:8:9: tasks[1].id: duplicate task id \"a\" (first at line 6)"), "{text}");
-        assert!(text.contains(":10:13: tasks[1].tools[0]: unknown tool \"nope\""), "{text}");
+        assert!(
+            text.contains("job.yaml:8:9: tasks[1].id: duplicate task id \"a\" (first at line 6)"),
+            "{text}"
+        );
+        assert!(
+            text.contains(":10:13: tasks[1].tools[0]: unknown tool \"nope\""),
+            "{text}"
+        );
     }
 
     #[test]
@@ -541,7 +668,11 @@ mod tests {
             "name: t\ndefaults:\n  model: my-model\n  sim: {INLINE}\n  limits: {{ max_cost_usd: 1 }}\ntasks:\n  - {{ id: a, prompt: p }}\n"
         ))
         .unwrap_err();
-        assert!(e.to_string().contains("3:10: defaults.model: model \"my-model\" has no price"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("3:10: defaults.model: model \"my-model\" has no price"),
+            "{e}"
+        );
         let ok = load(&format!(
             "name: t\npricing:\n  my-model: {{ input: 1, output: 2 }}\ndefaults:\n  model: my-model\n  sim: {INLINE}\n  limits: {{ max_cost_usd: 1 }}\ntasks:\n  - {{ id: a, prompt: p }}\n"
         ));
@@ -550,7 +681,8 @@ mod tests {
 
     #[test]
     fn sim_needs_a_script_and_sampling_needs_an_old_version() {
-        let e = load("name: t\ndefaults: { model: m }\ntasks:\n  - { id: a, prompt: p }\n").unwrap_err();
+        let e = load("name: t\ndefaults: { model: m }\ntasks:\n  - { id: a, prompt: p }\n")
+            .unwrap_err();
         assert!(e.to_string().contains("provider sim needs a script"), "{e}");
         let e = load(&format!(
             "name: t\nproviders:\n  sim: {{ anthropic_version: \"2026-10-21\" }}\ndefaults: {{ model: m, sim: {INLINE} }}\ntasks:\n  - {{ id: a, prompt: p, temperature: 0.2 }}\n"
@@ -561,10 +693,46 @@ mod tests {
 
     #[test]
     fn thinking_checks() {
-        assert!(check_thinking(&ThinkingFields { kind: ThinkingKind::Enabled, budget_tokens: None, display: None }, 4096).is_err());
-        assert_eq!(check_thinking(&ThinkingFields { kind: ThinkingKind::Enabled, budget_tokens: Some(2048), display: None }, 4096), Ok(Some(2048)));
-        assert!(check_thinking(&ThinkingFields { kind: ThinkingKind::Enabled, budget_tokens: Some(4096), display: None }, 4096).is_err());
-        assert_eq!(check_thinking(&ThinkingFields { kind: ThinkingKind::Adaptive, budget_tokens: None, display: None }, 4096), Ok(None));
+        assert!(check_thinking(
+            &ThinkingFields {
+                kind: ThinkingKind::Enabled,
+                budget_tokens: None,
+                display: None
+            },
+            4096
+        )
+        .is_err());
+        assert_eq!(
+            check_thinking(
+                &ThinkingFields {
+                    kind: ThinkingKind::Enabled,
+                    budget_tokens: Some(2048),
+                    display: None
+                },
+                4096
+            ),
+            Ok(Some(2048))
+        );
+        assert!(check_thinking(
+            &ThinkingFields {
+                kind: ThinkingKind::Enabled,
+                budget_tokens: Some(4096),
+                display: None
+            },
+            4096
+        )
+        .is_err());
+        assert_eq!(
+            check_thinking(
+                &ThinkingFields {
+                    kind: ThinkingKind::Adaptive,
+                    budget_tokens: None,
+                    display: None
+                },
+                4096
+            ),
+            Ok(None)
+        );
     }
 
     #[test]

@@ -84,7 +84,8 @@ impl<'de> Visitor<'de> for Probe<'_> {
             return Err(de::Error::custom(FOUND));
         };
         while let Some(key) = map.next_key::<serde_yaml::Value>()? {
-            let hit = matches!((first, &key), (Seg::Key(k), serde_yaml::Value::String(s)) if s == k);
+            let hit =
+                matches!((first, &key), (Seg::Key(k), serde_yaml::Value::String(s)) if s == k);
             if hit {
                 return map.next_value_seed(Probe { path: rest });
             }
@@ -142,14 +143,26 @@ mod tests {
     fn finds_nested_nodes() {
         let text = "name: x\ntasks:\n  - id: a\n    prompt: p\n  - id: b\n    model: m\n";
         assert_eq!(locate(text, &[k("name")]), Some((1, 7)));
-        assert_eq!(locate(text, &[k("tasks"), Seg::Index(1), k("id")]), Some((5, 9)));
-        assert_eq!(locate(text, &[k("tasks"), Seg::Index(1), k("model")]), Some((6, 12)));
+        assert_eq!(
+            locate(text, &[k("tasks"), Seg::Index(1), k("id")]),
+            Some((5, 9))
+        );
+        assert_eq!(
+            locate(text, &[k("tasks"), Seg::Index(1), k("model")]),
+            Some((6, 12))
+        );
         // a missing field falls back to its task
-        assert_eq!(locate(text, &[k("tasks"), Seg::Index(0), k("model")]), Some((3, 5)));
+        assert_eq!(
+            locate(text, &[k("tasks"), Seg::Index(0), k("model")]),
+            Some((3, 5))
+        );
     }
 
     #[test]
     fn renders_paths() {
-        assert_eq!(path_string(&[k("tasks"), Seg::Index(2), k("limits")]), "tasks[2].limits");
+        assert_eq!(
+            path_string(&[k("tasks"), Seg::Index(2), k("limits")]),
+            "tasks[2].limits"
+        );
     }
 }

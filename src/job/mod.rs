@@ -55,8 +55,20 @@ impl fmt::Display for JobError {
 }
 
 impl JobError {
-    fn one(file: &str, line: Option<usize>, column: Option<usize>, message: impl Into<String>) -> JobError {
-        JobError { diagnostics: vec![Diagnostic { file: file.into(), line, column, message: message.into() }] }
+    fn one(
+        file: &str,
+        line: Option<usize>,
+        column: Option<usize>,
+        message: impl Into<String>,
+    ) -> JobError {
+        JobError {
+            diagnostics: vec![Diagnostic {
+                file: file.into(),
+                line,
+                column,
+                message: message.into(),
+            }],
+        }
     }
 }
 
@@ -66,25 +78,28 @@ pub(crate) fn yaml_diagnostic(file: &str, e: &serde_yaml::Error) -> Diagnostic {
     let mut message = e.to_string();
     let (line, column) = match e.location() {
         Some(l) => {
-            let suffix = format!(" at line {} column {}", l.line(), l.column());
-            if let Some(stripped) = message.strip_suffix(&suffix) {
-                message = stripped.to_string();
-            }
+            let at = format!(" at line {} column {}", l.line(), l.column());
+            message = message.replacen(&at, "", 1);
             (Some(l.line()), Some(l.column()))
         }
         None => (None, None),
     };
-    Diagnostic { file: file.into(), line, column, message }
+    Diagnostic {
+        file: file.into(),
+        line,
+        column,
+        message,
+    }
 }
 
 /// Reads, checks and expands a job file. `registry` is what tool names are checked
 /// against.
 pub fn load(path: &Path, registry: &Registry) -> Result<Plan, JobError> {
     let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        JobError::one(&file, None, None, format!("cannot read the job file: {e}"))
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| JobError::one(&file, None, None, format!("cannot read the job file: {e}")))?;
+    let job: schema::JobFile = serde_yaml::from_str(&text).map_err(|e| JobError {
+        diagnostics: vec![yaml_diagnostic(&file, &e)],
     })?;
-    let job: schema::JobFile = serde_yaml::from_str(&text)
-        .map_err(|e| JobError { diagnostics: vec![yaml_diagnostic(&file, &e)] })?;
     expand::expand(job, &text, path, registry)
 }

@@ -188,7 +188,8 @@ impl<'de> Deserialize<'de> for SimSource {
                 Ok(SimSource::Path(s.to_string()))
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<SimSource, A::Error> {
-                Script::deserialize(de::value::MapAccessDeserializer::new(map)).map(SimSource::Inline)
+                Script::deserialize(de::value::MapAccessDeserializer::new(map))
+                    .map(SimSource::Inline)
             }
         }
         d.deserialize_any(V)

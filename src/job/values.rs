@@ -79,7 +79,9 @@ impl<'de> Deserialize<'de> for Money {
             fn visit_str<E: de::Error>(self, s: &str) -> Result<Money, E> {
                 let t = s.trim().trim_start_matches('$');
                 let v = Decimal::from_str(t).map_err(|_| {
-                    E::custom(format!("invalid amount \"{s}\": write a number such as 1.50"))
+                    E::custom(format!(
+                        "invalid amount \"{s}\": write a number such as 1.50"
+                    ))
                 })?;
                 non_negative(v)
             }
@@ -107,7 +109,9 @@ impl<'de> Deserialize<'de> for Money {
 
 fn non_negative<E: de::Error>(v: Decimal) -> Result<Money, E> {
     if v.is_sign_negative() && !v.is_zero() {
-        return Err(E::custom(format!("invalid amount {v}: must not be negative")));
+        return Err(E::custom(format!(
+            "invalid amount {v}: must not be negative"
+        )));
     }
     Ok(Money(v.normalize()))
 }
@@ -145,9 +149,15 @@ mod tests {
         assert_eq!(d.d.0, Duration::from_secs(5400));
         let d: D = serde_yaml::from_str("d: 250ms").unwrap();
         assert_eq!(d.d.0, Duration::from_millis(250));
-        let e = serde_yaml::from_str::<D>("d: 90").err().unwrap().to_string();
+        let e = serde_yaml::from_str::<D>("d: 90")
+            .err()
+            .unwrap()
+            .to_string();
         assert!(e.contains("write a unit"), "{e}");
-        let e = serde_yaml::from_str::<D>("d: ten minutes").err().unwrap().to_string();
+        let e = serde_yaml::from_str::<D>("d: ten minutes")
+            .err()
+            .unwrap()
+            .to_string();
         assert!(e.contains("invalid duration"), "{e}");
         assert!(serde_yaml::from_str::<D>("d: 0s").is_err());
     }

@@ -46,8 +46,9 @@ impl Endpoint {
             .map_err(|_| format!("invalid anthropic_version \"{}\"", self.version))?;
         h.insert(HeaderName::from_static("anthropic-version"), version);
         if let Some(key) = &self.api_key {
-            let mut v = HeaderValue::from_str(key)
-                .map_err(|_| "the API key contains characters not allowed in a header".to_string())?;
+            let mut v = HeaderValue::from_str(key).map_err(|_| {
+                "the API key contains characters not allowed in a header".to_string()
+            })?;
             v.set_sensitive(true);
             h.insert(HeaderName::from_static("x-api-key"), v);
         }
@@ -96,7 +97,12 @@ pub struct Conversation {
 }
 
 impl Conversation {
-    pub fn new(client: Client, endpoint: Endpoint, params: Params, prompt: &str) -> Result<Self, String> {
+    pub fn new(
+        client: Client,
+        endpoint: Endpoint,
+        params: Params,
+        prompt: &str,
+    ) -> Result<Self, String> {
         let headers = endpoint.headers()?;
         Ok(Conversation {
             client,
@@ -140,7 +146,13 @@ impl Conversation {
 
     /// Sends the conversation once and, on success, appends the answer to it. The
     /// request and the response go to the transcript.
-    pub async fn send(&mut self, max_tokens: u32, log: &TaskLog, turn: u32, attempt: u32) -> Result<Turn, SendError> {
+    pub async fn send(
+        &mut self,
+        max_tokens: u32,
+        log: &TaskLog,
+        turn: u32,
+        attempt: u32,
+    ) -> Result<Turn, SendError> {
         let body = self.body(max_tokens);
         let mut ev = json!({
             "turn": turn,
@@ -162,9 +174,15 @@ impl Conversation {
         }
         log.emit("request", ev);
         self.logged = self.messages.len();
-        let reply = post_once(&self.client, &self.endpoint.url, &self.headers, body, self.endpoint.timeout)
-            .await
-            .map_err(SendError::from)?;
+        let reply = post_once(
+            &self.client,
+            &self.endpoint.url,
+            &self.headers,
+            body,
+            self.endpoint.timeout,
+        )
+        .await
+        .map_err(SendError::from)?;
         let malformed = |detail: String, request_id: Option<String>| SendError {
             error: ModelError::Malformed { detail, request_id },
             retryable: false,
@@ -185,8 +203,12 @@ impl Conversation {
                 ));
             }
         };
-        log.emit("response", json!({"turn": turn, "request_id": reply.request_id, "ms": reply.ms, "body": raw}));
-        let parsed = parse_message(&raw).map_err(|detail| malformed(detail, reply.request_id.clone()))?;
+        log.emit(
+            "response",
+            json!({"turn": turn, "request_id": reply.request_id, "ms": reply.ms, "body": raw}),
+        );
+        let parsed =
+            parse_message(&raw).map_err(|detail| malformed(detail, reply.request_id.clone()))?;
         let assistant = json!({"role": "assistant", "content": parsed.content});
         self.bytes_since = serde_json::to_vec(&assistant).map_or(0, |b| b.len() as u64);
         self.last_prompt_tokens = Some(parsed.turn.usage.prompt_tokens());
@@ -203,7 +225,8 @@ impl Conversation {
         let content: Vec<Value> = results
             .iter()
             .map(|r| {
-                let mut b = json!({"type": "tool_result", "tool_use_id": r.id, "content": r.content});
+                let mut b =
+                    json!({"type": "tool_result", "tool_use_id": r.id, "content": r.content});
                 if r.is_error {
                     b["is_error"] = json!(true);
                 }
@@ -263,7 +286,9 @@ fn parse_message(raw: &Value) -> Result<Parsed, String> {
             "pause_turn" => ModelStop::PauseTurn,
             "max_tokens" => ModelStop::MaxTokens,
             "stop_sequence" => ModelStop::StopSequence(
-                obj.get("stop_sequence").and_then(Value::as_str).map(str::to_string),
+                obj.get("stop_sequence")
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
             ),
             "refusal" => ModelStop::Refusal(refusal_detail(obj.get("stop_details"))),
             "model_context_window_exceeded" => ModelStop::ContextWindow,
@@ -273,7 +298,15 @@ fn parse_message(raw: &Value) -> Result<Parsed, String> {
         Some(other) => return Err(format!("`stop_reason` is not a string: {other}")),
     };
     let usage = parse_usage(obj.get("usage").ok_or("`usage` is missing")?)?;
-    Ok(Parsed { content: content.clone(), turn: Turn { calls, text, stop, usage } })
+    Ok(Parsed {
+        content: content.clone(),
+        turn: Turn {
+            calls,
+            text,
+            stop,
+            usage,
+        },
+    })
 }
 
 fn refusal_detail(details: Option<&Value>) -> Option<String> {
@@ -333,7 +366,11 @@ mod tests {
     fn refuses_incomplete_messages() {
         let base = json!({"content": [], "stop_reason": "end_turn", "usage": {"input_tokens": 1, "output_tokens": 1}});
         assert!(parse_message(&base).is_ok());
-        for (k, needle) in [("stop_reason", "stop_reason"), ("usage", "usage"), ("content", "content")] {
+        for (k, needle) in [
+            ("stop_reason", "stop_reason"),
+            ("usage", "usage"),
+            ("content", "content"),
+        ] {
             let mut v = base.clone();
             v.as_object_mut().unwrap().remove(k);
             let e = parse_message(&v).err().unwrap();
@@ -344,7 +381,10 @@ mod tests {
         assert!(parse_message(&v).err().unwrap().contains("id"));
         let mut v = base;
         v["stop_reason"] = json!("banana");
-        assert_eq!(parse_message(&v).unwrap().turn.stop, ModelStop::Unknown("banana".into()));
+        assert_eq!(
+            parse_message(&v).unwrap().turn.stop,
+            ModelStop::Unknown("banana".into())
+        );
     }
 
     #[test]

@@ -45,7 +45,10 @@ pub enum HttpError {
 }
 
 fn rid(request_id: &Option<String>) -> String {
-    request_id.as_deref().map(|r| format!(" (request-id {r})")).unwrap_or_default()
+    request_id
+        .as_deref()
+        .map(|r| format!(" (request-id {r})"))
+        .unwrap_or_default()
 }
 
 /// A failed attempt, with what the caller needs to decide about a retry and about money.
@@ -70,7 +73,11 @@ pub async fn post_once(
 ) -> Result<Reply, Failure> {
     let started = Instant::now();
     let (body, request_id) = once(client, url, headers, body, timeout).await?;
-    Ok(Reply { body, request_id, ms: started.elapsed().as_millis() as u64 })
+    Ok(Reply {
+        body,
+        request_id,
+        ms: started.elapsed().as_millis() as u64,
+    })
 }
 
 async fn once(
@@ -87,7 +94,12 @@ async fn once(
             HttpError::Transport(error_chain(&e))
         };
         // Only a refused connection proves the request never reached the server.
-        Failure { error, retryable: true, server_wait: None, maybe_billed: !e.is_connect() }
+        Failure {
+            error,
+            retryable: true,
+            server_wait: None,
+            maybe_billed: !e.is_connect(),
+        }
     };
     let resp = client
         .post(url.clone())
@@ -99,21 +111,33 @@ async fn once(
         .map_err(transport)?;
     let status = resp.status().as_u16();
     let h = resp.headers();
-    let header = |name: &str| h.get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
+    let header = |name: &str| {
+        h.get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
     let request_id = header("request-id").or_else(|| header("x-request-id"));
     let should_retry = header("x-should-retry").and_then(|v| match v.as_str() {
         "true" => Some(true),
         "false" => Some(false),
         _ => None,
     });
-    let server_wait = parse_retry_after(header("retry-after-ms").as_deref(), header("retry-after").as_deref());
+    let server_wait = parse_retry_after(
+        header("retry-after-ms").as_deref(),
+        header("retry-after").as_deref(),
+    );
     let bytes = resp.bytes().await.map_err(transport)?;
     if (200..300).contains(&status) {
         return Ok((bytes.to_vec(), request_id));
     }
     let (error_type, message) = error_body(&bytes);
     Err(Failure {
-        error: HttpError::Status { status, error_type, message, request_id },
+        error: HttpError::Status {
+            status,
+            error_type,
+            message,
+            request_id,
+        },
         retryable: status_is_retryable(status, should_retry),
         server_wait,
         maybe_billed: false,
@@ -125,14 +149,24 @@ async fn once(
 fn error_body(bytes: &[u8]) -> (String, String) {
     if let Ok(v) = serde_json::from_slice::<Value>(bytes) {
         let e = &v["error"];
-        let t = e["type"].as_str().or_else(|| e["code"].as_str()).unwrap_or("unknown_error");
+        let t = e["type"]
+            .as_str()
+            .or_else(|| e["code"].as_str())
+            .unwrap_or("unknown_error");
         if let Some(m) = e["message"].as_str() {
             return (t.to_string(), m.to_string());
         }
     }
     let text = String::from_utf8_lossy(bytes);
     let short: String = text.chars().take(300).collect();
-    ("unknown_error".into(), if short.is_empty() { "(empty body)".into() } else { short })
+    (
+        "unknown_error".into(),
+        if short.is_empty() {
+            "(empty body)".into()
+        } else {
+            short
+        },
+    )
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {
@@ -153,8 +187,14 @@ mod tests {
     #[test]
     fn reads_provider_error_bodies() {
         let b = br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
-        assert_eq!(error_body(b), ("overloaded_error".into(), "Overloaded".into()));
-        assert_eq!(error_body(b"<html>bad gateway</html>").1, "<html>bad gateway</html>");
+        assert_eq!(
+            error_body(b),
+            ("overloaded_error".into(), "Overloaded".into())
+        );
+        assert_eq!(
+            error_body(b"<html>bad gateway</html>").1,
+            "<html>bad gateway</html>"
+        );
         assert_eq!(error_body(b"").1, "(empty body)");
     }
 }

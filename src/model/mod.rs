@@ -104,6 +104,11 @@ pub struct SendError {
 
 impl From<Failure> for SendError {
     fn from(f: Failure) -> Self {
-        SendError { error: ModelError::Http(f.error), retryable: f.retryable, server_wait: f.server_wait, maybe_billed: f.maybe_billed }
+        SendError {
+            error: ModelError::Http(f.error),
+            retryable: f.retryable,
+            server_wait: f.server_wait,
+            maybe_billed: f.maybe_billed,
+        }
     }
 }

@@ -38,9 +38,14 @@ pub struct TaskResult {
 /// A message to the reporter.
 #[derive(Debug)]
 pub enum Event {
-    TaskStarted { task: Arc<str> },
+    TaskStarted {
+        task: Arc<str>,
+    },
     /// One line of the task's transcript.
-    Transcript { task: Arc<str>, line: Value },
+    Transcript {
+        task: Arc<str>,
+        line: Value,
+    },
     TaskFinished(Box<TaskResult>),
 }
 
@@ -56,7 +61,11 @@ pub struct TaskLog {
 
 impl TaskLog {
     pub fn new(task: &str, tx: UnboundedSender<Event>) -> TaskLog {
-        TaskLog { task: Arc::from(task), tx, started: Instant::now() }
+        TaskLog {
+            task: Arc::from(task),
+            tx,
+            started: Instant::now(),
+        }
     }
 
     pub fn task(&self) -> &str {
@@ -71,7 +80,10 @@ impl TaskLog {
             "ts".into(),
             json!(Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true)),
         );
-        line.insert("t_ms".into(), json!(self.started.elapsed().as_millis() as u64));
+        line.insert(
+            "t_ms".into(),
+            json!(self.started.elapsed().as_millis() as u64),
+        );
         line.insert("event".into(), json!(event));
         match fields {
             Value::Object(m) => line.extend(m),
@@ -81,12 +93,17 @@ impl TaskLog {
             }
         }
         // A closed channel means the run is shutting down; the line has nowhere to go.
-        let _ = self.tx.send(Event::Transcript { task: self.task.clone(), line: Value::Object(line) });
+        let _ = self.tx.send(Event::Transcript {
+            task: self.task.clone(),
+            line: Value::Object(line),
+        });
     }
 
     /// Tells the reporter the task has started.
     pub fn started(&self) {
-        let _ = self.tx.send(Event::TaskStarted { task: self.task.clone() });
+        let _ = self.tx.send(Event::TaskStarted {
+            task: self.task.clone(),
+        });
     }
 
     /// Hands the task's final record to the reporter.

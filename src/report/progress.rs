@@ -36,15 +36,27 @@ impl Progress {
         let (bar, lines) = match mode {
             ProgressMode::Quiet => (None, false),
             ProgressMode::Auto if terminal => {
-                let bar = ProgressBar::with_draw_target(Some(total as u64), ProgressDrawTarget::stderr());
-                let style = ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} [{elapsed_precise}]")
-                    .unwrap_or_else(|_| ProgressStyle::default_bar());
+                let bar =
+                    ProgressBar::with_draw_target(Some(total as u64), ProgressDrawTarget::stderr());
+                let style =
+                    ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} [{elapsed_precise}]")
+                        .unwrap_or_else(|_| ProgressStyle::default_bar());
                 bar.set_style(style);
                 (Some(bar), false)
             }
             _ => (None, true),
         };
-        let p = Progress { bar, lines, total, done: 0, started: 0, pass: 0, fail: 0, error: 0, spent: Decimal::ZERO };
+        let p = Progress {
+            bar,
+            lines,
+            total,
+            done: 0,
+            started: 0,
+            pass: 0,
+            fail: 0,
+            error: 0,
+            spent: Decimal::ZERO,
+        };
         p.redraw();
         p
     }
@@ -91,7 +103,11 @@ impl Progress {
                 r.turns,
                 r.cost_usd.unwrap_or_default(),
                 r.wall_ms as f64 / 1000.0,
-                if r.stop_detail.is_empty() { String::new() } else { format!(" - {}", r.stop_detail) }
+                if r.stop_detail.is_empty() {
+                    String::new()
+                } else {
+                    format!(" - {}", r.stop_detail)
+                }
             );
         }
         self.redraw();

@@ -42,15 +42,26 @@ pub struct ResultsCsv {
 impl ResultsCsv {
     /// Creates the file and writes the header (durably, so an empty run still has it).
     pub fn create(path: &Path) -> std::io::Result<ResultsCsv> {
-        let file = OpenOptions::new().create(true).write(true).truncate(true).open(path)?;
-        let mut r = ResultsCsv { w: csv::Writer::from_writer(file) };
+        let file = OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .open(path)?;
+        let mut r = ResultsCsv {
+            w: csv::Writer::from_writer(file),
+        };
         r.w.write_record(COLUMNS)?;
         r.sync()?;
         Ok(r)
     }
 
     /// Appends a row and pushes it to disk before returning.
-    pub fn append(&mut self, run_id: &str, r: &TaskResult, transcript: &str) -> std::io::Result<()> {
+    pub fn append(
+        &mut self,
+        run_id: &str,
+        r: &TaskResult,
+        transcript: &str,
+    ) -> std::io::Result<()> {
         let u = &r.usage;
         let ts = |t: &chrono::DateTime<chrono::Utc>| t.to_rfc3339_opts(SecondsFormat::Millis, true);
         self.w.write_record([
@@ -68,7 +79,9 @@ impl ResultsCsv {
             &u.output_tokens.to_string(),
             &u.cache_read_tokens.to_string(),
             &u.cache_write_tokens.to_string(),
-            &r.cost_usd.map(|c| c.normalize().to_string()).unwrap_or_default(),
+            &r.cost_usd
+                .map(|c| c.normalize().to_string())
+                .unwrap_or_default(),
             &r.wall_ms.to_string(),
             &r.model_ms.to_string(),
             &r.tool_ms.to_string(),

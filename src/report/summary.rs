@@ -62,8 +62,18 @@ impl Summary {
     /// The short table printed at the end of a run.
     pub fn table(&self) -> String {
         let mut s = String::new();
-        let w = self.rows.iter().map(|r| r.task_id.len()).max().unwrap_or(4).clamp(4, 40);
-        let _ = writeln!(s, "{:<w$}  {:<9}  {:<16}  {:>5}  {:>10}  {:>8}", "task", "outcome", "stop_reason", "turns", "cost_usd", "wall_s");
+        let w = self
+            .rows
+            .iter()
+            .map(|r| r.task_id.len())
+            .max()
+            .unwrap_or(4)
+            .clamp(4, 40);
+        let _ = writeln!(
+            s,
+            "{:<w$}  {:<9}  {:<16}  {:>5}  {:>10}  {:>8}",
+            "task", "outcome", "stop_reason", "turns", "cost_usd", "wall_s"
+        );
         for r in &self.rows {
             let cost = r.cost_usd.map_or("-".to_string(), |c| format!("{:.4}", c));
             let _ = writeln!(
@@ -78,8 +88,16 @@ impl Summary {
             );
         }
         let t = &self.totals;
-        let reasons: Vec<String> = t.by_stop_reason.iter().map(|(k, v)| format!("{k} {v}")).collect();
-        let outcomes: Vec<String> = t.by_outcome.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        let reasons: Vec<String> = t
+            .by_stop_reason
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        let outcomes: Vec<String> = t
+            .by_outcome
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
         let _ = writeln!(
             s,
             "{} tasks: {}; stop reasons: {}",
@@ -95,7 +113,11 @@ impl Summary {
             t.usage.cache_read_tokens,
             t.usage.cache_write_tokens,
             t.cost_usd,
-            if t.unpriced_tasks > 0 { format!(" (+{} task(s) without a price)", t.unpriced_tasks) } else { String::new() }
+            if t.unpriced_tasks > 0 {
+                format!(" (+{} task(s) without a price)", t.unpriced_tasks)
+            } else {
+                String::new()
+            }
         );
         s
     }

@@ -12,8 +12,8 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-pub use super::progress::ProgressMode;
 use super::progress::Progress;
+pub use super::progress::ProgressMode;
 use super::results::ResultsCsv;
 use super::summary::{RunTotals, Summary};
 use super::{Event, TaskResult};
@@ -37,13 +37,19 @@ pub struct ReporterConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
     #[error("cannot write {}: {source}", path.display())]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{} already exists: choose another --run-id or --out", .0.display())]
     Exists(PathBuf),
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ReportError + '_ {
-    move |source| ReportError::Io { path: path.to_path_buf(), source }
+    move |source| ReportError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 /// The running reporter.
@@ -82,13 +88,20 @@ impl Reporter {
             csv_path,
             open: HashMap::new(),
             started: HashSet::new(),
+            dirty: HashSet::new(),
             progress: Progress::new(cfg.progress, cfg.total_tasks),
             on_fatal: cfg.on_fatal,
             results: Vec::new(),
             error: None,
         };
         let task = tokio::spawn(state.run(rx));
-        Ok(Reporter { tx, task, run_json, dir: cfg.dir, run_id: cfg.run_id })
+        Ok(Reporter {
+            tx,
+            task,
+            run_json,
+            dir: cfg.dir,
+            run_id: cfg.run_id,
+        })
     }
 
     /// A sender for tasks' events.
@@ -99,7 +112,13 @@ impl Reporter {
     /// Waits for every sender to be dropped and every event written, then completes
     /// run.json with the end time, status and totals.
     pub async fn finish(self, status: &str) -> Result<Summary, ReportError> {
-        let Reporter { tx, task, mut run_json, dir, run_id } = self;
+        let Reporter {
+            tx,
+            task,
+            mut run_json,
+            dir,
+            run_id,
+        } = self;
         drop(tx);
         let done = task.await.map_err(|e| ReportError::Io {
             path: dir.clone(),
@@ -116,7 +135,12 @@ impl Reporter {
         if let Some(e) = done.error {
             return Err(e);
         }
-        Ok(Summary { run_id, dir, totals, rows: done.results })
+        Ok(Summary {
+            run_id,
+            dir,
+            totals,
+            rows: done.results,
+        })
     }
 }
 
@@ -134,6 +158,8 @@ struct State {
     csv_path: PathBuf,
     open: HashMap<Arc<str>, BufWriter<File>>,
     started: HashSet<Arc<str>>,
+    /// Transcripts written to since the last flush.
+    dirty: HashSet<Arc<str>>,
     progress: Progress,
     on_fatal: CancellationToken,
     results: Vec<TaskResult>,
@@ -141,23 +167,50 @@ struct State {
 }
 
 impl State {
+    /// Writes events as they come; whenever the queue runs dry, flushes the transcripts
+    /// written since, so that `tail -f` on a transcript follows a task live without a
+    /// write per line.
     async fn run(mut self, mut rx: UnboundedReceiver<Event>) -> Loop {
         while let Some(ev) = rx.recv().await {
-            if let Err(e) = self.handle(ev) {
-                if self.error.is_none() {
-                    self.on_fatal.cancel();
-                    self.error = Some(e);
+            self.record(ev);
+            while let Ok(ev) = rx.try_recv() {
+                self.record(ev);
+            }
+            let dirty: Vec<Arc<str>> = self.dirty.drain().collect();
+            for task in dirty {
+                if let Some(w) = self.open.get_mut(&task) {
+                    if let Err(e) = w.flush() {
+                        let path = self.dir.join(transcript_rel(&task));
+                        self.fail(ReportError::Io { path, source: e });
+                    }
                 }
             }
         }
         for (task, mut w) in self.open.drain() {
             if let Err(e) = w.flush() {
                 let path = self.dir.join(transcript_rel(&task));
-                self.error.get_or_insert(ReportError::Io { path, source: e });
+                self.error
+                    .get_or_insert(ReportError::Io { path, source: e });
             }
         }
         self.progress.finish();
-        Loop { results: self.results, error: self.error }
+        Loop {
+            results: self.results,
+            error: self.error,
+        }
+    }
+
+    fn record(&mut self, ev: Event) {
+        if let Err(e) = self.handle(ev) {
+            self.fail(e);
+        }
+    }
+
+    fn fail(&mut self, e: ReportError) {
+        if self.error.is_none() {
+            self.on_fatal.cancel();
+            self.error = Some(e);
+        }
     }
 
     fn transcript(&mut self, task: &Arc<str>) -> Result<&mut BufWriter<File>, ReportError> {
@@ -187,19 +240,26 @@ impl State {
             Event::Transcript { task, line } => {
                 let path = self.dir.join(transcript_rel(&task));
                 let w = self.transcript(&task)?;
-                serde_json::to_writer(&mut *w, &line).map_err(|e| ReportError::Io { path: path.clone(), source: e.into() })?;
+                serde_json::to_writer(&mut *w, &line).map_err(|e| ReportError::Io {
+                    path: path.clone(),
+                    source: e.into(),
+                })?;
                 w.write_all(b"\n").map_err(io_err(&path))?;
+                self.dirty.insert(task);
             }
             Event::TaskFinished(r) => {
                 let key: Arc<str> = Arc::from(r.task_id.as_str());
                 let rel = transcript_rel(&key);
                 let path = self.dir.join(&rel);
+                self.dirty.remove(&key);
                 if let Some(mut w) = self.open.remove(&key) {
                     w.flush().map_err(io_err(&path))?;
                     w.get_ref().sync_data().map_err(io_err(&path))?;
                 }
                 let transcript = if path.exists() { rel } else { String::new() };
-                self.csv.append(&self.run_id, &r, &transcript).map_err(io_err(&self.csv_path))?;
+                self.csv
+                    .append(&self.run_id, &r, &transcript)
+                    .map_err(io_err(&self.csv_path))?;
                 let was_started = self.started.remove(&key);
                 self.progress.finished(&r, was_started);
                 self.results.push(*r);

@@ -19,7 +19,9 @@ use crate::agent::{run_task, AgentEnv};
 use crate::govern::pricing;
 use crate::job::{Plan, ProviderKind, TaskSpec};
 use crate::model::Usage;
-use crate::report::{Event, ProgressMode, ReportError, Reporter, ReporterConfig, Summary, TaskLog, TaskResult};
+use crate::report::{
+    Event, ProgressMode, ReportError, Reporter, ReporterConfig, Summary, TaskLog, TaskResult,
+};
 use crate::sim::Sim;
 use crate::tools::Registry;
 
@@ -86,8 +88,15 @@ fn select_tasks(plan: &Plan, only: &[String]) -> Result<Vec<TaskSpec>, RunError>
     for g in only {
         b.add(Glob::new(g).map_err(|e| RunError::Invalid(format!("--only {g}: {e}")))?);
     }
-    let set = b.build().map_err(|e| RunError::Invalid(format!("--only: {e}")))?;
-    let picked: Vec<TaskSpec> = plan.tasks.iter().filter(|t| set.is_match(&t.id)).cloned().collect();
+    let set = b
+        .build()
+        .map_err(|e| RunError::Invalid(format!("--only: {e}")))?;
+    let picked: Vec<TaskSpec> = plan
+        .tasks
+        .iter()
+        .filter(|t| set.is_match(&t.id))
+        .cloned()
+        .collect();
     if picked.is_empty() {
         return Err(RunError::Invalid(format!(
             "--only {} matches none of the job's {} task ids",
@@ -102,13 +111,23 @@ fn default_run_id(plan: &Plan) -> String {
     let name: String = plan
         .name
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '-' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '-'
+            }
+        })
         .collect();
     format!("{}-{}", name, Utc::now().format("%Y%m%d-%H%M%S"))
 }
 
 fn valid_run_id(id: &str) -> bool {
-    !id.is_empty() && !id.starts_with('.') && id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    !id.is_empty()
+        && !id.starts_with('.')
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
 /// Runs the plan and writes its reports.
@@ -137,7 +156,9 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunOutcome, RunError> {
         }
     };
 
-    let needs_sim = tasks.iter().any(|t| t.provider.kind == ProviderKind::Sim && t.provider.base_url.is_none());
+    let needs_sim = tasks
+        .iter()
+        .any(|t| t.provider.kind == ProviderKind::Sim && t.provider.base_url.is_none());
     let sim = match (&opts.sim, needs_sim) {
         (Some(s), _) => Some(s.clone()),
         (None, true) => Some(Arc::new(Sim::start_local().await.map_err(RunError::Sim)?)),
@@ -181,7 +202,9 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunOutcome, RunError> {
         sim_base: sim.as_ref().map(|s| s.base_url()),
         cancel: cancel.clone(),
     };
-    let signals = opts.handle_signals.then(|| tokio::spawn(watch_signals(drain.clone(), cancel.clone())));
+    let signals = opts
+        .handle_signals
+        .then(|| tokio::spawn(watch_signals(drain.clone(), cancel.clone())));
 
     let semaphore = Arc::new(Semaphore::new(concurrency));
     let mut set = JoinSet::new();
@@ -210,12 +233,18 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunOutcome, RunError> {
     }
     not_started.extend(pending);
     for spec in &not_started {
-        let _ = tx.send(Event::TaskFinished(Box::new(unrun(spec, "not started: the run was interrupted"))));
+        let _ = tx.send(Event::TaskFinished(Box::new(unrun(
+            spec,
+            "not started: the run was interrupted",
+        ))));
     }
     while let Some(joined) = set.join_next_with_id().await {
         if let Err(e) = joined {
             if let Some(spec) = running.get(&e.id()) {
-                let _ = tx.send(Event::TaskFinished(Box::new(unrun(spec, &format!("internal error: the task failed: {e}")))));
+                let _ = tx.send(Event::TaskFinished(Box::new(unrun(
+                    spec,
+                    &format!("internal error: the task failed: {e}"),
+                ))));
             }
         }
     }
@@ -225,9 +254,18 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunOutcome, RunError> {
     drop(tx);
     drop(env);
     let complete = !drain.is_cancelled();
-    let mut summary = reporter.finish(if complete { "finished" } else { "interrupted" }).await?;
-    let order: HashMap<String, usize> = plan.tasks.iter().enumerate().map(|(i, t)| (t.id.clone(), i)).collect();
-    summary.rows.sort_by_key(|r| order.get(&r.task_id).copied().unwrap_or(usize::MAX));
+    let mut summary = reporter
+        .finish(if complete { "finished" } else { "interrupted" })
+        .await?;
+    let order: HashMap<String, usize> = plan
+        .tasks
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.id.clone(), i))
+        .collect();
+    summary
+        .rows
+        .sort_by_key(|r| order.get(&r.task_id).copied().unwrap_or(usize::MAX));
     Ok(RunOutcome { summary, complete })
 }
 

@@ -14,7 +14,9 @@ pub trait History {
 
 /// Checks the body of a Messages request. `version` is the anthropic-version header.
 pub fn check_request(body: &Value, version: &str, history: &dyn History) -> Result<(), String> {
-    let obj = body.as_object().ok_or("the request body must be a JSON object")?;
+    let obj = body
+        .as_object()
+        .ok_or("the request body must be a JSON object")?;
     match obj.get("model") {
         Some(Value::String(m)) if !m.is_empty() => {}
         _ => return Err("model: Field required".into()),
@@ -34,7 +36,10 @@ pub fn check_request(body: &Value, version: &str, history: &dyn History) -> Resu
         if th.get("type").and_then(Value::as_str) == Some("enabled") {
             let b = th.get("budget_tokens").and_then(Value::as_u64).unwrap_or(0);
             if b < 1024 {
-                return Err("thinking.enabled.budget_tokens: Input should be greater than or equal to 1024".into());
+                return Err(
+                    "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024"
+                        .into(),
+                );
             }
             if b >= max_tokens {
                 return Err("`max_tokens` must be greater than `thinking.budget_tokens`".into());
@@ -54,7 +59,9 @@ pub fn check_request(body: &Value, version: &str, history: &dyn History) -> Resu
 
 fn check_tools(tools: Option<&Value>) -> Result<(), String> {
     let Some(tools) = tools else { return Ok(()) };
-    let list = tools.as_array().ok_or("tools: Input should be a valid list")?;
+    let list = tools
+        .as_array()
+        .ok_or("tools: Input should be a valid list")?;
     let mut names = Vec::new();
     for (i, t) in list.iter().enumerate() {
         let name = t
@@ -63,13 +70,24 @@ fn check_tools(tools: Option<&Value>) -> Result<(), String> {
             .ok_or_else(|| format!("tools.{i}.name: Field required"))?;
         let valid = !name.is_empty()
             && name.len() <= 128
-            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
         if !valid {
-            return Err(format!("tools.{i}.name: String should match pattern '^[a-zA-Z0-9_-]{{1,128}}$'"));
+            return Err(format!(
+                "tools.{i}.name: String should match pattern '^[a-zA-Z0-9_-]{{1,128}}$'"
+            ));
         }
-        let is_server_tool = t.get("type").and_then(Value::as_str).is_some_and(|ty| ty != "custom");
-        if !is_server_tool && t.pointer("/input_schema/type").and_then(Value::as_str) != Some("object") {
-            return Err(format!("tools.{i}.input_schema.type: Input should be 'object'"));
+        let is_server_tool = t
+            .get("type")
+            .and_then(Value::as_str)
+            .is_some_and(|ty| ty != "custom");
+        if !is_server_tool
+            && t.pointer("/input_schema/type").and_then(Value::as_str) != Some("object")
+        {
+            return Err(format!(
+                "tools.{i}.input_schema.type: Input should be 'object'"
+            ));
         }
         if names.contains(&name) {
             return Err(format!("tools: Tool names must be unique (\"{name}\")"));
@@ -87,23 +105,37 @@ fn check_messages(messages: &[Value], history: &dyn History) -> Result<(), Strin
     let mut step = 0usize;
     for (i, m) in messages.iter().enumerate() {
         let role = m.get("role").and_then(Value::as_str).unwrap_or("");
-        let content = m.get("content").ok_or_else(|| format!("messages.{i}.content: Field required"))?;
+        let content = m
+            .get("content")
+            .ok_or_else(|| format!("messages.{i}.content: Field required"))?;
         if !content.is_string() && !content.is_array() {
-            return Err(format!("messages.{i}.content: Input should be a valid string or list"));
+            return Err(format!(
+                "messages.{i}.content: Input should be a valid string or list"
+            ));
         }
         match role {
             "user" if i == 0 => {}
             "user" => {}
-            "assistant" if i == 0 => return Err("messages.0.role: the first message must use the \"user\" role".into()),
+            "assistant" if i == 0 => {
+                return Err("messages.0.role: the first message must use the \"user\" role".into())
+            }
             "assistant" => {
                 check_assistant(i, step, content, history)?;
                 check_answer(i, content, messages.get(i + 1), history.sent(step).as_ref())?;
                 step += 1;
             }
-            other => return Err(format!("messages.{i}.role: Input should be 'user' or 'assistant', got \"{other}\"")),
+            other => {
+                return Err(format!(
+                    "messages.{i}.role: Input should be 'user' or 'assistant', got \"{other}\""
+                ))
+            }
         }
         if role == "user" {
-            let prev_calls = if i > 0 { tool_use_ids(&messages[i - 1]) } else { Vec::new() };
+            let prev_calls = if i > 0 {
+                tool_use_ids(&messages[i - 1])
+            } else {
+                Vec::new()
+            };
             for (j, b) in blocks(content).iter().enumerate() {
                 if b.get("type").and_then(Value::as_str) == Some("tool_result") {
                     let id = b.get("tool_use_id").and_then(Value::as_str).unwrap_or("");
@@ -131,13 +163,20 @@ fn tool_use_ids(m: &Value) -> Vec<String> {
 }
 
 /// A replayed assistant message must be what was sent, thinking signatures intact.
-fn check_assistant(i: usize, step: usize, content: &Value, history: &dyn History) -> Result<(), String> {
+fn check_assistant(
+    i: usize,
+    step: usize,
+    content: &Value,
+    history: &dyn History,
+) -> Result<(), String> {
     for (j, b) in blocks(content).iter().enumerate() {
         if b.get("type").and_then(Value::as_str) == Some("thinking") {
             let text = b.get("thinking").and_then(Value::as_str).unwrap_or("");
             let sig = b.get("signature").and_then(Value::as_str).unwrap_or("");
             if sig != signature(text) {
-                return Err(format!("messages.{i}.content.{j}: Invalid `signature` in `thinking` block"));
+                return Err(format!(
+                    "messages.{i}.content.{j}: Invalid `signature` in `thinking` block"
+                ));
             }
         }
     }
@@ -154,7 +193,12 @@ fn check_assistant(i: usize, step: usize, content: &Value, history: &dyn History
 /// What follows an assistant turn: after tool_use, one tool_result per call, first, in
 /// call order; after pause_turn, nothing (the paused turn is sent back as the last
 /// message).
-fn check_answer(i: usize, content: &Value, next: Option<&Value>, sent: Option<&SentTurn>) -> Result<(), String> {
+fn check_answer(
+    i: usize,
+    content: &Value,
+    next: Option<&Value>,
+    sent: Option<&SentTurn>,
+) -> Result<(), String> {
     let Some(next) = next else { return Ok(()) };
     if sent.is_some_and(|s| s.stop_reason == "pause_turn") {
         return Err(format!(
@@ -177,7 +221,11 @@ fn check_answer(i: usize, content: &Value, next: Option<&Value>, sent: Option<&S
         .filter_map(|b| b.get("tool_use_id").and_then(Value::as_str))
         .collect();
     if next.get("role").and_then(Value::as_str) != Some("user") || results.len() < calls.len() {
-        let missing: Vec<&str> = calls.iter().copied().filter(|c| !results.contains(c)).collect();
+        let missing: Vec<&str> = calls
+            .iter()
+            .copied()
+            .filter(|c| !results.contains(c))
+            .collect();
         return Err(format!(
             "messages.{}: `tool_use` ids were found without `tool_result` blocks immediately after: {}. Each `tool_use` block must have a corresponding `tool_result` block in the next message, before any other content.",
             i + 1,
@@ -185,7 +233,10 @@ fn check_answer(i: usize, content: &Value, next: Option<&Value>, sent: Option<&S
         ));
     }
     if results.len() > calls.len() {
-        return Err(format!("messages.{}: more `tool_result` blocks than `tool_use` blocks", i + 1));
+        return Err(format!(
+            "messages.{}: more `tool_result` blocks than `tool_use` blocks",
+            i + 1
+        ));
     }
     if results != calls {
         return Err(format!(
@@ -236,7 +287,9 @@ mod tests {
             {"role": "assistant", "content": tool_turn()},
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "a", "content": "1"}]}
         ]));
-        assert!(check_request(&missing, "2023-06-01", &h).unwrap_err().contains("without `tool_result`"));
+        assert!(check_request(&missing, "2023-06-01", &h)
+            .unwrap_err()
+            .contains("without `tool_result`"));
         let text_first = req(json!([
             {"role": "user", "content": "hi"},
             {"role": "assistant", "content": tool_turn()},
@@ -252,33 +305,63 @@ mod tests {
                 {"type": "tool_result", "tool_use_id": "b", "content": "2"},
                 {"type": "tool_result", "tool_use_id": "a", "content": "1"}]}
         ]));
-        assert!(check_request(&swapped, "2023-06-01", &h).unwrap_err().contains("order"));
+        assert!(check_request(&swapped, "2023-06-01", &h)
+            .unwrap_err()
+            .contains("order"));
     }
 
     #[test]
     fn replayed_turns_must_match_and_keep_signatures() {
         let content = json!([{"type": "thinking", "thinking": "hm", "signature": signature("hm")}, {"type": "text", "text": "x"}]);
         let mut h = Map::default();
-        h.0.insert(0, SentTurn { content: content.clone(), stop_reason: "end_turn".into() });
-        let good = req(json!([{"role": "user", "content": "hi"}, {"role": "assistant", "content": content}, {"role": "user", "content": "more"}]));
+        h.0.insert(
+            0,
+            SentTurn {
+                content: content.clone(),
+                stop_reason: "end_turn".into(),
+            },
+        );
+        let good = req(
+            json!([{"role": "user", "content": "hi"}, {"role": "assistant", "content": content}, {"role": "user", "content": "more"}]),
+        );
         assert_eq!(check_request(&good, "2023-06-01", &h), Ok(()));
         let forged = json!([{"type": "thinking", "thinking": "hm!", "signature": signature("hm")}, {"type": "text", "text": "x"}]);
-        let bad = req(json!([{"role": "user", "content": "hi"}, {"role": "assistant", "content": forged}, {"role": "user", "content": "more"}]));
-        assert!(check_request(&bad, "2023-06-01", &h).unwrap_err().contains("signature"));
+        let bad = req(
+            json!([{"role": "user", "content": "hi"}, {"role": "assistant", "content": forged}, {"role": "user", "content": "more"}]),
+        );
+        assert!(check_request(&bad, "2023-06-01", &h)
+            .unwrap_err()
+            .contains("signature"));
         let edited = json!([{"type": "thinking", "thinking": "hm", "signature": signature("hm")}, {"type": "text", "text": "x "}]);
-        let bad = req(json!([{"role": "user", "content": "hi"}, {"role": "assistant", "content": edited}, {"role": "user", "content": "more"}]));
-        assert!(check_request(&bad, "2023-06-01", &h).unwrap_err().contains("differs"));
+        let bad = req(
+            json!([{"role": "user", "content": "hi"}, {"role": "assistant", "content": edited}, {"role": "user", "content": "more"}]),
+        );
+        assert!(check_request(&bad, "2023-06-01", &h)
+            .unwrap_err()
+            .contains("differs"));
     }
 
     #[test]
     fn pause_turn_must_be_sent_back_last() {
         let mut h = Map::default();
         let content = json!([{"type": "text", "text": "working"}]);
-        h.0.insert(0, SentTurn { content: content.clone(), stop_reason: "pause_turn".into() });
-        let cont = req(json!([{"role": "user", "content": "hi"}, {"role": "assistant", "content": content}]));
+        h.0.insert(
+            0,
+            SentTurn {
+                content: content.clone(),
+                stop_reason: "pause_turn".into(),
+            },
+        );
+        let cont = req(
+            json!([{"role": "user", "content": "hi"}, {"role": "assistant", "content": content}]),
+        );
         assert_eq!(check_request(&cont, "2023-06-01", &h), Ok(()));
-        let nudged = req(json!([{"role": "user", "content": "hi"}, {"role": "assistant", "content": content}, {"role": "user", "content": "continue"}]));
-        assert!(check_request(&nudged, "2023-06-01", &h).unwrap_err().contains("pause_turn"));
+        let nudged = req(
+            json!([{"role": "user", "content": "hi"}, {"role": "assistant", "content": content}, {"role": "user", "content": "continue"}]),
+        );
+        assert!(check_request(&nudged, "2023-06-01", &h)
+            .unwrap_err()
+            .contains("pause_turn"));
     }
 
     #[test]
@@ -287,13 +370,21 @@ mod tests {
         let mut r = req(json!([{"role": "user", "content": "hi"}]));
         r["temperature"] = json!(0.5);
         assert_eq!(check_request(&r, "2023-06-01", &h), Ok(()));
-        assert!(check_request(&r, "2026-10-21", &h).unwrap_err().contains("Extra inputs"));
+        assert!(check_request(&r, "2026-10-21", &h)
+            .unwrap_err()
+            .contains("Extra inputs"));
         let mut r = req(json!([{"role": "user", "content": "hi"}]));
         r["tools"] = json!([{"name": "bad name", "input_schema": {"type": "object"}}]);
         assert!(check_request(&r, "2023-06-01", &h).is_err());
         let r = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
-        assert!(check_request(&r, "2023-06-01", &h).unwrap_err().contains("max_tokens"));
-        let r = req(json!([{"role": "user", "content": "hi"}, {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "zz", "content": "?"}]}]));
-        assert!(check_request(&r, "2023-06-01", &h).unwrap_err().contains("unexpected `tool_use_id`"));
+        assert!(check_request(&r, "2023-06-01", &h)
+            .unwrap_err()
+            .contains("max_tokens"));
+        let r = req(
+            json!([{"role": "user", "content": "hi"}, {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "zz", "content": "?"}]}]),
+        );
+        assert!(check_request(&r, "2023-06-01", &h)
+            .unwrap_err()
+            .contains("unexpected `tool_use_id`"));
     }
 }

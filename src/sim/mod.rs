@@ -52,6 +52,9 @@ pub struct RecordedRequest {
     pub status: u16,
     /// The error message when the simulator refused the request or played a fault.
     pub error: Option<String>,
+    /// The message the simulator rendered for a 200 answer (before any scripted body
+    /// damage), so tests can check replays and usage against it.
+    pub response: Option<Value>,
 }
 
 type Key = (String, usize);
@@ -76,7 +79,9 @@ struct ConversationHistory<'a> {
 
 impl History for ConversationHistory<'_> {
     fn sent(&self, step: usize) -> Option<SentTurn> {
-        lock(&self.state.sent).get(&(self.key.to_string(), step)).cloned()
+        lock(&self.state.sent)
+            .get(&(self.key.to_string(), step))
+            .cloned()
     }
 }
 
@@ -110,7 +115,11 @@ impl Sim {
             // through failed requests.
             let _ = axum::serve(listener, app).await;
         });
-        Ok(Sim { addr, state, server })
+        Ok(Sim {
+            addr,
+            state,
+            server,
+        })
     }
 
     /// Starts a simulator on a free port of 127.0.0.1.
@@ -143,7 +152,11 @@ impl Sim {
     }
 }
 
-async fn default_messages(State(state): State<Arc<SimState>>, headers: HeaderMap, body: Bytes) -> Response {
+async fn default_messages(
+    State(state): State<Arc<SimState>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     messages(state, String::new(), headers, body).await
 }
 
@@ -161,10 +174,22 @@ async fn requests(State(state): State<Arc<SimState>>) -> Json<Vec<RecordedReques
 }
 
 async fn not_found() -> Response {
-    error_response(StatusCode::NOT_FOUND, "not_found_error", "Not found: the simulator serves POST /v1/messages and POST /t/{key}/v1/messages", "req_sim_404", &[])
+    error_response(
+        StatusCode::NOT_FOUND,
+        "not_found_error",
+        "Not found: the simulator serves POST /v1/messages and POST /t/{key}/v1/messages",
+        "req_sim_404",
+        &[],
+    )
 }
 
-fn error_response(status: StatusCode, error_type: &str, message: &str, request_id: &str, extra: &[(&'static str, String)]) -> Response {
+fn error_response(
+    status: StatusCode,
+    error_type: &str,
+    message: &str,
+    request_id: &str,
+    extra: &[(&'static str, String)],
+) -> Response {
     let mut resp = (status, Json(error_body(error_type, message, request_id))).into_response();
     let h = resp.headers_mut();
     if let Ok(v) = HeaderValue::from_str(request_id) {
@@ -194,7 +219,10 @@ fn recorded_headers(headers: &HeaderMap) -> BTreeMap<String, String> {
 }
 
 async fn messages(state: Arc<SimState>, key: String, headers: HeaderMap, body: Bytes) -> Response {
-    let request_id = format!("req_sim_{:06}", state.request_ids.fetch_add(1, Ordering::Relaxed) + 1);
+    let request_id = format!(
+        "req_sim_{:06}",
+        state.request_ids.fetch_add(1, Ordering::Relaxed) + 1
+    );
     let parsed: Result<Value, _> = serde_json::from_slice(&body);
     let mut rec = RecordedRequest {
         key: key.clone(),
@@ -206,8 +234,18 @@ async fn messages(state: Arc<SimState>, key: String, headers: HeaderMap, body: B
         },
         status: 200,
         error: None,
+        response: None,
     };
-    let outcome = answer(&state, &key, &headers, parsed, body.len(), &request_id, &mut rec).await;
+    let outcome = answer(
+        &state,
+        &key,
+        &headers,
+        parsed,
+        body.len(),
+        &request_id,
+        &mut rec,
+    )
+    .await;
     let resp = match outcome {
         Ok(resp) => resp,
         Err((status, error_type, message)) => {
@@ -233,17 +271,33 @@ async fn answer(
 ) -> Result<Response, Refusal> {
     let header = |n: &str| headers.get(n).and_then(|v| v.to_str().ok()).unwrap_or("");
     if header("x-api-key").is_empty() && header("authorization").is_empty() {
-        return Err((StatusCode::UNAUTHORIZED, "authentication_error", "x-api-key header is required".into()));
+        return Err((
+            StatusCode::UNAUTHORIZED,
+            "authentication_error",
+            "x-api-key header is required".into(),
+        ));
     }
     let version = header("anthropic-version").to_string();
     if version.is_empty() {
-        return Err((StatusCode::BAD_REQUEST, "invalid_request_error", "anthropic-version: header is required".into()));
+        return Err((
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "anthropic-version: header is required".into(),
+        ));
     }
     if !header("content-type").starts_with("application/json") {
-        return Err((StatusCode::BAD_REQUEST, "invalid_request_error", "content-type must be application/json".into()));
+        return Err((
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "content-type must be application/json".into(),
+        ));
     }
     let request = parsed.map_err(|e| {
-        (StatusCode::BAD_REQUEST, "invalid_request_error", format!("The request body is not valid JSON: {e}"))
+        (
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            format!("The request body is not valid JSON: {e}"),
+        )
     })?;
     let script = lock(&state.scripts).get(key).cloned().ok_or_else(|| {
         (
@@ -284,14 +338,22 @@ async fn answer(
     }
     if let Some(fault) = turn.faults.get(attempt) {
         rec.status = fault.status.unwrap_or(200);
-        rec.error = Some(format!("scripted fault {} of {}", attempt + 1, turn.faults.len()));
+        rec.error = Some(format!(
+            "scripted fault {} of {}",
+            attempt + 1,
+            turn.faults.len()
+        ));
         return Ok(play_fault(fault, request_id));
     }
     let msg = render(turn, &request, body_len, key, step);
     lock(&state.sent).insert(
         (key.to_string(), step),
-        SentTurn { content: msg["content"].clone(), stop_reason: msg["stop_reason"].as_str().unwrap_or("").to_string() },
+        SentTurn {
+            content: msg["content"].clone(),
+            stop_reason: msg["stop_reason"].as_str().unwrap_or("").to_string(),
+        },
     );
+    rec.response = Some(msg.clone());
     let mut bytes = match &turn.raw_body {
         Some(raw) => raw.clone().into_bytes(),
         None => serde_json::to_vec(&msg).unwrap_or_default(),
@@ -322,19 +384,31 @@ fn slow_body(bytes: Vec<u8>, delay: Duration) -> Body {
 
 fn play_fault(fault: &Fault, request_id: &str) -> Response {
     if fault.disconnect {
-        let half = Bytes::from_static(b"{\"id\":\"msg_sim\",\"type\":\"message\",\"content\":[{\"type\":\"te");
+        let half = Bytes::from_static(
+            b"{\"id\":\"msg_sim\",\"type\":\"message\",\"content\":[{\"type\":\"te",
+        );
         let stream = futures::stream::iter(vec![
             Ok(half),
-            Err(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "simulated disconnect")),
+            Err(std::io::Error::new(
+                std::io::ErrorKind::ConnectionReset,
+                "simulated disconnect",
+            )),
         ]);
         let mut resp = Response::new(Body::from_stream(stream));
-        resp.headers_mut().insert("content-type", HeaderValue::from_static("application/json"));
+        resp.headers_mut()
+            .insert("content-type", HeaderValue::from_static("application/json"));
         return resp;
     }
     let status = fault.status.unwrap_or(500);
     let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let error_type = fault.error_type.as_deref().unwrap_or(default_error_type(status));
-    let message = fault.message.clone().unwrap_or_else(|| format!("simulated {status} {error_type}"));
+    let error_type = fault
+        .error_type
+        .as_deref()
+        .unwrap_or(default_error_type(status));
+    let message = fault
+        .message
+        .clone()
+        .unwrap_or_else(|| format!("simulated {status} {error_type}"));
     let mut extra = Vec::new();
     if let Some(wait) = fault.retry_after {
         extra.push(("retry-after", wait.0.as_secs_f64().ceil().to_string()));

@@ -19,12 +19,19 @@ fn digest(parts: &[&str]) -> u64 {
 /// The signature the simulator gives a thinking block; a changed text or signature no
 /// longer matches, which is how the real API catches edited thinking.
 pub fn signature(thinking: &str) -> String {
-    format!("sim-sig-{:016x}{:016x}", digest(&[thinking]), digest(&[thinking, "2"]))
+    format!(
+        "sim-sig-{:016x}{:016x}",
+        digest(&[thinking]),
+        digest(&[thinking, "2"])
+    )
 }
 
 /// The text of the first tool result in the request's last message, for `{{tool_result}}`.
 fn last_tool_result(request: &Value) -> String {
-    let last = request.get("messages").and_then(Value::as_array).and_then(|m| m.last());
+    let last = request
+        .get("messages")
+        .and_then(Value::as_array)
+        .and_then(|m| m.last());
     let Some(blocks) = last.and_then(|m| m["content"].as_array()) else {
         return String::new();
     };
@@ -32,7 +39,11 @@ fn last_tool_result(request: &Value) -> String {
         if b.get("type").and_then(Value::as_str) == Some("tool_result") {
             return match &b["content"] {
                 Value::String(s) => s.clone(),
-                Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect::<Vec<_>>().join(" "),
+                Value::Array(parts) => parts
+                    .iter()
+                    .filter_map(|p| p["text"].as_str())
+                    .collect::<Vec<_>>()
+                    .join(" "),
                 _ => String::new(),
             };
         }
@@ -42,7 +53,13 @@ fn last_tool_result(request: &Value) -> String {
 
 /// A response message for `turn`, given the request (for `{{tool_result}}`, max_tokens
 /// and the input token count) and a conversation key and step (for stable ids).
-pub fn render(turn: &ScriptTurn, request: &Value, request_bytes: usize, key: &str, step: usize) -> Value {
+pub fn render(
+    turn: &ScriptTurn,
+    request: &Value,
+    request_bytes: usize,
+    key: &str,
+    step: usize,
+) -> Value {
     let step_s = step.to_string();
     let mut content = Vec::with_capacity(turn.content.len());
     let mut has_tool_use = false;
@@ -56,7 +73,9 @@ pub fn render(turn: &ScriptTurn, request: &Value, request_bytes: usize, key: &st
                 };
                 json!({"type": "text", "text": text})
             }
-            Block::Thinking(t) => json!({"type": "thinking", "thinking": t, "signature": signature(t)}),
+            Block::Thinking(t) => {
+                json!({"type": "thinking", "thinking": t, "signature": signature(t)})
+            }
             Block::RedactedThinking(d) => json!({"type": "redacted_thinking", "data": d}),
             Block::ToolUse(u) => {
                 has_tool_use = true;
@@ -69,17 +88,28 @@ pub fn render(turn: &ScriptTurn, request: &Value, request_bytes: usize, key: &st
         });
     }
     let content = Value::Array(content);
-    let mut stop_reason = turn
-        .stop_reason
-        .clone()
-        .unwrap_or_else(|| if has_tool_use { "tool_use".into() } else { "end_turn".into() });
+    let mut stop_reason = turn.stop_reason.clone().unwrap_or_else(|| {
+        if has_tool_use {
+            "tool_use".into()
+        } else {
+            "end_turn".into()
+        }
+    });
     let usage = turn.usage.clone().unwrap_or_default();
     let prompt = (request_bytes as u64).div_ceil(4);
     let cache_read = usage.cache_read_input_tokens.unwrap_or(0).min(prompt);
-    let cache_write = usage.cache_creation_input_tokens.unwrap_or(0).min(prompt - cache_read);
-    let estimated_output = (serde_json::to_vec(&content).map_or(0, |b| b.len()) as u64).div_ceil(4).max(1);
+    let cache_write = usage
+        .cache_creation_input_tokens
+        .unwrap_or(0)
+        .min(prompt - cache_read);
+    let estimated_output = (serde_json::to_vec(&content).map_or(0, |b| b.len()) as u64)
+        .div_ceil(4)
+        .max(1);
     let mut output = usage.output_tokens.unwrap_or(estimated_output);
-    let max_tokens = request.get("max_tokens").and_then(Value::as_u64).unwrap_or(u64::MAX);
+    let max_tokens = request
+        .get("max_tokens")
+        .and_then(Value::as_u64)
+        .unwrap_or(u64::MAX);
     if output > max_tokens {
         output = max_tokens;
         stop_reason = "max_tokens".into();
@@ -135,25 +165,41 @@ mod tests {
     use crate::sim::script::{ToolUseScript, UsageScript};
 
     fn turn(content: Vec<Block>) -> ScriptTurn {
-        ScriptTurn { content, ..Default::default() }
+        ScriptTurn {
+            content,
+            ..Default::default()
+        }
     }
 
     #[test]
     fn renders_stable_ids_and_default_stop() {
-        let t = turn(vec![Block::Text("hi".into()), Block::ToolUse(ToolUseScript { name: "get_time".into(), input: json!({}), id: None })]);
+        let t = turn(vec![
+            Block::Text("hi".into()),
+            Block::ToolUse(ToolUseScript {
+                name: "get_time".into(),
+                input: json!({}),
+                id: None,
+            }),
+        ]);
         let req = json!({"model": "m", "max_tokens": 100, "messages": []});
         let a = render(&t, &req, 400, "k", 0);
         let b = render(&t, &req, 400, "k", 0);
         assert_eq!(a, b);
         assert_eq!(a["stop_reason"], "tool_use");
         assert_eq!(a["usage"]["input_tokens"], 100);
-        assert_ne!(render(&t, &req, 400, "k", 1)["content"][1]["id"], a["content"][1]["id"]);
+        assert_ne!(
+            render(&t, &req, 400, "k", 1)["content"][1]["id"],
+            a["content"][1]["id"]
+        );
     }
 
     #[test]
     fn output_is_capped_at_max_tokens() {
         let mut t = turn(vec![Block::Text("long".into())]);
-        t.usage = Some(UsageScript { output_tokens: Some(5000), ..Default::default() });
+        t.usage = Some(UsageScript {
+            output_tokens: Some(5000),
+            ..Default::default()
+        });
         let req = json!({"model": "m", "max_tokens": 1000, "messages": []});
         let r = render(&t, &req, 40, "k", 0);
         assert_eq!(r["stop_reason"], "max_tokens");
@@ -165,6 +211,9 @@ mod tests {
         let t = turn(vec![Block::Text("It is {{tool_result}}.".into())]);
         let req = json!({"model": "m", "max_tokens": 100, "messages": [
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "x", "content": "noon"}]}]});
-        assert_eq!(render(&t, &req, 100, "k", 1)["content"][0]["text"], "It is noon.");
+        assert_eq!(
+            render(&t, &req, 100, "k", 1)["content"][0]["text"],
+            "It is noon."
+        );
     }
 }

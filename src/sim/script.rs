@@ -173,8 +173,8 @@ impl Script {
                 match (f.status, f.disconnect) {
                     (None, false) => {
                         return Err(format!(
-                            "turns[{i}].faults: a fault needs `status: <code>` or `disconnect: true`"
-                        ))
+                        "turns[{i}].faults: a fault needs `status: <code>` or `disconnect: true`"
+                    ))
                     }
                     (Some(s), _) if !(400..=599).contains(&s) => {
                         return Err(format!(

@@ -33,7 +33,10 @@ impl Tool for GetTime {
 
     fn call(&self, input: Value) -> BoxFuture<'_, Result<String, String>> {
         Box::pin(async move {
-            let tz = input.get("timezone").and_then(Value::as_str).unwrap_or("UTC");
+            let tz = input
+                .get("timezone")
+                .and_then(Value::as_str)
+                .unwrap_or("UTC");
             let now = Utc::now();
             if tz.eq_ignore_ascii_case("utc") || tz == "Z" {
                 return Ok(now.to_rfc3339_opts(SecondsFormat::Secs, true));
@@ -41,7 +44,9 @@ impl Tool for GetTime {
             let offset = parse_offset(tz).ok_or_else(|| {
                 format!("unknown timezone \"{tz}\": use \"UTC\" or an offset such as \"+02:00\"")
             })?;
-            Ok(now.with_timezone(&offset).to_rfc3339_opts(SecondsFormat::Secs, false))
+            Ok(now
+                .with_timezone(&offset)
+                .to_rfc3339_opts(SecondsFormat::Secs, false))
         })
     }
 }

@@ -71,7 +71,9 @@ impl Registry {
         let name = tool.name().to_string();
         let valid = !name.is_empty()
             && name.len() <= 64
-            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
         if !valid {
             return Err(RegistryError::BadName(name));
         }
@@ -80,11 +82,24 @@ impl Registry {
         }
         let schema = tool.input_schema();
         if schema.get("type").and_then(Value::as_str) != Some("object") {
-            return Err(RegistryError::BadSchema { name, detail: "the schema's type must be \"object\"".into() });
+            return Err(RegistryError::BadSchema {
+                name,
+                detail: "the schema's type must be \"object\"".into(),
+            });
         }
-        let validator = jsonschema::validator_for(&schema)
-            .map_err(|e| RegistryError::BadSchema { name: name.clone(), detail: e.to_string() })?;
-        self.tools.insert(name, Entry { tool, schema, validator: Arc::new(validator) });
+        let validator =
+            jsonschema::validator_for(&schema).map_err(|e| RegistryError::BadSchema {
+                name: name.clone(),
+                detail: e.to_string(),
+            })?;
+        self.tools.insert(
+            name,
+            Entry {
+                tool,
+                schema,
+                validator: Arc::new(validator),
+            },
+        );
         Ok(())
     }
 
@@ -99,7 +114,12 @@ impl Registry {
     /// The tools a task declares. Unknown names are skipped here; the job check refuses
     /// them before anything runs.
     pub fn toolset(&self, names: &[String]) -> Toolset {
-        Toolset { tools: names.iter().filter_map(|n| self.tools.get(n).cloned()).collect() }
+        Toolset {
+            tools: names
+                .iter()
+                .filter_map(|n| self.tools.get(n).cloned())
+                .collect(),
+        }
     }
 }
 
@@ -129,22 +149,34 @@ impl Toolset {
     }
 
     pub fn names(&self) -> Vec<String> {
-        self.tools.iter().map(|e| e.tool.name().to_string()).collect()
+        self.tools
+            .iter()
+            .map(|e| e.tool.name().to_string())
+            .collect()
     }
 
     /// Runs one call; every path ends in one result carrying the call's id.
     pub async fn dispatch(&self, call: &ToolCall) -> Dispatched {
         let started = Instant::now();
-        let done = |content: String, is_error: bool, decision: &'static str, rule: String| Dispatched {
-            result: ToolResult { id: call.id.clone(), content, is_error },
-            decision,
-            rule,
-            ms: started.elapsed().as_millis() as u64,
-        };
+        let done =
+            |content: String, is_error: bool, decision: &'static str, rule: String| Dispatched {
+                result: ToolResult {
+                    id: call.id.clone(),
+                    content,
+                    is_error,
+                },
+                decision,
+                rule,
+                ms: started.elapsed().as_millis() as u64,
+            };
         let Some(entry) = self.tools.iter().find(|e| e.tool.name() == call.name) else {
             let names = self.names().join(", ");
             return done(
-                format!("Error: unknown tool \"{}\". Available tools: {}.", call.name, if names.is_empty() { "none" } else { &names }),
+                format!(
+                    "Error: unknown tool \"{}\". Available tools: {}.",
+                    call.name,
+                    if names.is_empty() { "none" } else { &names }
+                ),
                 true,
                 "deny",
                 "not declared for this task".into(),
@@ -157,7 +189,15 @@ impl Toolset {
             .take(5)
             .map(|e| {
                 let at = e.instance_path().to_string();
-                format!("{}: {}", if at.is_empty() { "input".to_string() } else { at }, e)
+                format!(
+                    "{}: {}",
+                    if at.is_empty() {
+                        "input".to_string()
+                    } else {
+                        at
+                    },
+                    e
+                )
             })
             .collect();
         if !problems.is_empty() {
@@ -177,7 +217,11 @@ impl Toolset {
             Ok(Ok(out)) => done(out, false, "allow", rule),
             Ok(Err(msg)) => done(format!("Error: {msg}"), true, "allow", rule),
             Err(_) => done(
-                format!("Error: tool \"{}\" did not finish within {}", call.name, humantime::format_duration(timeout)),
+                format!(
+                    "Error: tool \"{}\" did not finish within {}",
+                    call.name,
+                    humantime::format_duration(timeout)
+                ),
                 true,
                 "allow",
                 rule,
@@ -191,13 +235,19 @@ mod tests {
     use super::*;
 
     fn call(name: &str, input: Value) -> ToolCall {
-        ToolCall { id: "toolu_1".into(), name: name.into(), input }
+        ToolCall {
+            id: "toolu_1".into(),
+            name: name.into(),
+            input,
+        }
     }
 
     #[tokio::test]
     async fn dispatch_answers_every_path_with_the_call_id() {
         let set = Registry::builtin().toolset(&["get_time".to_string()]);
-        let ok = set.dispatch(&call("get_time", json!({"timezone": "UTC"}))).await;
+        let ok = set
+            .dispatch(&call("get_time", json!({"timezone": "UTC"})))
+            .await;
         assert!(!ok.result.is_error, "{}", ok.result.content);
         assert_eq!(ok.result.id, "toolu_1");
 
@@ -206,11 +256,19 @@ mod tests {
         assert_eq!(unknown.decision, "deny");
         assert!(unknown.result.content.contains("get_time"));
 
-        let bad = set.dispatch(&call("get_time", json!({"timezone": 5}))).await;
+        let bad = set
+            .dispatch(&call("get_time", json!({"timezone": 5})))
+            .await;
         assert!(bad.result.is_error);
-        assert!(bad.result.content.contains("/timezone"), "{}", bad.result.content);
+        assert!(
+            bad.result.content.contains("/timezone"),
+            "{}",
+            bad.result.content
+        );
 
-        let failed = set.dispatch(&call("get_time", json!({"timezone": "Mars/Olympus"}))).await;
+        let failed = set
+            .dispatch(&call("get_time", json!({"timezone": "Mars/Olympus"})))
+            .await;
         assert!(failed.result.is_error);
         assert_eq!(failed.decision, "allow");
     }
@@ -241,8 +299,14 @@ mod tests {
     async fn tool_timeout_is_an_error_result() {
         let mut r = Registry::builtin();
         r.register(Arc::new(Slow)).unwrap();
-        assert!(matches!(r.register(Arc::new(Slow)), Err(RegistryError::Duplicate(_))));
-        let d = r.toolset(&["slow".into()]).dispatch(&call("slow", json!({}))).await;
+        assert!(matches!(
+            r.register(Arc::new(Slow)),
+            Err(RegistryError::Duplicate(_))
+        ));
+        let d = r
+            .toolset(&["slow".into()])
+            .dispatch(&call("slow", json!({})))
+            .await;
         assert!(d.result.is_error);
         assert!(d.result.content.contains("did not finish"));
     }

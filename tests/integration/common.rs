@@ -1,0 +1,146 @@
+//! Shared helpers: write a job into a temporary folder, run it against a simulator the
+//! test owns (so its request log can be inspected), read the reports back.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use agentbatch::job;
+use agentbatch::report::ProgressMode;
+use agentbatch::run::{self, RunOptions, RunOutcome};
+use agentbatch::sim::{RecordedRequest, Sim};
+use agentbatch::tools::Registry;
+use serde_json::Value;
+
+pub struct Case {
+    pub dir: tempfile::TempDir,
+}
+
+pub struct Ran {
+    pub outcome: RunOutcome,
+    pub sim: Arc<Sim>,
+    pub dir: PathBuf,
+}
+
+impl Case {
+    pub fn new() -> Case {
+        Case {
+            dir: tempfile::tempdir().expect("temp dir"),
+        }
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    pub fn write(&self, rel: &str, text: &str) -> PathBuf {
+        let p = self.path(rel);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent).expect("mkdir");
+        }
+        std::fs::write(&p, text).expect("write");
+        p
+    }
+
+    pub async fn run(&self, job_yaml: &str) -> Ran {
+        self.run_with(job_yaml, Registry::builtin()).await
+    }
+
+    pub async fn run_with(&self, job_yaml: &str, registry: Registry) -> Ran {
+        let path = self.write("job.yaml", job_yaml);
+        let plan = job::load(&path, &registry).unwrap_or_else(|e| panic!("job should load:\n{e}"));
+        let sim = Arc::new(Sim::start_local().await.expect("sim starts"));
+        let mut opts = RunOptions::new(self.path("reports"));
+        opts.run_id = Some("r1".into());
+        opts.progress = ProgressMode::Quiet;
+        opts.registry = Arc::new(registry);
+        opts.sim = Some(sim.clone());
+        let outcome = run::run(plan, opts).await.expect("run finishes");
+        Ran {
+            outcome,
+            sim,
+            dir: self.path("reports/r1"),
+        }
+    }
+}
+
+/// A job with the usual defaults (simulator, Sonnet 4.5 prices, get_time) and the given
+/// task list (YAML, indented by two spaces).
+/// `extra_defaults` lines (indented by two spaces) replace the usual ones of the same key.
+pub fn job(extra_defaults: &str, tasks: &str) -> String {
+    let base = [
+        "  provider: sim\n",
+        "  model: claude-sonnet-4-5\n",
+        "  max_tokens: 1024\n",
+        "  tools: [get_time]\n",
+    ];
+    let overridden = |line: &str| {
+        let key = line.split(':').next().unwrap_or_default();
+        extra_defaults
+            .lines()
+            .any(|l| l.split(':').next() == Some(key))
+    };
+    let defaults: String = base.iter().filter(|l| !overridden(l)).copied().collect();
+    format!("name: test\nconcurrency: 4\ndefaults:\n{defaults}{extra_defaults}tasks:\n{tasks}")
+}
+
+pub fn read_csv(path: &Path) -> Vec<HashMap<String, String>> {
+    let mut r = csv::Reader::from_path(path).expect("results.csv opens");
+    let headers = r.headers().expect("header row").clone();
+    r.records()
+        .map(|rec| {
+            let rec = rec.expect("row parses");
+            headers
+                .iter()
+                .zip(rec.iter())
+                .map(|(h, v)| (h.to_string(), v.to_string()))
+                .collect()
+        })
+        .collect()
+}
+
+impl Ran {
+    pub fn rows(&self) -> Vec<HashMap<String, String>> {
+        read_csv(&self.dir.join("results.csv"))
+    }
+
+    pub fn row(&self, task: &str) -> HashMap<String, String> {
+        self.rows()
+            .into_iter()
+            .find(|r| r["task_id"] == task)
+            .unwrap_or_else(|| panic!("no row for {task}"))
+    }
+
+    pub fn stop(&self, task: &str) -> String {
+        self.row(task)["stop_reason"].clone()
+    }
+
+    pub fn transcript(&self, task: &str) -> Vec<Value> {
+        let text = std::fs::read_to_string(self.dir.join(format!("transcripts/{task}.jsonl")))
+            .expect("transcript");
+        text.lines()
+            .map(|l| serde_json::from_str(l).expect("transcript line is JSON"))
+            .collect()
+    }
+
+    pub fn events(&self, task: &str, kind: &str) -> Vec<Value> {
+        self.transcript(task)
+            .into_iter()
+            .filter(|e| e["event"] == kind)
+            .collect()
+    }
+
+    pub fn requests(&self, task: &str) -> Vec<RecordedRequest> {
+        self.sim
+            .requests()
+            .into_iter()
+            .filter(|r| r.key == task)
+            .collect()
+    }
+}
+
+pub fn num(row: &HashMap<String, String>, col: &str) -> u64 {
+    row[col]
+        .parse()
+        .unwrap_or_else(|_| panic!("{col} = {:?} is not a count", row[col]))
+}

@@ -1,0 +1,277 @@
+//! Every stop reason a limit or the model can cause, and no limit overshot even by one
+//! request (checked against what the simulator itself saw and billed).
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use agentbatch::govern::pricing;
+use agentbatch::model::Usage;
+use agentbatch::tools::{Registry, Tool};
+use futures::future::BoxFuture;
+use rust_decimal::Decimal;
+use serde_json::{json, Value};
+
+use crate::common::{job, num, Case};
+
+const TOOL_LOOP: &str = "      repeat_last: true\n      turns:\n        - content: [ { text: \"again\" }, { tool_use: { name: get_time, input: {} } } ]\n";
+
+/// What the simulator reported as usage, per answered request.
+fn sim_usage(ran: &crate::common::Ran, task: &str) -> Vec<Usage> {
+    ran.requests(task)
+        .iter()
+        .filter(|r| r.status == 200)
+        .filter_map(|r| r.response.as_ref())
+        .map(|m| {
+            let u = &m["usage"];
+            Usage {
+                input_tokens: u["input_tokens"].as_u64().unwrap(),
+                output_tokens: u["output_tokens"].as_u64().unwrap(),
+                cache_read_tokens: u["cache_read_input_tokens"].as_u64().unwrap(),
+                cache_write_tokens: u["cache_creation_input_tokens"].as_u64().unwrap(),
+                cache_write_1h_tokens: 0,
+            }
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn completed_with_a_tool_round_trip() {
+    let case = Case::new();
+    let ran = case
+        .run(&job(
+            "",
+            "  - id: t\n    prompt: What time is it?\n    sim:\n      turns:\n        - content: [ { tool_use: { name: get_time, input: { timezone: UTC } } } ]\n        - content: [ { text: \"It is {{tool_result}}.\" } ]\n",
+        ))
+        .await;
+    let row = ran.row("t");
+    assert_eq!(row["stop_reason"], "completed");
+    assert_eq!(row["outcome"], "unchecked");
+    assert_eq!(num(&row, "turns"), 2);
+    assert_eq!(num(&row, "tool_calls"), 1);
+    assert_eq!(num(&row, "tool_errors"), 0);
+    let last = ran.requests("t").pop().unwrap().response.unwrap();
+    let text = last["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.starts_with("It is 20") && text.ends_with("Z."),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn max_turns_sends_exactly_that_many_requests() {
+    let case = Case::new();
+    let ran = case
+        .run(&job(
+            "  limits: { max_turns: 3 }\n",
+            &format!("  - id: t\n    prompt: loop\n    sim:\n{TOOL_LOOP}"),
+        ))
+        .await;
+    assert_eq!(ran.stop("t"), "max_turns");
+    assert_eq!(ran.requests("t").len(), 3);
+    assert_eq!(num(&ran.row("t"), "turns"), 3);
+    assert_eq!(num(&ran.row("t"), "tool_calls"), 3);
+}
+
+#[tokio::test]
+async fn output_token_budget_shrinks_requests_and_is_never_exceeded() {
+    let case = Case::new();
+    let ran = case
+        .run(&job(
+            "  limits: { max_output_tokens: 2500, min_max_tokens: 800 }\n",
+            "  - id: t\n    prompt: loop\n    sim:\n      repeat_last: true\n      turns:\n        - content: [ { tool_use: { name: get_time, input: {} } } ]\n          usage: { output_tokens: 900 }\n  - id: shrunk\n    prompt: loop\n    limits: { min_max_tokens: 100 }\n    sim:\n      repeat_last: true\n      turns:\n        - content: [ { tool_use: { name: get_time, input: {} } } ]\n          usage: { output_tokens: 900 }\n",
+        ))
+        .await;
+    // 900 + 900 used, 700 left is below the 800-token minimum request: stop.
+    assert_eq!(ran.stop("t"), "token_limit");
+    let sent: Vec<u64> = ran
+        .requests("t")
+        .iter()
+        .map(|r| r.body["max_tokens"].as_u64().unwrap())
+        .collect();
+    assert_eq!(sent, vec![1024, 1024]);
+    let used: u64 = sim_usage(&ran, "t").iter().map(|u| u.output_tokens).sum();
+    assert!(used <= 2500, "{used}");
+    assert_eq!(num(&ran.row("t"), "output_tokens"), used);
+    // With a lower floor the third request goes out shrunk to 700 and the model runs
+    // into it: all 2500 tokens used, none more.
+    let sent: Vec<u64> = ran
+        .requests("shrunk")
+        .iter()
+        .map(|r| r.body["max_tokens"].as_u64().unwrap())
+        .collect();
+    assert_eq!(sent, vec![1024, 1024, 700]);
+    assert_eq!(ran.stop("shrunk"), "model_max_tokens");
+    assert_eq!(num(&ran.row("shrunk"), "output_tokens"), 2500);
+}
+
+#[tokio::test]
+async fn input_token_budget_is_checked_before_each_request() {
+    let case = Case::new();
+    let ran = case
+        .run(&job(
+            "  limits: { max_input_tokens: 6000 }\n",
+            &format!("  - id: t\n    prompt: loop\n    sim:\n{TOOL_LOOP}"),
+        ))
+        .await;
+    assert_eq!(ran.stop("t"), "token_limit");
+    let prompt: u64 = sim_usage(&ran, "t").iter().map(|u| u.prompt_tokens()).sum();
+    assert!(prompt <= 6000, "{prompt}");
+    assert!(
+        ran.requests("t").len() >= 2,
+        "the budget allows a few requests"
+    );
+}
+
+#[tokio::test]
+async fn cost_cap_is_never_exceeded_by_what_the_provider_billed() {
+    let case = Case::new();
+    // A pricey model: every request costs cents, so the cap is reached in a few turns.
+    let ran = case
+        .run(&job(
+            "  model: pricey\n  limits: { max_cost_usd: 0.25 }\n",
+            "  - id: t\n    prompt: loop\n    sim:\n      repeat_last: true\n      turns:\n        - content: [ { text: \"spending\" }, { tool_use: { name: get_time, input: {} } } ]\n          usage: { output_tokens: 800 }\n",
+        )
+        .replace("tasks:\n", "pricing:\n  pricey: { input: 30, output: 60 }\ntasks:\n"))
+        .await;
+    assert_eq!(ran.stop("t"), "cost_limit");
+    let price = pricing::lookup(
+        &[(
+            "pricey".to_string(),
+            serde_yaml::from_str("{input: 30, output: 60}").unwrap(),
+        )]
+        .into_iter()
+        .collect(),
+        "pricey",
+    )
+    .unwrap();
+    let billed: Decimal = sim_usage(&ran, "t").iter().map(|u| price.cost(u)).sum();
+    let cap = Decimal::from_str("0.25").unwrap();
+    assert!(billed <= cap, "billed {billed} > cap {cap}");
+    assert_eq!(
+        Decimal::from_str(&ran.row("t")["cost_usd"]).unwrap(),
+        billed
+    );
+    assert!(ran.requests("t").len() >= 3);
+    // every request's worst case fitted in what was left
+    for e in ran.events("t", "reserve") {
+        let reserved = Decimal::from_str(e["reserved_usd"].as_str().unwrap()).unwrap();
+        let spent = Decimal::from_str(e["spent_usd"].as_str().unwrap()).unwrap();
+        assert!(spent + reserved <= cap, "{e}");
+    }
+}
+
+#[tokio::test]
+async fn model_max_tokens_never_runs_a_truncated_call() {
+    let case = Case::new();
+    let ran = case
+        .run(&job(
+            "",
+            "  - id: t\n    prompt: p\n    sim:\n      turns:\n        - content: [ { text: long }, { tool_use: { name: get_time, input: {} } } ]\n          usage: { output_tokens: 5000 }\n",
+        ))
+        .await;
+    assert_eq!(ran.stop("t"), "model_max_tokens");
+    assert_eq!(num(&ran.row("t"), "tool_calls"), 0);
+    assert!(ran.events("t", "tool_call").is_empty());
+    assert_eq!(num(&ran.row("t"), "output_tokens"), 1024);
+}
+
+#[tokio::test]
+async fn refusal_and_context_window_stop_with_their_own_reasons() {
+    let case = Case::new();
+    let ran = case
+        .run(&job(
+            "",
+            "  - id: refuses\n    prompt: p\n    sim:\n      turns:\n        - content: [ { text: no } ]\n          stop_reason: refusal\n          stop_details: { type: refusal, category: cyber, explanation: nope }\n  - id: full\n    prompt: p\n    sim:\n      turns:\n        - content: [ { text: \"...\" } ]\n          stop_reason: model_context_window_exceeded\n  - id: stopseq\n    prompt: p\n    sim:\n      turns:\n        - content: [ { text: \"done\" } ]\n          stop_reason: stop_sequence\n          stop_sequence: END\n",
+        ))
+        .await;
+    assert_eq!(ran.stop("refuses"), "refusal");
+    assert_eq!(ran.row("refuses")["stop_detail"], "cyber: nope");
+    assert_eq!(ran.stop("full"), "context_window");
+    assert_eq!(ran.stop("stopseq"), "completed");
+}
+
+#[tokio::test]
+async fn time_limit_aborts_the_request_in_flight_and_charges_its_reservation() {
+    let case = Case::new();
+    let started = std::time::Instant::now();
+    let ran = case
+        .run(&job(
+            "  limits: { time_limit: 500ms, max_cost_usd: 1 }\n",
+            "  - id: t\n    prompt: p\n    sim:\n      turns:\n        - content: [ { text: late } ]\n          latency: 10s\n",
+        ))
+        .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the request was not aborted"
+    );
+    let row = ran.row("t");
+    assert_eq!(row["stop_reason"], "time_limit");
+    assert!(
+        row["stop_detail"].contains("during a model request"),
+        "{}",
+        row["stop_detail"]
+    );
+    let reserved = ran.events("t", "reserve")[0]["reserved_usd"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(row["cost_usd"], reserved);
+}
+
+#[tokio::test]
+async fn slow_bodies_count_against_the_time_limit_too() {
+    let case = Case::new();
+    let ran = case
+        .run(&job(
+            "  limits: { time_limit: 500ms }\n",
+            "  - id: t\n    prompt: p\n    sim:\n      turns:\n        - content: [ { text: late } ]\n          body_delay: 10s\n",
+        ))
+        .await;
+    assert_eq!(ran.stop("t"), "time_limit");
+}
+
+struct Sleepy;
+impl Tool for Sleepy {
+    fn name(&self) -> &str {
+        "sleepy"
+    }
+    fn description(&self) -> &str {
+        "Sleeps for a long time."
+    }
+    fn input_schema(&self) -> Value {
+        json!({"type": "object"})
+    }
+    fn call(&self, _: Value) -> BoxFuture<'_, Result<String, String>> {
+        Box::pin(async {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            Ok("woke".into())
+        })
+    }
+}
+
+#[tokio::test]
+async fn time_limit_covers_tool_runs() {
+    let case = Case::new();
+    let mut registry = Registry::builtin();
+    registry.register(std::sync::Arc::new(Sleepy)).unwrap();
+    let started = std::time::Instant::now();
+    let ran = case
+        .run_with(
+            &job(
+                "  tools: [sleepy]\n  limits: { time_limit: 700ms }\n",
+                "  - id: t\n    prompt: p\n    sim:\n      turns:\n        - content: [ { tool_use: { name: sleepy, input: {} } } ]\n        - content: [ { text: never } ]\n",
+            ),
+            registry,
+        )
+        .await;
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let row = ran.row("t");
+    assert_eq!(row["stop_reason"], "time_limit");
+    assert!(
+        row["stop_detail"].contains("while tool \"sleepy\" was running"),
+        "{}",
+        row["stop_detail"]
+    );
+    assert!(num(&row, "tool_ms") >= 500, "{row:?}");
+    assert_eq!(ran.requests("t").len(), 1);
+}

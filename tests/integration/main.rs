@@ -1,0 +1,9 @@
+//! Integration tests: real HTTP between the runner and the built-in simulator, real
+//! report files, and the built binary for the command line.
+
+mod cli;
+mod common;
+mod faults;
+mod limits;
+mod protocol;
+mod reports;
