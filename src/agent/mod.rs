@@ -9,16 +9,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use rust_decimal::Decimal;
 use serde_json::{json, Value};
 use tokio::time::timeout_at;
 use tokio_util::sync::CancellationToken;
 
 use crate::govern::backoff::{jitter, retry_delay};
-use crate::govern::budget::{plan_request, Meter};
+use crate::govern::budget::{plan_request, Meter, RequestPlan};
 use crate::job::{ProviderKind, TaskSpec};
 use crate::model::anthropic::{Conversation, Endpoint, Params};
-use crate::model::{ToolCall, ToolResult, Turn};
+use crate::model::{HttpError, ModelError, ToolCall, ToolResult, Turn};
 use crate::report::{TaskLog, TaskResult};
 use crate::tools::{Registry, Toolset};
 use stop::{after_response, check_turn_and_clock, Next, Stop, StopReason};
@@ -31,6 +30,8 @@ pub struct AgentEnv {
     /// The API root of the simulator the runner started, for tasks on provider `sim`
     /// without a base_url of their own.
     pub sim_base: Option<String>,
+    /// Keeps the simulator's conversation state of this run apart from other runs'.
+    pub run_id: String,
     /// Cancelled to end every loop now (second Ctrl-C, or reports can no longer be
     /// written); loops end as `cancelled`.
     pub cancel: CancellationToken,
@@ -45,7 +46,12 @@ fn endpoint(spec: &TaskSpec, env: &AgentEnv) -> Result<Endpoint, String> {
                 "no simulator is running for provider sim (set providers.sim.base_url to an `agentbatch sim` server)",
             )?;
             (
-                format!("{}/t/{}", root.trim_end_matches('/'), spec.id),
+                format!(
+                    "{}/r/{}/t/{}",
+                    root.trim_end_matches('/'),
+                    env.run_id,
+                    spec.id
+                ),
                 Some("sim-key".to_string()),
             )
         }
@@ -102,7 +108,9 @@ async fn guarded<F: std::future::Future>(
 pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResult {
     let started_at = Utc::now();
     let t0 = Instant::now();
-    let deadline = t0 + spec.limits.time_limit;
+    let deadline = t0
+        .checked_add(spec.limits.time_limit)
+        .unwrap_or_else(|| t0 + crate::job::values::MAX_DURATION);
     log.started();
     let toolset = env.registry.toolset(&spec.tools);
     log.emit(
@@ -250,11 +258,25 @@ impl Loop<'_> {
             .await;
             self.tally.model += sent_at.elapsed();
             let failure = match sent {
-                Err(interrupt) => {
-                    return Err(self.abort_request(interrupt, plan.reserved_usd, turn_no))
-                }
+                Err(interrupt) => return Err(self.abort_request(interrupt, &plan, turn_no)),
                 Ok(Ok(turn)) => {
                     let cost = self.meter.settle(&turn.usage, price);
+                    let over_cost =
+                        matches!((cost, plan.reserved_usd), (Some(c), Some(r)) if c > r);
+                    if over_cost || turn.usage.prompt_tokens() > plan.prompt_tokens {
+                        // The provider billed more than the upper bound the budgets
+                        // relied on; the next plan sees the real figures.
+                        self.log.emit(
+                            "reservation_exceeded",
+                            json!({
+                                "turn": turn_no,
+                                "prompt_tokens": turn.usage.prompt_tokens(),
+                                "prompt_tokens_upper_bound": plan.prompt_tokens,
+                                "cost_usd": cost.map(|c| c.normalize().to_string()),
+                                "reserved_usd": plan.reserved_usd.map(|r| r.normalize().to_string()),
+                            }),
+                        );
+                    }
                     self.log.emit(
                         "settle",
                         json!({
@@ -272,13 +294,10 @@ impl Loop<'_> {
                 Ok(Err(f)) => f,
             };
             let charged = if failure.maybe_billed {
-                plan.reserved_usd
+                self.meter.charge_unsettled(&plan)
             } else {
                 None
             };
-            if let Some(c) = charged {
-                self.meter.cost += c;
-            }
             let give_up = !failure.retryable || attempt >= self.spec.provider.max_retries;
             let wait = retry_delay(attempt, failure.server_wait, jitter());
             self.log.emit(
@@ -292,6 +311,9 @@ impl Loop<'_> {
             );
             if give_up {
                 let mut detail = failure.error.to_string();
+                if let Some(h) = hint(&failure.error, self.spec) {
+                    detail.push_str(&format!(" ({h})"));
+                }
                 if attempt > 0 {
                     detail.push_str(&format!(" (after {attempt} retries)"));
                 }
@@ -357,29 +379,57 @@ impl Loop<'_> {
         Ok(results)
     }
 
-    /// A request cut off by the deadline or a cancel may still be billed: its whole
-    /// reservation is counted as spent.
-    fn abort_request(
-        &mut self,
-        interrupt: Interrupt,
-        reserved: Option<Decimal>,
-        turn: u32,
-    ) -> Stop {
-        let charged = reserved.unwrap_or_default();
-        self.meter.cost += charged;
+    /// A request cut off by the deadline or a cancel may still be billed: it counts at
+    /// its worst case.
+    fn abort_request(&mut self, interrupt: Interrupt, plan: &RequestPlan, turn: u32) -> Stop {
+        let charged = self.meter.charge_unsettled(plan);
         self.log.emit(
             "request_aborted",
-            json!({"turn": turn, "charged_usd": charged.normalize().to_string()}),
+            json!({"turn": turn, "charged_usd": charged.map(|c| c.normalize().to_string())}),
         );
         let mut stop = interrupted(interrupt, "during a model request", &self.spec.limits);
-        if reserved.is_some() {
+        if let Some(c) = charged {
             stop.detail.push_str(&format!(
                 "; its reservation of ${} is counted as spent",
-                charged.normalize()
+                c.normalize()
             ));
         }
         stop
     }
+}
+
+/// What a user can do about a request that failed for good.
+fn hint(e: &ModelError, spec: &TaskSpec) -> Option<String> {
+    let ModelError::Http(http) = e else {
+        return None;
+    };
+    let key = spec
+        .provider
+        .api_key_env
+        .as_deref()
+        .map_or("the API key".to_string(), |v| format!("the key in ${v}"));
+    let base = spec.provider.base_url.as_deref().unwrap_or("the simulator");
+    Some(match http {
+        HttpError::Status { status: 401, .. } => format!("check {key}"),
+        HttpError::Status { status: 402, .. } => "check the account's billing and credit".into(),
+        HttpError::Status { status: 403, .. } => {
+            format!("{key} may lack access to model {}", spec.model)
+        }
+        HttpError::Status { status: 404, .. } => {
+            format!(
+                "check the model id \"{}\" and the base_url {base}",
+                spec.model
+            )
+        }
+        HttpError::Status { status: 413, .. } => {
+            "the conversation is too large for one request".into()
+        }
+        HttpError::Timeout(_) => format!(
+            "raise providers.{}.timeout or lower max_tokens",
+            spec.provider.name
+        ),
+        _ => return None,
+    })
 }
 
 fn interrupted(interrupt: Interrupt, when: &str, limits: &crate::govern::budget::Limits) -> Stop {

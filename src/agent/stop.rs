@@ -163,6 +163,10 @@ pub enum Next {
 /// provider error, never a success.
 pub fn after_response(stop: &ModelStop, tool_calls: usize) -> Next {
     match stop {
+        ModelStop::EndTurn if tool_calls > 0 => Next::Stop(Stop::new(
+            StopReason::Completed,
+            format!("end_turn; the answer's {tool_calls} tool call(s) were not run"),
+        )),
         ModelStop::EndTurn => Next::Stop(Stop::new(StopReason::Completed, "end_turn")),
         ModelStop::StopSequence(s) => Next::Stop(Stop::new(
             StopReason::Completed,

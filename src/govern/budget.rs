@@ -38,7 +38,13 @@ mod humantime_serde_compat {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Meter {
     pub turns: u32,
+    /// Usage the provider reported.
     pub usage: Usage,
+    /// Worst-case usage of requests that may have been billed without a usable answer
+    /// (a cut-off body, a timeout): counted against the token budgets, not reported as
+    /// usage.
+    pub unsettled: Usage,
+    /// Dollars spent: settled costs plus the reservations of possibly billed failures.
     pub cost: Decimal,
 }
 
@@ -62,7 +68,14 @@ pub fn plan_request(
     prompt_tokens: u64,
     thinking_budget: Option<u32>,
 ) -> Result<RequestPlan, Stop> {
-    let used_in = meter.usage.prompt_tokens();
+    let used_in = meter
+        .usage
+        .prompt_tokens()
+        .saturating_add(meter.unsettled.prompt_tokens());
+    let used_out = meter
+        .usage
+        .output_tokens
+        .saturating_add(meter.unsettled.output_tokens);
     if let Some(cap) = limits.max_input_tokens {
         if used_in.saturating_add(prompt_tokens) > cap {
             return Err(Stop::new(
@@ -81,7 +94,7 @@ pub fn plan_request(
     let mut allowed = u64::from(max_tokens);
     let mut limited_by: Option<Stop> = None;
     if let Some(cap) = limits.max_output_tokens {
-        let left = cap.saturating_sub(meter.usage.output_tokens);
+        let left = cap.saturating_sub(used_out);
         if left < allowed {
             allowed = left;
             limited_by = Some(Stop::new(
@@ -95,7 +108,16 @@ pub fn plan_request(
     let mut reserved = None;
     if let Some(price) = price {
         if let Some(cap) = limits.max_cost_usd {
-            let left = (cap - meter.cost).max(Decimal::ZERO);
+            if meter.cost > cap {
+                return Err(Stop::new(
+                    StopReason::CostLimit,
+                    format!(
+                        "spent ${}, over max_cost_usd ${cap}: a response cost more than its reservation (see reservation_exceeded in the transcript)",
+                        meter.cost.normalize()
+                    ),
+                ));
+            }
+            let left = cap.saturating_sub(meter.cost);
             let affordable = price.affordable_output(left, prompt_tokens);
             if affordable < allowed {
                 allowed = affordable;
@@ -134,9 +156,27 @@ impl Meter {
         self.usage.add(usage);
         let cost = price.map(|p| p.cost(usage));
         if let Some(c) = cost {
-            self.cost += c;
+            self.cost = self.cost.saturating_add(c);
         }
         cost
+    }
+
+    /// Counts a request that may have been billed without a usable answer at its worst
+    /// case: its whole reservation is spent and its token bounds are used. Returns the
+    /// dollars charged.
+    pub fn charge_unsettled(&mut self, plan: &RequestPlan) -> Option<Decimal> {
+        self.unsettled.input_tokens = self
+            .unsettled
+            .input_tokens
+            .saturating_add(plan.prompt_tokens);
+        self.unsettled.output_tokens = self
+            .unsettled
+            .output_tokens
+            .saturating_add(u64::from(plan.max_tokens));
+        if let Some(r) = plan.reserved_usd {
+            self.cost = self.cost.saturating_add(r);
+        }
+        plan.reserved_usd
     }
 }
 
@@ -243,6 +283,48 @@ mod tests {
                 .unwrap()
                 .max_tokens,
             2000
+        );
+    }
+
+    #[test]
+    fn possibly_billed_failures_use_up_their_worst_case() {
+        let l = Limits {
+            max_output_tokens: Some(1500),
+            max_cost_usd: Some(Decimal::ONE),
+            ..limits()
+        };
+        let price = sonnet();
+        let mut m = Meter::default();
+        let plan = plan_request(&l, &m, Some(&price), 1000, 100, None).unwrap();
+        assert_eq!(plan.max_tokens, 1000);
+        let charged = m.charge_unsettled(&plan).unwrap();
+        assert_eq!(m.cost, charged);
+        assert_eq!(m.usage, Usage::default());
+        // the retry may only use what the lost attempt could not have
+        assert_eq!(
+            plan_request(&l, &m, Some(&price), 1000, 100, None)
+                .unwrap()
+                .max_tokens,
+            500
+        );
+    }
+
+    #[test]
+    fn a_blown_cap_stops_with_an_explanation() {
+        let l = Limits {
+            max_cost_usd: Some(Decimal::ONE),
+            ..limits()
+        };
+        let m = Meter {
+            cost: Decimal::TWO,
+            ..Default::default()
+        };
+        let e = plan_request(&l, &m, Some(&sonnet()), 1000, 100, None).unwrap_err();
+        assert_eq!(e.reason, StopReason::CostLimit);
+        assert!(
+            e.detail.contains("more than its reservation"),
+            "{}",
+            e.detail
         );
     }
 

@@ -38,9 +38,9 @@ impl Price {
         Price {
             input,
             output: output.0,
-            cache_write: cache_write.map_or(input * Decimal::new(125, 2), |m| m.0),
-            cache_write_1h: cache_write_1h.map_or(input * Decimal::TWO, |m| m.0),
-            cache_read: cache_read.map_or(input * Decimal::new(1, 1), |m| m.0),
+            cache_write: cache_write.map_or(input.saturating_mul(Decimal::new(125, 2)), |m| m.0),
+            cache_write_1h: cache_write_1h.map_or(input.saturating_mul(Decimal::TWO), |m| m.0),
+            cache_read: cache_read.map_or(input.saturating_mul(Decimal::new(1, 1)), |m| m.0),
             long_context: None,
         }
     }
@@ -80,12 +80,17 @@ impl Price {
     pub fn cost(&self, u: &Usage) -> Decimal {
         let p = self.tier(u.prompt_tokens());
         let writes_5m = u.cache_write_tokens.saturating_sub(u.cache_write_1h_tokens);
-        (Decimal::from(u.input_tokens) * p.input
-            + Decimal::from(writes_5m) * p.cache_write
-            + Decimal::from(u.cache_write_1h_tokens) * p.cache_write_1h
-            + Decimal::from(u.cache_read_tokens) * p.cache_read
-            + Decimal::from(u.output_tokens) * p.output)
-            / MILLION
+        [
+            (u.input_tokens, p.input),
+            (writes_5m, p.cache_write),
+            (u.cache_write_1h_tokens, p.cache_write_1h),
+            (u.cache_read_tokens, p.cache_read),
+            (u.output_tokens, p.output),
+        ]
+        .iter()
+        .fold(Decimal::ZERO, |sum, &(tokens, rate)| {
+            sum.saturating_add(per_million(tokens, rate))
+        })
     }
 
     /// The most a prompt token can cost (any tier, plain input or a 5-minute cache
@@ -109,14 +114,15 @@ impl Price {
     /// Worst-case cost of a request: every prompt token at the highest input rate, every
     /// allowed output token at the highest output rate.
     pub fn worst_case(&self, prompt_tokens: u64, max_tokens: u64) -> Decimal {
-        (Decimal::from(prompt_tokens) * self.max_input_rate()
-            + Decimal::from(max_tokens) * self.max_output_rate())
-            / MILLION
+        per_million(prompt_tokens, self.max_input_rate())
+            .saturating_add(per_million(max_tokens, self.max_output_rate()))
     }
 
     /// How many output tokens `budget` pays for after `prompt_tokens` at worst case.
     pub fn affordable_output(&self, budget: Decimal, prompt_tokens: u64) -> u64 {
-        let left = budget * MILLION - Decimal::from(prompt_tokens) * self.max_input_rate();
+        let left = budget
+            .saturating_mul(MILLION)
+            .saturating_sub(Decimal::from(prompt_tokens).saturating_mul(self.max_input_rate()));
         if left <= Decimal::ZERO {
             return 0;
         }
@@ -126,6 +132,12 @@ impl Price {
         }
         u64::try_from((left / rate).floor()).unwrap_or(u64::MAX)
     }
+}
+
+/// Dollars for `tokens` at `rate` per million; saturating, since token counts come from
+/// outside (a saturated cost stops the task at any cap).
+fn per_million(tokens: u64, rate: Decimal) -> Decimal {
+    Decimal::from(tokens).saturating_mul(rate) / MILLION
 }
 
 #[derive(Deserialize)]
@@ -229,6 +241,21 @@ mod tests {
             (p.cache_write, p.cache_write_1h, p.cache_read),
             (d("1.25"), d("2"), d("0.1"))
         );
+    }
+
+    #[test]
+    fn hostile_token_counts_saturate_instead_of_panicking() {
+        let p = lookup(&BTreeMap::new(), "claude-fable-5-1").unwrap();
+        let u = Usage {
+            input_tokens: u64::MAX,
+            output_tokens: u64::MAX,
+            cache_read_tokens: u64::MAX,
+            cache_write_tokens: u64::MAX,
+            cache_write_1h_tokens: 0,
+        };
+        assert!(p.cost(&u) > d("1000000000"));
+        assert!(p.worst_case(u64::MAX, u64::MAX) > d("1000000000"));
+        assert_eq!(p.affordable_output(d("1"), u64::MAX), 0);
     }
 
     #[test]

@@ -29,6 +29,8 @@ const DEFAULT_MIN_MAX_TOKENS: u32 = 256;
 const DEFAULT_ANTHROPIC_VERSION: &str = "2023-06-01";
 /// The API version that removed sampling parameters.
 const NO_SAMPLING_VERSION: &str = "2026-10-21";
+/// Largest max_tokens the SDKs allow without streaming (PROTOCOLS.md A12).
+const MAX_NON_STREAMING_TOKENS: u32 = 21_333;
 const PROVIDERS: [&str; 2] = ["sim", "anthropic"];
 
 /// Which wire protocol and server a provider is.
@@ -242,11 +244,14 @@ fn resolve_providers(job: &JobFile, cx: &mut Ctx) -> BTreeMap<String, Arc<Provid
             api_key_env,
             ..
         } = f;
-        if anthropic_version
-            .as_deref()
-            .is_some_and(|v| v.trim().is_empty())
-        {
-            cx.err(&at("anthropic_version"), "must not be empty");
+        if let Some(v) = anthropic_version.as_deref() {
+            let header_safe = !v.trim().is_empty() && v.bytes().all(|b| b.is_ascii_graphic());
+            if !header_safe {
+                cx.err(
+                    &at("anthropic_version"),
+                    "must be a version such as \"2023-06-01\" (no spaces or special characters)",
+                );
+            }
         }
         out.insert(
             name.to_string(),
@@ -353,10 +358,20 @@ fn expand_task(
         );
     }
     let max_tokens = t.max_tokens.or(d.max_tokens).unwrap_or(DEFAULT_MAX_TOKENS);
+    let max_tokens_at = origin(i, t.max_tokens.is_some(), &["max_tokens"]);
     if max_tokens == 0 {
+        cx.err(&max_tokens_at, "must be at least 1");
+    }
+    if provider
+        .as_ref()
+        .is_some_and(|p| p.kind == ProviderKind::Anthropic)
+        && max_tokens > MAX_NON_STREAMING_TOKENS
+    {
         cx.err(
-            &origin(i, t.max_tokens.is_some(), &["max_tokens"]),
-            "must be at least 1",
+            &max_tokens_at,
+            format!(
+                "{max_tokens} is too large for a non-streaming request (the API drops requests expected to run over 10 minutes, above about {MAX_NON_STREAMING_TOKENS} tokens) and agentbatch does not stream yet: use at most {MAX_NON_STREAMING_TOKENS}"
+            ),
         );
     }
     let tools = t
@@ -438,7 +453,8 @@ fn expand_task(
     for (name, value, on_task) in sampling {
         let Some(value) = value else { continue };
         let at = origin(i, on_task, &[name]);
-        if version == NO_SAMPLING_VERSION {
+        // API versions are dates, so a later version compares greater as a string.
+        if version.as_str() >= NO_SAMPLING_VERSION {
             cx.err(
                 &at,
                 format!("anthropic-version {NO_SAMPLING_VERSION} refuses {name}: remove it, or set the provider's anthropic_version to 2023-06-01"),
@@ -459,6 +475,23 @@ fn expand_task(
         Some(Ok(budget)) => budget,
         None => None,
     };
+    if let Some(th) = thinking
+        .as_ref()
+        .filter(|th| th.kind != ThinkingKind::Disabled)
+    {
+        for name in ["temperature", "top_k"] {
+            if extra.contains_key(name) {
+                cx.err(
+                    &origin(i, t.thinking.is_some(), &["thinking"]),
+                    format!(
+                        "thinking ({:?}) cannot be combined with {name}: remove one of them",
+                        th.kind
+                    )
+                    .to_lowercase(),
+                );
+            }
+        }
+    }
     if let Some(th) = &thinking {
         extra.insert(
             "thinking".into(),

@@ -51,6 +51,9 @@ impl Serialize for HumanDuration {
     }
 }
 
+/// The longest duration a job may write; longer ones are typos, and would overflow clocks.
+pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+
 /// Parses "90s", "30m", "2h", "1h30m", "500ms"; zero is refused since no limit of zero
 /// makes sense.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -59,6 +62,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     })?;
     if d.is_zero() {
         return Err(format!("invalid duration \"{s}\": must be more than zero"));
+    }
+    if d > MAX_DURATION {
+        return Err(format!("invalid duration \"{s}\": at most 365 days"));
     }
     Ok(d)
 }
@@ -91,6 +97,16 @@ impl<'de> Deserialize<'de> for Money {
             fn visit_i64<E: de::Error>(self, n: i64) -> Result<Money, E> {
                 non_negative(Decimal::from(n))
             }
+            fn visit_u128<E: de::Error>(self, n: u128) -> Result<Money, E> {
+                Err(E::custom(format!(
+                    "invalid amount {n}: at most {MAX_MONEY} dollars"
+                )))
+            }
+            fn visit_i128<E: de::Error>(self, n: i128) -> Result<Money, E> {
+                Err(E::custom(format!(
+                    "invalid amount {n}: at most {MAX_MONEY} dollars"
+                )))
+            }
             fn visit_f64<E: de::Error>(self, n: f64) -> Result<Money, E> {
                 if !n.is_finite() {
                     return Err(E::custom("invalid amount: must be a finite number"));
@@ -107,10 +123,19 @@ impl<'de> Deserialize<'de> for Money {
     }
 }
 
+/// The largest amount (dollars, or dollars per million tokens) a job may write; it keeps
+/// every cost computation far from the decimal type's range.
+pub const MAX_MONEY: u64 = 1_000_000_000;
+
 fn non_negative<E: de::Error>(v: Decimal) -> Result<Money, E> {
     if v.is_sign_negative() && !v.is_zero() {
         return Err(E::custom(format!(
             "invalid amount {v}: must not be negative"
+        )));
+    }
+    if v > Decimal::from(MAX_MONEY) {
+        return Err(E::custom(format!(
+            "invalid amount {v}: at most {MAX_MONEY} dollars"
         )));
     }
     Ok(Money(v.normalize()))
@@ -160,6 +185,7 @@ mod tests {
             .to_string();
         assert!(e.contains("invalid duration"), "{e}");
         assert!(serde_yaml::from_str::<D>("d: 0s").is_err());
+        assert!(serde_yaml::from_str::<D>("d: 580000000000y").is_err());
     }
 
     #[test]
@@ -175,6 +201,9 @@ mod tests {
         let m: M = serde_yaml::from_str("m: 0.0000001").unwrap();
         assert_eq!(m.m.0.to_string(), "0.0000001");
         assert!(serde_yaml::from_str::<M>("m: -1").is_err());
+        assert!(serde_yaml::from_str::<M>("m: 1e23").is_err());
+        assert!(serde_yaml::from_str::<M>("m: \"79228162514264337593543950335\"").is_err());
+        assert!(serde_yaml::from_str::<M>("m: 340282366920938463463374607431768211455").is_err());
         assert!(serde_yaml::from_str::<M>("m: lots").is_err());
     }
 }

@@ -139,8 +139,10 @@ impl Conversation {
     /// byte), or for the first request its whole size in bytes.
     pub fn estimate_prompt_tokens(&self) -> u64 {
         match self.last_prompt_tokens {
-            Some(p) => p + self.bytes_since + TURN_OVERHEAD,
-            None => self.body(u32::MAX).len() as u64 + FIRST_REQUEST_OVERHEAD,
+            Some(p) => p
+                .saturating_add(self.bytes_since)
+                .saturating_add(TURN_OVERHEAD),
+            None => (self.body(u32::MAX).len() as u64).saturating_add(FIRST_REQUEST_OVERHEAD),
         }
     }
 
@@ -210,7 +212,10 @@ impl Conversation {
         let parsed =
             parse_message(&raw).map_err(|detail| malformed(detail, reply.request_id.clone()))?;
         let assistant = json!({"role": "assistant", "content": parsed.content});
-        self.bytes_since = serde_json::to_vec(&assistant).map_or(0, |b| b.len() as u64);
+        // A replayed turn can count for more tokens than its bytes: thinking shown
+        // summarised or omitted is billed in full. Its output count bounds that.
+        let bytes = serde_json::to_vec(&assistant).map_or(0, |b| b.len() as u64);
+        self.bytes_since = bytes.max(parsed.turn.usage.output_tokens);
         self.last_prompt_tokens = Some(parsed.turn.usage.prompt_tokens());
         self.messages.push(assistant);
         // The new assistant message is in the response event; the next request event
@@ -234,7 +239,8 @@ impl Conversation {
             })
             .collect();
         let msg = json!({"role": "user", "content": content});
-        self.bytes_since += serde_json::to_vec(&msg).map_or(0, |b| b.len() as u64);
+        let bytes = serde_json::to_vec(&msg).map_or(0, |b| b.len() as u64);
+        self.bytes_since = self.bytes_since.saturating_add(bytes);
         self.messages.push(msg);
     }
 }

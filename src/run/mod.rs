@@ -156,6 +156,13 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunOutcome, RunError> {
         }
     };
 
+    if opts.out_dir.join(&run_id).exists() {
+        return Err(RunError::Invalid(format!(
+            "{} already exists: choose another --run-id or --out",
+            opts.out_dir.join(&run_id).display()
+        )));
+    }
+
     let needs_sim = tasks
         .iter()
         .any(|t| t.provider.kind == ProviderKind::Sim && t.provider.base_url.is_none());
@@ -200,6 +207,7 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunOutcome, RunError> {
         client: crate::model::client()?,
         registry: opts.registry.clone(),
         sim_base: sim.as_ref().map(|s| s.base_url()),
+        run_id: run_id.clone(),
         cancel: cancel.clone(),
     };
     let signals = opts
@@ -233,18 +241,17 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunOutcome, RunError> {
     }
     not_started.extend(pending);
     for spec in &not_started {
-        let _ = tx.send(Event::TaskFinished(Box::new(unrun(
-            spec,
-            "not started: the run was interrupted",
-        ))));
+        let mut row = unrun(spec, "not started: the run was interrupted");
+        row.cost_usd = spec.price.as_ref().map(|_| Default::default());
+        let _ = tx.send(Event::TaskFinished(Box::new(row)));
     }
     while let Some(joined) = set.join_next_with_id().await {
         if let Err(e) = joined {
             if let Some(spec) = running.get(&e.id()) {
-                let _ = tx.send(Event::TaskFinished(Box::new(unrun(
-                    spec,
-                    &format!("internal error: the task failed: {e}"),
-                ))));
+                let detail = format!(
+                    "internal error (a bug, please report it): the task failed: {e}; what it spent is not known, see its transcript"
+                );
+                let _ = tx.send(Event::TaskFinished(Box::new(unrun(spec, &detail))));
             }
         }
     }
@@ -269,7 +276,7 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunOutcome, RunError> {
     Ok(RunOutcome { summary, complete })
 }
 
-/// The row of a task that did not run to its own end.
+/// The row of a task that did not run to its own end (its cost unknown unless set).
 fn unrun(spec: &TaskSpec, detail: &str) -> TaskResult {
     let now = Utc::now();
     TaskResult {
@@ -283,7 +290,7 @@ fn unrun(spec: &TaskSpec, detail: &str) -> TaskResult {
         tool_calls: 0,
         tool_errors: 0,
         usage: Usage::default(),
-        cost_usd: spec.price.as_ref().map(|_| Default::default()),
+        cost_usd: None,
         wall_ms: 0,
         model_ms: 0,
         tool_ms: 0,

@@ -191,8 +191,8 @@ fn check_assistant(
 }
 
 /// What follows an assistant turn: after tool_use, one tool_result per call, first, in
-/// call order; after pause_turn, nothing (the paused turn is sent back as the last
-/// message).
+/// call order; after pause_turn, no user message (the paused turn is sent back as the
+/// last message, and its continuation follows it as another assistant message).
 fn check_answer(
     i: usize,
     content: &Value,
@@ -200,7 +200,8 @@ fn check_answer(
     sent: Option<&SentTurn>,
 ) -> Result<(), String> {
     let Some(next) = next else { return Ok(()) };
-    if sent.is_some_and(|s| s.stop_reason == "pause_turn") {
+    let next_is_user = next.get("role").and_then(Value::as_str) == Some("user");
+    if next_is_user && sent.is_some_and(|s| s.stop_reason == "pause_turn") {
         return Err(format!(
             "messages.{}: a pause_turn response must be continued by sending the conversation back with it as the last message, without adding a message",
             i + 1

@@ -5,8 +5,11 @@
 //! code for real.
 //!
 //! Routes: `POST /t/{key}/v1/messages` plays the script registered under `key` (the
-//! runner registers each task under its id); `POST /v1/messages` plays the script
-//! registered under the empty key; `GET /_sim/requests` returns the request log.
+//! runner registers each task under its id); `POST /r/{run}/t/{key}/v1/messages` does
+//! the same with conversation state (faults played, answers sent) kept apart per run,
+//! which is what the runner uses, so a standalone simulator serves many runs alike;
+//! `POST /v1/messages` plays the script registered under the empty key;
+//! `GET /_sim/requests` returns the request log.
 
 mod check;
 mod respond;
@@ -42,6 +45,8 @@ pub struct SentTurn {
 /// One request as the simulator saw it.
 #[derive(Debug, Clone, Serialize)]
 pub struct RecordedRequest {
+    /// The run id from the path (empty for the routes without one).
+    pub run: String,
     pub key: String,
     /// The script turn the request asked for (assistant messages in its history).
     pub step: Option<usize>,
@@ -74,13 +79,13 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 struct ConversationHistory<'a> {
     state: &'a SimState,
-    key: &'a str,
+    conv: &'a str,
 }
 
 impl History for ConversationHistory<'_> {
     fn sent(&self, step: usize) -> Option<SentTurn> {
         lock(&self.state.sent)
-            .get(&(self.key.to_string(), step))
+            .get(&(self.conv.to_string(), step))
             .cloned()
     }
 }
@@ -105,6 +110,7 @@ impl Sim {
         let app = Router::new()
             .route("/v1/messages", post(default_messages))
             .route("/t/{key}/v1/messages", post(keyed_messages))
+            .route("/r/{run}/t/{key}/v1/messages", post(run_messages))
             .route("/_sim/requests", get(requests))
             .fallback(not_found)
             .with_state(state.clone());
@@ -157,7 +163,7 @@ async fn default_messages(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    messages(state, String::new(), headers, body).await
+    messages(state, String::new(), String::new(), headers, body).await
 }
 
 async fn keyed_messages(
@@ -166,7 +172,16 @@ async fn keyed_messages(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    messages(state, key, headers, body).await
+    messages(state, String::new(), key, headers, body).await
+}
+
+async fn run_messages(
+    State(state): State<Arc<SimState>>,
+    Path((run, key)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    messages(state, run, key, headers, body).await
 }
 
 async fn requests(State(state): State<Arc<SimState>>) -> Json<Vec<RecordedRequest>> {
@@ -177,7 +192,7 @@ async fn not_found() -> Response {
     error_response(
         StatusCode::NOT_FOUND,
         "not_found_error",
-        "Not found: the simulator serves POST /v1/messages and POST /t/{key}/v1/messages",
+        "Not found: the simulator serves POST /v1/messages, /t/{key}/v1/messages and /r/{run}/t/{key}/v1/messages",
         "req_sim_404",
         &[],
     )
@@ -218,13 +233,20 @@ fn recorded_headers(headers: &HeaderMap) -> BTreeMap<String, String> {
         .collect()
 }
 
-async fn messages(state: Arc<SimState>, key: String, headers: HeaderMap, body: Bytes) -> Response {
+async fn messages(
+    state: Arc<SimState>,
+    run: String,
+    key: String,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let request_id = format!(
         "req_sim_{:06}",
         state.request_ids.fetch_add(1, Ordering::Relaxed) + 1
     );
     let parsed: Result<Value, _> = serde_json::from_slice(&body);
     let mut rec = RecordedRequest {
+        run: run.clone(),
         key: key.clone(),
         step: None,
         headers: recorded_headers(&headers),
@@ -236,16 +258,7 @@ async fn messages(state: Arc<SimState>, key: String, headers: HeaderMap, body: B
         error: None,
         response: None,
     };
-    let outcome = answer(
-        &state,
-        &key,
-        &headers,
-        parsed,
-        body.len(),
-        &request_id,
-        &mut rec,
-    )
-    .await;
+    let outcome = answer(&state, &headers, parsed, body.len(), &request_id, &mut rec).await;
     let resp = match outcome {
         Ok(resp) => resp,
         Err((status, error_type, message)) => {
@@ -260,15 +273,21 @@ async fn messages(state: Arc<SimState>, key: String, headers: HeaderMap, body: B
 
 type Refusal = (StatusCode, &'static str, String);
 
+/// Checks and answers one request; `rec` names the run and script key and receives
+/// what happened.
 async fn answer(
     state: &SimState,
-    key: &str,
     headers: &HeaderMap,
     parsed: Result<Value, serde_json::Error>,
     body_len: usize,
     request_id: &str,
     rec: &mut RecordedRequest,
 ) -> Result<Response, Refusal> {
+    let key = rec.key.clone();
+    let key = key.as_str();
+    // Conversation state is kept per run and script key.
+    let conv = format!("{}/{}", rec.run, rec.key);
+    let conv = conv.as_str();
     let header = |n: &str| headers.get(n).and_then(|v| v.to_str().ok()).unwrap_or("");
     if header("x-api-key").is_empty() && header("authorization").is_empty() {
         return Err((
@@ -310,7 +329,7 @@ async fn answer(
             },
         )
     })?;
-    check_request(&request, &version, &ConversationHistory { state, key })
+    check_request(&request, &version, &ConversationHistory { state, conv })
         .map_err(|m| (StatusCode::BAD_REQUEST, "invalid_request_error", m))?;
     let step = request["messages"]
         .as_array()
@@ -329,7 +348,7 @@ async fn answer(
     })?;
     let attempt = {
         let mut a = lock(&state.attempts);
-        let n = a.entry((key.to_string(), step)).or_insert(0);
+        let n = a.entry((conv.to_string(), step)).or_insert(0);
         *n += 1;
         *n - 1
     };
@@ -345,19 +364,34 @@ async fn answer(
         ));
         return Ok(play_fault(fault, request_id));
     }
-    let msg = render(turn, &request, body_len, key, step);
-    lock(&state.sent).insert(
-        (key.to_string(), step),
-        SentTurn {
-            content: msg["content"].clone(),
-            stop_reason: msg["stop_reason"].as_str().unwrap_or("").to_string(),
-        },
-    );
-    rec.response = Some(msg.clone());
-    let mut bytes = match &turn.raw_body {
-        Some(raw) => raw.clone().into_bytes(),
-        None => serde_json::to_vec(&msg).unwrap_or_default(),
+    let rendered = render(turn, &request, body_len, key, step);
+    // What the client receives: the rendered message, or a scripted raw body (which is
+    // only a message if it parses as one).
+    let (sent, mut bytes) = match &turn.raw_body {
+        Some(raw) => (
+            serde_json::from_str::<Value>(raw).ok(),
+            raw.clone().into_bytes(),
+        ),
+        None => {
+            let bytes = serde_json::to_vec(&rendered).unwrap_or_default();
+            (Some(rendered), bytes)
+        }
     };
+    let replayable = sent
+        .as_ref()
+        .filter(|m| m["content"].is_array())
+        .map(|m| SentTurn {
+            content: m["content"].clone(),
+            stop_reason: m["stop_reason"].as_str().unwrap_or("").to_string(),
+        });
+    {
+        let mut map = lock(&state.sent);
+        match replayable {
+            Some(t) => map.insert((conv.to_string(), step), t),
+            None => map.remove(&(conv.to_string(), step)),
+        };
+    }
+    rec.response = sent;
     if turn.truncate_body {
         bytes.truncate(bytes.len() / 2);
     }

@@ -96,7 +96,9 @@ pub fn render(
         }
     });
     let usage = turn.usage.clone().unwrap_or_default();
-    let prompt = (request_bytes as u64).div_ceil(4);
+    let prompt = usage
+        .input_tokens
+        .unwrap_or_else(|| (request_bytes as u64).div_ceil(4));
     let cache_read = usage.cache_read_input_tokens.unwrap_or(0).min(prompt);
     let cache_write = usage
         .cache_creation_input_tokens

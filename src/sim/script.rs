@@ -126,12 +126,17 @@ fn empty_object() -> Value {
     Value::Object(Default::default())
 }
 
-/// Usage figures to report instead of the simulator's estimates. Input tokens are always
-/// computed from the request size (a quarter of its bytes), which is what keeps the
-/// runner's upper-bound estimates honest; cache figures are carved out of them.
+/// Usage figures to report instead of the simulator's estimates. Input tokens default to
+/// a quarter of the request's size in bytes (real tokenizers never count more tokens than
+/// bytes, which is what the runner's upper bounds rely on); cache figures are carved out
+/// of them.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct UsageScript {
+    /// Prompt tokens (cache reads and writes included) to report instead of the
+    /// estimate: plays a provider that bills more than the runner's upper bound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_tokens: Option<u64>,
     /// Capped at the request's max_tokens; a larger figure turns the answer into a
     /// `max_tokens` stop, as the real API does.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -391,3 +391,47 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+#[test]
+fn an_existing_run_folder_or_a_too_large_request_is_refused_before_anything_runs() {
+    let case = Case::new();
+    case.write("job.yaml", &format!("name: x\ndefaults: {{ model: m, sim: {SCRIPT} }}\ntasks:\n  - {{ id: a, prompt: p }}\n"));
+    assert_eq!(
+        run(
+            &["run", "job.yaml", "--run-id", "same", "--quiet"],
+            case.dir.path()
+        )
+        .status
+        .code(),
+        Some(0)
+    );
+    let again = run(
+        &["run", "job.yaml", "--run-id", "same", "--quiet"],
+        case.dir.path(),
+    );
+    assert_eq!(again.status.code(), Some(2));
+    assert!(
+        stderr(&again).contains("already exists"),
+        "{}",
+        stderr(&again)
+    );
+
+    case.write(
+        "big.yaml",
+        "name: x\ndefaults: { provider: anthropic, model: claude-sonnet-4-5, max_tokens: 64000 }\ntasks:\n  - { id: a, prompt: p }\n",
+    );
+    let out = bin()
+        .args(["validate", "big.yaml"])
+        .env("ANTHROPIC_API_KEY", "k")
+        .current_dir(case.dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains(
+            "big.yaml:2:72: defaults.max_tokens: 64000 is too large for a non-streaming request"
+        ),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -129,11 +129,17 @@ async fn cost_cap_is_never_exceeded_by_what_the_provider_billed() {
     let ran = case
         .run(&job(
             "  model: pricey\n  limits: { max_cost_usd: 0.25 }\n",
-            "  - id: t\n    prompt: loop\n    sim:\n      repeat_last: true\n      turns:\n        - content: [ { text: \"spending\" }, { tool_use: { name: get_time, input: {} } } ]\n          usage: { output_tokens: 800 }\n",
+            &[("t", "1024"), ("shrinking", "64")]
+                .iter()
+                .map(|(id, floor)| format!("  - id: {id}\n    prompt: loop\n    limits: {{ min_max_tokens: {floor} }}\n    sim:\n      repeat_last: true\n      turns:\n        - content: [ {{ text: \"spending\" }}, {{ tool_use: {{ name: get_time, input: {{}} }} }} ]\n          usage: {{ output_tokens: 800 }}\n"))
+                .collect::<String>(),
         )
         .replace("tasks:\n", "pricing:\n  pricey: { input: 30, output: 60 }\ntasks:\n"))
         .await;
+    // "t" wants whole requests: it stops when one no longer fits. "shrinking" accepts
+    // small ones, until the model runs into a shrunk max_tokens or nothing fits.
     assert_eq!(ran.stop("t"), "cost_limit");
+    assert!(["cost_limit", "model_max_tokens"].contains(&ran.stop("shrinking").as_str()));
     let price = pricing::lookup(
         &[(
             "pricey".to_string(),
@@ -144,19 +150,21 @@ async fn cost_cap_is_never_exceeded_by_what_the_provider_billed() {
         "pricey",
     )
     .unwrap();
-    let billed: Decimal = sim_usage(&ran, "t").iter().map(|u| price.cost(u)).sum();
     let cap = Decimal::from_str("0.25").unwrap();
-    assert!(billed <= cap, "billed {billed} > cap {cap}");
-    assert_eq!(
-        Decimal::from_str(&ran.row("t")["cost_usd"]).unwrap(),
-        billed
-    );
-    assert!(ran.requests("t").len() >= 3);
-    // every request's worst case fitted in what was left
-    for e in ran.events("t", "reserve") {
-        let reserved = Decimal::from_str(e["reserved_usd"].as_str().unwrap()).unwrap();
-        let spent = Decimal::from_str(e["spent_usd"].as_str().unwrap()).unwrap();
-        assert!(spent + reserved <= cap, "{e}");
+    for task in ["t", "shrinking"] {
+        let billed: Decimal = sim_usage(&ran, task).iter().map(|u| price.cost(u)).sum();
+        assert!(billed <= cap, "{task}: billed {billed} > cap {cap}");
+        assert_eq!(
+            Decimal::from_str(&ran.row(task)["cost_usd"]).unwrap(),
+            billed
+        );
+        assert!(ran.requests(task).len() >= 3);
+        // every request's worst case fitted in what was left
+        for e in ran.events(task, "reserve") {
+            let reserved = Decimal::from_str(e["reserved_usd"].as_str().unwrap()).unwrap();
+            let spent = Decimal::from_str(e["spent_usd"].as_str().unwrap()).unwrap();
+            assert!(spent + reserved <= cap, "{e}");
+        }
     }
 }
 
@@ -274,4 +282,76 @@ async fn time_limit_covers_tool_runs() {
     );
     assert!(num(&row, "tool_ms") >= 500, "{row:?}");
     assert_eq!(ran.requests("t").len(), 1);
+}
+
+#[tokio::test]
+async fn a_possibly_billed_failure_uses_up_its_token_bound_before_the_retry() {
+    let case = Case::new();
+    let ran = case
+        .run(&job(
+            "  max_tokens: 1000\n  limits: { max_output_tokens: 1500, min_max_tokens: 100 }\n",
+            "  - id: t\n    prompt: p\n    sim:\n      turns:\n        - faults: [ { disconnect: true } ]\n          content: [ { text: ok } ]\n",
+        ))
+        .await;
+    assert_eq!(ran.stop("t"), "completed", "{:?}", ran.row("t"));
+    let sent: Vec<u64> = ran
+        .requests("t")
+        .iter()
+        .map(|r| r.body["max_tokens"].as_u64().unwrap())
+        .collect();
+    // the cut-off attempt may have produced up to 1000 tokens: the retry gets the rest
+    assert_eq!(sent, vec![1000, 500]);
+    assert_eq!(num(&ran.row("t"), "retries"), 1);
+}
+
+#[tokio::test]
+async fn a_provider_billing_more_than_the_bound_is_caught_and_stops_the_task() {
+    let case = Case::new();
+    let ran = case
+        .run(&job(
+            "  limits: { max_cost_usd: 0.10 }\n",
+            "  - id: t\n    prompt: p\n    sim:\n      repeat_last: true\n      turns:\n        - content: [ { tool_use: { name: get_time, input: {} } } ]\n          usage: { input_tokens: 40000 }\n",
+        ))
+        .await;
+    let row = ran.row("t");
+    assert_eq!(row["stop_reason"], "cost_limit", "{row:?}");
+    assert!(
+        row["stop_detail"].contains("more than its reservation"),
+        "{}",
+        row["stop_detail"]
+    );
+    assert!(!ran.events("t", "reservation_exceeded").is_empty());
+    // the first response alone (40000 tokens at $3/M = $0.12) broke the bound; nothing
+    // was sent after it
+    assert_eq!(ran.requests("t").len(), 1);
+}
+
+#[tokio::test]
+async fn runs_sharing_a_simulator_each_get_their_own_conversation_state() {
+    use agentbatch::job;
+    use agentbatch::report::ProgressMode;
+    use agentbatch::run::{self, RunOptions};
+    let case = Case::new();
+    let path = case.write(
+        "job.yaml",
+        &job("", "  - id: t\n    prompt: p\n    sim:\n      turns:\n        - faults: [ { status: 529 } ]\n          content: [ { text: ok } ]\n"),
+    );
+    let sim = std::sync::Arc::new(agentbatch::sim::Sim::start_local().await.unwrap());
+    for id in ["first", "second"] {
+        let plan = job::load(&path, &Registry::builtin()).unwrap();
+        let mut opts = RunOptions::new(case.path("reports"));
+        opts.run_id = Some(id.into());
+        opts.progress = ProgressMode::Quiet;
+        opts.sim = Some(sim.clone());
+        run::run(plan, opts).await.unwrap();
+        let rows = crate::common::read_csv(&case.path(&format!("reports/{id}/results.csv")));
+        assert_eq!(
+            rows[0]["retries"], "1",
+            "{id}: the fault is played in every run"
+        );
+    }
+    assert!(sim
+        .requests()
+        .iter()
+        .all(|r| r.run == "first" || r.run == "second"));
 }

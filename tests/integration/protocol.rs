@@ -268,3 +268,58 @@ async fn simulator_rejects_tampered_thinking_and_unpaired_tool_use() {
         .unwrap();
     assert_eq!(no_key.status(), 401);
 }
+
+#[tokio::test]
+async fn a_paused_turn_can_be_followed_by_tool_use_and_more_turns() {
+    let case = Case::new();
+    let ran = case
+        .run(&job(
+            "",
+            r#"  - id: t
+    prompt: p
+    sim:
+      turns:
+        - content: [ { raw: { type: server_tool_use, id: srvtoolu_1, name: web_search, input: {} } } ]
+          stop_reason: pause_turn
+        - content: [ { text: "now the clock" }, { tool_use: { name: get_time, input: {} } } ]
+        - content: [ { text: "done" } ]
+"#,
+        ))
+        .await;
+    assert_eq!(ran.stop("t"), "completed", "{:?}", ran.row("t"));
+    assert_eq!(ran.requests("t").len(), 3);
+    assert_verbatim_history(&ran, "t");
+}
+
+#[tokio::test]
+async fn a_raw_message_with_unknown_fields_is_kept_verbatim_for_later_turns() {
+    let case = Case::new();
+    let raw = r#"{"id":"msg_raw","type":"message","role":"assistant","model":"m","content":[{"type":"text","text":"hi","citations":null,"future":{"a":[1,2]}},{"type":"tool_use","id":"toolu_raw_1","name":"get_time","input":{},"caller":{"type":"direct"}}],"stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":5,"output_tokens":5,"server_tool_use":null},"container":null}"#;
+    let ran = case
+        .run(&job(
+            "",
+            &format!("  - id: t\n    prompt: p\n    sim:\n      turns:\n        - raw_body: '{raw}'\n        - content: [ {{ text: done }} ]\n"),
+        ))
+        .await;
+    assert_eq!(ran.stop("t"), "completed", "{:?}", ran.row("t"));
+    let replayed = &ran.requests("t")[1].body["messages"][1]["content"];
+    let sent: Value = serde_json::from_str(raw).unwrap();
+    assert_eq!(replayed, &sent["content"]);
+    assert_verbatim_history(&ran, "t");
+}
+
+#[tokio::test]
+async fn end_turn_with_tool_calls_completes_but_says_the_calls_were_not_run() {
+    let case = Case::new();
+    let ran = case
+        .run(&job("", "  - id: t\n    prompt: p\n    sim:\n      turns:\n        - content: [ { tool_use: { name: get_time, input: {} } } ]\n          stop_reason: end_turn\n"))
+        .await;
+    let row = ran.row("t");
+    assert_eq!(row["stop_reason"], "completed");
+    assert!(
+        row["stop_detail"].contains("1 tool call(s) were not run"),
+        "{}",
+        row["stop_detail"]
+    );
+    assert_eq!(num(&row, "tool_calls"), 0);
+}
