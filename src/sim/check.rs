@@ -114,7 +114,6 @@ fn check_messages(messages: &[Value], history: &dyn History) -> Result<(), Strin
             ));
         }
         match role {
-            "user" if i == 0 => {}
             "user" => {}
             "assistant" if i == 0 => {
                 return Err("messages.0.role: the first message must use the \"user\" role".into())
