@@ -3,21 +3,24 @@
 //! its call id, and repeat until the model ends its turn or a limit stops the task.
 //! The model proposes, the harness disposes.
 
+mod request;
 pub mod stop;
+mod wrap;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use serde_json::{json, Value};
+use serde_json::json;
 use tokio::time::timeout_at;
 use tokio_util::sync::CancellationToken;
 
-use crate::govern::backoff::{jitter, retry_delay};
-use crate::govern::budget::{plan_request, Meter, RequestPlan};
+use crate::govern::budget::Meter;
+use crate::govern::ledger::Ledger;
+use crate::govern::rate::Gates;
 use crate::job::{ProviderKind, TaskSpec};
 use crate::model::anthropic::{Conversation, Endpoint, Params};
-use crate::model::{HttpError, ModelError, ToolCall, ToolResult, Turn};
+use crate::model::{HttpError, ModelError, ToolCall, ToolResult};
 use crate::report::{TaskLog, TaskResult};
 use crate::tools::{Registry, Toolset};
 use stop::{after_response, check_turn_and_clock, Next, Stop, StopReason};
@@ -32,6 +35,10 @@ pub struct AgentEnv {
     pub sim_base: Option<String>,
     /// Keeps the simulator's conversation state of this run apart from other runs'.
     pub run_id: String,
+    /// All shared money: the run's and the teams' pools and period caps.
+    pub ledger: Arc<Ledger>,
+    /// Rate limits of providers and teams.
+    pub gates: Arc<Gates>,
     /// Cancelled to end every loop now (second Ctrl-C, or reports can no longer be
     /// written); loops end as `cancelled`.
     pub cancel: CancellationToken,
@@ -79,6 +86,9 @@ fn endpoint(spec: &TaskSpec, env: &AgentEnv) -> Result<Endpoint, String> {
 #[derive(Default)]
 struct Tally {
     retries: u32,
+    rate_wait: Duration,
+    budget_wait: Duration,
+    longest_request: Duration,
     tool_calls: u32,
     tool_errors: u32,
     model: Duration,
@@ -163,6 +173,7 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
         task_id: spec.id.clone(),
         provider: spec.provider.name.clone(),
         model: spec.model.clone(),
+        team: spec.team_name().map(str::to_string),
         outcome,
         stop_reason: stop.reason,
         stop_detail: stop.detail,
@@ -175,6 +186,7 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
         model_ms: tally.model.as_millis() as u64,
         tool_ms: tally.tools.as_millis() as u64,
         retries: tally.retries,
+        rate_wait_ms: tally.rate_wait.as_millis() as u64,
         started_at,
         finished_at: Utc::now(),
     };
@@ -204,6 +216,7 @@ impl Loop<'_> {
             ) {
                 return s;
             }
+            self.prepare_turn(conv);
             let turn = match self.request(conv).await {
                 Ok(t) => t,
                 Err(s) => return s,
@@ -217,125 +230,6 @@ impl Loop<'_> {
                 Ok(results) => conv.push_results(&results),
                 Err(s) => return s,
             }
-        }
-    }
-
-    /// Sends one model request, retrying retryable failures. Every attempt is planned
-    /// and reserved against the budgets first, and charged in full when it may have
-    /// been billed without an answer.
-    async fn request(&mut self, conv: &mut Conversation) -> Result<Turn, Stop> {
-        let price = self.spec.price.as_ref();
-        let turn_no = self.meter.turns + 1;
-        let mut attempt = 0u32;
-        loop {
-            let estimate = conv.estimate_prompt_tokens();
-            let plan = plan_request(
-                &self.spec.limits,
-                &self.meter,
-                price,
-                self.spec.max_tokens,
-                estimate,
-                self.spec.thinking_budget,
-            )?;
-            if attempt == 0 {
-                self.meter.turns = turn_no;
-            }
-            self.log.emit(
-                "reserve",
-                json!({
-                    "turn": turn_no, "attempt": attempt + 1, "max_tokens": plan.max_tokens,
-                    "prompt_tokens_upper_bound": plan.prompt_tokens,
-                    "reserved_usd": plan.reserved_usd.map(|d| d.normalize().to_string()),
-                    "spent_usd": self.meter.cost.normalize().to_string(),
-                }),
-            );
-            let sent_at = Instant::now();
-            let sent = guarded(
-                conv.send(plan.max_tokens, self.log, turn_no, attempt + 1),
-                self.deadline,
-                &self.env.cancel,
-            )
-            .await;
-            self.tally.model += sent_at.elapsed();
-            let failure = match sent {
-                Err(interrupt) => return Err(self.abort_request(interrupt, &plan, turn_no)),
-                Ok(Ok(turn)) => {
-                    let cost = self.meter.settle(&turn.usage, price);
-                    let over_cost =
-                        matches!((cost, plan.reserved_usd), (Some(c), Some(r)) if c > r);
-                    if over_cost || turn.usage.prompt_tokens() > plan.prompt_tokens {
-                        // The provider billed more than the upper bound the budgets
-                        // relied on; the next plan sees the real figures.
-                        self.log.emit(
-                            "reservation_exceeded",
-                            json!({
-                                "turn": turn_no,
-                                "prompt_tokens": turn.usage.prompt_tokens(),
-                                "prompt_tokens_upper_bound": plan.prompt_tokens,
-                                "cost_usd": cost.map(|c| c.normalize().to_string()),
-                                "reserved_usd": plan.reserved_usd.map(|r| r.normalize().to_string()),
-                            }),
-                        );
-                    }
-                    self.log.emit(
-                        "settle",
-                        json!({
-                            "turn": turn_no, "usage": turn.usage,
-                            "cost_usd": cost.map(|c| c.normalize().to_string()),
-                            "released_usd": match (plan.reserved_usd, cost) {
-                                (Some(r), Some(c)) => json!((r - c).normalize().to_string()),
-                                _ => Value::Null,
-                            },
-                            "spent_usd": self.meter.cost.normalize().to_string(),
-                        }),
-                    );
-                    return Ok(turn);
-                }
-                Ok(Err(f)) => f,
-            };
-            let charged = if failure.maybe_billed {
-                self.meter.charge_unsettled(&plan)
-            } else {
-                None
-            };
-            let give_up = !failure.retryable || attempt >= self.spec.provider.max_retries;
-            let wait = retry_delay(attempt, failure.server_wait, jitter());
-            self.log.emit(
-                "attempt_failed",
-                json!({
-                    "turn": turn_no, "attempt": attempt + 1, "error": failure.error.to_string(),
-                    "retryable": failure.retryable,
-                    "charged_usd": charged.map(|c| c.normalize().to_string()),
-                    "retry_in_ms": (!give_up).then_some(wait.as_millis() as u64),
-                }),
-            );
-            if give_up {
-                let mut detail = failure.error.to_string();
-                if let Some(h) = hint(&failure.error, self.spec) {
-                    detail.push_str(&format!(" ({h})"));
-                }
-                if attempt > 0 {
-                    detail.push_str(&format!(" (after {attempt} retries)"));
-                }
-                if let Some(c) = charged {
-                    detail.push_str(&format!(
-                        "; ${} reserved for it is counted as spent",
-                        c.normalize()
-                    ));
-                }
-                return Err(Stop::new(StopReason::ProviderError, detail));
-            }
-            if let Err(interrupt) =
-                guarded(tokio::time::sleep(wait), self.deadline, &self.env.cancel).await
-            {
-                return Err(interrupted(
-                    interrupt,
-                    "while waiting to retry a model request",
-                    &self.spec.limits,
-                ));
-            }
-            attempt += 1;
-            self.tally.retries += 1;
         }
     }
 
@@ -377,24 +271,6 @@ impl Loop<'_> {
             results.push(d.result);
         }
         Ok(results)
-    }
-
-    /// A request cut off by the deadline or a cancel may still be billed: it counts at
-    /// its worst case.
-    fn abort_request(&mut self, interrupt: Interrupt, plan: &RequestPlan, turn: u32) -> Stop {
-        let charged = self.meter.charge_unsettled(plan);
-        self.log.emit(
-            "request_aborted",
-            json!({"turn": turn, "charged_usd": charged.map(|c| c.normalize().to_string())}),
-        );
-        let mut stop = interrupted(interrupt, "during a model request", &self.spec.limits);
-        if let Some(c) = charged {
-            stop.detail.push_str(&format!(
-                "; its reservation of ${} is counted as spent",
-                c.normalize()
-            ));
-        }
-        stop
     }
 }
 

@@ -25,12 +25,13 @@ pub enum StopReason {
     Refusal,
     ContextWindow,
     ProviderError,
+    RateLimited,
     ToolSetupError,
     Cancelled,
 }
 
 impl StopReason {
-    pub const ALL: [StopReason; 13] = [
+    pub const ALL: [StopReason; 14] = [
         StopReason::Completed,
         StopReason::MaxTurns,
         StopReason::TimeLimit,
@@ -42,6 +43,7 @@ impl StopReason {
         StopReason::Refusal,
         StopReason::ContextWindow,
         StopReason::ProviderError,
+        StopReason::RateLimited,
         StopReason::ToolSetupError,
         StopReason::Cancelled,
     ];
@@ -59,6 +61,7 @@ impl StopReason {
             StopReason::Refusal => "refusal",
             StopReason::ContextWindow => "context_window",
             StopReason::ProviderError => "provider_error",
+            StopReason::RateLimited => "rate_limited",
             StopReason::ToolSetupError => "tool_setup_error",
             StopReason::Cancelled => "cancelled",
         }
@@ -68,9 +71,10 @@ impl StopReason {
     /// itself failed for the infrastructure stops, else there is no verdict.
     pub fn unchecked_outcome(self) -> Outcome {
         match self {
-            StopReason::ProviderError | StopReason::ToolSetupError | StopReason::Cancelled => {
-                Outcome::Error
-            }
+            StopReason::ProviderError
+            | StopReason::RateLimited
+            | StopReason::ToolSetupError
+            | StopReason::Cancelled => Outcome::Error,
             _ => Outcome::Unchecked,
         }
     }
@@ -217,6 +221,8 @@ mod tests {
             max_output_tokens: None,
             max_cost_usd: None,
             min_max_tokens: 1,
+            wrap_up: false,
+            show_budget: false,
         }
     }
 

@@ -24,6 +24,10 @@ pub struct Limits {
     pub max_cost_usd: Option<Decimal>,
     /// Below this max_tokens a shrunk request is not worth sending.
     pub min_max_tokens: u32,
+    /// Send the last request the budgets allow with tools off and a note to finish.
+    pub wrap_up: bool,
+    /// Tell the model its remaining budget before every request.
+    pub show_budget: bool,
 }
 
 mod humantime_serde_compat {
@@ -194,6 +198,8 @@ mod tests {
             max_output_tokens: None,
             max_cost_usd: None,
             min_max_tokens: 256,
+            wrap_up: false,
+            show_budget: false,
         }
     }
 

@@ -3,4 +3,7 @@
 
 pub mod backoff;
 pub mod budget;
+pub mod ledger;
 pub mod pricing;
+pub mod rate;
+pub mod store;

@@ -7,16 +7,18 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 use super::locate::{locate, path_string, Seg};
 use super::schema::{
-    JobFile, LimitFields, ProviderFields, SimSource, TaskFields, ThinkingFields, ThinkingKind,
+    JobFile, LimitFields, ProviderFields, SimSource, TaskFields, TeamFields, ThinkingFields,
+    ThinkingKind,
 };
+use super::spec::{PeriodCap, Plan, ProviderKind, ProviderSpec, RateLimits, TaskSpec, TeamSpec};
+use super::values::HumanDuration;
 use super::{yaml_diagnostic, Diagnostic, JobError};
 use crate::govern::budget::Limits;
-use crate::govern::pricing::{self, Price};
+use crate::govern::pricing;
 use crate::model::anthropic::Endpoint;
 use crate::sim::script::Script;
 use crate::tools::Registry;
@@ -32,69 +34,7 @@ const NO_SAMPLING_VERSION: &str = "2026-10-21";
 /// Largest max_tokens the SDKs allow without streaming (PROTOCOLS.md A12).
 const MAX_NON_STREAMING_TOKENS: u32 = 21_333;
 const PROVIDERS: [&str; 2] = ["sim", "anthropic"];
-
-/// Which wire protocol and server a provider is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ProviderKind {
-    /// The built-in simulator, speaking the Anthropic protocol.
-    Sim,
-    Anthropic,
-}
-
-/// A provider with every setting resolved.
-#[derive(Debug, Clone, Serialize)]
-pub struct ProviderSpec {
-    pub name: String,
-    pub kind: ProviderKind,
-    /// None for the simulator the runner starts itself.
-    pub base_url: Option<String>,
-    /// The variable holding the key (never the key itself).
-    pub api_key_env: Option<String>,
-    pub anthropic_version: String,
-    #[serde(serialize_with = "human")]
-    pub timeout: Duration,
-    pub max_retries: u32,
-}
-
-fn human<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&humantime::format_duration(*d).to_string())
-}
-
-/// One task, fully resolved.
-#[derive(Debug, Clone, Serialize)]
-pub struct TaskSpec {
-    pub id: String,
-    pub prompt: String,
-    pub provider: Arc<ProviderSpec>,
-    pub model: String,
-    pub max_tokens: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub system: Option<String>,
-    pub tools: Vec<String>,
-    pub limits: Limits,
-    /// Optional request fields (sampling, thinking), exactly as they will be sent.
-    #[serde(skip_serializing_if = "Map::is_empty")]
-    pub extra: Map<String, Value>,
-    /// budget_tokens of enabled thinking, which max_tokens must stay above.
-    #[serde(skip)]
-    pub thinking_budget: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub price: Option<Price>,
-    #[serde(skip)]
-    pub sim: Option<Arc<Script>>,
-}
-
-/// A checked job, ready to run.
-#[derive(Debug, Clone)]
-pub struct Plan {
-    pub name: String,
-    pub file: PathBuf,
-    pub concurrency: usize,
-    pub tasks: Vec<TaskSpec>,
-    /// The job as written, kept for run.json.
-    pub job: JobFile,
-}
+const DEFAULT_RATE_LIMIT_RETRIES: u32 = 8;
 
 struct Ctx<'a> {
     file: String,
@@ -168,6 +108,7 @@ pub(super) fn expand(
         );
     }
     let providers = resolve_providers(&job, &mut cx);
+    let teams = resolve_teams(&job, &mut cx);
     let mut tasks = Vec::with_capacity(job.tasks.len());
     let mut seen: HashMap<String, usize> = HashMap::new();
     for (i, t) in job.tasks.iter().enumerate() {
@@ -184,7 +125,7 @@ pub(super) fn expand(
                 seen.insert(id.clone(), i);
             }
         }
-        if let Some(spec) = expand_task(&job, i, t, &providers, registry, &mut cx) {
+        if let Some(spec) = expand_task(&job, i, t, &providers, &teams, registry, &mut cx) {
             tasks.push(spec);
         }
     }
@@ -195,11 +136,15 @@ pub(super) fn expand(
             diagnostics: cx.diags,
         });
     }
+    let ledger_path = job.ledger.as_ref().map(|p| cx.dir.join(p));
     Ok(Plan {
         name: job.name.clone(),
         file: path.to_path_buf(),
         concurrency: job.concurrency.unwrap_or(DEFAULT_CONCURRENCY),
         tasks,
+        max_cost_usd: job.max_cost_usd.map(|m| m.0),
+        teams,
+        ledger_path,
         job,
     })
 }
@@ -241,9 +186,28 @@ fn resolve_providers(job: &JobFile, cx: &mut Ctx) -> BTreeMap<String, Arc<Provid
             anthropic_version,
             timeout,
             max_retries,
+            max_rate_limit_retries,
             api_key_env,
+            rpm,
+            itpm,
+            otpm,
+            burst,
+            server_limits,
             ..
         } = f;
+        let base = vec![key("providers"), key(name)];
+        let rate = rate_limits(cx, &base, rpm, itpm, otpm, burst);
+        let server_limits = server_limits.map(|s| {
+            if kind != ProviderKind::Sim {
+                cx.err(
+                    &at("server_limits"),
+                    "only the simulator (providers.sim) has server limits",
+                );
+            }
+            let mut at = base.clone();
+            at.push(key("server_limits"));
+            rate_limits(cx, &at, s.rpm, s.itpm, s.otpm, s.burst)
+        });
         if let Some(v) = anthropic_version.as_deref() {
             let header_safe = !v.trim().is_empty() && v.bytes().all(|b| b.is_ascii_graphic());
             if !header_safe {
@@ -264,6 +228,80 @@ fn resolve_providers(job: &JobFile, cx: &mut Ctx) -> BTreeMap<String, Arc<Provid
                     .unwrap_or_else(|| DEFAULT_ANTHROPIC_VERSION.into()),
                 timeout: timeout.map_or(Duration::from_secs(600), |d| d.0),
                 max_retries: max_retries.unwrap_or(2),
+                max_rate_limit_retries: max_rate_limit_retries
+                    .unwrap_or(DEFAULT_RATE_LIMIT_RETRIES),
+                rate,
+                server_limits,
+            }),
+        );
+    }
+    out
+}
+
+/// Checks and resolves per-minute limits set at `at`.
+fn rate_limits(
+    cx: &mut Ctx,
+    at: &[Seg],
+    rpm: Option<u32>,
+    itpm: Option<u32>,
+    otpm: Option<u32>,
+    burst: Option<HumanDuration>,
+) -> RateLimits {
+    for (name, v) in [("rpm", rpm), ("itpm", itpm), ("otpm", otpm)] {
+        if v == Some(0) {
+            let mut p = at.to_vec();
+            p.push(key(name));
+            cx.err(&p, "must be at least 1 (leave it out for no limit)");
+        }
+    }
+    RateLimits {
+        rpm: rpm.filter(|v| *v > 0),
+        itpm: itpm.filter(|v| *v > 0),
+        otpm: otpm.filter(|v| *v > 0),
+        burst: burst.map_or(Duration::from_secs(1), |b| b.0),
+    }
+}
+
+fn resolve_teams(job: &JobFile, cx: &mut Ctx) -> BTreeMap<String, Arc<TeamSpec>> {
+    let mut out = BTreeMap::new();
+    for (name, f) in &job.teams {
+        let at = vec![key("teams"), key(name)];
+        let TeamFields {
+            max_cost_usd,
+            cap,
+            concurrency,
+            rpm,
+            itpm,
+            otpm,
+            burst,
+        } = f.clone();
+        if concurrency == Some(0) {
+            let mut p = at.clone();
+            p.push(key("concurrency"));
+            cx.err(&p, "must be at least 1");
+        }
+        let valid_name = !name.is_empty()
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+        if !valid_name {
+            cx.err(
+                &at,
+                format!("invalid team name \"{name}\": use letters, digits, '.', '_' and '-'"),
+            );
+        }
+        let rate = rate_limits(cx, &at, rpm, itpm, otpm, burst);
+        out.insert(
+            name.clone(),
+            Arc::new(TeamSpec {
+                name: name.clone(),
+                max_cost_usd: max_cost_usd.map(|m| m.0),
+                cap: cap.map(|c| PeriodCap {
+                    usd: c.usd.0,
+                    period: c.period,
+                }),
+                concurrency,
+                rate,
             }),
         );
     }
@@ -280,6 +318,8 @@ fn merge_limits(task: Option<&LimitFields>, defaults: Option<&LimitFields>) -> L
         max_output_tokens: t.max_output_tokens.or(d.max_output_tokens),
         max_cost_usd: t.max_cost_usd.or(d.max_cost_usd),
         min_max_tokens: t.min_max_tokens.or(d.min_max_tokens),
+        wrap_up: t.wrap_up.or(d.wrap_up),
+        show_budget: t.show_budget.or(d.show_budget),
     }
 }
 
@@ -297,6 +337,7 @@ fn expand_task(
     i: usize,
     t: &TaskFields,
     providers: &BTreeMap<String, Arc<ProviderSpec>>,
+    teams: &BTreeMap<String, Arc<TeamSpec>>,
     registry: &Registry,
     cx: &mut Ctx,
 ) -> Option<TaskSpec> {
@@ -410,12 +451,45 @@ fn expand_task(
             "must be at least 1",
         );
     }
+    let team = match t.team.as_ref().or(d.team.as_ref()) {
+        None => None,
+        Some(name) => {
+            let found = teams.get(name).cloned();
+            if found.is_none() {
+                let known: Vec<&str> = teams.keys().map(String::as_str).collect();
+                cx.err(
+                    &origin(i, t.team.is_some(), &["team"]),
+                    format!(
+                        "unknown team \"{name}\"; {}",
+                        if known.is_empty() {
+                            "the job defines no `teams:`".to_string()
+                        } else {
+                            format!("the teams are: {}", known.join(", "))
+                        }
+                    ),
+                );
+            }
+            found
+        }
+    };
     let price = pricing::lookup(&job.pricing, &model);
-    if l.max_cost_usd.is_some() && price.is_none() && !model.is_empty() {
+    let cost_cap = if l.max_cost_usd.is_some() {
+        Some("limits.max_cost_usd")
+    } else if team
+        .as_ref()
+        .is_some_and(|t| t.max_cost_usd.is_some() || t.cap.is_some())
+    {
+        Some("its team's spend cap")
+    } else if job.max_cost_usd.is_some() {
+        Some("the run's max_cost_usd")
+    } else {
+        None
+    };
+    if let (Some(cap), None, false) = (cost_cap, &price, model.is_empty()) {
         cx.err(
             &model_at,
             format!(
-                "model \"{model}\" has no price, so limits.max_cost_usd cannot be enforced: add it under `pricing:` (USD per million tokens), e.g. pricing: {{ {model}: {{ input: 3, output: 15 }} }}"
+                "model \"{model}\" has no price, so {cap} cannot be enforced: add it under `pricing:` (USD per million tokens), e.g. pricing: {{ {model}: {{ input: 3, output: 15 }} }}"
             ),
         );
     }
@@ -426,6 +500,8 @@ fn expand_task(
         max_output_tokens: l.max_output_tokens,
         max_cost_usd: l.max_cost_usd.map(|m| m.0),
         min_max_tokens: l.min_max_tokens.unwrap_or(DEFAULT_MIN_MAX_TOKENS),
+        wrap_up: l.wrap_up.unwrap_or(false),
+        show_budget: l.show_budget.unwrap_or(false),
     };
 
     let mut extra = Map::new();
@@ -533,6 +609,7 @@ fn expand_task(
         id,
         prompt,
         provider: provider?,
+        team,
         model,
         max_tokens,
         system: t.system.clone().or_else(|| d.system.clone()),

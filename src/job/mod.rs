@@ -6,13 +6,15 @@ mod describe;
 mod expand;
 pub mod locate;
 pub mod schema;
+mod spec;
 pub mod values;
 
 use std::fmt;
 use std::path::Path;
 
 pub use describe::describe;
-pub use expand::{load_script_file, Plan, ProviderKind, ProviderSpec, TaskSpec};
+pub use expand::load_script_file;
+pub use spec::{PeriodCap, Plan, ProviderKind, ProviderSpec, RateLimits, TaskSpec, TeamSpec};
 
 use crate::tools::Registry;
 

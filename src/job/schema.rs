@@ -27,7 +27,72 @@ pub struct JobFile {
     /// USD per million tokens, by model id; overrides the built-in table.
     #[serde(default)]
     pub pricing: BTreeMap<String, PriceFields>,
+    /// Spend cap of the whole run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cost_usd: Option<Money>,
+    /// Teams: shared spend caps, concurrency and rate limits for their tasks.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub teams: BTreeMap<String, TeamFields>,
+    /// The persistent ledger of team period caps (SQLite), relative to the job file;
+    /// defaults to `<out>/ledger.sqlite`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ledger: Option<String>,
     pub tasks: Vec<TaskFields>,
+}
+
+/// A team: its tasks share these caps and limits.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TeamFields {
+    /// What the team may spend in this run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cost_usd: Option<Money>,
+    /// What the team may spend per day, week or month, across runs and processes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cap: Option<PeriodCapFields>,
+    /// Tasks of this team in flight at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rpm: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub itpm: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub otpm: Option<u32>,
+    /// How much of the rate may be used at once (default 1s worth).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<HumanDuration>,
+}
+
+/// A spend cap per calendar period (UTC).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeriodCapFields {
+    pub usd: Money,
+    pub period: Period,
+}
+
+/// Calendar periods of team caps, in UTC; weeks start on Monday.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Period {
+    Day,
+    Week,
+    Month,
+}
+
+/// Limits a simulator server enforces on its clients (`providers.sim.server_limits`).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerLimitFields {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rpm: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub itpm: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub otpm: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<HumanDuration>,
 }
 
 /// Everything a task may set; `defaults` uses the same fields (except `id`).
@@ -40,6 +105,9 @@ pub struct TaskFields {
     pub prompt: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider: Option<String>,
+    /// The team whose caps and limits apply (a key of `teams`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub team: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
     /// Per request; the cost and token budgets may shrink it further.
@@ -89,6 +157,13 @@ pub struct LimitFields {
     /// the task stops instead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_max_tokens: Option<u32>,
+    /// Send the last request the turn, time or cost budget allows with tools off and a
+    /// note asking the model to finish and summarize.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wrap_up: Option<bool>,
+    /// Tell the model what is left of its budgets before every request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub show_budget: Option<bool>,
 }
 
 /// Connection settings of one provider.
@@ -105,9 +180,26 @@ pub struct ProviderFields {
     /// Per HTTP request (the task's time_limit still applies).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<HumanDuration>,
-    /// Retries of a retryable failure (429, 5xx, 529, connection errors) per request.
+    /// Retries of a retryable failure (5xx, 529, connection errors) per request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_retries: Option<u32>,
+    /// Retries of a 429 per request (the whole provider pauses on one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_rate_limit_retries: Option<u32>,
+    /// Requests, input tokens and output tokens per minute for all tasks on this
+    /// provider together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rpm: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub itpm: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub otpm: Option<u32>,
+    /// How much of the rate may be used at once (default 1s worth).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<HumanDuration>,
+    /// Only for `sim`: the limits the simulator itself enforces (429 + retry-after).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_limits: Option<ServerLimitFields>,
 }
 
 /// Prices in USD per million tokens.

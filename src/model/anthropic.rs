@@ -190,6 +190,8 @@ impl Conversation {
             retryable: false,
             server_wait: None,
             maybe_billed: true,
+            rate_limited: false,
+            rate: reply.rate.clone(),
         };
         let raw: Value = match serde_json::from_slice(&reply.body) {
             Ok(v) => v,
@@ -221,7 +223,42 @@ impl Conversation {
         // The new assistant message is in the response event; the next request event
         // lists only what comes after it.
         self.logged = self.messages.len();
-        Ok(parsed.turn)
+        let mut turn = parsed.turn;
+        turn.rate = reply.rate;
+        Ok(turn)
+    }
+
+    /// Adds a note from the harness at the end of the last user message (after any tool
+    /// results, where text is allowed). Returns false when the conversation ends with
+    /// an assistant turn (a paused turn is sent back as it is).
+    pub fn append_user_text(&mut self, text: &str) -> bool {
+        let Some(last) = self.messages.last_mut().filter(|m| m["role"] == "user") else {
+            return false;
+        };
+        let block = json!({"type": "text", "text": text});
+        let before = serde_json::to_vec(&last["content"]).map_or(0, |b| b.len());
+        match &mut last["content"] {
+            Value::Array(blocks) => blocks.push(block),
+            other => {
+                let first = json!({"type": "text", "text": other.take()});
+                *other = Value::Array(vec![first, block]);
+            }
+        }
+        let after = serde_json::to_vec(&last["content"]).map_or(0, |b| b.len());
+        self.bytes_since = self
+            .bytes_since
+            .saturating_add(after.saturating_sub(before) as u64);
+        true
+    }
+
+    /// From now on the model may not call tools (`tool_choice: none`); the tools stay
+    /// declared, since the history refers to them.
+    pub fn tools_off(&mut self) {
+        if !self.params.tools.is_empty() {
+            self.params
+                .extra
+                .insert("tool_choice".into(), json!({"type": "none"}));
+        }
     }
 
     /// Answers every tool call of the last turn in one user message, results first and
@@ -311,6 +348,7 @@ fn parse_message(raw: &Value) -> Result<Parsed, String> {
             text,
             stop,
             usage,
+            rate: Default::default(),
         },
     })
 }

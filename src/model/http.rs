@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 
+use chrono::{DateTime, Utc};
 use reqwest::header::HeaderMap;
 use reqwest::{Client, Url};
 use serde_json::Value;
@@ -26,6 +27,48 @@ pub struct Reply {
     pub body: Vec<u8>,
     pub request_id: Option<String>,
     pub ms: u64,
+    pub rate: RateHeaders,
+}
+
+/// What a provider says about its rate-limit windows (Anthropic's
+/// `anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{remaining,reset}`;
+/// resets are RFC 3339 times).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RateHeaders {
+    /// (remaining, reset) per window that the response reported.
+    pub windows: Vec<(String, u64, Option<DateTime<Utc>>)>,
+}
+
+impl RateHeaders {
+    fn read(h: &HeaderMap) -> RateHeaders {
+        let mut windows = Vec::new();
+        for w in ["requests", "tokens", "input-tokens", "output-tokens"] {
+            let get = |suffix: &str| {
+                h.get(format!("anthropic-ratelimit-{w}-{suffix}"))
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::trim)
+                    .map(str::to_string)
+            };
+            let Some(remaining) = get("remaining").and_then(|v| v.parse::<u64>().ok()) else {
+                continue;
+            };
+            let reset = get("reset")
+                .and_then(|v| DateTime::parse_from_rfc3339(&v).ok())
+                .map(|t| t.with_timezone(&Utc));
+            windows.push((w.to_string(), remaining, reset));
+        }
+        RateHeaders { windows }
+    }
+
+    /// When the provider will accept requests again, if a window is used up: the
+    /// latest reset among the windows with nothing remaining.
+    pub fn exhausted_until(&self) -> Option<DateTime<Utc>> {
+        self.windows
+            .iter()
+            .filter(|(_, remaining, _)| *remaining == 0)
+            .filter_map(|(_, _, reset)| *reset)
+            .max()
+    }
 }
 
 /// Why a request failed, after any retries.
@@ -61,6 +104,14 @@ pub struct Failure {
     /// The request may have reached the model and been billed although no usable answer
     /// came back (a cut-off body, a timeout): its reservation must be counted as spent.
     pub maybe_billed: bool,
+    pub rate: RateHeaders,
+}
+
+impl Failure {
+    /// A 429: the provider's rate limit, not this request, is the problem.
+    pub fn is_rate_limit(&self) -> bool {
+        matches!(self.error, HttpError::Status { status: 429, .. })
+    }
 }
 
 /// POSTs `body` to `url` once.
@@ -72,11 +123,12 @@ pub async fn post_once(
     timeout: Duration,
 ) -> Result<Reply, Failure> {
     let started = Instant::now();
-    let (body, request_id) = once(client, url, headers, body, timeout).await?;
+    let (body, request_id, rate) = once(client, url, headers, body, timeout).await?;
     Ok(Reply {
         body,
         request_id,
         ms: started.elapsed().as_millis() as u64,
+        rate,
     })
 }
 
@@ -86,7 +138,7 @@ async fn once(
     headers: &HeaderMap,
     body: Vec<u8>,
     timeout: Duration,
-) -> Result<(Vec<u8>, Option<String>), Failure> {
+) -> Result<(Vec<u8>, Option<String>, RateHeaders), Failure> {
     let transport = |e: reqwest::Error| {
         let error = if e.is_timeout() {
             HttpError::Timeout(timeout)
@@ -99,6 +151,7 @@ async fn once(
             retryable: true,
             server_wait: None,
             maybe_billed: !e.is_connect(),
+            rate: RateHeaders::default(),
         }
     };
     let resp = client
@@ -126,9 +179,10 @@ async fn once(
         header("retry-after-ms").as_deref(),
         header("retry-after").as_deref(),
     );
+    let rate = RateHeaders::read(h);
     let bytes = resp.bytes().await.map_err(transport)?;
     if (200..300).contains(&status) {
-        return Ok((bytes.to_vec(), request_id));
+        return Ok((bytes.to_vec(), request_id, rate));
     }
     let (error_type, message) = error_body(&bytes);
     Err(Failure {
@@ -141,6 +195,7 @@ async fn once(
         retryable: status_is_retryable(status, should_retry),
         server_wait,
         maybe_billed: false,
+        rate,
     })
 }
 

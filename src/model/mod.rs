@@ -8,7 +8,7 @@ mod http;
 use serde::Serialize;
 use serde_json::Value;
 
-pub use http::{client, Failure, HttpError};
+pub use http::{client, Failure, HttpError, RateHeaders};
 
 /// Token counts of one response, in the provider's own sense (Anthropic's input_tokens
 /// exclude cache reads and writes).
@@ -85,6 +85,8 @@ pub struct Turn {
     pub text: String,
     pub stop: ModelStop,
     pub usage: Usage,
+    /// The provider's rate-limit windows as of this answer.
+    pub rate: RateHeaders,
 }
 
 /// Why a request produced no usable turn.
@@ -109,15 +111,20 @@ pub struct SendError {
     pub server_wait: Option<std::time::Duration>,
     /// The provider may have billed the request: count its reservation as spent.
     pub maybe_billed: bool,
+    /// A 429: pause the provider, retry on the rate-limit budget.
+    pub rate_limited: bool,
+    pub rate: RateHeaders,
 }
 
 impl From<Failure> for SendError {
     fn from(f: Failure) -> Self {
         SendError {
+            rate_limited: f.is_rate_limit(),
             error: ModelError::Http(f.error),
             retryable: f.retryable,
             server_wait: f.server_wait,
             maybe_billed: f.maybe_billed,
+            rate: f.rate,
         }
     }
 }

@@ -18,6 +18,7 @@ pub struct TaskResult {
     pub task_id: String,
     pub provider: String,
     pub model: String,
+    pub team: Option<String>,
     pub outcome: Outcome,
     pub stop_reason: StopReason,
     pub stop_detail: String,
@@ -31,6 +32,8 @@ pub struct TaskResult {
     pub model_ms: u64,
     pub tool_ms: u64,
     pub retries: u32,
+    /// Time spent waiting for rate limits (and provider pauses after 429s).
+    pub rate_wait_ms: u64,
     pub started_at: DateTime<Utc>,
     pub finished_at: DateTime<Utc>,
 }

@@ -9,7 +9,7 @@ use super::TaskResult;
 
 /// The columns of results.csv, in order. Scripts read them by name; new columns are
 /// only ever added at the end.
-pub const COLUMNS: [&str; 22] = [
+pub const COLUMNS: [&str; 24] = [
     "run_id",
     "task_id",
     "provider",
@@ -32,6 +32,8 @@ pub const COLUMNS: [&str; 22] = [
     "started_at",
     "finished_at",
     "transcript",
+    "team",
+    "rate_wait_ms",
 ];
 
 /// The open results file.
@@ -89,6 +91,8 @@ impl ResultsCsv {
             &ts(&r.started_at),
             &ts(&r.finished_at),
             transcript,
+            r.team.as_deref().unwrap_or(""),
+            &r.rate_wait_ms.to_string(),
         ])?;
         self.sync()
     }

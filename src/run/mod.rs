@@ -10,13 +10,17 @@ use std::sync::Arc;
 use chrono::{SecondsFormat, Utc};
 use globset::{Glob, GlobSetBuilder};
 use serde_json::json;
-use tokio::sync::Semaphore;
+use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::stop::StopReason;
 use crate::agent::{run_task, AgentEnv};
+use crate::govern::ledger::Ledger;
 use crate::govern::pricing;
+use crate::govern::rate::Gates;
+use crate::govern::store::{CapStore, SqliteStore, StoreError};
 use crate::job::{Plan, ProviderKind, TaskSpec};
 use crate::model::Usage;
 use crate::report::{
@@ -41,6 +45,9 @@ pub struct RunOptions {
     pub sim: Option<Arc<Sim>>,
     /// Install Ctrl-C / SIGTERM handlers (the CLI does; embedders may not want to).
     pub handle_signals: bool,
+    /// The persistent ledger of team period caps (default: the job's `ledger:`, else
+    /// `<out_dir>/ledger.sqlite`).
+    pub ledger: Option<PathBuf>,
 }
 
 impl RunOptions {
@@ -54,6 +61,7 @@ impl RunOptions {
             registry: Arc::new(Registry::builtin()),
             sim: None,
             handle_signals: false,
+            ledger: None,
         }
     }
 }
@@ -70,6 +78,8 @@ pub enum RunError {
     Sim(std::io::Error),
     #[error("cannot build the HTTP client: {0}")]
     Http(#[from] reqwest::Error),
+    #[error("cannot open {0}")]
+    Ledger(StoreError),
 }
 
 /// How a run ended.
@@ -177,7 +187,29 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunOutcome, RunError> {
                 sim.register(&t.id, script.clone());
             }
         }
+        let server_limits = tasks
+            .iter()
+            .find(|t| t.provider.kind == ProviderKind::Sim)
+            .and_then(|t| t.provider.server_limits.as_ref());
+        if server_limits.is_some() {
+            sim.set_limits(server_limits);
+        }
     }
+
+    let store: Option<Arc<dyn CapStore>> = if plan.teams.values().any(|t| t.cap.is_some()) {
+        let path = opts
+            .ledger
+            .clone()
+            .or_else(|| plan.ledger_path.clone())
+            .unwrap_or_else(|| opts.out_dir.join("ledger.sqlite"));
+        Some(Arc::new(
+            SqliteStore::open(&path).map_err(RunError::Ledger)?,
+        ))
+    } else {
+        None
+    };
+    let ledger = Arc::new(Ledger::new(&plan, &run_id, store));
+    let gates = Arc::new(Gates::new(&plan));
 
     let cancel = CancellationToken::new();
     let drain = cancel.child_token();
@@ -208,53 +240,42 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunOutcome, RunError> {
         registry: opts.registry.clone(),
         sim_base: sim.as_ref().map(|s| s.base_url()),
         run_id: run_id.clone(),
+        ledger: ledger.clone(),
+        gates,
         cancel: cancel.clone(),
     };
     let signals = opts
         .handle_signals
         .then(|| tokio::spawn(watch_signals(drain.clone(), cancel.clone())));
 
-    let semaphore = Arc::new(Semaphore::new(concurrency));
-    let mut set = JoinSet::new();
-    let mut running: HashMap<tokio::task::Id, TaskSpec> = HashMap::new();
-    let mut not_started = Vec::new();
-    let mut pending = tasks.into_iter();
-    for spec in pending.by_ref() {
-        let permit = tokio::select! {
-            biased;
-            _ = drain.cancelled() => None,
-            p = semaphore.clone().acquire_owned() => p.ok(),
-        };
-        let Some(permit) = permit else {
-            not_started.push(spec);
-            break;
-        };
-        let env = env.clone();
-        let log = TaskLog::new(&spec.id, tx.clone());
-        let task_spec = spec.clone();
-        let handle = set.spawn(async move {
-            let result = run_task(&task_spec, &env, log).await;
-            drop(permit);
-            result
-        });
-        running.insert(handle.id(), spec);
-    }
-    not_started.extend(pending);
-    for spec in &not_started {
-        let mut row = unrun(spec, "not started: the run was interrupted");
-        row.cost_usd = spec.price.as_ref().map(|_| Default::default());
-        let _ = tx.send(Event::TaskFinished(Box::new(row)));
-    }
-    while let Some(joined) = set.join_next_with_id().await {
-        if let Err(e) = joined {
-            if let Some(spec) = running.get(&e.id()) {
-                let detail = format!(
-                    "internal error (a bug, please report it): the task failed: {e}; what it spent is not known, see its transcript"
-                );
-                let _ = tx.send(Event::TaskFinished(Box::new(unrun(spec, &detail))));
-            }
+    // One feeder per team starts that team's tasks in plan order, so a team at its
+    // own concurrency limit never holds up the others; they share the run's slots.
+    let global = Arc::new(Semaphore::new(concurrency));
+    let mut groups: Vec<(Option<String>, Vec<TaskSpec>)> = Vec::new();
+    for spec in tasks {
+        let team = spec.team_name().map(str::to_string);
+        match groups.iter_mut().find(|(t, _)| *t == team) {
+            Some((_, g)) => g.push(spec),
+            None => groups.push((team, vec![spec])),
         }
     }
+    let mut feeders = JoinSet::new();
+    for (team, group) in groups {
+        let slot = team
+            .as_deref()
+            .and_then(|t| plan.teams.get(t))
+            .and_then(|t| t.concurrency)
+            .map(|c| Arc::new(Semaphore::new(c)));
+        let feeder = Feeder {
+            env: env.clone(),
+            tx: tx.clone(),
+            drain: drain.clone(),
+            global: global.clone(),
+            team_slot: slot,
+        };
+        feeders.spawn(feeder.feed(group));
+    }
+    while feeders.join_next().await.is_some() {}
     if let Some(s) = signals {
         s.abort();
     }
@@ -276,6 +297,93 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunOutcome, RunError> {
     Ok(RunOutcome { summary, complete })
 }
 
+/// Starts one team's tasks in order as slots free up.
+struct Feeder {
+    env: AgentEnv,
+    tx: UnboundedSender<Event>,
+    drain: CancellationToken,
+    global: Arc<Semaphore>,
+    team_slot: Option<Arc<Semaphore>>,
+}
+
+type Slots = (Option<OwnedSemaphorePermit>, OwnedSemaphorePermit);
+
+impl Feeder {
+    fn send(&self, row: TaskResult) {
+        let _ = self.tx.send(Event::TaskFinished(Box::new(row)));
+    }
+
+    /// A slot of the team first, then one of the run.
+    async fn slots(&self) -> Option<Slots> {
+        let team = match &self.team_slot {
+            Some(s) => Some(s.clone().acquire_owned().await.ok()?),
+            None => None,
+        };
+        Some((team, self.global.clone().acquire_owned().await.ok()?))
+    }
+
+    async fn feed(self, group: Vec<TaskSpec>) {
+        let mut set = JoinSet::new();
+        let mut running: HashMap<tokio::task::Id, TaskSpec> = HashMap::new();
+        let mut pending = group.into_iter();
+        while let Some(spec) = pending.next() {
+            let slots = tokio::select! {
+                biased;
+                _ = self.drain.cancelled() => None,
+                s = self.slots() => s,
+            };
+            let Some(slots) = slots else {
+                for spec in std::iter::once(spec).chain(pending.by_ref()) {
+                    self.send(skipped(
+                        &spec,
+                        StopReason::Cancelled,
+                        "not started: the run was interrupted".into(),
+                    ));
+                }
+                break;
+            };
+            if let Some(reason) = self.env.ledger.exhausted(spec.team_name()) {
+                let whose = match reason {
+                    StopReason::RunBudget => "the run's".to_string(),
+                    _ => format!("team {}'s", spec.team_name().unwrap_or_default()),
+                };
+                self.send(skipped(
+                    &spec,
+                    reason,
+                    format!("not started: {whose} budget is used up"),
+                ));
+                continue;
+            }
+            let (env, log) = (self.env.clone(), TaskLog::new(&spec.id, self.tx.clone()));
+            let task_spec = spec.clone();
+            let handle = set.spawn(async move {
+                run_task(&task_spec, &env, log).await;
+                drop(slots);
+            });
+            running.insert(handle.id(), spec);
+        }
+        while let Some(joined) = set.join_next_with_id().await {
+            if let Err(e) = joined {
+                if let Some(spec) = running.get(&e.id()) {
+                    let detail = format!(
+                        "internal error (a bug, please report it): the task failed: {e}; what it spent is not known, see its transcript"
+                    );
+                    self.send(unrun(spec, &detail));
+                }
+            }
+        }
+    }
+}
+
+/// The row of a task that was never started: nothing spent.
+fn skipped(spec: &TaskSpec, reason: StopReason, detail: String) -> TaskResult {
+    let mut row = unrun(spec, &detail);
+    row.stop_reason = reason;
+    row.outcome = reason.unchecked_outcome();
+    row.cost_usd = spec.price.as_ref().map(|_| Default::default());
+    row
+}
+
 /// The row of a task that did not run to its own end (its cost unknown unless set).
 fn unrun(spec: &TaskSpec, detail: &str) -> TaskResult {
     let now = Utc::now();
@@ -283,6 +391,7 @@ fn unrun(spec: &TaskSpec, detail: &str) -> TaskResult {
         task_id: spec.id.clone(),
         provider: spec.provider.name.clone(),
         model: spec.model.clone(),
+        team: spec.team_name().map(str::to_string),
         outcome: StopReason::Cancelled.unchecked_outcome(),
         stop_reason: StopReason::Cancelled,
         stop_detail: detail.to_string(),
@@ -295,6 +404,7 @@ fn unrun(spec: &TaskSpec, detail: &str) -> TaskResult {
         model_ms: 0,
         tool_ms: 0,
         retries: 0,
+        rate_wait_ms: 0,
         started_at: now,
         finished_at: now,
     }

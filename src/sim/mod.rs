@@ -12,6 +12,7 @@
 //! `GET /_sim/requests` returns the request log.
 
 mod check;
+mod limits;
 mod respond;
 pub mod script;
 
@@ -66,6 +67,7 @@ type Key = (String, usize);
 
 #[derive(Default)]
 struct SimState {
+    limits: Mutex<Option<Arc<limits::ServerLimits>>>,
     scripts: Mutex<HashMap<String, Arc<Script>>>,
     sent: Mutex<HashMap<Key, SentTurn>>,
     attempts: Mutex<HashMap<Key, usize>>,
@@ -152,6 +154,13 @@ impl Sim {
         lock(&self.state.scripts).insert(key.to_string(), script);
     }
 
+    /// Enforces per-minute limits on every client from now on (None: no limits).
+    pub fn set_limits(&self, limits: Option<&crate::job::RateLimits>) {
+        *lock(&self.state.limits) = limits
+            .filter(|l| !l.is_empty())
+            .map(|l| Arc::new(limits::ServerLimits::new(l)));
+    }
+
     /// Every request received so far, in arrival order.
     pub fn requests(&self) -> Vec<RecordedRequest> {
         lock(&self.state.log).clone()
@@ -203,19 +212,26 @@ fn error_response(
     error_type: &str,
     message: &str,
     request_id: &str,
-    extra: &[(&'static str, String)],
+    extra: &[(String, String)],
 ) -> Response {
     let mut resp = (status, Json(error_body(error_type, message, request_id))).into_response();
     let h = resp.headers_mut();
     if let Ok(v) = HeaderValue::from_str(request_id) {
         h.insert("request-id", v);
     }
+    add_headers(h, extra);
+    resp
+}
+
+fn add_headers(h: &mut HeaderMap, extra: &[(String, String)]) {
     for (k, v) in extra {
-        if let Ok(v) = HeaderValue::from_str(v) {
-            h.insert(*k, v);
+        if let (Ok(k), Ok(v)) = (
+            axum::http::HeaderName::from_bytes(k.as_bytes()),
+            HeaderValue::from_str(v),
+        ) {
+            h.insert(k, v);
         }
     }
-    resp
 }
 
 fn recorded_headers(headers: &HeaderMap) -> BTreeMap<String, String> {
@@ -331,6 +347,33 @@ async fn answer(
     })?;
     check_request(&request, &version, &ConversationHistory { state, conv })
         .map_err(|m| (StatusCode::BAD_REQUEST, "invalid_request_error", m))?;
+    let limits = lock(&state.limits).clone();
+    let rate_headers = match limits {
+        None => Vec::new(),
+        Some(l) => {
+            let max_tokens = request["max_tokens"].as_u64().unwrap_or(0);
+            match l.charge((body_len as u64).div_ceil(4), max_tokens) {
+                Ok(h) => h,
+                Err((wait, mut h)) => {
+                    // Anthropic sends whole seconds.
+                    h.push((
+                        "retry-after".into(),
+                        wait.as_secs_f64().ceil().max(1.0).to_string(),
+                    ));
+                    rec.status = 429;
+                    rec.error = Some(format!("rate limited: retry in {} ms", wait.as_millis()));
+                    let msg = "This request would exceed the simulator's rate limit. Please wait and retry.";
+                    return Ok(error_response(
+                        StatusCode::TOO_MANY_REQUESTS,
+                        "rate_limit_error",
+                        msg,
+                        request_id,
+                        &h,
+                    ));
+                }
+            }
+        }
+    };
     let step = request["messages"]
         .as_array()
         .map_or(0, |m| m.iter().filter(|m| m["role"] == "assistant").count());
@@ -405,6 +448,7 @@ async fn answer(
     if let Ok(v) = HeaderValue::from_str(request_id) {
         h.insert("request-id", v);
     }
+    add_headers(h, &rate_headers);
     Ok(resp)
 }
 
@@ -445,8 +489,11 @@ fn play_fault(fault: &Fault, request_id: &str) -> Response {
         .unwrap_or_else(|| format!("simulated {status} {error_type}"));
     let mut extra = Vec::new();
     if let Some(wait) = fault.retry_after {
-        extra.push(("retry-after", wait.0.as_secs_f64().ceil().to_string()));
-        extra.push(("retry-after-ms", wait.0.as_millis().to_string()));
+        extra.push((
+            "retry-after".to_string(),
+            wait.0.as_secs_f64().ceil().to_string(),
+        ));
+        extra.push(("retry-after-ms".to_string(), wait.0.as_millis().to_string()));
     }
     error_response(code, error_type, &message, request_id, &extra)
 }

@@ -63,7 +63,12 @@ pub fn render(
     let step_s = step.to_string();
     let mut content = Vec::with_capacity(turn.content.len());
     let mut has_tool_use = false;
+    // With tool_choice none the model cannot call tools: scripted calls are dropped.
+    let tools_off = request.pointer("/tool_choice/type").and_then(Value::as_str) == Some("none");
     for (j, b) in turn.content.iter().enumerate() {
+        if tools_off && matches!(b, Block::ToolUse(_)) {
+            continue;
+        }
         content.push(match b {
             Block::Text(t) => {
                 let text = if t.contains("{{tool_result}}") {
@@ -88,7 +93,11 @@ pub fn render(
         });
     }
     let content = Value::Array(content);
-    let mut stop_reason = turn.stop_reason.clone().unwrap_or_else(|| {
+    let scripted = turn
+        .stop_reason
+        .clone()
+        .filter(|s| !(tools_off && s == "tool_use"));
+    let mut stop_reason = scripted.unwrap_or_else(|| {
         if has_tool_use {
             "tool_use".into()
         } else {

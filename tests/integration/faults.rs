@@ -108,7 +108,8 @@ async fn rate_limits_and_overload_are_retried_honouring_retry_after() {
     assert!(started.elapsed() >= Duration::from_millis(1000 + 375 + 750));
     let failed = ran.events("t", "attempt_failed");
     assert_eq!(failed.len(), 3);
-    assert_eq!(failed[0]["retry_in_ms"], 1000);
+    assert_eq!(failed[0]["provider_paused_ms"], 1000);
+    assert_eq!(failed[0]["rate_limited"], true);
     assert!(failed[0]["error"]
         .as_str()
         .unwrap()

@@ -1,0 +1,329 @@
+//! One model request, attempt by attempt: the task's own budgets, then the shared pools
+//! (ledger), then the rate gates, then the send; the answer settles the reservation,
+//! a failure releases it or (if it may have been billed) keeps it whole. 429s pause the
+//! whole provider and retry on their own budget; other retryable errors back off.
+
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use serde_json::{json, Value};
+
+use super::stop::{Stop, StopReason};
+use super::{guarded, hint, interrupted, Loop};
+use crate::govern::backoff::{jitter, retry_delay};
+use crate::govern::budget::{plan_request, RequestPlan};
+use crate::govern::ledger::{Need, Reservation};
+use crate::model::anthropic::Conversation;
+use crate::model::{RateHeaders, Turn};
+
+/// How long past a task's deadline its reservation may still count as in flight.
+const IN_FLIGHT_MARGIN: Duration = Duration::from_secs(60);
+/// The longest pause a provider's reset header may impose.
+const MAX_HEADER_PAUSE: Duration = Duration::from_secs(300);
+
+impl Loop<'_> {
+    /// Sends one model request, retrying retryable failures. Every attempt is planned
+    /// and reserved against the budgets first, and charged in full when it may have
+    /// been billed without an answer.
+    pub(super) async fn request(&mut self, conv: &mut Conversation) -> Result<Turn, Stop> {
+        let price = self.spec.price.as_ref();
+        let turn_no = self.meter.turns + 1;
+        let (mut errors, mut limited) = (0u32, 0u32);
+        loop {
+            let attempt = errors + limited + 1;
+            let mut plan = plan_request(
+                &self.spec.limits,
+                &self.meter,
+                price,
+                self.spec.max_tokens,
+                conv.estimate_prompt_tokens(),
+                self.spec.thinking_budget,
+            )?;
+            let held = self.hold_shared(&mut plan).await?;
+            if attempt == 1 {
+                self.meter.turns = turn_no;
+            }
+            self.log.emit(
+                "reserve",
+                json!({
+                    "turn": turn_no, "attempt": attempt, "max_tokens": plan.max_tokens,
+                    "prompt_tokens_upper_bound": plan.prompt_tokens,
+                    "reserved_usd": plan.reserved_usd.map(|d| d.normalize().to_string()),
+                    "spent_usd": self.meter.cost.normalize().to_string(),
+                }),
+            );
+            if let Err(stop) = self.admit(&plan).await {
+                self.give_back(held, false).await;
+                return Err(stop);
+            }
+            let sent_at = Instant::now();
+            let sent = guarded(
+                conv.send(plan.max_tokens, self.log, turn_no, attempt),
+                self.deadline,
+                &self.env.cancel,
+            )
+            .await;
+            let took = sent_at.elapsed();
+            self.tally.model += took;
+            self.tally.longest_request = self.tally.longest_request.max(took);
+            let failure = match sent {
+                Err(interrupt) => {
+                    // Cut off in flight: it may still be billed, so it counts whole.
+                    let charged = self.meter.charge_unsettled(&plan);
+                    self.give_back(held, true).await;
+                    self.log.emit(
+                        "request_aborted",
+                        json!({"turn": turn_no, "charged_usd": charged.map(|c| c.normalize().to_string())}),
+                    );
+                    let mut stop =
+                        interrupted(interrupt, "during a model request", &self.spec.limits);
+                    if let Some(c) = charged {
+                        stop.detail.push_str(&format!(
+                            "; its reservation of ${} is counted as spent",
+                            c.normalize()
+                        ));
+                    }
+                    return Err(stop);
+                }
+                Ok(Ok(turn)) => {
+                    self.settle(&turn, &plan, held, turn_no).await;
+                    self.note_rate_headers(&turn.rate);
+                    return Ok(turn);
+                }
+                Ok(Err(f)) => f,
+            };
+            let charged = if failure.maybe_billed {
+                self.meter.charge_unsettled(&plan)
+            } else {
+                None
+            };
+            self.give_back(held, failure.maybe_billed).await;
+            self.note_rate_headers(&failure.rate);
+            if failure.rate_limited {
+                let wait = failure
+                    .server_wait
+                    .or_else(|| failure.rate.exhausted_until().map(until_now))
+                    .unwrap_or_else(|| retry_delay(limited, None, jitter()));
+                let give_up = limited >= self.spec.provider.max_rate_limit_retries;
+                self.log.emit(
+                    "attempt_failed",
+                    json!({
+                        "turn": turn_no, "attempt": attempt, "error": failure.error.to_string(),
+                        "retryable": !give_up, "rate_limited": true,
+                        "provider_paused_ms": (!give_up).then_some(wait.as_millis() as u64),
+                    }),
+                );
+                if give_up {
+                    return Err(Stop::new(
+                        StopReason::RateLimited,
+                        format!(
+                            "{} (still rate limited after {limited} retries; raise providers.{}.max_rate_limit_retries or lower the rate)",
+                            failure.error, self.spec.provider.name
+                        ),
+                    ));
+                }
+                // Everyone on this provider waits, not just this task; the next admit
+                // waits out the pause.
+                if let Some(g) = self.env.gates.provider(&self.spec.provider.name) {
+                    g.pause_until(Instant::now() + wait);
+                }
+                limited += 1;
+                self.tally.retries += 1;
+                continue;
+            }
+            let give_up = !failure.retryable || errors >= self.spec.provider.max_retries;
+            let wait = retry_delay(errors, failure.server_wait, jitter());
+            self.log.emit(
+                "attempt_failed",
+                json!({
+                    "turn": turn_no, "attempt": attempt, "error": failure.error.to_string(),
+                    "retryable": failure.retryable,
+                    "charged_usd": charged.map(|c| c.normalize().to_string()),
+                    "retry_in_ms": (!give_up).then_some(wait.as_millis() as u64),
+                }),
+            );
+            if give_up {
+                let mut detail = failure.error.to_string();
+                if let Some(h) = hint(&failure.error, self.spec) {
+                    detail.push_str(&format!(" ({h})"));
+                }
+                let retries = errors + limited;
+                if retries > 0 {
+                    detail.push_str(&format!(" (after {retries} retries)"));
+                }
+                if let Some(c) = charged {
+                    detail.push_str(&format!(
+                        "; ${} reserved for it is counted as spent",
+                        c.normalize()
+                    ));
+                }
+                return Err(Stop::new(StopReason::ProviderError, detail));
+            }
+            if let Err(interrupt) =
+                guarded(tokio::time::sleep(wait), self.deadline, &self.env.cancel).await
+            {
+                return Err(interrupted(
+                    interrupt,
+                    "while waiting to retry a model request",
+                    &self.spec.limits,
+                ));
+            }
+            errors += 1;
+            self.tally.retries += 1;
+        }
+    }
+
+    /// Reserves the request in the run's and the team's pools (if any apply), which may
+    /// shrink it further; waiting for money held by requests in flight counts against
+    /// the task's clock.
+    async fn hold_shared(&mut self, plan: &mut RequestPlan) -> Result<Option<Reservation>, Stop> {
+        let team = self.spec.team.as_deref();
+        let Some(price) = self
+            .spec
+            .price
+            .as_ref()
+            .filter(|_| self.env.ledger.governs(team))
+        else {
+            return Ok(None);
+        };
+        let floor = self
+            .spec
+            .limits
+            .min_max_tokens
+            .min(self.spec.max_tokens)
+            .max(self.spec.thinking_budget.map_or(1, |b| b.saturating_add(1)));
+        let need = Need {
+            task_id: &self.spec.id,
+            team,
+            price,
+            prompt_tokens: plan.prompt_tokens,
+            max_tokens: plan.max_tokens,
+            floor: floor.min(plan.max_tokens),
+            in_flight_for: self.deadline.saturating_duration_since(Instant::now())
+                + IN_FLIGHT_MARGIN,
+        };
+        let waited = Instant::now();
+        let got = guarded(
+            self.env.ledger.reserve(&need, self.log),
+            self.deadline,
+            &self.env.cancel,
+        )
+        .await;
+        self.tally.budget_wait += waited.elapsed();
+        let (res, max_tokens) = match got {
+            Err(interrupt) => {
+                return Err(interrupted(
+                    interrupt,
+                    "while waiting for the team or run budget",
+                    &self.spec.limits,
+                ))
+            }
+            Ok(r) => r?,
+        };
+        plan.max_tokens = max_tokens;
+        plan.reserved_usd = Some(res.usd());
+        Ok(Some(res))
+    }
+
+    /// Waits for the team's and the provider's rate gates (counted as rate_wait_ms).
+    async fn admit(&mut self, plan: &RequestPlan) -> Result<(), Stop> {
+        let gates = [
+            self.env.gates.team(self.spec.team_name()),
+            self.env.gates.provider(&self.spec.provider.name),
+        ];
+        let (input, output) = (plan.prompt_tokens, u64::from(plan.max_tokens));
+        let started = Instant::now();
+        let admitted = guarded(
+            async {
+                for g in gates.iter().flatten() {
+                    g.admit(input, output).await;
+                }
+            },
+            self.deadline,
+            &self.env.cancel,
+        )
+        .await;
+        self.tally.rate_wait += started.elapsed();
+        admitted.map_err(|i| interrupted(i, "while waiting for a rate limit", &self.spec.limits))
+    }
+
+    /// Records a response's real cost in the task's meter and the shared pools.
+    async fn settle(
+        &mut self,
+        turn: &Turn,
+        plan: &RequestPlan,
+        held: Option<Reservation>,
+        turn_no: u32,
+    ) {
+        let cost = self.meter.settle(&turn.usage, self.spec.price.as_ref());
+        let over_cost = matches!((cost, plan.reserved_usd), (Some(c), Some(r)) if c > r);
+        if over_cost || turn.usage.prompt_tokens() > plan.prompt_tokens {
+            // The provider billed more than the upper bound the budgets relied on; the
+            // next plan sees the real figures.
+            self.log.emit(
+                "reservation_exceeded",
+                json!({
+                    "turn": turn_no,
+                    "prompt_tokens": turn.usage.prompt_tokens(),
+                    "prompt_tokens_upper_bound": plan.prompt_tokens,
+                    "cost_usd": cost.map(|c| c.normalize().to_string()),
+                    "reserved_usd": plan.reserved_usd.map(|r| r.normalize().to_string()),
+                }),
+            );
+        }
+        if let Some(res) = held {
+            if let Err(e) = self.env.ledger.settle(res, cost.unwrap_or_default()).await {
+                self.log
+                    .emit("ledger_error", json!({"error": e.to_string()}));
+            }
+        }
+        self.log.emit(
+            "settle",
+            json!({
+                "turn": turn_no, "usage": turn.usage,
+                "cost_usd": cost.map(|c| c.normalize().to_string()),
+                "released_usd": match (plan.reserved_usd, cost) {
+                    (Some(r), Some(c)) => json!((r - c).normalize().to_string()),
+                    _ => Value::Null,
+                },
+                "spent_usd": self.meter.cost.normalize().to_string(),
+            }),
+        );
+    }
+
+    /// Ends a reservation without an answer: kept whole if the request may have been
+    /// billed, else given back.
+    async fn give_back(&mut self, held: Option<Reservation>, maybe_billed: bool) {
+        let Some(res) = held else { return };
+        let r = if maybe_billed {
+            let all = res.usd();
+            self.env.ledger.settle(res, all).await
+        } else {
+            self.env.ledger.release(res).await
+        };
+        if let Err(e) = r {
+            self.log
+                .emit("ledger_error", json!({"error": e.to_string()}));
+        }
+    }
+
+    /// A provider that reports a used-up window is paused until its reset, before its
+    /// limit is hit.
+    fn note_rate_headers(&self, rate: &RateHeaders) {
+        let Some(until) = rate.exhausted_until() else {
+            return;
+        };
+        let wait = until_now(until).min(MAX_HEADER_PAUSE);
+        if wait.is_zero() {
+            return;
+        }
+        if let Some(g) = self.env.gates.provider(&self.spec.provider.name) {
+            g.pause_until(Instant::now() + wait);
+            self.log.emit("rate_pause", json!({"ms": wait.as_millis() as u64, "reason": "rate-limit headers: a window is used up"}));
+        }
+    }
+}
+
+fn until_now(t: chrono::DateTime<Utc>) -> Duration {
+    (t - Utc::now()).to_std().unwrap_or_default()
+}

@@ -1,0 +1,213 @@
+//! Pacing requests to rate limits instead of running into them: per provider and per
+//! team, requests, input tokens and output tokens per minute (governor's GCRA, with a
+//! burst allowance of one second's worth unless configured), plus a pause that a 429
+//! or a provider's "nothing remaining" headers put on everyone using that provider.
+
+use std::collections::HashMap;
+use std::num::NonZeroU32;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+
+use crate::job::{Plan, RateLimits};
+
+/// One per-minute limit.
+struct Limit {
+    limiter: DefaultDirectRateLimiter,
+    /// The most cells one wait may ask for (the burst allowance).
+    burst: u32,
+}
+
+/// The runner paces at this share of a configured rate, and keeps this share of the
+/// burst (at least one request) in reserve: a server enforcing exactly the configured
+/// limit then never sees requests closer together than it allows, whatever the network
+/// jitter between the runner's clock and the server's.
+const RATE_SHARE: f64 = 0.99;
+const BURST_RESERVE: f64 = 0.10;
+
+impl Limit {
+    fn new(per_minute: u32, burst: Duration) -> Limit {
+        let per_minute = per_minute.max(1);
+        // cells per `burst` span, at least one, minus the reserve
+        let cells = (u64::from(per_minute) * burst.as_millis() as u64) / 60_000;
+        let reserve = ((cells as f64 * BURST_RESERVE).ceil() as u64).max(1);
+        let burst_cells = cells.saturating_sub(reserve).clamp(1, u64::from(u32::MAX));
+        let burst_cells = u32::try_from(burst_cells).unwrap_or(u32::MAX);
+        let period = Duration::from_secs_f64(60.0 / (f64::from(per_minute) * RATE_SHARE));
+        let quota = Quota::with_period(period)
+            .unwrap_or_else(|| Quota::per_minute(NonZeroU32::MIN))
+            .allow_burst(NonZeroU32::new(burst_cells).unwrap_or(NonZeroU32::MIN));
+        Limit {
+            limiter: RateLimiter::direct(quota),
+            burst: burst_cells,
+        }
+    }
+
+    /// Waits until `n` cells are available, in burst-sized steps (so a request larger
+    /// than the burst is paced rather than refused).
+    async fn take(&self, mut n: u64) {
+        while n > 0 {
+            let step = n.min(u64::from(self.burst));
+            let cells = NonZeroU32::new(u32::try_from(step).unwrap_or(self.burst))
+                .unwrap_or(NonZeroU32::MIN);
+            // `step` never exceeds the burst, so the capacity error cannot happen.
+            let _ = self.limiter.until_n_ready(cells).await;
+            n -= step;
+        }
+    }
+}
+
+/// The limits of one provider or team.
+pub struct Gate {
+    pub name: String,
+    rpm: Option<Limit>,
+    itpm: Option<Limit>,
+    otpm: Option<Limit>,
+    /// Waiters are served in arrival order (tokio's mutex is fair), one at a time, so
+    /// nobody starves and the limiter is not polled by a herd.
+    queue: tokio::sync::Mutex<()>,
+    paused_until: Mutex<Option<Instant>>,
+}
+
+impl Gate {
+    pub fn new(name: &str, limits: &RateLimits) -> Gate {
+        Gate {
+            name: name.to_string(),
+            rpm: limits.rpm.map(|r| Limit::new(r, limits.burst)),
+            itpm: limits.itpm.map(|r| Limit::new(r, limits.burst)),
+            otpm: limits.otpm.map(|r| Limit::new(r, limits.burst)),
+            queue: tokio::sync::Mutex::new(()),
+            paused_until: Mutex::new(None),
+        }
+    }
+
+    /// Stops every request through this gate until `until` (a 429's retry time, or the
+    /// reset of an exhausted rate-limit window).
+    pub fn pause_until(&self, until: Instant) {
+        let mut p = self
+            .paused_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if p.is_none_or(|cur| cur < until) {
+            *p = Some(until);
+        }
+    }
+
+    fn pause(&self) -> Option<Instant> {
+        let p = self
+            .paused_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        p.filter(|t| *t > Instant::now())
+    }
+
+    /// Waits for the gate to admit a request of `input` prompt tokens that may produce
+    /// `output` tokens (pre-charged at max_tokens, as providers do).
+    pub async fn admit(&self, input: u64, output: u64) {
+        let _turn = self.queue.lock().await;
+        while let Some(until) = self.pause() {
+            tokio::time::sleep_until(until.into()).await;
+        }
+        if let Some(l) = &self.rpm {
+            l.take(1).await;
+        }
+        if let Some(l) = &self.itpm {
+            l.take(input).await;
+        }
+        if let Some(l) = &self.otpm {
+            l.take(output).await;
+        }
+    }
+}
+
+/// Every gate of a run: one per provider (always, for 429 pauses) and one per team
+/// with limits.
+pub struct Gates {
+    providers: HashMap<String, Arc<Gate>>,
+    teams: HashMap<String, Arc<Gate>>,
+}
+
+impl Gates {
+    pub fn new(plan: &Plan) -> Gates {
+        let mut providers = HashMap::new();
+        for t in &plan.tasks {
+            providers
+                .entry(t.provider.name.clone())
+                .or_insert_with(|| Arc::new(Gate::new(&t.provider.name, &t.provider.rate)));
+        }
+        let teams = plan
+            .teams
+            .values()
+            .filter(|t| !t.rate.is_empty())
+            .map(|t| (t.name.clone(), Arc::new(Gate::new(&t.name, &t.rate))))
+            .collect();
+        Gates { providers, teams }
+    }
+
+    pub fn provider(&self, name: &str) -> Option<Arc<Gate>> {
+        self.providers.get(name).cloned()
+    }
+
+    pub fn team(&self, name: Option<&str>) -> Option<Arc<Gate>> {
+        name.and_then(|n| self.teams.get(n)).cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(rpm: u32, burst_ms: u64) -> RateLimits {
+        RateLimits {
+            rpm: Some(rpm),
+            itpm: None,
+            otpm: None,
+            burst: Duration::from_millis(burst_ms),
+        }
+    }
+
+    #[tokio::test]
+    async fn paces_to_the_rate_after_the_burst() {
+        // 1200 rpm = one every 50 ms (50.5 at 99%); one second's worth = 20, 2 kept in
+        // reserve: 18 at once, then 12 more
+        let g = Gate::new("p", &limits(1200, 1000));
+        let start = Instant::now();
+        for _ in 0..30 {
+            g.admit(0, 0).await;
+        }
+        let took = start.elapsed();
+        assert!(took >= Duration::from_millis(12 * 50), "{took:?}");
+        assert!(took < Duration::from_millis(1000), "{took:?}");
+    }
+
+    #[tokio::test]
+    async fn token_charges_larger_than_the_burst_are_paced_not_refused() {
+        let g = Gate::new(
+            "p",
+            &RateLimits {
+                rpm: None,
+                itpm: Some(60_000),
+                otpm: None,
+                burst: Duration::from_secs(1),
+            },
+        );
+        let start = Instant::now();
+        g.admit(3000, 0).await; // 990/s with a burst of 900: over two seconds
+        assert!(
+            start.elapsed() >= Duration::from_millis(1900),
+            "{:?}",
+            start.elapsed()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_pause_holds_everyone() {
+        let g = Gate::new("p", &limits(60_000, 1000));
+        g.pause_until(Instant::now() + Duration::from_millis(200));
+        g.pause_until(Instant::now() + Duration::from_millis(50)); // never shortens
+        let start = Instant::now();
+        g.admit(0, 0).await;
+        assert!(start.elapsed() >= Duration::from_millis(190));
+    }
+}

@@ -1,0 +1,144 @@
+//! The resolved plan: what runs, with every default applied and every reference
+//! checked. The runner only ever sees these types, never the job file as written.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rust_decimal::Decimal;
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use super::schema::{JobFile, Period};
+use crate::govern::budget::Limits;
+use crate::govern::pricing::Price;
+use crate::sim::script::Script;
+
+fn human<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&humantime::format_duration(*d).to_string())
+}
+
+/// Which wire protocol and server a provider is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderKind {
+    /// The built-in simulator, speaking the Anthropic protocol.
+    Sim,
+    Anthropic,
+}
+
+/// Per-minute rate limits (requests, input tokens, output tokens) and how much of them
+/// may be used at once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RateLimits {
+    pub rpm: Option<u32>,
+    pub itpm: Option<u32>,
+    pub otpm: Option<u32>,
+    /// The burst allowance, as a span of the rate (1s: one second's worth).
+    #[serde(serialize_with = "human")]
+    pub burst: Duration,
+}
+
+impl RateLimits {
+    pub fn is_empty(&self) -> bool {
+        self.rpm.is_none() && self.itpm.is_none() && self.otpm.is_none()
+    }
+}
+
+/// A provider with every setting resolved.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProviderSpec {
+    pub name: String,
+    pub kind: ProviderKind,
+    /// None for the simulator the runner starts itself.
+    pub base_url: Option<String>,
+    /// The variable holding the key (never the key itself).
+    pub api_key_env: Option<String>,
+    pub anthropic_version: String,
+    #[serde(serialize_with = "human")]
+    pub timeout: Duration,
+    /// Retries of 408/409/5xx/529 and connection errors per request.
+    pub max_retries: u32,
+    /// Retries of 429s per request.
+    pub max_rate_limit_retries: u32,
+    /// The runner's pacing for all tasks on this provider.
+    pub rate: RateLimits,
+    /// Limits the simulator enforces (provider sim only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_limits: Option<RateLimits>,
+}
+
+/// A spend cap per calendar period, kept in the persistent ledger.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PeriodCap {
+    pub usd: Decimal,
+    pub period: Period,
+}
+
+/// A team: shared caps, concurrency and rate limits of its tasks.
+#[derive(Debug, Clone, Serialize)]
+pub struct TeamSpec {
+    pub name: String,
+    /// What the team may spend in this run.
+    pub max_cost_usd: Option<Decimal>,
+    /// What the team may spend per period, across runs.
+    pub cap: Option<PeriodCap>,
+    pub concurrency: Option<usize>,
+    pub rate: RateLimits,
+}
+
+/// One task, fully resolved.
+#[derive(Debug, Clone, Serialize)]
+pub struct TaskSpec {
+    pub id: String,
+    pub prompt: String,
+    pub provider: Arc<ProviderSpec>,
+    #[serde(serialize_with = "team_name")]
+    pub team: Option<Arc<TeamSpec>>,
+    pub model: String,
+    pub max_tokens: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub system: Option<String>,
+    pub tools: Vec<String>,
+    pub limits: Limits,
+    /// Optional request fields (sampling, thinking), exactly as they will be sent.
+    #[serde(skip_serializing_if = "Map::is_empty")]
+    pub extra: Map<String, Value>,
+    /// budget_tokens of enabled thinking, which max_tokens must stay above.
+    #[serde(skip)]
+    pub thinking_budget: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub price: Option<Price>,
+    #[serde(skip)]
+    pub sim: Option<Arc<Script>>,
+}
+
+fn team_name<S: serde::Serializer>(t: &Option<Arc<TeamSpec>>, s: S) -> Result<S::Ok, S::Error> {
+    match t {
+        Some(t) => s.serialize_str(&t.name),
+        None => s.serialize_none(),
+    }
+}
+
+impl TaskSpec {
+    pub fn team_name(&self) -> Option<&str> {
+        self.team.as_ref().map(|t| t.name.as_str())
+    }
+}
+
+/// A checked job, ready to run.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub name: String,
+    pub file: PathBuf,
+    pub concurrency: usize,
+    pub tasks: Vec<TaskSpec>,
+    /// Spend cap of the whole run.
+    pub max_cost_usd: Option<Decimal>,
+    pub teams: BTreeMap<String, Arc<TeamSpec>>,
+    /// The persistent ledger the job names (else the runner's default).
+    pub ledger_path: Option<PathBuf>,
+    /// The job as written, kept for run.json.
+    pub job: JobFile,
+}
