@@ -6,6 +6,7 @@
 //! goes to the single [`report`] writer. [`sim`] is the built-in simulated provider.
 
 pub mod agent;
+pub mod bench;
 pub mod govern;
 pub mod job;
 pub mod model;

@@ -7,11 +7,14 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
-use agentbatch::job::{self, JobError, Plan};
+use agentbatch::bench;
+use agentbatch::govern::store::{CapStore, SqliteStore};
+use agentbatch::job::{self, JobError, Plan, RateLimits};
 use agentbatch::report::ProgressMode;
 use agentbatch::run::{self, RunError, RunOptions};
 use agentbatch::sim::Sim;
@@ -28,30 +31,51 @@ struct Cli {
     command: Command,
 }
 
+#[derive(clap::Args)]
+struct RunArgs {
+    /// Folder for reports.
+    #[arg(long, default_value = "reports", value_name = "DIR")]
+    out: PathBuf,
+    /// Name of this run's report folder (default: <job name>-<UTC time>).
+    #[arg(long, value_name = "ID")]
+    run_id: Option<String>,
+    /// Tasks in flight at once (overrides the job's concurrency).
+    #[arg(long, value_name = "N")]
+    concurrency: Option<usize>,
+    /// Only run tasks whose id matches this glob (repeatable).
+    #[arg(long, value_name = "GLOB")]
+    only: Vec<String>,
+    /// No progress output; the summary is still printed.
+    #[arg(long)]
+    quiet: bool,
+    /// The persistent ledger of team period caps (default: the job's `ledger:`, else
+    /// DIR/ledger.sqlite).
+    #[arg(long, value_name = "PATH")]
+    ledger: Option<PathBuf>,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Run a job: every task's agent loop, governed by its limits; reports to DIR/<run-id>/.
     Run {
         /// The job file (YAML).
         job: PathBuf,
-        /// Folder for reports.
-        #[arg(long, default_value = "reports", value_name = "DIR")]
-        out: PathBuf,
-        /// Name of this run's report folder (default: <job name>-<UTC time>).
-        #[arg(long, value_name = "ID")]
-        run_id: Option<String>,
-        /// Tasks in flight at once (overrides the job's concurrency).
-        #[arg(long, value_name = "N")]
-        concurrency: Option<usize>,
-        /// Only run tasks whose id matches this glob (repeatable).
-        #[arg(long, value_name = "GLOB")]
-        only: Vec<String>,
-        /// No progress output; the summary is still printed.
-        #[arg(long)]
-        quiet: bool,
+        #[command(flatten)]
+        args: RunArgs,
     },
     /// Check a job file without spending anything and print the expanded plan.
     Validate { job: PathBuf },
+    /// Show what each team spent per period, from the persistent ledger.
+    Ledger {
+        /// Only this team.
+        #[arg(long)]
+        team: Option<String>,
+        #[arg(long, default_value = "reports/ledger.sqlite", value_name = "PATH")]
+        ledger: PathBuf,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Run the simulated provider as a standalone server.
     Sim {
         #[arg(long, default_value_t = 8787)]
@@ -65,7 +89,36 @@ enum Command {
         /// Play this script for POST /v1/messages.
         #[arg(long, value_name = "SCRIPT.yaml")]
         script: Option<PathBuf>,
+        /// Refuse more than N requests per minute (429 with retry-after).
+        #[arg(long, value_name = "N")]
+        rpm: Option<u32>,
+        /// Refuse more than N input tokens per minute.
+        #[arg(long, value_name = "N")]
+        itpm: Option<u32>,
+        /// Refuse more than N output tokens (max_tokens) per minute.
+        #[arg(long, value_name = "N")]
+        otpm: Option<u32>,
+        /// Burst allowance of those limits.
+        #[arg(long, default_value = "1s", value_parser = parse_duration)]
+        burst: Duration,
     },
+    /// Measure rate-limit goodput and cap precision against the simulator.
+    Bench {
+        /// Which benchmark.
+        #[arg(value_enum, default_value = "all")]
+        which: bench::Which,
+        /// Speed-up factor: limits and timings are multiplied by it, so the rate
+        /// benchmark's 600 rpm becomes 600 x SCALE rpm.
+        #[arg(long, default_value_t = 10)]
+        scale: u32,
+        /// Folder for the benchmark runs' reports.
+        #[arg(long, default_value = "reports", value_name = "DIR")]
+        out: PathBuf,
+    },
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    agentbatch::job::values::parse_duration(s)
 }
 
 fn main() -> ExitCode {
@@ -82,29 +135,42 @@ fn main() -> ExitCode {
     };
     rt.block_on(async {
         match cli.command {
-            Command::Run {
-                job,
-                out,
-                run_id,
-                concurrency,
-                only,
-                quiet,
-            } => run_cmd(job, out, run_id, concurrency, only, quiet).await,
+            Command::Run { job, args } => run_cmd(job, args).await,
             Command::Validate { job } => validate_cmd(job),
+            Command::Ledger { team, ledger, json } => ledger_cmd(team.as_deref(), &ledger, json),
             Command::Sim {
                 port,
                 host,
                 job,
                 script,
-            } => match sim_cmd(port, &host, job, script).await {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("agentbatch sim: {e:#}");
-                    ExitCode::from(1)
-                }
-            },
+                rpm,
+                itpm,
+                otpm,
+                burst,
+            } => {
+                let limits = RateLimits {
+                    rpm,
+                    itpm,
+                    otpm,
+                    burst,
+                };
+                report_error("sim", sim_cmd(port, &host, job, script, limits).await)
+            }
+            Command::Bench { which, scale, out } => {
+                report_error("bench", bench_cmd(which, scale, &out).await)
+            }
         }
     })
+}
+
+fn report_error(cmd: &str, r: anyhow::Result<()>) -> ExitCode {
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("agentbatch {cmd}: {e:#}");
+            ExitCode::from(1)
+        }
+    }
 }
 
 fn load(path: &Path, registry: &Registry) -> Result<Plan, ExitCode> {
@@ -119,30 +185,24 @@ fn load(path: &Path, registry: &Registry) -> Result<Plan, ExitCode> {
     })
 }
 
-async fn run_cmd(
-    job: PathBuf,
-    out: PathBuf,
-    run_id: Option<String>,
-    concurrency: Option<usize>,
-    only: Vec<String>,
-    quiet: bool,
-) -> ExitCode {
+async fn run_cmd(job: PathBuf, args: RunArgs) -> ExitCode {
     let registry = Arc::new(Registry::builtin());
     let plan = match load(&job, &registry) {
         Ok(p) => p,
         Err(code) => return code,
     };
-    let mut opts = RunOptions::new(out);
-    opts.run_id = run_id;
-    opts.concurrency = concurrency;
-    opts.only = only;
-    opts.progress = if quiet {
+    let mut opts = RunOptions::new(args.out);
+    opts.run_id = args.run_id;
+    opts.concurrency = args.concurrency;
+    opts.only = args.only;
+    opts.progress = if args.quiet {
         ProgressMode::Quiet
     } else {
         ProgressMode::Auto
     };
     opts.registry = registry;
     opts.handle_signals = true;
+    opts.ledger = args.ledger;
     match run::run(plan, opts).await {
         Ok(outcome) => {
             let s = &outcome.summary;
@@ -177,11 +237,60 @@ fn validate_cmd(job: PathBuf) -> ExitCode {
     }
 }
 
+fn ledger_cmd(team: Option<&str>, path: &Path, json: bool) -> ExitCode {
+    if !path.exists() {
+        eprintln!(
+            "agentbatch ledger: {} does not exist: no run with a team period cap has used it (pass --ledger PATH to read another)",
+            path.display()
+        );
+        return ExitCode::from(2);
+    }
+    let rows = match SqliteStore::open(path).and_then(|s| s.report(team, chrono::Utc::now())) {
+        Ok(rows) => rows,
+        Err(e) => {
+            eprintln!("agentbatch ledger: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&rows).unwrap_or_default()
+        );
+        return ExitCode::SUCCESS;
+    }
+    println!(
+        "{:<16} {:<18} {:>12} {:>14} {:>14} {:>12} {:>8}",
+        "team", "period", "cap_usd", "spent_usd", "unsettled_usd", "stale_usd", "entries"
+    );
+    for r in &rows {
+        let money = |d: rust_decimal::Decimal| format!("{:.6}", d);
+        println!(
+            "{:<16} {:<18} {:>12} {:>14} {:>14} {:>12} {:>8}",
+            r.team,
+            r.period,
+            r.cap.map_or("-".into(), |c| c.normalize().to_string()),
+            money(r.totals.settled),
+            money(r.totals.reserved),
+            money(r.totals.stale),
+            r.entries
+        );
+    }
+    if rows.is_empty() {
+        println!(
+            "(no spend recorded{})",
+            team.map(|t| format!(" for team {t}")).unwrap_or_default()
+        );
+    }
+    ExitCode::SUCCESS
+}
+
 async fn sim_cmd(
     port: u16,
     host: &str,
     job: Option<PathBuf>,
     script: Option<PathBuf>,
+    limits: RateLimits,
 ) -> anyhow::Result<()> {
     let addr: SocketAddr = format!("{host}:{port}")
         .parse()
@@ -189,6 +298,7 @@ async fn sim_cmd(
     let sim = Sim::start(addr)
         .await
         .with_context(|| format!("cannot listen on {addr}"))?;
+    sim.set_limits(Some(&limits));
     let mut registered = 0;
     if let Some(path) = &job {
         let plan = job::load(path, &Registry::builtin()).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -217,5 +327,17 @@ async fn sim_cmd(
     tokio::signal::ctrl_c()
         .await
         .context("cannot wait for Ctrl-C")?;
+    Ok(())
+}
+
+async fn bench_cmd(which: bench::Which, scale: u32, out: &Path) -> anyhow::Result<()> {
+    if matches!(which, bench::Which::Rate | bench::Which::All) {
+        let r = bench::rate_goodput(scale, out).await?;
+        println!("{r}");
+    }
+    if matches!(which, bench::Which::Caps | bench::Which::All) {
+        let r = bench::cap_precision(out).await?;
+        println!("{r}");
+    }
     Ok(())
 }

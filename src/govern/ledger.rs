@@ -268,14 +268,10 @@ impl Ledger {
             .worst_case(need.prompt_tokens, u64::from(need.floor));
         let mut max_tokens = u64::from(need.max_tokens);
         let pools = p.pool_names(team);
+        // Each request is judged on its own, even in a pool marked exhausted: a smaller
+        // request may still fit (the mark only keeps new tasks from starting).
         for name in &pools {
             let pool = p.get(name);
-            if pool.exhausted {
-                return Step::Stop(
-                    exhausted_stop(name, pool),
-                    json!({"pool": name, "exhausted": true}),
-                );
-            }
             let Some(left) = pool.left() else { continue };
             max_tokens = max_tokens.min(need.price.affordable_output(left, need.prompt_tokens));
         }
@@ -527,16 +523,4 @@ fn describe(pool: &str) -> String {
         Some(t) => format!("team {t}'s max_cost_usd"),
         None => "the run's max_cost_usd".to_string(),
     }
-}
-
-fn exhausted_stop(name: &str, pool: &Pool) -> Stop {
-    Stop::new(
-        reason(name),
-        format!(
-            "{} of ${} is used up (${} spent)",
-            describe(name),
-            pool.cap.unwrap_or_default().normalize(),
-            pool.spent.normalize()
-        ),
-    )
 }

@@ -3,7 +3,10 @@
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
-use super::{Plan, ProviderKind};
+use rust_decimal::Decimal;
+
+use super::schema::Period;
+use super::{Plan, ProviderKind, RateLimits, TaskSpec};
 
 fn or_dash<T: ToString>(v: Option<T>) -> String {
     v.map_or_else(|| "-".to_string(), |v| v.to_string())
@@ -48,10 +51,12 @@ pub fn describe(plan: &Plan) -> String {
             .unwrap_or_default();
         let _ = writeln!(
             s,
-            "  {name}: {where_}{key}, anthropic-version {}, timeout {}, {} retries",
+            "  {name}: {where_}{key}, anthropic-version {}, timeout {}, {} retries ({} on 429){}",
             p.anthropic_version,
             humantime::format_duration(p.timeout),
-            p.max_retries
+            p.max_retries,
+            p.max_rate_limit_retries,
+            rates(&p.rate)
         );
     }
     let _ = writeln!(s, "tasks:");
@@ -66,10 +71,11 @@ pub fn describe(plan: &Plan) -> String {
         });
         let _ = writeln!(
             s,
-            "  {}: {} {} ({price}), max_tokens {}, tools [{}]\n      limits: max_turns {}, time_limit {}, max_input_tokens {}, max_output_tokens {}, max_cost_usd {}",
+            "  {}: {} {} ({price}){}, max_tokens {}, tools [{}]\n      limits: max_turns {}, time_limit {}, max_input_tokens {}, max_output_tokens {}, max_cost_usd {}",
             t.id,
             t.provider.name,
             t.model,
+            t.team_name().map(|n| format!(", team {n}")).unwrap_or_default(),
             t.max_tokens,
             t.tools.join(", "),
             l.max_turns,
@@ -79,5 +85,119 @@ pub fn describe(plan: &Plan) -> String {
             or_dash(l.max_cost_usd.map(|c| c.normalize())),
         );
     }
+    describe_caps(plan, &mut s);
     s
+}
+
+fn rates(r: &RateLimits) -> String {
+    let parts: Vec<String> = [("rpm", r.rpm), ("itpm", r.itpm), ("otpm", r.otpm)]
+        .iter()
+        .filter_map(|(k, v)| v.map(|v| format!("{k} {v}")))
+        .collect();
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!(
+            ", {} (burst {})",
+            parts.join(", "),
+            humantime::format_duration(r.burst)
+        )
+    }
+}
+
+/// The most a set of tasks can spend: the sum of their own caps, or None when one of
+/// them has no cap.
+fn worst_case<'a>(tasks: impl Iterator<Item = &'a TaskSpec>) -> (usize, Option<Decimal>) {
+    let mut n = 0;
+    let mut sum = Some(Decimal::ZERO);
+    for t in tasks {
+        n += 1;
+        sum = match (sum, t.limits.max_cost_usd) {
+            (Some(s), Some(c)) => Some(s + c),
+            _ => None,
+        };
+    }
+    (n, sum)
+}
+
+/// Each cap against the worst case of the tasks under it, with a warning where it binds.
+fn describe_caps(plan: &Plan, s: &mut String) {
+    if plan.max_cost_usd.is_none() && plan.teams.is_empty() {
+        return;
+    }
+    let mut warnings = Vec::new();
+    let _ = writeln!(s, "caps:");
+    let mut check = |who: &str, cap: Option<Decimal>, n: usize, worst: Option<Decimal>| {
+        let Some(cap) = cap else { return };
+        match worst {
+            Some(w) if w <= cap => {}
+            Some(w) => warnings.push(format!(
+                "{who}: the cap ${} is below the worst case of its {n} task(s), ${}: it will bind if they spend their limits, and the rest stop with a budget stop reason",
+                cap.normalize(),
+                w.normalize()
+            )),
+            None => warnings.push(format!(
+                "{who}: some of its {n} task(s) have no limits.max_cost_usd, so the cap ${} is what bounds them: it may bind",
+                cap.normalize()
+            )),
+        }
+    };
+    let show = |w: Option<Decimal>| {
+        w.map_or("unbounded (a task has no max_cost_usd)".to_string(), |w| {
+            format!("${}", w.normalize())
+        })
+    };
+    if let Some(cap) = plan.max_cost_usd {
+        let (n, worst) = worst_case(plan.tasks.iter());
+        let _ = writeln!(
+            s,
+            "  run: max_cost_usd ${}; worst case of its {n} task(s): {}",
+            cap.normalize(),
+            show(worst)
+        );
+        check("the run", Some(cap), n, worst);
+    }
+    for team in plan.teams.values() {
+        let (n, worst) = worst_case(
+            plan.tasks
+                .iter()
+                .filter(|t| t.team_name() == Some(team.name.as_str())),
+        );
+        let mut caps = Vec::new();
+        if let Some(c) = team.max_cost_usd {
+            caps.push(format!("max_cost_usd ${} per run", c.normalize()));
+        }
+        if let Some(c) = &team.cap {
+            let p = match c.period {
+                Period::Day => "day",
+                Period::Week => "week",
+                Period::Month => "month",
+            };
+            caps.push(format!(
+                "${} per {p} (persistent ledger)",
+                c.usd.normalize()
+            ));
+        }
+        if let Some(c) = team.concurrency {
+            caps.push(format!("concurrency {c}"));
+        }
+        let _ = writeln!(
+            s,
+            "  team {}: {}{}; worst case of its {n} task(s): {}",
+            team.name,
+            if caps.is_empty() {
+                "no caps".to_string()
+            } else {
+                caps.join(", ")
+            },
+            rates(&team.rate),
+            show(worst)
+        );
+        let who = format!("team {}", team.name);
+        check(&who, team.max_cost_usd, n, worst);
+        check(&who, team.cap.as_ref().map(|c| c.usd), n, worst);
+    }
+    for w in warnings {
+        let _ = writeln!(s, "warning: {w}");
+    }
 }

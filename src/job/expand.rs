@@ -203,6 +203,11 @@ fn resolve_providers(job: &JobFile, cx: &mut Ctx) -> BTreeMap<String, Arc<Provid
                     &at("server_limits"),
                     "only the simulator (providers.sim) has server limits",
                 );
+            } else if base_url.is_some() {
+                cx.err(
+                    &at("server_limits"),
+                    "apply only to the simulator a run starts; start a standalone one with `agentbatch sim --rpm N --itpm N --otpm N`",
+                );
             }
             let mut at = base.clone();
             at.push(key("server_limits"));

@@ -46,6 +46,8 @@ pub struct SentTurn {
 /// One request as the simulator saw it.
 #[derive(Debug, Clone, Serialize)]
 pub struct RecordedRequest {
+    /// Milliseconds from the simulator's start to the request's arrival.
+    pub at_ms: u64,
     /// The run id from the path (empty for the routes without one).
     pub run: String,
     pub key: String,
@@ -65,8 +67,8 @@ pub struct RecordedRequest {
 
 type Key = (String, usize);
 
-#[derive(Default)]
 struct SimState {
+    started: std::time::Instant,
     limits: Mutex<Option<Arc<limits::ServerLimits>>>,
     scripts: Mutex<HashMap<String, Arc<Script>>>,
     sent: Mutex<HashMap<Key, SentTurn>>,
@@ -108,7 +110,15 @@ impl Drop for Sim {
 impl Sim {
     /// Starts a simulator on `addr` (use port 0 for any free port).
     pub async fn start(addr: SocketAddr) -> std::io::Result<Sim> {
-        let state = Arc::new(SimState::default());
+        let state = Arc::new(SimState {
+            started: std::time::Instant::now(),
+            limits: Mutex::default(),
+            scripts: Mutex::default(),
+            sent: Mutex::default(),
+            attempts: Mutex::default(),
+            log: Mutex::default(),
+            request_ids: AtomicU64::default(),
+        });
         let app = Router::new()
             .route("/v1/messages", post(default_messages))
             .route("/t/{key}/v1/messages", post(keyed_messages))
@@ -262,6 +272,7 @@ async fn messages(
     );
     let parsed: Result<Value, _> = serde_json::from_slice(&body);
     let mut rec = RecordedRequest {
+        at_ms: state.started.elapsed().as_millis() as u64,
         run: run.clone(),
         key: key.clone(),
         step: None,
