@@ -238,7 +238,7 @@ impl CapStore for SqliteStore {
             tx.execute(
                 "INSERT INTO totals (team, period, settled, reserved, cap) VALUES (?1, ?2, ?3, ?4, ?5)
                  ON CONFLICT (team, period) DO UPDATE SET reserved = ?4, cap = ?5",
-                params![team, period, t.settled.to_string(), (t.reserved + amount).to_string(), cap.to_string()],
+                params![team, period, t.settled.to_string(), (t.reserved + amount).normalize().to_string(), cap.to_string()],
             )?;
             tx.commit()?;
             Ok(Some(id))
@@ -272,8 +272,8 @@ impl CapStore for SqliteStore {
                 params![
                     team,
                     period,
-                    (t.settled + actual).to_string(),
-                    (t.reserved - amount).to_string()
+                    (t.settled + actual).normalize().to_string(),
+                    (t.reserved - amount).normalize().to_string()
                 ],
             )?;
             tx.commit()
@@ -297,7 +297,11 @@ impl CapStore for SqliteStore {
             let t = totals_in(&tx, &team, &period, "")?;
             tx.execute(
                 "UPDATE totals SET reserved = ?3 WHERE team = ?1 AND period = ?2",
-                params![team, period, (t.reserved - dec(amount)?).to_string()],
+                params![
+                    team,
+                    period,
+                    (t.reserved - dec(amount)?).normalize().to_string()
+                ],
             )?;
             tx.commit()
         })

@@ -171,7 +171,12 @@ impl Sim {
             .map(|l| Arc::new(limits::ServerLimits::new(l)));
     }
 
-    /// Every request received so far, in arrival order.
+    /// Requests received so far, answered or still being answered.
+    pub fn received(&self) -> u64 {
+        self.state.request_ids.load(Ordering::Relaxed)
+    }
+
+    /// Every request answered so far, in the order the answers were finished.
     pub fn requests(&self) -> Vec<RecordedRequest> {
         lock(&self.state.log).clone()
     }
@@ -505,6 +510,9 @@ fn play_fault(fault: &Fault, request_id: &str) -> Response {
             wait.0.as_secs_f64().ceil().to_string(),
         ));
         extra.push(("retry-after-ms".to_string(), wait.0.as_millis().to_string()));
+    }
+    if let Some(v) = fault.should_retry {
+        extra.push(("x-should-retry".to_string(), v.to_string()));
     }
     error_response(code, error_type, &message, request_id, &extra)
 }

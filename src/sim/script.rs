@@ -165,6 +165,9 @@ pub struct Fault {
     /// Answer 200, then break the connection in the middle of the body.
     #[serde(default)]
     pub disconnect: bool,
+    /// Sent as the `x-should-retry` header, which overrides the client's own rules.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub should_retry: Option<bool>,
 }
 
 impl Script {

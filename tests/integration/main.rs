@@ -4,6 +4,7 @@
 mod cli;
 mod common;
 mod faults;
+mod govern;
 mod limits;
 mod protocol;
 mod reports;

@@ -1,0 +1,524 @@
+//! Governance: hard caps for runs, teams and periods (also across processes and a
+//! kill -9), pacing to rate limits, 429 handling, retries, wrap-up.
+
+use std::collections::HashMap;
+use std::process::{Command, Stdio};
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agentbatch::govern::pricing;
+use agentbatch::model::Usage;
+use agentbatch::sim::Sim;
+use rust_decimal::Decimal;
+use serde_json::Value;
+
+use crate::common::{num, read_csv, Case, Ran};
+
+fn d(s: &str) -> Decimal {
+    Decimal::from_str(s).unwrap()
+}
+
+const LOOP: &str = "{ latency: 10ms, repeat_last: true, turns: [ { content: [ { text: working }, { tool_use: { name: get_time, input: {} } } ], usage: { output_tokens: 200 } } ] }";
+
+fn tasks(n: usize) -> String {
+    (0..n)
+        .map(|i| format!("  - {{ id: t{i:03}, prompt: go }}\n"))
+        .collect()
+}
+
+fn cost(row: &HashMap<String, String>) -> Decimal {
+    d(&row["cost_usd"])
+}
+
+/// Prices what the simulator itself reported as usage for one answered request.
+fn billed(ran: &Ran, model: &str) -> Decimal {
+    let price = pricing::lookup(&Default::default(), model).unwrap();
+    ran.sim
+        .requests()
+        .iter()
+        .filter_map(|r| r.response.as_ref())
+        .map(|m| {
+            let u = &m["usage"];
+            price.cost(&Usage {
+                input_tokens: u["input_tokens"].as_u64().unwrap(),
+                output_tokens: u["output_tokens"].as_u64().unwrap(),
+                cache_read_tokens: u["cache_read_input_tokens"].as_u64().unwrap(),
+                cache_write_tokens: u["cache_creation_input_tokens"].as_u64().unwrap(),
+                cache_write_1h_tokens: 0,
+            })
+        })
+        .sum()
+}
+
+fn budget_stops(ran: &Ran) -> Vec<Value> {
+    ran.rows()
+        .iter()
+        .filter(|r| r["turns"] != "0")
+        .flat_map(|r| ran.events(&r["task_id"], "budget_stop"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_team_cap_binds_exactly_with_200_tasks_in_flight() {
+    let case = Case::new();
+    let ran = case
+        .run(&format!(
+            "name: caps\nconcurrency: 200\nteams:\n  platform: {{ max_cost_usd: 2 }}\ndefaults:\n  team: platform\n  model: claude-sonnet-4-5\n  tools: [get_time]\n  limits: {{ max_turns: 40, min_max_tokens: 128 }}\n  sim: {LOOP}\ntasks:\n{}",
+            tasks(200)
+        ))
+        .await;
+    let rows = ran.rows();
+    assert_eq!(rows.len(), 200);
+    let cap = d("2");
+    let spent: Decimal = rows.iter().map(cost).sum();
+    assert!(spent <= cap, "spent {spent} > cap {cap}");
+    assert_eq!(
+        billed(&ran, "claude-sonnet-4-5"),
+        spent,
+        "the report is what the provider billed"
+    );
+    let stops = budget_stops(&ran);
+    assert!(!stops.is_empty(), "the cap should have bound");
+    let mut cheapest = Decimal::MAX;
+    for s in &stops {
+        let left = d(s["left_usd"].as_str().unwrap());
+        let smallest = d(s["smallest_request_usd"].as_str().unwrap());
+        // no stop while unreserved money remained for the request
+        assert!(
+            left < smallest,
+            "stopped with ${left} left for a ${smallest} request: {s}"
+        );
+        cheapest = cheapest.min(smallest);
+    }
+    // the cap is used to within one request
+    assert!(
+        cap - spent < cheapest,
+        "left {} of the cap, a request needs {cheapest}",
+        cap - spent
+    );
+    for r in rows
+        .iter()
+        .filter(|r| r["stop_reason"] == "team_budget" && r["turns"] == "0")
+    {
+        assert_eq!(cost(r), Decimal::ZERO);
+    }
+    assert_eq!(rows.iter().filter(|r| r["team"] == "platform").count(), 200);
+}
+
+#[tokio::test]
+async fn an_exhausted_run_pool_starts_no_new_task() {
+    let case = Case::new();
+    let ran = case
+        .run(&format!(
+            "name: caps\nconcurrency: 4\nmax_cost_usd: 0.05\ndefaults:\n  model: claude-sonnet-4-5\n  tools: [get_time]\n  limits: {{ max_turns: 40, min_max_tokens: 128 }}\n  sim: {LOOP}\ntasks:\n{}",
+            tasks(30)
+        ))
+        .await;
+    let rows = ran.rows();
+    assert_eq!(rows.len(), 30);
+    let spent: Decimal = rows.iter().map(cost).sum();
+    assert!(spent <= d("0.05"), "{spent}");
+    let not_started: Vec<_> = rows
+        .iter()
+        .filter(|r| r["stop_detail"].contains("not started"))
+        .collect();
+    assert!(!not_started.is_empty());
+    for r in not_started {
+        assert_eq!(r["stop_reason"], "run_budget", "{r:?}");
+        assert_eq!(r["turns"], "0");
+        assert_eq!(cost(r), Decimal::ZERO);
+        assert!(r["transcript"].is_empty(), "{r:?}");
+        assert!(!case
+            .path(&format!("reports/r1/transcripts/{}.jsonl", r["task_id"]))
+            .exists());
+    }
+    // a task that started but could not afford its next request says why, in numbers
+    for r in rows
+        .iter()
+        .filter(|r| r["stop_reason"] == "run_budget" && !r["stop_detail"].contains("not started"))
+    {
+        assert!(
+            r["stop_detail"].contains("cannot pay for the smallest request"),
+            "{r:?}"
+        );
+    }
+}
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_agentbatch"))
+}
+
+#[test]
+fn two_runner_processes_share_one_persistent_team_cap() {
+    let case = Case::new();
+    case.write(
+        "job.yaml",
+        &format!(
+            "name: shared\nconcurrency: 15\nledger: ledger.sqlite\nteams:\n  platform: {{ cap: {{ usd: 0.40, period: day }} }}\ndefaults:\n  team: platform\n  model: claude-sonnet-4-5\n  tools: [get_time]\n  limits: {{ max_turns: 40, min_max_tokens: 128 }}\n  sim: {LOOP}\ntasks:\n{}",
+            tasks(30)
+        ),
+    );
+    let spawn = |id: &str| {
+        bin()
+            .args(["run", "job.yaml", "--quiet", "--run-id", id])
+            .current_dir(case.dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (a, b) = (spawn("a"), spawn("b"));
+    for child in [a, b] {
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let spent: Decimal = ["a", "b"]
+        .iter()
+        .flat_map(|id| read_csv(&case.path(&format!("reports/{id}/results.csv"))))
+        .map(|r| cost(&r))
+        .sum();
+    assert!(spent <= d("0.40"), "both runs together spent {spent}");
+    assert!(spent > d("0.35"), "the cap should be nearly used: {spent}");
+    let out = bin()
+        .args(["ledger", "--json", "--ledger", "ledger.sqlite"])
+        .current_dir(case.dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let rows: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(rows[0]["team"], "platform");
+    assert_eq!(d(rows[0]["totals"]["settled"].as_str().unwrap()), spent);
+    assert_eq!(
+        d(rows[0]["totals"]["reserved"].as_str().unwrap()),
+        Decimal::ZERO
+    );
+    let table = bin()
+        .args(["ledger", "--ledger", "ledger.sqlite"])
+        .current_dir(case.dir.path())
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        table.contains("platform") && table.contains("day:"),
+        "{table}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_runner_leaves_every_settled_and_in_flight_reservation_in_the_ledger() {
+    let case = Case::new();
+    let sim = Arc::new(Sim::start_local().await.unwrap());
+    let script: agentbatch::sim::script::Script = serde_yaml::from_str(
+        "turns:\n  - content: [ { tool_use: { name: get_time, input: {} } } ]\n  - latency: 30s\n    content: [ { text: never } ]\n",
+    )
+    .unwrap();
+    let script = Arc::new(script);
+    for i in 0..8 {
+        sim.register(&format!("t{i:03}"), script.clone());
+    }
+    case.write(
+        "job.yaml",
+        &format!(
+            "name: killed\nconcurrency: 8\nledger: ledger.sqlite\nproviders:\n  sim: {{ base_url: \"{}\" }}\nteams:\n  platform: {{ cap: {{ usd: 10, period: month }} }}\ndefaults:\n  team: platform\n  model: claude-sonnet-4-5\n  tools: [get_time]\ntasks:\n{}",
+            sim.base_url(),
+            tasks(8)
+        ),
+    );
+    let mut child = bin()
+        .args(["run", "job.yaml", "--quiet", "--run-id", "r"])
+        .current_dir(case.dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while sim.received() < 16 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "only {} requests arrived",
+            sim.received()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let store = agentbatch::govern::store::SqliteStore::open(&case.path("ledger.sqlite")).unwrap();
+    use agentbatch::govern::store::CapStore;
+    let rows = store.report(Some("platform"), chrono::Utc::now()).unwrap();
+    assert_eq!(rows.len(), 1);
+    let row = &rows[0];
+    // every request that reached the provider has its entry: 8 settled, 8 in flight
+    assert_eq!(row.entries, 16);
+    let price = pricing::lookup(&Default::default(), "claude-sonnet-4-5").unwrap();
+    let answered: Decimal = sim
+        .requests()
+        .iter()
+        .filter_map(|r| r.response.as_ref())
+        .map(|m| {
+            let u = &m["usage"];
+            price.cost(&Usage {
+                input_tokens: u["input_tokens"].as_u64().unwrap(),
+                output_tokens: u["output_tokens"].as_u64().unwrap(),
+                ..Default::default()
+            })
+        })
+        .sum();
+    assert_eq!(
+        row.totals.settled, answered,
+        "settled spend is exactly what was billed"
+    );
+    assert!(
+        row.totals.reserved > Decimal::ZERO,
+        "the in-flight reservations are kept as spent"
+    );
+    let out = bin()
+        .args(["ledger", "--ledger", "ledger.sqlite"])
+        .current_dir(case.dir.path())
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("month:"));
+}
+
+fn rate_job(server_rpm: u32, runner: &str, n: usize, turns: usize) -> String {
+    let mut script = String::new();
+    for _ in 0..turns - 1 {
+        script.push_str("        - content: [ { tool_use: { name: get_time, input: {} } } ]\n");
+    }
+    script.push_str("        - content: [ { text: done } ]\n");
+    format!(
+        "name: rate\nconcurrency: {n}\nproviders:\n  sim:\n    server_limits: {{ rpm: {server_rpm} }}\n{runner}defaults:\n  model: claude-haiku-4-5\n  tools: [get_time]\n  sim:\n      turns:\n{script}tasks:\n{}",
+        tasks(n)
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pacing_at_the_server_limit_sees_no_429() {
+    let case = Case::new();
+    let ran = case.run(&rate_job(1200, "    rpm: 1200\n", 24, 3)).await;
+    let log = ran.sim.requests();
+    assert_eq!(
+        log.iter().filter(|r| r.status == 429).count(),
+        0,
+        "paced requests must not be refused"
+    );
+    assert_eq!(log.len(), 72);
+    let rows = ran.rows();
+    assert!(rows.iter().all(|r| r["stop_reason"] == "completed"));
+    assert!(
+        rows.iter().map(|r| num(r, "rate_wait_ms")).sum::<u64>() > 0,
+        "pacing waits are reported"
+    );
+    // 72 requests at 1200 rpm with a burst of about 20 take over 2.5 s
+    let span =
+        log.iter().map(|r| r.at_ms).max().unwrap() - log.iter().map(|r| r.at_ms).min().unwrap();
+    assert!(span >= 2500, "{span} ms");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_the_limit_429s_pause_the_whole_provider_and_every_task_completes() {
+    let case = Case::new();
+    let ran = case.run(&rate_job(600, "    rpm: 60000\n", 30, 2)).await;
+    let log = ran.sim.requests();
+    let limited: Vec<_> = log.iter().filter(|r| r.status == 429).collect();
+    assert!(
+        !limited.is_empty(),
+        "the runner was configured above the server's limit"
+    );
+    let rows = ran.rows();
+    assert!(
+        rows.iter().all(|r| r["stop_reason"] == "completed"),
+        "{rows:?}"
+    );
+    assert!(rows.iter().map(|r| num(r, "retries")).sum::<u64>() >= limited.len() as u64);
+    // After the first 429 (retry-after: 1 s) nobody sends anything until the pause ends,
+    // apart from requests already on their way.
+    let first = limited.iter().map(|r| r.at_ms).min().unwrap();
+    let during_pause = log
+        .iter()
+        .filter(|r| r.at_ms > first + 300 && r.at_ms < first + 900)
+        .count();
+    assert_eq!(
+        during_pause, 0,
+        "requests arrived while the provider was paused"
+    );
+    let paused = rows
+        .iter()
+        .flat_map(|r| ran.events(&r["task_id"], "attempt_failed"))
+        .filter(|e| e["rate_limited"] == true)
+        .count();
+    assert_eq!(paused, limited.len());
+}
+
+#[tokio::test]
+async fn retry_rules_follow_the_sdks() {
+    let case = Case::new();
+    let one = |id: &str, fault: &str| {
+        format!("  - id: {id}\n    prompt: p\n    sim: {{ turns: [ {{ faults: [ {fault} ], content: [ {{ text: ok }} ] }} ] }}\n")
+    };
+    let tasks = [
+        one("forbidden", "{ status: 403 }"),
+        one("not-found", "{ status: 404 }"),
+        one("should-not", "{ status: 500, should_retry: false }"),
+        one("should", "{ status: 400, should_retry: true }"),
+        one("conflict", "{ status: 409 }"),
+        one(
+            "throttled",
+            "{ status: 429 }, { status: 429 }, { status: 429 }",
+        ),
+    ]
+    .concat();
+    let ran = case
+        .run(&format!(
+            "name: retries\nproviders:\n  sim: {{ max_rate_limit_retries: 1 }}\ndefaults:\n  model: claude-sonnet-4-5\ntasks:\n{tasks}"
+        ))
+        .await;
+    for (task, stop, retries) in [
+        ("forbidden", "provider_error", 0),
+        ("not-found", "provider_error", 0),
+        ("should-not", "provider_error", 0),
+        ("should", "completed", 1),
+        ("conflict", "completed", 1),
+        ("throttled", "rate_limited", 1),
+    ] {
+        let row = ran.row(task);
+        assert_eq!(row["stop_reason"], stop, "{task}: {row:?}");
+        assert_eq!(num(&row, "retries"), retries, "{task}");
+    }
+    assert_eq!(ran.row("throttled")["outcome"], "error");
+    assert!(ran.row("not-found")["stop_detail"].contains("check the model id"));
+}
+
+#[tokio::test]
+async fn wrap_up_sends_the_last_allowed_request_with_tools_off() {
+    let case = Case::new();
+    let ran = case
+        .run(&format!(
+            "name: wrap\ndefaults:\n  model: claude-sonnet-4-5\n  tools: [get_time]\n  limits: {{ max_turns: 3, wrap_up: true, show_budget: true }}\n  sim: {LOOP}\ntasks:\n  - {{ id: t, prompt: go }}\n"
+        ))
+        .await;
+    let row = ran.row("t");
+    assert_eq!(row["stop_reason"], "completed", "{row:?}");
+    let reqs = ran.requests("t");
+    assert_eq!(reqs.len(), 3);
+    assert!(reqs[1].body.get("tool_choice").is_none());
+    assert_eq!(reqs[2].body["tool_choice"]["type"], "none");
+    let last_user = reqs[2].body["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    let texts: Vec<&str> = last_user["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|b| b["text"].as_str())
+        .collect();
+    assert!(texts.iter().any(|t| t.contains("last turn")), "{texts:?}");
+    assert!(
+        texts.iter().any(|t| t.contains("1 model request(s) left")),
+        "{texts:?}"
+    );
+    let first = reqs[0].body["messages"][0]["content"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(first[0]["text"], "go");
+    assert!(first[1]["text"]
+        .as_str()
+        .unwrap()
+        .contains("3 model request(s) left"));
+    assert_eq!(ran.events("t", "wrap_up")[0]["why"], "max_turns");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn team_concurrency_limits_only_that_team() {
+    let case = Case::new();
+    let slow = "{ latency: 300ms, turns: [ { content: [ { text: ok } ] } ] }";
+    let mut tasks = String::new();
+    for i in 0..6 {
+        tasks.push_str(&format!("  - {{ id: a{i}, prompt: p, team: a }}\n"));
+    }
+    for i in 0..2 {
+        tasks.push_str(&format!("  - {{ id: b{i}, prompt: p, team: b }}\n"));
+    }
+    let ran = case
+        .run(&format!(
+            "name: teams\nconcurrency: 8\nteams:\n  a: {{ concurrency: 2 }}\n  b: {{}}\ndefaults:\n  model: claude-sonnet-4-5\n  sim: {slow}\ntasks:\n{tasks}"
+        ))
+        .await;
+    let rows = ran.rows();
+    let span = |r: &HashMap<String, String>| {
+        let t = |k: &str| {
+            chrono::DateTime::parse_from_rfc3339(&r[k])
+                .unwrap()
+                .timestamp_millis()
+        };
+        (t("started_at"), t("finished_at"))
+    };
+    let a: Vec<(i64, i64)> = rows.iter().filter(|r| r["team"] == "a").map(span).collect();
+    for (s, _) in &a {
+        let overlapping = a.iter().filter(|(s2, e2)| s2 <= s && s < e2).count();
+        assert!(
+            overlapping <= 2,
+            "{overlapping} tasks of team a in flight at once"
+        );
+    }
+    let first_a = a.iter().map(|x| x.0).min().unwrap();
+    for r in rows.iter().filter(|r| r["team"] == "b") {
+        assert!(span(r).0 - first_a < 200, "team b waited for team a");
+    }
+}
+
+#[test]
+fn validate_shows_each_cap_against_the_worst_case() {
+    let case = Case::new();
+    case.write(
+        "job.yaml",
+        "name: v\nmax_cost_usd: 3\nteams:\n  platform: { max_cost_usd: 1, concurrency: 2, rpm: 50, itpm: 200000, cap: { usd: 100, period: week } }\ndefaults:\n  team: platform\n  model: claude-sonnet-4-5\n  limits: { max_cost_usd: 0.75 }\n  sim: { turns: [ { content: [ { text: hi } ] } ] }\ntasks:\n  - { id: a, prompt: p }\n  - { id: b, prompt: p }\n",
+    );
+    let out = bin()
+        .args(["validate", "job.yaml"])
+        .current_dir(case.dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("run: max_cost_usd $3; worst case of its 2 task(s): $1.5"),
+        "{text}"
+    );
+    assert!(text.contains("team platform: max_cost_usd $1 per run, $100 per week (persistent ledger), concurrency 2, rpm 50, itpm 200000"), "{text}");
+    assert!(
+        text.contains(
+            "warning: team platform: the cap $1 is below the worst case of its 2 task(s), $1.5"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("warning: the run"), "{text}");
+
+    case.write("bad.yaml", "name: v\ndefaults: { team: nope, model: m, sim: { turns: [ { content: [ { text: hi } ] } ] } }\ntasks:\n  - { id: a, prompt: p }\n");
+    let out = bin()
+        .args(["validate", "bad.yaml"])
+        .current_dir(case.dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("bad.yaml:2:19: defaults.team: unknown team \"nope\""),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
