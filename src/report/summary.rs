@@ -24,6 +24,9 @@ pub struct RunTotals {
     /// Tasks whose model has no price (their cost is not in cost_usd).
     pub unpriced_tasks: usize,
     pub retries: u64,
+    pub rate_wait_ms: u64,
+    /// Spend per team.
+    pub by_team: BTreeMap<String, Decimal>,
 }
 
 impl RunTotals {
@@ -40,6 +43,10 @@ impl RunTotals {
             None => self.unpriced_tasks += 1,
         }
         self.retries += u64::from(r.retries);
+        self.rate_wait_ms += r.rate_wait_ms;
+        if let Some(t) = &r.team {
+            *self.by_team.entry(t.clone()).or_default() += r.cost_usd.unwrap_or_default();
+        }
     }
 
     pub fn count(&self, o: Outcome) -> usize {
@@ -119,6 +126,22 @@ impl Summary {
                 String::new()
             }
         );
+        if !t.by_team.is_empty() {
+            let teams: Vec<String> = t
+                .by_team
+                .iter()
+                .map(|(k, v)| format!("{k} ${v:.4}"))
+                .collect();
+            let _ = write!(s, "\nby team: {}", teams.join(", "));
+        }
+        if t.retries > 0 || t.rate_wait_ms > 0 {
+            let _ = write!(
+                s,
+                "\nretries {}; waited for rate limits {:.1}s in all",
+                t.retries,
+                t.rate_wait_ms as f64 / 1000.0
+            );
+        }
         s
     }
 }
