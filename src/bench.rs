@@ -12,7 +12,9 @@ use anyhow::Context;
 use rust_decimal::Decimal;
 use serde_json::Value;
 
+use crate::govern::pricing;
 use crate::job;
+use crate::model::Usage;
 use crate::report::ProgressMode;
 use crate::run::{self, RunOptions};
 use crate::sim::Sim;
@@ -151,6 +153,8 @@ pub struct CapReport {
     pub tasks: usize,
     pub cap: Decimal,
     pub spent: Decimal,
+    /// The same, priced from the simulator's own usage figures.
+    pub billed: Decimal,
     pub stopped_by_cap: usize,
     pub not_started: usize,
     /// The least of the "smallest request" figures tasks stopped for: what was left is
@@ -161,7 +165,7 @@ pub struct CapReport {
 
 impl fmt::Display for CapReport {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        let overshoot = (self.spent - self.cap).max(Decimal::ZERO);
+        let overshoot = (self.spent.max(self.billed) - self.cap).max(Decimal::ZERO);
         writeln!(
             f,
             "cap precision: {} tasks in flight at once against a team cap of ${}",
@@ -170,8 +174,9 @@ impl fmt::Display for CapReport {
         )?;
         write!(
             f,
-            "  spent ${:.6} = {:.2}% of the cap; overshoot ${}; left ${:.6} (the cheapest request a task stopped for needed ${:.6}); {} task(s) stopped with team_budget, {} of them before starting; reports: {}",
+            "  spent ${:.6} (provider billed ${:.6}) = {:.2}% of the cap; overshoot ${}; left ${:.6} (the cheapest request a task stopped for needed ${:.6}); {} task(s) stopped with team_budget, {} of them before starting; reports: {}",
             self.spent,
+            self.billed,
             (self.spent / self.cap * Decimal::ONE_HUNDRED),
             overshoot.normalize(),
             (self.cap - self.spent).max(Decimal::ZERO),
@@ -195,9 +200,29 @@ pub async fn cap_precision(out: &Path) -> anyhow::Result<CapReport> {
     );
     let dir = bench_dir(out, "caps");
     let sim = Arc::new(Sim::start_local().await?);
-    let outcome = run_job(&dir, &yaml, sim).await?;
+    let outcome = run_job(&dir, &yaml, sim.clone()).await?;
     let rows = &outcome.summary.rows;
     let spent: Decimal = rows.iter().filter_map(|r| r.cost_usd).sum();
+    // What the provider billed, priced from its own usage figures, independently of the
+    // runner's accounting.
+    let price = pricing::lookup(&Default::default(), "claude-sonnet-4-5")
+        .context("no built-in price for claude-sonnet-4-5")?;
+    let billed: Decimal = sim
+        .requests()
+        .iter()
+        .filter_map(|r| r.response.as_ref())
+        .map(|m| {
+            let u = &m["usage"];
+            let n = |k: &str| u[k].as_u64().unwrap_or(0);
+            price.cost(&Usage {
+                input_tokens: n("input_tokens"),
+                output_tokens: n("output_tokens"),
+                cache_read_tokens: n("cache_read_input_tokens"),
+                cache_write_tokens: n("cache_creation_input_tokens"),
+                cache_write_1h_tokens: 0,
+            })
+        })
+        .sum();
     let stopped: Vec<_> = rows
         .iter()
         .filter(|r| r.stop_reason.as_str() == "team_budget")
@@ -230,6 +255,7 @@ pub async fn cap_precision(out: &Path) -> anyhow::Result<CapReport> {
         tasks: CAP_TASKS,
         cap,
         spent,
+        billed,
         stopped_by_cap: stopped.len(),
         not_started,
         smallest_request: smallest_request.unwrap_or_default(),

@@ -82,6 +82,31 @@ fn endpoint(spec: &TaskSpec, env: &AgentEnv) -> Result<Endpoint, String> {
     })
 }
 
+fn params(spec: &TaskSpec, toolset: &Toolset) -> Params {
+    Params {
+        model: spec.model.clone(),
+        system: spec.system.clone(),
+        tools: toolset.declarations(),
+        extra: spec.extra.clone(),
+    }
+}
+
+/// The worst-case cost of a task's smallest first request (its whole first prompt and
+/// the least output worth asking for), or None for a model without a price. Used to
+/// tell whether a task can start at all when money is short.
+pub fn smallest_first_request(
+    spec: &TaskSpec,
+    registry: &Registry,
+) -> Option<rust_decimal::Decimal> {
+    let price = spec.price.as_ref()?;
+    let prompt = Conversation::first_prompt_bound(
+        &params(spec, &registry.toolset(&spec.tools)),
+        &spec.prompt,
+    );
+    let floor = crate::govern::budget::floor(&spec.limits, spec.max_tokens, spec.thinking_budget);
+    Some(price.worst_case(prompt, u64::from(floor)))
+}
+
 /// Counters the loop keeps besides the meter.
 #[derive(Default)]
 struct Tally {
@@ -142,13 +167,7 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
     let stop = match endpoint(spec, env) {
         Err(e) => Stop::new(StopReason::ProviderError, e),
         Ok(ep) => {
-            let params = Params {
-                model: spec.model.clone(),
-                system: spec.system.clone(),
-                tools: toolset.declarations(),
-                extra: spec.extra.clone(),
-            };
-            match Conversation::new(env.client.clone(), ep, params, &spec.prompt) {
+            match Conversation::new(env.client.clone(), ep, params(spec, &toolset), &spec.prompt) {
                 Err(e) => Stop::new(StopReason::ProviderError, e),
                 Ok(mut conv) => lp.drive(&mut conv).await,
             }

@@ -11,15 +11,13 @@ use serde_json::{json, Value};
 use super::stop::{Stop, StopReason};
 use super::{guarded, hint, interrupted, Loop};
 use crate::govern::backoff::{jitter, retry_delay};
-use crate::govern::budget::{plan_request, RequestPlan};
+use crate::govern::budget::{floor, plan_request, RequestPlan};
 use crate::govern::ledger::{Need, Reservation};
 use crate::model::anthropic::Conversation;
 use crate::model::{RateHeaders, Turn};
 
 /// How long past a task's deadline its reservation may still count as in flight.
 const IN_FLIGHT_MARGIN: Duration = Duration::from_secs(60);
-/// The longest pause a provider's reset header may impose.
-const MAX_HEADER_PAUSE: Duration = Duration::from_secs(300);
 
 impl Loop<'_> {
     /// Sends one model request, retrying retryable failures. Every attempt is planned
@@ -100,11 +98,25 @@ impl Loop<'_> {
             self.give_back(held, failure.maybe_billed).await;
             self.note_rate_headers(&failure.rate);
             if failure.rate_limited {
-                let wait = failure
-                    .server_wait
-                    .or_else(|| failure.rate.exhausted_until().map(until_now))
-                    .unwrap_or_else(|| retry_delay(limited, None, jitter()));
-                let give_up = limited >= self.spec.provider.max_rate_limit_retries;
+                // A 429 that says when to come back is the rate limit: it pauses the
+                // whole provider and retries on its own budget. One without any wait (a
+                // spend cap, a quota) rarely recovers: it counts against max_retries.
+                let signalled =
+                    failure.server_wait.is_some() || failure.rate.pause(Utc::now()).is_some();
+                let (used, budget) = if signalled {
+                    (limited, self.spec.provider.max_rate_limit_retries)
+                } else {
+                    (errors + limited, self.spec.provider.max_retries)
+                };
+                let give_up = !failure.retryable || used >= budget;
+                let wait = match failure.server_wait {
+                    // the SDKs' rule: honour 0-60 s, else back off
+                    Some(_) => retry_delay(limited, failure.server_wait, jitter()),
+                    None => failure
+                        .rate
+                        .pause(Utc::now())
+                        .unwrap_or_else(|| retry_delay(used, None, jitter())),
+                };
                 self.log.emit(
                     "attempt_failed",
                     json!({
@@ -114,20 +126,32 @@ impl Loop<'_> {
                     }),
                 );
                 if give_up {
+                    let why = if !failure.retryable {
+                        "the provider says not to retry (x-should-retry: false): a spend limit or quota, most likely".to_string()
+                    } else {
+                        format!(
+                            "still rate limited after {used} retries; raise providers.{}.max_rate_limit_retries or lower the rate",
+                            self.spec.provider.name
+                        )
+                    };
                     return Err(Stop::new(
                         StopReason::RateLimited,
-                        format!(
-                            "{} (still rate limited after {limited} retries; raise providers.{}.max_rate_limit_retries or lower the rate)",
-                            failure.error, self.spec.provider.name
-                        ),
+                        format!("{} ({why})", failure.error),
                     ));
                 }
                 // Everyone on this provider waits, not just this task; the next admit
                 // waits out the pause.
-                if let Some(g) = self.env.gates.provider(&self.spec.provider.name) {
-                    g.pause_until(Instant::now() + wait);
+                if let (Some(g), Some(until)) = (
+                    self.env.gates.provider(&self.spec.provider.name),
+                    Instant::now().checked_add(wait),
+                ) {
+                    g.pause_until(until);
                 }
-                limited += 1;
+                if signalled {
+                    limited += 1;
+                } else {
+                    errors += 1;
+                }
                 self.tally.retries += 1;
                 continue;
             }
@@ -186,12 +210,11 @@ impl Loop<'_> {
         else {
             return Ok(None);
         };
-        let floor = self
-            .spec
-            .limits
-            .min_max_tokens
-            .min(self.spec.max_tokens)
-            .max(self.spec.thinking_budget.map_or(1, |b| b.saturating_add(1)));
+        let floor = floor(
+            &self.spec.limits,
+            self.spec.max_tokens,
+            self.spec.thinking_budget,
+        );
         let need = Need {
             task_id: &self.spec.id,
             team,
@@ -307,23 +330,21 @@ impl Loop<'_> {
         }
     }
 
-    /// A provider that reports a used-up window is paused until its reset, before its
-    /// limit is hit.
+    /// A provider that reports a used-up window is paused (until its reset, see
+    /// `RateHeaders::pause`), before its limit is hit.
     fn note_rate_headers(&self, rate: &RateHeaders) {
-        let Some(until) = rate.exhausted_until() else {
+        let Some(wait) = rate.pause(Utc::now()) else {
             return;
         };
-        let wait = until_now(until).min(MAX_HEADER_PAUSE);
-        if wait.is_zero() {
-            return;
-        }
-        if let Some(g) = self.env.gates.provider(&self.spec.provider.name) {
-            g.pause_until(Instant::now() + wait);
-            self.log.emit("rate_pause", json!({"ms": wait.as_millis() as u64, "reason": "rate-limit headers: a window is used up"}));
+        if let (Some(g), Some(until)) = (
+            self.env.gates.provider(&self.spec.provider.name),
+            Instant::now().checked_add(wait),
+        ) {
+            g.pause_until(until);
+            self.log.emit(
+                "rate_pause",
+                json!({"ms": wait.as_millis() as u64, "reason": "rate-limit headers: a window is used up"}),
+            );
         }
     }
-}
-
-fn until_now(t: chrono::DateTime<Utc>) -> Duration {
-    (t - Utc::now()).to_std().unwrap_or_default()
 }

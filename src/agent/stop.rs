@@ -26,12 +26,13 @@ pub enum StopReason {
     ContextWindow,
     ProviderError,
     RateLimited,
+    LedgerError,
     ToolSetupError,
     Cancelled,
 }
 
 impl StopReason {
-    pub const ALL: [StopReason; 14] = [
+    pub const ALL: [StopReason; 15] = [
         StopReason::Completed,
         StopReason::MaxTurns,
         StopReason::TimeLimit,
@@ -44,6 +45,7 @@ impl StopReason {
         StopReason::ContextWindow,
         StopReason::ProviderError,
         StopReason::RateLimited,
+        StopReason::LedgerError,
         StopReason::ToolSetupError,
         StopReason::Cancelled,
     ];
@@ -62,6 +64,7 @@ impl StopReason {
             StopReason::ContextWindow => "context_window",
             StopReason::ProviderError => "provider_error",
             StopReason::RateLimited => "rate_limited",
+            StopReason::LedgerError => "ledger_error",
             StopReason::ToolSetupError => "tool_setup_error",
             StopReason::Cancelled => "cancelled",
         }
@@ -73,6 +76,7 @@ impl StopReason {
         match self {
             StopReason::ProviderError
             | StopReason::RateLimited
+            | StopReason::LedgerError
             | StopReason::ToolSetupError
             | StopReason::Cancelled => Outcome::Error,
             _ => Outcome::Unchecked,

@@ -62,6 +62,16 @@ pub struct RequestPlan {
     pub reserved_usd: Option<Decimal>,
 }
 
+/// The smallest max_tokens worth sending: `min_max_tokens` (at most the configured
+/// max_tokens), and above an enabled thinking budget, which the API requires.
+pub fn floor(limits: &Limits, max_tokens: u32, thinking_budget: Option<u32>) -> u32 {
+    limits
+        .min_max_tokens
+        .min(max_tokens)
+        .max(thinking_budget.map_or(1, |b| b.saturating_add(1)))
+        .max(1)
+}
+
 /// Decides the next request's max_tokens from the budgets, or why no request may go.
 /// `thinking_budget` raises the floor: the API refuses max_tokens <= budget_tokens.
 pub fn plan_request(
@@ -90,11 +100,7 @@ pub fn plan_request(
             ));
         }
     }
-    let floor = limits
-        .min_max_tokens
-        .min(max_tokens)
-        .max(thinking_budget.map_or(1, |b| b.saturating_add(1)))
-        .max(1);
+    let floor = floor(limits, max_tokens, thinking_budget);
     let mut allowed = u64::from(max_tokens);
     let mut limited_by: Option<Stop> = None;
     if let Some(cap) = limits.max_output_tokens {

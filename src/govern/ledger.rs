@@ -1,15 +1,18 @@
 //! The ledger owns all shared money: the run's pool, each team's pool for this run, and
-//! (through a [`CapStore`]) each team's period cap across runs. Before a request, the
-//! worst case is reserved in every pool above the task at once, after shrinking
-//! max_tokens to what they can all cover; after it, the reservation is settled with the
-//! real cost, released if the request was surely not billed, or kept whole if it may
-//! have been. Because reservations are taken before sending and under one lock, no
-//! amount of concurrency can push a pool past its cap.
+//! (through a [`CapStore`]) each team's period cap across runs and processes.
 //!
-//! A request that does not fit waits while the money it needs is merely reserved by
-//! requests in flight; it stops (`team_budget`, `run_budget`) only once settled spend
-//! alone leaves too little for its smallest allowed request. From then on the pool is
-//! exhausted and no new task of it starts.
+//! Before a request, its worst case is reserved in every pool above the task at once;
+//! after it, the reservation is settled with the real cost, released if the request was
+//! surely not billed, or kept whole if it may have been. Reservations are taken before
+//! sending, under one lock (and one IMMEDIATE transaction for a period cap), so no amount
+//! of concurrency can push a pool past its cap.
+//!
+//! Sizing a request looks only at *unspent* money (cap minus settled spend): a request is
+//! shrunk when settled spend leaves too little for its full size, never because other
+//! requests hold reservations. If the request does not fit in what is free right now, it
+//! waits for those reservations to settle; it stops (`team_budget`, `run_budget`) only
+//! when unspent money cannot pay for its smallest allowed request. So no task is cut
+//! short or stopped while money for it is merely reserved.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -18,31 +21,25 @@ use std::time::Duration;
 use chrono::Utc;
 use rust_decimal::Decimal;
 use serde_json::json;
-use tokio::sync::Notify;
+use tokio::sync::{oneshot, Notify};
 
 use super::pricing::Price;
-use super::store::{period_key, CapStore, EntryId, EntryMeta, StoreError};
+use super::store::{period_key, CapStore, EntryId, EntryMeta, PeriodTotals, StoreError};
 use crate::agent::stop::{Stop, StopReason};
+use crate::job::schema::Period;
 use crate::job::{Plan, TeamSpec};
 use crate::report::TaskLog;
 
-/// How often a request waiting on another process's reservations looks again.
-const STORE_POLL: Duration = Duration::from_millis(100);
+/// How often a request waiting on a period cap (money possibly held by another process)
+/// looks again, at first and at most.
+const POLL_FIRST: Duration = Duration::from_millis(50);
+const POLL_MAX: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Default)]
 struct Pool {
     cap: Option<Decimal>,
     spent: Decimal,
     reserved: Decimal,
-    /// Set once a request stopped because settled spend left too little.
-    exhausted: bool,
-}
-
-impl Pool {
-    fn left(&self) -> Option<Decimal> {
-        self.cap
-            .map(|c| (c - self.spent - self.reserved).max(Decimal::ZERO))
-    }
 }
 
 #[derive(Debug)]
@@ -51,20 +48,43 @@ struct Pools {
     teams: HashMap<String, Pool>,
 }
 
-/// A reservation held for one request.
-#[derive(Debug)]
+/// What one pool can give a request.
+#[derive(Debug, Clone)]
+struct Room {
+    /// For messages and events: `run`, `team:NAME`, `team:NAME:day:2026-11-29`.
+    label: String,
+    reason: StopReason,
+    what: String,
+    cap: Decimal,
+    /// Cap minus settled spend (and stale reservations): what reserved money may return to.
+    unspent: Decimal,
+    /// Unspent minus the reservations of requests in flight.
+    free: Decimal,
+}
+
+/// A reservation held for one request. Settle or release it; if it is dropped instead
+/// (a task that panicked), it is charged in full, so money is never left held.
 pub struct Reservation {
+    ledger: Arc<Ledger>,
     team: Option<String>,
-    /// In the run and team pools of this process.
     amount: Decimal,
-    /// In the persistent store, when the team has a period cap.
     entry: Option<EntryId>,
+    open: bool,
 }
 
 impl Reservation {
     /// The worst case reserved.
     pub fn usd(&self) -> Decimal {
         self.amount
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if self.open {
+            self.ledger
+                .finish_memory(self.team.as_deref(), self.amount, Some(self.amount));
+        }
     }
 }
 
@@ -91,9 +111,24 @@ pub struct Ledger {
 }
 
 enum Step {
-    Granted { amount: Decimal, max_tokens: u32 },
+    Take { amount: Decimal, max_tokens: u32 },
     Wait,
     Stop(Stop, serde_json::Value),
+}
+
+fn ledger_failed(e: StoreError) -> Stop {
+    Stop::new(
+        StopReason::LedgerError,
+        format!("{e}; the team's period cap cannot be enforced, so the task stops (check the file's disk and permissions)"),
+    )
+}
+
+fn period_name(p: Period) -> &'static str {
+    match p {
+        Period::Day => "daily",
+        Period::Week => "weekly",
+        Period::Month => "monthly",
+    }
 }
 
 impl Ledger {
@@ -130,214 +165,248 @@ impl Ledger {
         self.pools.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Whether a pool over `team` is used up; tasks of it are not started then.
-    pub fn exhausted(&self, team: Option<&str>) -> Option<StopReason> {
-        let p = self.lock();
-        if p.run.exhausted {
-            return Some(StopReason::RunBudget);
-        }
-        team.and_then(|t| p.teams.get(t))
-            .filter(|t| t.exhausted)
-            .map(|_| StopReason::TeamBudget)
-    }
-
     /// Whether any pool applies to a task of `team` (if none, no reservation is needed).
     pub fn governs(&self, team: Option<&TeamSpec>) -> bool {
-        let p = self.lock();
-        p.run.cap.is_some() || team.is_some_and(|t| t.max_cost_usd.is_some() || t.cap.is_some())
+        self.lock().run.cap.is_some()
+            || team.is_some_and(|t| t.max_cost_usd.is_some() || t.cap.is_some())
     }
 
-    /// Spent so far (settled plus charged), by the run and by each team.
-    pub fn spent(&self) -> (Decimal, HashMap<String, Decimal>) {
-        let p = self.lock();
-        (
-            p.run.spent,
-            p.teams.iter().map(|(k, v)| (k.clone(), v.spent)).collect(),
-        )
+    /// The period cap's room, read from the store.
+    async fn period_room(&self, team: &TeamSpec) -> Result<Option<Room>, StoreError> {
+        let (Some(cap), Some(store)) = (team.cap.clone(), self.store.clone()) else {
+            return match team.cap {
+                Some(_) => Err(StoreError {
+                    path: None,
+                    detail: format!("team {} has a period cap but no ledger is open", team.name),
+                }),
+                None => Ok(None),
+            };
+        };
+        let key = period_key(cap.period, Utc::now());
+        let name = team.name.clone();
+        let t: PeriodTotals = {
+            let key = key.clone();
+            tokio::task::spawn_blocking(move || store.totals(&name, &key, Utc::now()))
+                .await
+                .map_err(|e| StoreError {
+                    path: None,
+                    detail: format!("ledger worker failed: {e}"),
+                })??
+        };
+        Ok(Some(Room {
+            label: format!("team:{}:{key}", team.name),
+            reason: StopReason::TeamBudget,
+            what: format!(
+                "team {}'s {} cap ({key})",
+                team.name,
+                period_name(cap.period)
+            ),
+            cap: cap.usd,
+            unspent: cap.usd - t.settled - t.stale,
+            free: cap.usd - t.settled - t.reserved,
+        }))
+    }
+
+    fn memory_rooms(p: &Pools, team: Option<&str>) -> Vec<Room> {
+        let mut rooms = Vec::new();
+        let mut add = |label: String, reason, what: String, pool: &Pool| {
+            if let Some(cap) = pool.cap {
+                rooms.push(Room {
+                    label,
+                    reason,
+                    what,
+                    cap,
+                    unspent: cap - pool.spent,
+                    free: cap - pool.spent - pool.reserved,
+                });
+            }
+        };
+        add(
+            "run".into(),
+            StopReason::RunBudget,
+            "the run's max_cost_usd".into(),
+            &p.run,
+        );
+        if let Some((name, pool)) = team.and_then(|t| p.teams.get_key_value(t)) {
+            add(
+                format!("team:{name}"),
+                StopReason::TeamBudget,
+                format!("team {name}'s max_cost_usd"),
+                pool,
+            );
+        }
+        rooms
+    }
+
+    /// Decides from the rooms (memory rooms re-read under the lock) and, if the request
+    /// fits, takes it from the memory pools.
+    fn decide(&self, need: &Need<'_>, period: Option<&Room>) -> Step {
+        let team = need.team.map(|t| t.name.as_str());
+        let mut p = self.lock();
+        let mut rooms = Self::memory_rooms(&p, team);
+        rooms.extend(period.cloned());
+        let smallest = need
+            .price
+            .worst_case(need.prompt_tokens, u64::from(need.floor));
+        // Sized by unspent money only: others' reservations never shrink a request.
+        let mut desired = u64::from(need.max_tokens);
+        for r in &rooms {
+            desired = desired.min(
+                need.price
+                    .affordable_output(r.unspent.max(Decimal::ZERO), need.prompt_tokens),
+            );
+        }
+        if desired < u64::from(need.floor) {
+            let Some(r) = rooms.iter().find(|r| {
+                need.price
+                    .affordable_output(r.unspent.max(Decimal::ZERO), need.prompt_tokens)
+                    < u64::from(need.floor)
+            }) else {
+                return Step::Wait;
+            };
+            let left = r.unspent.max(Decimal::ZERO);
+            let ev = json!({
+                "pool": r.label, "cap_usd": r.cap.normalize().to_string(),
+                "spent_usd": (r.cap - r.unspent).normalize().to_string(),
+                "left_usd": left.normalize().to_string(),
+                "reserved_by_others_usd": (r.unspent - r.free).normalize().to_string(),
+                "smallest_request_usd": smallest.normalize().to_string(),
+            });
+            let detail = format!(
+                "{} of ${}: ${} left cannot pay for the smallest request, ${} ({}-token prompt + {} output tokens at worst case)",
+                r.what,
+                r.cap.normalize(),
+                left.normalize(),
+                smallest.normalize(),
+                need.prompt_tokens,
+                need.floor
+            );
+            return Step::Stop(Stop::new(r.reason, detail), ev);
+        }
+        let max_tokens = u32::try_from(desired).unwrap_or(need.max_tokens);
+        let amount = need
+            .price
+            .worst_case(need.prompt_tokens, u64::from(max_tokens));
+        if rooms.iter().any(|r| r.free < amount) {
+            return Step::Wait;
+        }
+        for pool in p.chain_mut(team) {
+            if pool.cap.is_some() {
+                pool.reserved += amount;
+            }
+        }
+        Step::Take { amount, max_tokens }
     }
 
     /// Reserves the worst case of a request in every pool over the task, shrinking
-    /// max_tokens to fit; waits while the money is held by requests in flight. Returns
-    /// the reservation and the max_tokens it covers, or why the task must stop.
+    /// max_tokens to what unspent money can pay for; waits while the money is held by
+    /// requests in flight. Returns the reservation and the max_tokens it covers, or why
+    /// the task must stop.
     pub async fn reserve(
-        &self,
+        self: &Arc<Self>,
         need: &Need<'_>,
         log: &TaskLog,
     ) -> Result<(Reservation, u32), Stop> {
-        let mut waited = false;
         let started = std::time::Instant::now();
+        let mut waited = false;
+        let mut poll = POLL_FIRST;
+        let period_team = need.team.filter(|t| t.cap.is_some());
         loop {
             let notified = self.changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let step = self.try_memory(need);
-            let (amount, max_tokens) = match step {
-                Step::Granted { amount, max_tokens } => (amount, max_tokens),
+            let period = match period_team {
+                Some(t) => self.period_room(t).await.map_err(ledger_failed)?,
+                None => None,
+            };
+            match self.decide(need, period.as_ref()) {
                 Step::Stop(stop, ev) => {
                     log.emit("budget_stop", ev);
                     return Err(stop);
+                }
+                Step::Take { amount, max_tokens } => {
+                    let team = need.team.map(|t| t.name.clone());
+                    // Until the reservation is handed out, a cancelled or failed step
+                    // gives the memory reservation back (nothing was sent).
+                    let mut hold = Hold {
+                        ledger: self,
+                        team: team.clone(),
+                        amount,
+                        armed: true,
+                    };
+                    let mut entry = None;
+                    if let Some(t) = period_team {
+                        match self.take_period(need, t, amount).await {
+                            Ok(Some(id)) => entry = Some(id),
+                            Ok(None) => {
+                                // Another process took the money first: look again.
+                                drop(hold);
+                                tokio::time::sleep(poll).await;
+                                poll = (poll * 2).min(POLL_MAX);
+                                continue;
+                            }
+                            Err(e) => {
+                                drop(hold);
+                                return Err(ledger_failed(e));
+                            }
+                        }
+                    }
+                    hold.armed = false;
+                    let res = Reservation {
+                        ledger: self.clone(),
+                        team,
+                        amount,
+                        entry,
+                        open: true,
+                    };
+                    if waited {
+                        log.emit(
+                            "budget_granted",
+                            json!({"waited_ms": started.elapsed().as_millis() as u64}),
+                        );
+                    }
+                    return Ok((res, max_tokens));
                 }
                 Step::Wait => {
                     if !waited {
                         log.emit(
                             "budget_wait",
-                            json!({"reason": "money held by requests in flight"}),
+                            json!({"reason": "the money is held by requests in flight"}),
                         );
                         waited = true;
                     }
-                    notified.await;
-                    continue;
-                }
-            };
-            // Held in memory; give it back if anything below fails or is cancelled.
-            let mut hold = Hold {
-                ledger: self,
-                team: need.team.map(|t| t.name.clone()),
-                amount,
-                armed: true,
-            };
-            let period = match need.team.and_then(|t| t.cap.as_ref().map(|c| (t, c))) {
-                None => None,
-                Some((team, cap)) => {
-                    match self
-                        .reserve_period(need, team, cap.usd, cap.period, amount, max_tokens)
-                        .await
-                    {
-                        Ok(PeriodStep::Granted {
-                            entry,
-                            amount: a,
-                            max_tokens: m,
-                        }) => Some((entry, a, m)),
-                        Ok(PeriodStep::Wait) => {
-                            drop(hold);
-                            if !waited {
-                                log.emit(
-                                    "budget_wait",
-                                    json!({"reason": "team period cap held by requests in flight"}),
-                                );
-                                waited = true;
-                            }
-                            tokio::time::sleep(STORE_POLL).await;
-                            continue;
+                    if period_team.is_some() {
+                        // Other processes do not notify us: look again now and then.
+                        tokio::select! {
+                            _ = notified => {}
+                            _ = tokio::time::sleep(poll) => poll = (poll * 2).min(POLL_MAX),
                         }
-                        Ok(PeriodStep::Stop(stop, ev)) => {
-                            drop(hold);
-                            log.emit("budget_stop", ev);
-                            return Err(stop);
-                        }
-                        Err(e) => {
-                            drop(hold);
-                            return Err(Stop::new(
-                            StopReason::Cancelled,
-                            format!("{e}: the team's period cap cannot be enforced, so the task stops"),
-                        ));
-                        }
+                    } else {
+                        notified.await;
                     }
                 }
-            };
-            let (entry, amount, max_tokens) = match period {
-                Some((entry, a, m)) => {
-                    // The period cap may have shrunk the request further.
-                    hold.shrink(a);
-                    (Some(entry), a, m)
-                }
-                None => (None, amount, max_tokens),
-            };
-            hold.armed = false;
-            if waited {
-                log.emit(
-                    "budget_granted",
-                    json!({"waited_ms": started.elapsed().as_millis() as u64}),
-                );
             }
-            let res = Reservation {
-                team: need.team.map(|t| t.name.clone()),
-                amount,
-                entry,
-            };
-            return Ok((res, max_tokens));
         }
     }
 
-    /// The in-memory pools (run, team): reserve, wait, or stop.
-    fn try_memory(&self, need: &Need<'_>) -> Step {
-        let mut p = self.lock();
-        let team = need.team.map(|t| t.name.as_str());
-        let smallest = need
-            .price
-            .worst_case(need.prompt_tokens, u64::from(need.floor));
-        let mut max_tokens = u64::from(need.max_tokens);
-        let pools = p.pool_names(team);
-        // Each request is judged on its own, even in a pool marked exhausted: a smaller
-        // request may still fit (the mark only keeps new tasks from starting).
-        for name in &pools {
-            let pool = p.get(name);
-            let Some(left) = pool.left() else { continue };
-            max_tokens = max_tokens.min(need.price.affordable_output(left, need.prompt_tokens));
-        }
-        if max_tokens >= u64::from(need.floor) {
-            let max_tokens = u32::try_from(max_tokens).unwrap_or(need.max_tokens);
-            let amount = need
-                .price
-                .worst_case(need.prompt_tokens, u64::from(max_tokens));
-            for name in &pools {
-                let pool = p.get_mut(name);
-                if pool.cap.is_some() {
-                    pool.reserved += amount;
-                }
-            }
-            return Step::Granted { amount, max_tokens };
-        }
-        // Too little is free. If settled spend alone leaves enough, the rest is held by
-        // requests in flight: wait for them. Otherwise this pool is used up.
-        for name in &pools {
-            let pool = p.get_mut(name);
-            let Some(cap) = pool.cap else { continue };
-            let unspent = cap - pool.spent;
-            if unspent < smallest {
-                pool.exhausted = true;
-                let ev = json!({
-                    "pool": name, "cap_usd": cap.normalize().to_string(),
-                    "spent_usd": pool.spent.normalize().to_string(),
-                    "left_usd": unspent.max(Decimal::ZERO).normalize().to_string(),
-                    "reserved_by_others_usd": pool.reserved.normalize().to_string(),
-                    "smallest_request_usd": smallest.normalize().to_string(),
-                });
-                let detail = format!(
-                    "{} of ${}: ${} left cannot pay for the smallest request, ${} ({}-token prompt + {} output tokens at worst case)",
-                    describe(name),
-                    cap.normalize(),
-                    unspent.max(Decimal::ZERO).normalize(),
-                    smallest.normalize(),
-                    need.prompt_tokens,
-                    need.floor
-                );
-                return Step::Stop(Stop::new(reason(name), detail), ev);
-            }
-        }
-        Step::Wait
-    }
-
-    async fn reserve_period(
+    /// Records the reservation in the period store. If this future is dropped while the
+    /// store works, the worker gives the entry back itself, so a cancelled request never
+    /// leaves money reserved there.
+    async fn take_period(
         &self,
         need: &Need<'_>,
         team: &TeamSpec,
-        cap: Decimal,
-        period: crate::job::schema::Period,
         amount: Decimal,
-        max_tokens: u32,
-    ) -> Result<PeriodStep, StoreError> {
-        let Some(store) = self.store.clone() else {
+    ) -> Result<Option<EntryId>, StoreError> {
+        let (Some(cap), Some(store)) = (team.cap.clone(), self.store.clone()) else {
             return Err(StoreError {
-                path: Default::default(),
+                path: None,
                 detail: format!("team {} has a period cap but no ledger is open", team.name),
             });
         };
         let now = Utc::now();
-        let key = period_key(period, now);
+        let key = period_key(cap.period, now);
         let name = team.name.clone();
-        let price = need.price.clone();
-        let (prompt, floor) = (need.prompt_tokens, need.floor);
         let meta = EntryMeta {
             run_id: self.run_id.clone(),
             task_id: need.task_id.to_string(),
@@ -345,52 +414,45 @@ impl Ledger {
                 + chrono::Duration::from_std(need.in_flight_for)
                     .unwrap_or(chrono::Duration::hours(1)),
         };
-        let blocking = tokio::task::spawn_blocking(move || -> Result<PeriodStep, StoreError> {
-            let t = store.totals(&name, &key, Utc::now())?;
-            let free = (cap - t.settled - t.reserved).max(Decimal::ZERO);
-            let fits = u64::from(max_tokens).min(price.affordable_output(free, prompt));
-            if fits >= u64::from(floor) {
-                let m = u32::try_from(fits).unwrap_or(max_tokens);
-                let a = price.worst_case(prompt, u64::from(m)).min(amount);
-                return Ok(match store.try_reserve(&name, &key, cap, a, &meta)? {
-                    Some(entry) => PeriodStep::Granted { entry, amount: a, max_tokens: m },
-                    // Another process got there first: look again.
-                    None => PeriodStep::Wait,
-                });
+        let (tx, rx) = oneshot::channel();
+        tokio::task::spawn_blocking(move || {
+            let r = store.try_reserve(&name, &key, cap.usd, amount, &meta);
+            if let Err(Ok(Some(id))) = tx.send(r) {
+                let _ = store.release(id);
             }
-            let smallest = price.worst_case(prompt, u64::from(floor));
-            // Stale reservations (their process died) never come back.
-            let could_free = cap - t.settled - t.stale;
-            if could_free >= smallest {
-                return Ok(PeriodStep::Wait);
-            }
-            let ev = json!({
-                "pool": format!("team:{name}:{key}"), "cap_usd": cap.normalize().to_string(),
-                "spent_usd": (t.settled + t.stale).normalize().to_string(),
-                "reserved_by_others_usd": (t.reserved - t.stale).normalize().to_string(),
-                "smallest_request_usd": smallest.normalize().to_string(),
-            });
-            let detail = format!(
-                "team {name}'s {} cap of ${} ({key}): ${} left cannot pay for the smallest request, ${}",
-                match period {
-                    crate::job::schema::Period::Day => "daily",
-                    crate::job::schema::Period::Week => "weekly",
-                    crate::job::schema::Period::Month => "monthly",
-                },
-                cap.normalize(),
-                could_free.max(Decimal::ZERO).normalize(),
-                smallest.normalize()
-            );
-            Ok(PeriodStep::Stop(Stop::new(StopReason::TeamBudget, detail), ev))
+        });
+        rx.await.map_err(|e| StoreError {
+            path: None,
+            detail: format!("ledger worker failed: {e}"),
+        })?
+    }
+
+    /// Whether a task that has not started yet could pay for its smallest request
+    /// (`smallest`, at worst case) from the unspent money of its pools; if not, the stop
+    /// it is reported with.
+    pub async fn can_start(&self, team: Option<&TeamSpec>, smallest: Decimal) -> Option<Stop> {
+        let period = match team.filter(|t| t.cap.is_some()) {
+            Some(t) => match self.period_room(t).await {
+                Ok(r) => r,
+                Err(e) => return Some(ledger_failed(e)),
+            },
+            None => None,
+        };
+        let p = self.lock();
+        let mut rooms = Self::memory_rooms(&p, team.map(|t| t.name.as_str()));
+        rooms.extend(period);
+        rooms.into_iter().find(|r| r.unspent < smallest).map(|r| {
+            Stop::new(
+                r.reason,
+                format!(
+                    "not started: {} of ${} has ${} left, less than the task's smallest request (${})",
+                    r.what,
+                    r.cap.normalize(),
+                    r.unspent.max(Decimal::ZERO).normalize(),
+                    smallest.normalize()
+                ),
+            )
         })
-        .await
-        .map_err(|e| StoreError { path: Default::default(), detail: format!("ledger worker failed: {e}") })??;
-        if let PeriodStep::Stop(..) = blocking {
-            if let Some(pool) = self.lock().teams.get_mut(&team.name) {
-                pool.exhausted = true;
-            }
-        }
-        Ok(blocking)
     }
 
     /// Replaces a reservation by the real cost of the request.
@@ -403,19 +465,26 @@ impl Ledger {
         self.finish(res, None).await
     }
 
-    async fn finish(&self, res: Reservation, actual: Option<Decimal>) -> Result<(), StoreError> {
+    fn finish_memory(&self, team: Option<&str>, amount: Decimal, actual: Option<Decimal>) {
         {
             let mut p = self.lock();
-            let pools = p.pool_names(res.team.as_deref());
-            for name in &pools {
-                let pool = p.get_mut(name);
+            for pool in p.chain_mut(team) {
                 if pool.cap.is_some() {
-                    pool.reserved -= res.amount;
+                    pool.reserved -= amount;
                 }
                 pool.spent += actual.unwrap_or_default();
             }
         }
         self.changed.notify_waiters();
+    }
+
+    async fn finish(
+        &self,
+        mut res: Reservation,
+        actual: Option<Decimal>,
+    ) -> Result<(), StoreError> {
+        res.open = false;
+        self.finish_memory(res.team.as_deref(), res.amount, actual);
         let (Some(id), Some(store)) = (res.entry, self.store.clone()) else {
             return Ok(());
         };
@@ -425,24 +494,13 @@ impl Ledger {
         })
         .await
         .map_err(|e| StoreError {
-            path: Default::default(),
+            path: None,
             detail: format!("ledger worker failed: {e}"),
         })?
     }
 }
 
-enum PeriodStep {
-    Granted {
-        entry: EntryId,
-        amount: Decimal,
-        max_tokens: u32,
-    },
-    Wait,
-    Stop(Stop, serde_json::Value),
-}
-
-/// Gives back an in-memory reservation unless disarmed, so a cancelled or failed
-/// reservation never leaves money held.
+/// A memory reservation not yet handed out: given back if dropped while armed.
 struct Hold<'a> {
     ledger: &'a Ledger,
     team: Option<String>,
@@ -450,77 +508,23 @@ struct Hold<'a> {
     armed: bool,
 }
 
-impl Hold<'_> {
-    fn shrink(&mut self, to: Decimal) {
-        let less = self.amount - to;
-        if less > Decimal::ZERO {
-            let mut p = self.ledger.lock();
-            for name in p.pool_names(self.team.as_deref()) {
-                let pool = p.get_mut(&name);
-                if pool.cap.is_some() {
-                    pool.reserved -= less;
-                }
-            }
-            self.amount = to;
-            drop(p);
-            self.ledger.changed.notify_waiters();
-        }
-    }
-}
-
 impl Drop for Hold<'_> {
     fn drop(&mut self) {
         if self.armed {
-            let mut p = self.ledger.lock();
-            for name in p.pool_names(self.team.as_deref()) {
-                let pool = p.get_mut(&name);
-                if pool.cap.is_some() {
-                    pool.reserved -= self.amount;
-                }
-            }
-            drop(p);
-            self.ledger.changed.notify_waiters();
+            self.ledger
+                .finish_memory(self.team.as_deref(), self.amount, None);
         }
     }
 }
-
-const RUN: &str = "run";
 
 impl Pools {
-    fn pool_names(&self, team: Option<&str>) -> Vec<String> {
-        let mut v = vec![RUN.to_string()];
-        if let Some(t) = team.filter(|t| self.teams.contains_key(*t)) {
-            v.push(format!("team:{t}"));
+    /// The run's pool and the team's, if it has one.
+    fn chain_mut(&mut self, team: Option<&str>) -> Vec<&mut Pool> {
+        let Pools { run, teams } = self;
+        let mut v = vec![run];
+        if let Some(t) = team.and_then(|t| teams.get_mut(t)) {
+            v.push(t);
         }
         v
-    }
-
-    fn get(&self, name: &str) -> &Pool {
-        match name.strip_prefix("team:") {
-            Some(t) => self.teams.get(t).unwrap_or(&self.run),
-            None => &self.run,
-        }
-    }
-
-    fn get_mut(&mut self, name: &str) -> &mut Pool {
-        match name.strip_prefix("team:") {
-            Some(t) if self.teams.contains_key(t) => self.teams.get_mut(t).unwrap_or(&mut self.run),
-            _ => &mut self.run,
-        }
-    }
-}
-
-fn reason(pool: &str) -> StopReason {
-    if pool.starts_with("team:") {
-        StopReason::TeamBudget
-    } else {
-        StopReason::RunBudget
-    }
-}
-
-fn describe(pool: &str) -> String {
-    match pool.strip_prefix("team:") {
-        Some(t) => format!("team {t}'s max_cost_usd"),
-        None => "the run's max_cost_usd".to_string(),
     }
 }

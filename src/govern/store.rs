@@ -21,9 +21,9 @@ pub type EntryId = i64;
 
 /// Why the persistent ledger could not be used.
 #[derive(Debug, thiserror::Error)]
-#[error("the team ledger {}: {detail}", path.display())]
+#[error("the team ledger{}: {detail}", path.as_ref().map(|p| format!(" {}", p.display())).unwrap_or_default())]
 pub struct StoreError {
-    pub path: PathBuf,
+    pub path: Option<PathBuf>,
     pub detail: String,
 }
 
@@ -133,7 +133,7 @@ impl SqliteStore {
     /// Opens (creating if needed) the ledger file.
     pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
         let err = |e: &dyn std::fmt::Display| StoreError {
-            path: path.to_path_buf(),
+            path: Some(path.to_path_buf()),
             detail: e.to_string(),
         };
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -142,17 +142,35 @@ impl SqliteStore {
         let conn = Connection::open(path).map_err(|e| err(&e))?;
         conn.busy_timeout(Duration::from_secs(30))
             .map_err(|e| err(&e))?;
-        // WAL with synchronous=NORMAL survives a killed process (only a power cut can
-        // lose the last transactions).
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(|e| err(&e))?;
-        conn.pragma_update(None, "synchronous", "NORMAL")
-            .map_err(|e| err(&e))?;
-        conn.execute_batch(SCHEMA).map_err(|e| err(&e))?;
+        // Switching to WAL and creating the schema do not always wait on SQLite's busy
+        // handler when several processes open a new file at once: retry them.
+        let mut delay = Duration::from_millis(10);
+        let started = std::time::Instant::now();
+        loop {
+            match Self::prepare(&conn) {
+                Ok(()) => break,
+                Err(e) if is_busy(&e) && started.elapsed() < Duration::from_secs(30) => {
+                    std::thread::sleep(delay);
+                    delay = (delay * 2).min(Duration::from_millis(500));
+                }
+                Err(e) => return Err(err(&e)),
+            }
+        }
         Ok(SqliteStore {
             path: path.to_path_buf(),
             conn: Mutex::new(conn),
         })
+    }
+
+    fn prepare(conn: &Connection) -> rusqlite::Result<()> {
+        // WAL with synchronous=NORMAL survives a killed process (only a power cut can
+        // lose the last transactions).
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        conn.execute_batch(&format!("BEGIN IMMEDIATE; {SCHEMA} COMMIT;"))
+            .inspect_err(|_| {
+                let _ = conn.execute_batch("ROLLBACK");
+            })
     }
 
     fn with<T>(
@@ -161,10 +179,17 @@ impl SqliteStore {
     ) -> Result<T, StoreError> {
         let mut conn = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
         f(&mut conn).map_err(|e| StoreError {
-            path: self.path.clone(),
+            path: Some(self.path.clone()),
             detail: e.to_string(),
         })
     }
+}
+
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
 }
 
 fn dec(s: String) -> rusqlite::Result<Decimal> {
@@ -412,6 +437,22 @@ mod tests {
             .try_reserve("t", "p", d("1"), d("0.71"), &meta(60))
             .unwrap()
             .is_none());
+    }
+
+    #[test]
+    fn many_processes_may_create_the_same_file_at_once() {
+        for _ in 0..10 {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("ledger.sqlite");
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = (0..4)
+                    .map(|_| scope.spawn(|| SqliteStore::open(&path).map(|_| ())))
+                    .collect();
+                for h in handles {
+                    h.join().unwrap().unwrap();
+                }
+            });
+        }
     }
 
     #[test]

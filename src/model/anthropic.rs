@@ -134,6 +134,22 @@ impl Conversation {
         serde_json::to_vec(&body).unwrap_or_default()
     }
 
+    /// The upper bound on a first request's prompt tokens, without a conversation (to
+    /// decide whether a task can start at all).
+    pub fn first_prompt_bound(params: &Params, prompt: &str) -> u64 {
+        let messages = [json!({"role": "user", "content": prompt})];
+        let body = Body {
+            model: &params.model,
+            max_tokens: u32::MAX,
+            system: params.system.as_deref(),
+            tools: &params.tools,
+            messages: &messages,
+            extra: &params.extra,
+        };
+        let bytes = serde_json::to_vec(&body).map_or(0, |b| b.len() as u64);
+        bytes.saturating_add(FIRST_REQUEST_OVERHEAD)
+    }
+
     /// An upper bound on the prompt tokens of the next request: the previous request's
     /// real count plus one token per byte appended since (no token is shorter than a
     /// byte), or for the first request its whole size in bytes.

@@ -60,14 +60,21 @@ impl RateHeaders {
         RateHeaders { windows }
     }
 
-    /// When the provider will accept requests again, if a window is used up: the
-    /// latest reset among the windows with nothing remaining.
-    pub fn exhausted_until(&self) -> Option<DateTime<Utc>> {
+    /// How long to hold requests back because a window is used up, as of `now`: until
+    /// the reset of a used-up requests window (at most a minute, the window's length);
+    /// for a used-up token window, whose reset is when it is full again, at most a
+    /// second (it refills continuously, and requests differ in size).
+    pub fn pause(&self, now: DateTime<Utc>) -> Option<std::time::Duration> {
         self.windows
             .iter()
             .filter(|(_, remaining, _)| *remaining == 0)
-            .filter_map(|(_, _, reset)| *reset)
+            .filter_map(|(name, _, reset)| {
+                let wait = ((*reset)? - now).to_std().ok()?;
+                let cap = if name == "requests" { 60 } else { 1 };
+                Some(wait.min(std::time::Duration::from_secs(cap)))
+            })
             .max()
+            .filter(|w| !w.is_zero())
     }
 }
 
@@ -238,6 +245,28 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn used_up_windows_pause_until_their_reset_within_bounds() {
+        let now = Utc::now();
+        let at = |secs: i64| Some(now + chrono::Duration::seconds(secs));
+        let h = |w: Vec<(&str, u64, Option<DateTime<Utc>>)>| RateHeaders {
+            windows: w.into_iter().map(|(n, r, t)| (n.to_string(), r, t)).collect(),
+        };
+        assert_eq!(h(vec![("requests", 3, at(10))]).pause(now), None);
+        let p = h(vec![("requests", 0, at(10))]).pause(now).unwrap();
+        assert!(p > Duration::from_secs(9) && p <= Duration::from_secs(10), "{p:?}");
+        assert_eq!(h(vec![("requests", 0, at(600))]).pause(now), Some(Duration::from_secs(60)));
+        assert_eq!(h(vec![("input-tokens", 0, at(30))]).pause(now), Some(Duration::from_secs(1)));
+        assert_eq!(h(vec![("requests", 0, at(-5))]).pause(now), None);
+        let mut map = HeaderMap::new();
+        map.insert("anthropic-ratelimit-requests-remaining", "0".parse().unwrap());
+        map.insert("anthropic-ratelimit-requests-reset", "2026-08-21T12:40:59Z".parse().unwrap());
+        map.insert("anthropic-ratelimit-tokens-remaining", "nonsense".parse().unwrap());
+        let read = RateHeaders::read(&map);
+        assert_eq!(read.windows.len(), 1);
+        assert_eq!(read.windows[0].1, 0);
+    }
 
     #[test]
     fn reads_provider_error_bodies() {

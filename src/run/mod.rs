@@ -16,7 +16,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::stop::StopReason;
-use crate::agent::{run_task, AgentEnv};
+use crate::agent::{run_task, smallest_first_request, AgentEnv};
 use crate::govern::ledger::Ledger;
 use crate::govern::pricing;
 use crate::govern::rate::Gates;
@@ -342,17 +342,23 @@ impl Feeder {
                 }
                 break;
             };
-            if let Some(reason) = self.env.ledger.exhausted(spec.team_name()) {
-                let whose = match reason {
-                    StopReason::RunBudget => "the run's".to_string(),
-                    _ => format!("team {}'s", spec.team_name().unwrap_or_default()),
-                };
-                self.send(skipped(
-                    &spec,
-                    reason,
-                    format!("not started: {whose} budget is used up"),
-                ));
-                continue;
+            // A task whose smallest first request cannot be paid for is not started.
+            let smallest = self
+                .env
+                .ledger
+                .governs(spec.team.as_deref())
+                .then(|| smallest_first_request(&spec, &self.env.registry))
+                .flatten();
+            if let Some(smallest) = smallest {
+                if let Some(stop) = self
+                    .env
+                    .ledger
+                    .can_start(spec.team.as_deref(), smallest)
+                    .await
+                {
+                    self.send(skipped(&spec, stop.reason, stop.detail));
+                    continue;
+                }
             }
             let (env, log) = (self.env.clone(), TaskLog::new(&spec.id, self.tx.clone()));
             let task_spec = spec.clone();

@@ -369,10 +369,17 @@ async fn retry_rules_follow_the_sdks() {
         one("conflict", "{ status: 409 }"),
         one(
             "throttled",
+            "{ status: 429, retry_after: 100ms }, { status: 429, retry_after: 100ms }",
+        ),
+        one(
+            "no-wait-429",
             "{ status: 429 }, { status: 429 }, { status: 429 }",
         ),
+        one("quota", "{ status: 429, should_retry: false }"),
+        one("long-wait", "{ status: 429, retry_after: 2h }"),
     ]
     .concat();
+    let started = Instant::now();
     let ran = case
         .run(&format!(
             "name: retries\nproviders:\n  sim: {{ max_rate_limit_retries: 1 }}\ndefaults:\n  model: claude-sonnet-4-5\ntasks:\n{tasks}"
@@ -384,13 +391,28 @@ async fn retry_rules_follow_the_sdks() {
         ("should-not", "provider_error", 0),
         ("should", "completed", 1),
         ("conflict", "completed", 1),
+        // a 429 with a wait retries on max_rate_limit_retries (1 here)
         ("throttled", "rate_limited", 1),
+        // one without a wait (a spend cap, most likely) on max_retries (2)
+        ("no-wait-429", "rate_limited", 2),
+        ("quota", "rate_limited", 0),
+        // a wait over 60 s is not honoured: backoff instead (the SDKs' rule)
+        ("long-wait", "completed", 1),
     ] {
         let row = ran.row(task);
         assert_eq!(row["stop_reason"], stop, "{task}: {row:?}");
         assert_eq!(num(&row, "retries"), retries, "{task}");
     }
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "nothing waited for the 2h retry-after"
+    );
     assert_eq!(ran.row("throttled")["outcome"], "error");
+    let quota = ran.row("quota");
+    assert!(
+        quota["stop_detail"].contains("x-should-retry: false"),
+        "{quota:?}"
+    );
     assert!(ran.row("not-found")["stop_detail"].contains("check the model id"));
 }
 
@@ -521,4 +543,66 @@ fn validate_shows_each_cap_against_the_worst_case() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn giving_up_while_waiting_for_money_leaves_nothing_reserved() {
+    use agentbatch::govern::store::{CapStore, SqliteStore};
+    use agentbatch::report::ProgressMode;
+    use agentbatch::run::{self, RunOptions};
+    let case = Case::new();
+    let ledger = case.path("ledger.sqlite");
+    // $0.03 a day: one worst-case first request (about $0.02) at a time
+    let job = |tasks: &str| {
+        format!(
+            "name: waits\nconcurrency: 3\nteams:\n  t: {{ cap: {{ usd: 0.03, period: day }} }}\ndefaults:\n  team: t\n  model: claude-sonnet-4-5\ntasks:\n{tasks}"
+        )
+    };
+    let holder = job("  - { id: holder, prompt: p, sim: { latency: 2s, turns: [ { content: [ { text: done } ] } ] } }\n");
+    let waiters = job(
+        "  - { id: impatient, prompt: p, limits: { time_limit: 400ms }, sim: { turns: [ { content: [ { text: hi } ] } ] } }\n  - { id: patient, prompt: p, sim: { turns: [ { content: [ { text: hi } ] } ] } }\n",
+    );
+    let sim = Arc::new(Sim::start_local().await.unwrap());
+    let start = |yaml: String, id: &'static str| {
+        let path = case.write(&format!("{id}.yaml"), &yaml);
+        let plan = agentbatch::job::load(&path, &agentbatch::tools::Registry::builtin()).unwrap();
+        let mut opts = RunOptions::new(case.path("reports"));
+        opts.run_id = Some(id.into());
+        opts.progress = ProgressMode::Quiet;
+        opts.sim = Some(sim.clone());
+        opts.ledger = Some(ledger.clone());
+        tokio::spawn(run::run(plan, opts))
+    };
+    let first = start(holder, "first");
+    while sim.received() < 1 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let second = start(waiters, "second");
+    first.await.unwrap().unwrap();
+    second.await.unwrap().unwrap();
+    let rows = read_csv(&case.path("reports/second/results.csv"));
+    let row = |id: &str| rows.iter().find(|r| r["task_id"] == id).unwrap().clone();
+    let impatient = row("impatient");
+    assert_eq!(impatient["stop_reason"], "time_limit", "{impatient:?}");
+    assert!(
+        impatient["stop_detail"].contains("waiting for the team or run budget"),
+        "{impatient:?}"
+    );
+    assert_eq!(cost(&impatient), Decimal::ZERO);
+    assert_eq!(row("patient")["stop_reason"], "completed");
+    let totals = SqliteStore::open(&ledger)
+        .unwrap()
+        .report(Some("t"), chrono::Utc::now())
+        .unwrap();
+    assert_eq!(
+        totals[0].totals.reserved,
+        Decimal::ZERO,
+        "a reservation was left behind"
+    );
+    let spent: Decimal = ["first", "second"]
+        .iter()
+        .flat_map(|id| read_csv(&case.path(&format!("reports/{id}/results.csv"))))
+        .map(|r| cost(&r))
+        .sum();
+    assert_eq!(totals[0].totals.settled, spent);
 }
