@@ -251,18 +251,39 @@ mod tests {
         let now = Utc::now();
         let at = |secs: i64| Some(now + chrono::Duration::seconds(secs));
         let h = |w: Vec<(&str, u64, Option<DateTime<Utc>>)>| RateHeaders {
-            windows: w.into_iter().map(|(n, r, t)| (n.to_string(), r, t)).collect(),
+            windows: w
+                .into_iter()
+                .map(|(n, r, t)| (n.to_string(), r, t))
+                .collect(),
         };
         assert_eq!(h(vec![("requests", 3, at(10))]).pause(now), None);
         let p = h(vec![("requests", 0, at(10))]).pause(now).unwrap();
-        assert!(p > Duration::from_secs(9) && p <= Duration::from_secs(10), "{p:?}");
-        assert_eq!(h(vec![("requests", 0, at(600))]).pause(now), Some(Duration::from_secs(60)));
-        assert_eq!(h(vec![("input-tokens", 0, at(30))]).pause(now), Some(Duration::from_secs(1)));
+        assert!(
+            p > Duration::from_secs(9) && p <= Duration::from_secs(10),
+            "{p:?}"
+        );
+        assert_eq!(
+            h(vec![("requests", 0, at(600))]).pause(now),
+            Some(Duration::from_secs(60))
+        );
+        assert_eq!(
+            h(vec![("input-tokens", 0, at(30))]).pause(now),
+            Some(Duration::from_secs(1))
+        );
         assert_eq!(h(vec![("requests", 0, at(-5))]).pause(now), None);
         let mut map = HeaderMap::new();
-        map.insert("anthropic-ratelimit-requests-remaining", "0".parse().unwrap());
-        map.insert("anthropic-ratelimit-requests-reset", "2026-08-21T12:40:59Z".parse().unwrap());
-        map.insert("anthropic-ratelimit-tokens-remaining", "nonsense".parse().unwrap());
+        map.insert(
+            "anthropic-ratelimit-requests-remaining",
+            "0".parse().unwrap(),
+        );
+        map.insert(
+            "anthropic-ratelimit-requests-reset",
+            "2026-08-21T12:40:59Z".parse().unwrap(),
+        );
+        map.insert(
+            "anthropic-ratelimit-tokens-remaining",
+            "nonsense".parse().unwrap(),
+        );
         let read = RateHeaders::read(&map);
         assert_eq!(read.windows.len(), 1);
         assert_eq!(read.windows[0].1, 0);
