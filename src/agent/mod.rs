@@ -3,6 +3,7 @@
 //! its call id, and repeat until the model ends its turn or a limit stops the task.
 //! The model proposes, the harness disposes.
 
+mod repo;
 mod request;
 pub mod stop;
 mod wrap;
@@ -22,7 +23,7 @@ use crate::job::{ProviderKind, TaskSpec};
 use crate::model::anthropic::{Conversation, Endpoint, Params};
 use crate::model::{HttpError, ModelError, ToolCall, ToolResult};
 use crate::report::{TaskLog, TaskResult};
-use crate::tools::{Registry, Toolset};
+use crate::tools::{Registry, ToolContext, Toolset};
 use stop::{after_response, check_turn_and_clock, Next, Stop, StopReason};
 
 /// What every loop of a run shares.
@@ -35,6 +36,9 @@ pub struct AgentEnv {
     pub sim_base: Option<String>,
     /// Keeps the simulator's conversation state of this run apart from other runs'.
     pub run_id: String,
+    /// The run's folder: task workspaces go in `workspaces/`, private temp folders in
+    /// `tmp/`.
+    pub work_dir: std::path::PathBuf,
     /// All shared money: the run's and the teams' pools and period caps.
     pub ledger: Arc<Ledger>,
     /// Rate limits of providers and teams.
@@ -99,10 +103,8 @@ pub fn smallest_first_request(
     registry: &Registry,
 ) -> Option<rust_decimal::Decimal> {
     let price = spec.price.as_ref()?;
-    let prompt = Conversation::first_prompt_bound(
-        &params(spec, &registry.toolset(&spec.tools)),
-        &spec.prompt,
-    );
+    let toolset = registry.toolset(&spec.tools, spec.toolset.policy.clone());
+    let prompt = Conversation::first_prompt_bound(&params(spec, &toolset), &spec.prompt);
     let floor = crate::govern::budget::floor(&spec.limits, spec.max_tokens, spec.thinking_budget);
     Some(price.worst_case(prompt, u64::from(floor)))
 }
@@ -111,6 +113,7 @@ pub fn smallest_first_request(
 #[derive(Default)]
 struct Tally {
     retries: u32,
+    denied_calls: u32,
     rate_wait: Duration,
     budget_wait: Duration,
     longest_request: Duration,
@@ -143,49 +146,93 @@ async fn guarded<F: std::future::Future>(
 pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResult {
     let started_at = Utc::now();
     let t0 = Instant::now();
-    let deadline = t0
-        .checked_add(spec.limits.time_limit)
-        .unwrap_or_else(|| t0 + crate::job::values::MAX_DURATION);
     log.started();
-    let toolset = env.registry.toolset(&spec.tools);
+    let toolset = env
+        .registry
+        .toolset(&spec.tools, spec.toolset.policy.clone());
     log.emit(
         "task_start",
         json!({
             "task": spec.id, "provider": spec.provider.name, "model": spec.model,
-            "max_tokens": spec.max_tokens, "tools": toolset.names(), "limits": spec.limits,
+            "max_tokens": spec.max_tokens, "tools": toolset.names(), "toolset": spec.toolset.name,
+            "policy": spec.toolset.rules, "limits": spec.limits, "repo": spec.repo,
         }),
     );
+    let prepared = match &spec.repo {
+        Some(repo) => repo::prepare(spec, repo, &env.work_dir, &log, &env.cancel).await,
+        None => repo::Prepared::default(),
+    };
+    let ctx = ToolContext {
+        workspace: prepared.workspace.as_ref().map(|w| w.root.clone()),
+        sandbox: prepared.sandbox.clone(),
+        bash: spec.toolset.bash,
+        network: spec.sandbox.network,
+        cancel: env.cancel.clone(),
+    };
+    // The time limit covers the loop; setup and check have their own timeouts.
+    let loop_start = Instant::now();
+    let deadline = loop_start
+        .checked_add(spec.limits.time_limit)
+        .unwrap_or_else(|| loop_start + crate::job::values::MAX_DURATION);
     let mut lp = Loop {
         spec,
         env,
         log: &log,
         toolset: &toolset,
+        ctx: &ctx,
         deadline,
         meter: Meter::default(),
         tally: Tally::default(),
     };
-    let stop = match endpoint(spec, env) {
-        Err(e) => Stop::new(StopReason::ProviderError, e),
-        Ok(ep) => {
-            match Conversation::new(env.client.clone(), ep, params(spec, &toolset), &spec.prompt) {
-                Err(e) => Stop::new(StopReason::ProviderError, e),
-                Ok(mut conv) => lp.drive(&mut conv).await,
+    let stop = if let Some(failed) = &prepared.failed {
+        failed.clone()
+    } else {
+        match endpoint(spec, env) {
+            Err(e) => Stop::new(StopReason::ProviderError, e),
+            Ok(ep) => {
+                match Conversation::new(
+                    env.client.clone(),
+                    ep,
+                    params(spec, &toolset),
+                    &spec.prompt,
+                ) {
+                    Err(e) => Stop::new(StopReason::ProviderError, e),
+                    Ok(mut conv) => lp.drive(&mut conv).await,
+                }
             }
         }
     };
     let Loop { meter, tally, .. } = lp;
-    let outcome = stop.reason.unchecked_outcome();
-    let cost = spec.price.as_ref().map(|_| meter.cost);
     log.emit(
         "stop",
         json!({"stop_reason": stop.reason, "detail": stop.detail}),
     );
+    let (check, patch, kept, sandbox_level) = match &spec.repo {
+        Some(repo) => {
+            let check = repo::check(repo, &prepared, &stop, &log, &env.cancel).await;
+            let level = prepared
+                .sandbox
+                .as_ref()
+                .map(|s| s.level.clone())
+                .unwrap_or_default();
+            let outcome = outcome_of(&stop, check.as_ref());
+            let (patch, kept) = repo::finish(repo, prepared, outcome, &log).await;
+            (check, patch, kept, level)
+        }
+        None => (None, None, None, String::new()),
+    };
+    if let Some(p) = patch {
+        log.patch(p);
+    }
+    let outcome = outcome_of(&stop, check.as_ref());
+    let cost = spec.price.as_ref().map(|_| meter.cost);
     log.emit(
         "task_end",
         json!({
             "outcome": outcome, "turns": meter.turns, "usage": meter.usage,
             "cost_usd": cost.map(|c| c.normalize().to_string()), "tool_calls": tally.tool_calls,
-            "tool_errors": tally.tool_errors, "retries": tally.retries,
+            "tool_errors": tally.tool_errors, "denied_calls": tally.denied_calls, "retries": tally.retries,
+            "check_exit_code": check.as_ref().and_then(|c| c.exit_code),
         }),
     );
     let result = TaskResult {
@@ -206,11 +253,25 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
         tool_ms: tally.tools.as_millis() as u64,
         retries: tally.retries,
         rate_wait_ms: tally.rate_wait.as_millis() as u64,
+        check_exit_code: check.as_ref().and_then(|c| c.exit_code),
+        check_ms: check.as_ref().map(|c| c.ms),
+        denied_calls: tally.denied_calls,
+        sandbox: sandbox_level,
+        workspace: kept,
         started_at,
         finished_at: Utc::now(),
     };
     log.finished(result.clone());
     result
+}
+
+/// The verdict: the check's when one ran, else what the stop reason implies.
+fn outcome_of(stop: &Stop, check: Option<&repo::CheckResult>) -> stop::Outcome {
+    match check {
+        Some(c) if c.passed => stop::Outcome::Pass,
+        Some(_) => stop::Outcome::Fail,
+        None => stop.reason.unchecked_outcome(),
+    }
 }
 
 /// One task's loop state, so the steps below share it without long argument lists.
@@ -219,6 +280,7 @@ struct Loop<'a> {
     env: &'a AgentEnv,
     log: &'a TaskLog,
     toolset: &'a Toolset,
+    ctx: &'a ToolContext,
     deadline: Instant,
     meter: Meter,
     tally: Tally,
@@ -262,7 +324,12 @@ impl Loop<'_> {
                 json!({"turn": turn_no, "id": call.id, "name": call.name, "input": call.input}),
             );
             let ran_at = Instant::now();
-            let done = guarded(self.toolset.dispatch(call), self.deadline, &self.env.cancel).await;
+            let done = guarded(
+                self.toolset.dispatch(call, self.ctx),
+                self.deadline,
+                &self.env.cancel,
+            )
+            .await;
             self.tally.tools += ran_at.elapsed();
             let d = match done {
                 Ok(d) => d,
@@ -279,6 +346,9 @@ impl Loop<'_> {
             self.tally.tool_calls += 1;
             if d.result.is_error {
                 self.tally.tool_errors += 1;
+            }
+            if d.denied {
+                self.tally.denied_calls += 1;
             }
             self.log.emit(
                 "tool_result",

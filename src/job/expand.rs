@@ -11,10 +11,13 @@ use serde_json::{json, Map, Value};
 
 use super::locate::{locate, path_string, Seg};
 use super::schema::{
-    JobFile, LimitFields, ProviderFields, SimSource, TaskFields, TeamFields, ThinkingFields,
-    ThinkingKind,
+    Decision, JobFile, KeepWorkspaces, LimitFields, ProviderFields, SimSource, TaskFields,
+    TeamFields, ThinkingFields, ThinkingKind, ToolsetFields,
 };
-use super::spec::{PeriodCap, Plan, ProviderKind, ProviderSpec, RateLimits, TaskSpec, TeamSpec};
+use super::spec::{
+    PeriodCap, Plan, ProviderKind, ProviderSpec, RateLimits, RepoSpec, TaskSpec, TeamSpec,
+    ToolsetSpec,
+};
 use super::values::HumanDuration;
 use super::{yaml_diagnostic, Diagnostic, JobError};
 use crate::govern::budget::Limits;
@@ -22,6 +25,7 @@ use crate::govern::pricing;
 use crate::model::anthropic::Endpoint;
 use crate::sim::script::Script;
 use crate::tools::Registry;
+use crate::tools::{Policy, RunLimits, SandboxConfig};
 
 const DEFAULT_CONCURRENCY: usize = 4;
 const DEFAULT_MAX_TOKENS: u32 = 4096;
@@ -109,6 +113,7 @@ pub(super) fn expand(
     }
     let providers = resolve_providers(&job, &mut cx);
     let teams = resolve_teams(&job, &mut cx);
+    let toolsets = resolve_toolsets(&job, registry, &mut cx);
     let mut tasks = Vec::with_capacity(job.tasks.len());
     let mut seen: HashMap<String, usize> = HashMap::new();
     for (i, t) in job.tasks.iter().enumerate() {
@@ -125,7 +130,18 @@ pub(super) fn expand(
                 seen.insert(id.clone(), i);
             }
         }
-        if let Some(spec) = expand_task(&job, i, t, &providers, &teams, registry, &mut cx) {
+        if let Some(spec) = expand_task(
+            &job,
+            i,
+            t,
+            &Shared {
+                providers: &providers,
+                teams: &teams,
+                toolsets: &toolsets,
+            },
+            registry,
+            &mut cx,
+        ) {
             tasks.push(spec);
         }
     }
@@ -313,6 +329,244 @@ fn resolve_teams(job: &JobFile, cx: &mut Ctx) -> BTreeMap<String, Arc<TeamSpec>>
     out
 }
 
+const DEFAULT_BASH_TIMEOUT: Duration = Duration::from_secs(120);
+const DEFAULT_BASH_OUTPUT: usize = 30_000;
+const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(600);
+const CODING_TOOLS: [&str; 6] = [
+    "read_file",
+    "write_file",
+    "edit_file",
+    "list_files",
+    "grep",
+    "bash",
+];
+const READONLY_TOOLS: [&str; 3] = ["read_file", "list_files", "grep"];
+
+/// The job's tool sets, with the built-in `coding` and `readonly` unless redefined.
+fn resolve_toolsets(
+    job: &JobFile,
+    registry: &Registry,
+    cx: &mut Ctx,
+) -> BTreeMap<String, Arc<ToolsetSpec>> {
+    let mut all: BTreeMap<String, ToolsetFields> = BTreeMap::new();
+    for (name, tools) in [
+        ("coding", &CODING_TOOLS[..]),
+        ("readonly", &READONLY_TOOLS[..]),
+    ] {
+        all.insert(
+            name.into(),
+            ToolsetFields {
+                tools: tools.iter().map(|t| t.to_string()).collect(),
+                ..Default::default()
+            },
+        );
+    }
+    all.extend(job.toolsets.clone());
+    let mut out = BTreeMap::new();
+    for (name, f) in all {
+        let here = vec![key("toolsets"), key(&name)];
+        let at = |parts: &[Seg]| {
+            let mut p = here.clone();
+            p.extend_from_slice(parts);
+            p
+        };
+        for (j, tool) in f.tools.iter().enumerate() {
+            if !registry.contains(tool) {
+                let known: Vec<&str> = registry.names().collect();
+                cx.err(
+                    &at(&[key("tools"), Seg::Index(j)]),
+                    format!(
+                        "unknown tool \"{tool}\"; the tools are: {}",
+                        known.join(", ")
+                    ),
+                );
+            } else if f.tools[..j].contains(tool) {
+                cx.err(
+                    &at(&[key("tools"), Seg::Index(j)]),
+                    format!("tool \"{tool}\" is listed twice"),
+                );
+            }
+        }
+        let p = f.policy.clone().unwrap_or_default();
+        let default_allow = p.default.is_none_or(|d| d == Decision::Allow);
+        for (kind, rules) in [("deny", &p.deny), ("allow", &p.allow)] {
+            for (j, rule) in rules.iter().enumerate() {
+                let here = at(&[key("policy"), key(kind), Seg::Index(j)]);
+                match Policy::new(std::slice::from_ref(rule), &[], true) {
+                    Err(e) => cx.err(&here, e),
+                    Ok(one) => {
+                        for (_, tool) in one.tools() {
+                            if !f.tools.iter().any(|t| t == tool) {
+                                cx.err(&here, format!("rule \"{rule}\" is about {tool}, which tool set {name} does not have"));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let policy = Policy::new(&p.deny, &p.allow, default_allow).unwrap_or_default();
+        let bash = f.bash.clone().unwrap_or_default();
+        if bash.max_output.is_some_and(|m| m < 100) {
+            cx.err(
+                &at(&[key("bash"), key("max_output")]),
+                "must be at least 100 bytes",
+            );
+        }
+        let mut rules: Vec<String> = p.deny.iter().map(|r| format!("deny {r}")).collect();
+        rules.extend(p.allow.iter().map(|r| format!("allow {r}")));
+        rules.push(format!(
+            "default {}",
+            if default_allow { "allow" } else { "deny" }
+        ));
+        out.insert(
+            name.clone(),
+            Arc::new(ToolsetSpec {
+                name: Some(name),
+                tools: f.tools.clone(),
+                policy: Arc::new(policy),
+                rules,
+                bash: RunLimits {
+                    timeout: bash.timeout.map_or(DEFAULT_BASH_TIMEOUT, |t| t.0),
+                    max_output: bash.max_output.unwrap_or(DEFAULT_BASH_OUTPUT),
+                },
+            }),
+        );
+    }
+    out
+}
+
+/// A task's tools: a named tool set, or a plain list (everything allowed).
+fn resolve_task_toolset(
+    i: usize,
+    t: &TaskFields,
+    d: &TaskFields,
+    toolsets: &BTreeMap<String, Arc<ToolsetSpec>>,
+    registry: &Registry,
+    cx: &mut Ctx,
+) -> Option<Arc<ToolsetSpec>> {
+    for (fields, on_task) in [(t, true), (d, false)] {
+        if fields.tools.is_some() && fields.toolset.is_some() {
+            cx.err(
+                &origin(i, on_task, &["toolset"]),
+                "set either `tools` or `toolset`, not both",
+            );
+            return None;
+        }
+    }
+    let (name, list, on_task) = if t.toolset.is_some() || t.tools.is_some() {
+        (t.toolset.clone(), t.tools.clone(), true)
+    } else {
+        (d.toolset.clone(), d.tools.clone(), false)
+    };
+    if let Some(name) = name {
+        let found = toolsets.get(&name).cloned();
+        if found.is_none() {
+            let known: Vec<&str> = toolsets.keys().map(String::as_str).collect();
+            cx.err(
+                &origin(i, on_task, &["toolset"]),
+                format!(
+                    "unknown tool set \"{name}\"; the tool sets are: {}",
+                    known.join(", ")
+                ),
+            );
+        }
+        return found;
+    }
+    let tools = list.unwrap_or_default();
+    let mut ok = true;
+    for (j, tool) in tools.iter().enumerate() {
+        let mut at = origin(i, on_task, &["tools"]);
+        at.push(Seg::Index(j));
+        if !registry.contains(tool) {
+            let known: Vec<&str> = registry.names().collect();
+            cx.err(
+                &at,
+                format!(
+                    "unknown tool \"{tool}\"; the tools are: {}",
+                    known.join(", ")
+                ),
+            );
+            ok = false;
+        } else if tools[..j].contains(tool) {
+            cx.err(&at, format!("tool \"{tool}\" is listed twice"));
+            ok = false;
+        }
+    }
+    ok.then(|| {
+        Arc::new(ToolsetSpec {
+            name: None,
+            tools,
+            policy: Arc::new(Policy::default()),
+            rules: vec!["default allow".into()],
+            bash: RunLimits {
+                timeout: DEFAULT_BASH_TIMEOUT,
+                max_output: DEFAULT_BASH_OUTPUT,
+            },
+        })
+    })
+}
+
+/// The task's repository and the commands around its loop.
+fn resolve_repo(i: usize, t: &TaskFields, d: &TaskFields, cx: &mut Ctx) -> Option<RepoSpec> {
+    let pick = |f: fn(&TaskFields) -> Option<String>| {
+        f(t).map(|v| (v, true)).or_else(|| f(d).map(|v| (v, false)))
+    };
+    let repo = pick(|x| x.repo.clone());
+    let git_ref = pick(|x| x.git_ref.clone());
+    let setup = pick(|x| x.setup.clone());
+    let check = pick(|x| x.check.clone());
+    let Some((repo, repo_on_task)) = repo else {
+        for (field, v) in [("check", &check), ("setup", &setup), ("ref", &git_ref)] {
+            if let Some((_, on_task)) = v {
+                cx.err(
+                    &origin(i, *on_task, &[field]),
+                    format!("`{field}` works on the task's repository: give the task a `repo`"),
+                );
+            }
+        }
+        return None;
+    };
+    let path = cx.dir.join(&repo);
+    if !path.is_dir() {
+        cx.err(&origin(i, repo_on_task, &["repo"]), format!("no folder at {}: repo must be a local git repository or folder, relative to the job file", path.display()));
+        return None;
+    }
+    if let Some((r, on_task)) = &git_ref {
+        if !path.join(".git").exists() {
+            cx.err(
+                &origin(i, *on_task, &["ref"]),
+                format!(
+                    "ref \"{r}\" needs a git repository, and {} is a plain folder",
+                    path.display()
+                ),
+            );
+        }
+    }
+    for (field, v) in [("check", &check), ("setup", &setup)] {
+        if let Some((c, on_task)) = v {
+            if c.trim().is_empty() {
+                cx.err(&origin(i, *on_task, &[field]), "is empty");
+            }
+        }
+    }
+    let dur = |f: fn(&TaskFields) -> Option<HumanDuration>| {
+        f(t).or_else(|| f(d))
+            .map_or(DEFAULT_COMMAND_TIMEOUT, |h| h.0)
+    };
+    Some(RepoSpec {
+        path,
+        git_ref: git_ref.map(|(r, _)| r),
+        setup: setup.map(|(s, _)| s),
+        setup_timeout: dur(|x| x.setup_timeout),
+        check: check.map(|(c, _)| c),
+        check_timeout: dur(|x| x.check_timeout),
+        keep_workspaces: t
+            .keep_workspaces
+            .or(d.keep_workspaces)
+            .unwrap_or(KeepWorkspaces::OnFailure),
+    })
+}
+
 fn merge_limits(task: Option<&LimitFields>, defaults: Option<&LimitFields>) -> LimitFields {
     let t = task.cloned().unwrap_or_default();
     let d = defaults.cloned().unwrap_or_default();
@@ -337,15 +591,26 @@ fn limit_origin(
     origin(i, t.limits.as_ref().is_some_and(pick), &["limits", field])
 }
 
+/// What the job defines once and tasks refer to.
+struct Shared<'a> {
+    providers: &'a BTreeMap<String, Arc<ProviderSpec>>,
+    teams: &'a BTreeMap<String, Arc<TeamSpec>>,
+    toolsets: &'a BTreeMap<String, Arc<ToolsetSpec>>,
+}
+
 fn expand_task(
     job: &JobFile,
     i: usize,
     t: &TaskFields,
-    providers: &BTreeMap<String, Arc<ProviderSpec>>,
-    teams: &BTreeMap<String, Arc<TeamSpec>>,
+    shared: &Shared,
     registry: &Registry,
     cx: &mut Ctx,
 ) -> Option<TaskSpec> {
+    let Shared {
+        providers,
+        teams,
+        toolsets,
+    } = *shared;
     let d = &job.defaults;
     let here = vec![key("tasks"), Seg::Index(i)];
     let before = cx.diags.len();
@@ -420,28 +685,62 @@ fn expand_task(
             ),
         );
     }
-    let tools = t
-        .tools
-        .clone()
-        .or_else(|| d.tools.clone())
+    let toolset = resolve_task_toolset(i, t, d, toolsets, registry, cx);
+    let tools = toolset
+        .as_ref()
+        .map(|ts| ts.tools.clone())
         .unwrap_or_default();
-    let tools_on_task = t.tools.is_some();
-    for (j, name) in tools.iter().enumerate() {
-        let mut at = origin(i, tools_on_task, &["tools"]);
-        at.push(Seg::Index(j));
-        if !registry.contains(name) {
-            let known: Vec<&str> = registry.names().collect();
+    let repo = resolve_repo(i, t, d, cx);
+    if repo.is_none() {
+        if let Some(needs) = tools.iter().find(|n| registry.needs_workspace(n)) {
+            let on_task = t.toolset.is_some() || t.tools.is_some();
+            let field = if t.toolset.is_some() || (!on_task && d.toolset.is_some()) {
+                "toolset"
+            } else {
+                "tools"
+            };
+            cx.err(
+                &origin(i, on_task, &[field]),
+                format!("tool \"{needs}\" works on a repository: give the task a `repo` (a local git repository or folder)"),
+            );
+        }
+    }
+    let mut env = d.env.clone().unwrap_or_default();
+    env.extend(t.env.clone().unwrap_or_default());
+    for name in env.keys() {
+        let valid = name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        let on_task = t.env.as_ref().is_some_and(|e| e.contains_key(name));
+        let at = origin(i, on_task, &["env", name]);
+        if !valid {
+            cx.err(&at, format!("\"{name}\" is not a valid variable name"));
+        }
+        if providers
+            .values()
+            .any(|p| p.api_key_env.as_deref() == Some(name.as_str()))
+        {
             cx.err(
                 &at,
                 format!(
-                    "unknown tool \"{name}\"; the tools are: {}",
-                    known.join(", ")
+                    "{name} is a provider's API key variable; keys never reach a task's commands"
                 ),
             );
-        } else if tools[..j].contains(name) {
-            cx.err(&at, format!("tool \"{name}\" is listed twice"));
         }
     }
+    let sandbox = SandboxConfig {
+        network: t
+            .sandbox
+            .as_ref()
+            .and_then(|s| s.network)
+            .or_else(|| d.sandbox.as_ref().and_then(|s| s.network))
+            .unwrap_or(true),
+        require: t
+            .sandbox
+            .as_ref()
+            .and_then(|s| s.require)
+            .or_else(|| d.sandbox.as_ref().and_then(|s| s.require))
+            .unwrap_or(false),
+    };
 
     let l = merge_limits(t.limits.as_ref(), d.limits.as_ref());
     if l.max_turns == Some(0) {
@@ -615,6 +914,10 @@ fn expand_task(
         prompt,
         provider: provider?,
         team,
+        toolset: toolset?,
+        repo,
+        env,
+        sandbox,
         model,
         max_tokens,
         system: t.system.clone().or_else(|| d.system.clone()),

@@ -14,7 +14,10 @@ use std::path::Path;
 
 pub use describe::describe;
 pub use expand::load_script_file;
-pub use spec::{PeriodCap, Plan, ProviderKind, ProviderSpec, RateLimits, TaskSpec, TeamSpec};
+pub use spec::{
+    PeriodCap, Plan, ProviderKind, ProviderSpec, RateLimits, RepoSpec, TaskSpec, TeamSpec,
+    ToolsetSpec,
+};
 
 use crate::tools::Registry;
 

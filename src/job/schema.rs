@@ -37,7 +37,75 @@ pub struct JobFile {
     /// defaults to `<out>/ledger.sqlite`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ledger: Option<String>,
+    /// Named tool sets (tools, permission policy, bash limits) that tasks choose with
+    /// `toolset:`; `coding` and `readonly` exist unless redefined here.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub toolsets: BTreeMap<String, ToolsetFields>,
     pub tasks: Vec<TaskFields>,
+}
+
+/// A tool set.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolsetFields {
+    pub tools: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<PolicyFields>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bash: Option<BashFields>,
+}
+
+/// Permission rules: `tool` or `tool(pattern)`; deny beats allow.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyFields {
+    #[serde(default)]
+    pub deny: Vec<String>,
+    #[serde(default)]
+    pub allow: Vec<String>,
+    /// What happens to a call no rule matches (default: allow).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<Decision>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    Allow,
+    Deny,
+}
+
+/// Limits of the `bash` tool.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct BashFields {
+    /// Per command (default 2m).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<HumanDuration>,
+    /// Bytes of output the model sees (default 30000; head and tail are kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_output: Option<usize>,
+}
+
+/// When a task's workspace is kept after the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KeepWorkspaces {
+    Always,
+    OnFailure,
+    Never,
+}
+
+/// How a task's commands are confined.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxFields {
+    /// Let `bash` reach the network (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<bool>,
+    /// Fail the task instead of running with less confinement than asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub require: Option<bool>,
 }
 
 /// A team: its tasks share these caps and limits.
@@ -117,6 +185,33 @@ pub struct TaskFields {
     pub system: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tools: Option<Vec<String>>,
+    /// A named tool set instead of `tools`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub toolset: Option<String>,
+    /// A local git repository or folder (relative to the job file) copied into the
+    /// task's own workspace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repo: Option<String>,
+    /// Branch, tag or commit of a git `repo`.
+    #[serde(default, rename = "ref", skip_serializing_if = "Option::is_none")]
+    pub git_ref: Option<String>,
+    /// A command run in the workspace before the agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setup: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setup_timeout: Option<HumanDuration>,
+    /// A command run in the workspace after the loop: exit 0 is a pass.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check_timeout: Option<HumanDuration>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_workspaces: Option<KeepWorkspaces>,
+    /// Variables added to the scrubbed environment of the task's commands.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<BTreeMap<String, String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<SandboxFields>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<LimitFields>,
     /// The simulator script: a path relative to the job file, or the script inline.

@@ -10,10 +10,11 @@ use rust_decimal::Decimal;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::schema::{JobFile, Period};
+use super::schema::{JobFile, KeepWorkspaces, Period};
 use crate::govern::budget::Limits;
 use crate::govern::pricing::Price;
 use crate::sim::script::Script;
+use crate::tools::{Policy, RunLimits, SandboxConfig};
 
 fn human<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&humantime::format_duration(*d).to_string())
@@ -88,6 +89,39 @@ pub struct TeamSpec {
     pub rate: RateLimits,
 }
 
+/// A task's repository and the commands around its loop.
+#[derive(Debug, Clone, Serialize)]
+pub struct RepoSpec {
+    /// The source: a git repository (cloned) or a folder (copied).
+    pub path: PathBuf,
+    #[serde(rename = "ref", skip_serializing_if = "Option::is_none")]
+    pub git_ref: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub setup: Option<String>,
+    #[serde(serialize_with = "human")]
+    pub setup_timeout: Duration,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub check: Option<String>,
+    #[serde(serialize_with = "human")]
+    pub check_timeout: Duration,
+    pub keep_workspaces: KeepWorkspaces,
+}
+
+/// The tools of a task with their permission policy and limits.
+#[derive(Debug, Clone, Serialize)]
+pub struct ToolsetSpec {
+    /// The named tool set, if the task chose one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub tools: Vec<String>,
+    #[serde(skip)]
+    pub policy: Arc<Policy>,
+    /// The rules as written, for run.json.
+    pub rules: Vec<String>,
+    #[serde(skip)]
+    pub bash: RunLimits,
+}
+
 /// One task, fully resolved.
 #[derive(Debug, Clone, Serialize)]
 pub struct TaskSpec {
@@ -101,6 +135,13 @@ pub struct TaskSpec {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub system: Option<String>,
     pub tools: Vec<String>,
+    pub toolset: Arc<ToolsetSpec>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repo: Option<RepoSpec>,
+    /// Added to the scrubbed environment of the task's commands.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    pub sandbox: SandboxConfig,
     pub limits: Limits,
     /// Optional request fields (sampling, thinking), exactly as they will be sent.
     #[serde(skip_serializing_if = "Map::is_empty")]

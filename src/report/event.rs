@@ -34,6 +34,15 @@ pub struct TaskResult {
     pub retries: u32,
     /// Time spent waiting for rate limits (and provider pauses after 429s).
     pub rate_wait_ms: u64,
+    /// The check command's exit code (None: no check, or it was killed).
+    pub check_exit_code: Option<i32>,
+    pub check_ms: Option<u64>,
+    /// Tool calls the permission policy refused.
+    pub denied_calls: u32,
+    /// The confinement obtained for the task's commands (empty without a repo).
+    pub sandbox: String,
+    /// The kept workspace, if any.
+    pub workspace: Option<String>,
     pub started_at: DateTime<Utc>,
     pub finished_at: DateTime<Utc>,
 }
@@ -50,6 +59,11 @@ pub enum Event {
         line: Value,
     },
     TaskFinished(Box<TaskResult>),
+    /// The task's patch (written to patches/<task>.diff).
+    Patch {
+        task: Arc<str>,
+        diff: String,
+    },
 }
 
 /// A task's handle for writing its transcript. The channel is unbounded so that logging
@@ -106,6 +120,14 @@ impl TaskLog {
     pub fn started(&self) {
         let _ = self.tx.send(Event::TaskStarted {
             task: self.task.clone(),
+        });
+    }
+
+    /// Hands the task's patch to the reporter.
+    pub fn patch(&self, diff: String) {
+        let _ = self.tx.send(Event::Patch {
+            task: self.task.clone(),
+            diff,
         });
     }
 

@@ -9,7 +9,7 @@ use super::TaskResult;
 
 /// The columns of results.csv, in order. Scripts read them by name; new columns are
 /// only ever added at the end.
-pub const COLUMNS: [&str; 24] = [
+pub const COLUMNS: [&str; 30] = [
     "run_id",
     "task_id",
     "provider",
@@ -34,6 +34,12 @@ pub const COLUMNS: [&str; 24] = [
     "transcript",
     "team",
     "rate_wait_ms",
+    "check_exit_code",
+    "check_ms",
+    "denied_calls",
+    "sandbox",
+    "patch",
+    "workspace",
 ];
 
 /// The open results file.
@@ -63,6 +69,7 @@ impl ResultsCsv {
         run_id: &str,
         r: &TaskResult,
         transcript: &str,
+        patch: &str,
     ) -> std::io::Result<()> {
         let u = &r.usage;
         let ts = |t: &chrono::DateTime<chrono::Utc>| t.to_rfc3339_opts(SecondsFormat::Millis, true);
@@ -93,6 +100,12 @@ impl ResultsCsv {
             transcript,
             r.team.as_deref().unwrap_or(""),
             &r.rate_wait_ms.to_string(),
+            &r.check_exit_code.map(|c| c.to_string()).unwrap_or_default(),
+            &r.check_ms.map(|c| c.to_string()).unwrap_or_default(),
+            &r.denied_calls.to_string(),
+            &r.sandbox,
+            patch,
+            r.workspace.as_deref().unwrap_or(""),
         ])?;
         self.sync()
     }

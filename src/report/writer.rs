@@ -89,6 +89,7 @@ impl Reporter {
             open: HashMap::new(),
             started: HashSet::new(),
             dirty: HashSet::new(),
+            patched: HashSet::new(),
             progress: Progress::new(cfg.progress, cfg.total_tasks),
             on_fatal: cfg.on_fatal,
             results: Vec::new(),
@@ -160,6 +161,8 @@ struct State {
     started: HashSet<Arc<str>>,
     /// Transcripts written to since the last flush.
     dirty: HashSet<Arc<str>>,
+    /// Tasks whose patch has been written.
+    patched: HashSet<Arc<str>>,
     progress: Progress,
     on_fatal: CancellationToken,
     results: Vec<TaskResult>,
@@ -247,6 +250,14 @@ impl State {
                 w.write_all(b"\n").map_err(io_err(&path))?;
                 self.dirty.insert(task);
             }
+            Event::Patch { task, diff } => {
+                let path = self.dir.join(patch_rel(&task));
+                if let Some(dir) = path.parent() {
+                    std::fs::create_dir_all(dir).map_err(io_err(dir))?;
+                }
+                std::fs::write(&path, diff).map_err(io_err(&path))?;
+                self.patched.insert(task);
+            }
             Event::TaskFinished(r) => {
                 let key: Arc<str> = Arc::from(r.task_id.as_str());
                 let rel = transcript_rel(&key);
@@ -257,8 +268,13 @@ impl State {
                     w.get_ref().sync_data().map_err(io_err(&path))?;
                 }
                 let transcript = if path.exists() { rel } else { String::new() };
+                let patch = if self.patched.remove(&key) {
+                    patch_rel(&key)
+                } else {
+                    String::new()
+                };
                 self.csv
-                    .append(&self.run_id, &r, &transcript)
+                    .append(&self.run_id, &r, &transcript, &patch)
                     .map_err(io_err(&self.csv_path))?;
                 let was_started = self.started.remove(&key);
                 self.progress.finished(&r, was_started);
@@ -267,6 +283,10 @@ impl State {
         }
         Ok(())
     }
+}
+
+fn patch_rel(task: &str) -> String {
+    format!("patches/{task}.diff")
 }
 
 fn transcript_rel(task: &str) -> String {

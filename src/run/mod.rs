@@ -240,6 +240,7 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunOutcome, RunError> {
         registry: opts.registry.clone(),
         sim_base: sim.as_ref().map(|s| s.base_url()),
         run_id: run_id.clone(),
+        work_dir: opts.out_dir.join(&run_id),
         ledger: ledger.clone(),
         gates,
         cancel: cancel.clone(),
@@ -281,6 +282,10 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunOutcome, RunError> {
     }
     drop(tx);
     drop(env);
+    // Private temp folders are removed task by task; drop the empty parents.
+    let work_dir = opts.out_dir.join(&run_id);
+    let _ = std::fs::remove_dir(work_dir.join("tmp"));
+    let _ = std::fs::remove_dir(work_dir.join("workspaces"));
     let complete = !drain.is_cancelled();
     let mut summary = reporter
         .finish(if complete { "finished" } else { "interrupted" })
@@ -411,6 +416,11 @@ fn unrun(spec: &TaskSpec, detail: &str) -> TaskResult {
         tool_ms: 0,
         retries: 0,
         rate_wait_ms: 0,
+        check_exit_code: None,
+        check_ms: None,
+        denied_calls: 0,
+        sandbox: String::new(),
+        workspace: None,
         started_at: now,
         finished_at: now,
     }

@@ -5,7 +5,7 @@ use chrono::{FixedOffset, SecondsFormat, Utc};
 use futures::future::BoxFuture;
 use serde_json::{json, Value};
 
-use super::Tool;
+use super::{Tool, ToolContext};
 
 pub struct GetTime;
 
@@ -31,7 +31,11 @@ impl Tool for GetTime {
         })
     }
 
-    fn call(&self, input: Value) -> BoxFuture<'_, Result<String, String>> {
+    fn call<'a>(
+        &'a self,
+        input: Value,
+        _ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<String, String>> {
         Box::pin(async move {
             let tz = input
                 .get("timezone")

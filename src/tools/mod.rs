@@ -1,19 +1,64 @@
-//! Tools the model may call: the [`Tool`] trait, the registry of available tools, and
-//! the dispatch of one call (unknown tool, permission, schema check, execution with a
-//! timeout), which always ends in exactly one result for the call's id.
+//! Tools the model may call: the [`Tool`] trait, the registry of available tools, tool
+//! sets with their permission policy, and the dispatch of one call (unknown tool,
+//! permission, schema check, execution with a timeout), which always ends in exactly
+//! one result for the call's id.
 
+mod bash;
+mod files;
 mod get_time;
+pub mod paths;
+pub mod policy;
+pub mod sandbox;
+mod search;
+pub mod workspace;
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
 
+pub use bash::Bash;
+pub use files::{EditFile, ReadFile, WriteFile};
 pub use get_time::GetTime;
+pub use policy::{Policy, Verdict};
+pub use sandbox::{RunLimits, Sandbox, SandboxConfig};
+pub use search::{Grep, ListFiles};
 
 use crate::model::{ToolCall, ToolResult};
+
+/// What a tool call may use: the task's workspace and sandbox, and the limits of its
+/// tool set.
+#[derive(Clone)]
+pub struct ToolContext {
+    /// The canonical root of the task's workspace.
+    pub workspace: Option<PathBuf>,
+    pub sandbox: Option<Arc<Sandbox>>,
+    /// Limits of `bash`.
+    pub bash: RunLimits,
+    /// Whether `bash` may reach the network.
+    pub network: bool,
+    /// Cancelled when the task must stop now (its commands are killed).
+    pub cancel: CancellationToken,
+}
+
+impl Default for ToolContext {
+    fn default() -> Self {
+        ToolContext {
+            workspace: None,
+            sandbox: None,
+            bash: RunLimits {
+                timeout: Duration::from_secs(120),
+                max_output: 30_000,
+            },
+            network: true,
+            cancel: CancellationToken::new(),
+        }
+    }
+}
 
 /// A tool the harness runs on the model's behalf.
 pub trait Tool: Send + Sync {
@@ -24,12 +69,20 @@ pub trait Tool: Send + Sync {
     /// the tool runs.
     fn input_schema(&self) -> Value;
     /// How long one call may run.
-    fn timeout(&self) -> Duration {
+    fn timeout(&self, _ctx: &ToolContext) -> Duration {
         Duration::from_secs(60)
+    }
+    /// Whether the tool works on a task's workspace (the task then needs a `repo`).
+    fn needs_workspace(&self) -> bool {
+        false
     }
     /// Runs the tool. `Err` is a failure the model should see (it becomes an is_error
     /// result), not a harness failure.
-    fn call(&self, input: Value) -> BoxFuture<'_, Result<String, String>>;
+    fn call<'a>(
+        &'a self,
+        input: Value,
+        ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<String, String>>;
 }
 
 /// A tool with its compiled input schema.
@@ -61,8 +114,19 @@ impl Registry {
     /// The built-in tools.
     pub fn builtin() -> Registry {
         let mut r = Registry::default();
-        r.register(Arc::new(GetTime))
-            .unwrap_or_else(|e| panic!("built-in tool is invalid (a build defect): {e}"));
+        let tools: [Arc<dyn Tool>; 7] = [
+            Arc::new(GetTime),
+            Arc::new(ReadFile),
+            Arc::new(WriteFile),
+            Arc::new(EditFile),
+            Arc::new(ListFiles),
+            Arc::new(Grep),
+            Arc::new(Bash),
+        ];
+        for t in tools {
+            r.register(t)
+                .unwrap_or_else(|e| panic!("built-in tool is invalid (a build defect): {e}"));
+        }
         r
     }
 
@@ -111,14 +175,22 @@ impl Registry {
         self.tools.contains_key(name)
     }
 
-    /// The tools a task declares. Unknown names are skipped here; the job check refuses
-    /// them before anything runs.
-    pub fn toolset(&self, names: &[String]) -> Toolset {
+    /// Whether the named tool works on a workspace.
+    pub fn needs_workspace(&self, name: &str) -> bool {
+        self.tools
+            .get(name)
+            .is_some_and(|e| e.tool.needs_workspace())
+    }
+
+    /// The tools a task declares, under a permission policy. Unknown names are skipped
+    /// here; the job check refuses them before anything runs.
+    pub fn toolset(&self, names: &[String], policy: Arc<Policy>) -> Toolset {
         Toolset {
             tools: names
                 .iter()
                 .filter_map(|n| self.tools.get(n).cloned())
                 .collect(),
+            policy,
         }
     }
 }
@@ -127,6 +199,7 @@ impl Registry {
 #[derive(Clone)]
 pub struct Toolset {
     tools: Vec<Entry>,
+    policy: Arc<Policy>,
 }
 
 /// How one call went, for the transcript and the counters.
@@ -136,6 +209,8 @@ pub struct Dispatched {
     /// `allow` or `deny`, and the rule that decided.
     pub decision: &'static str,
     pub rule: String,
+    /// Refused by the permission policy (counted as denied_calls).
+    pub denied: bool,
     pub ms: u64,
 }
 
@@ -156,7 +231,7 @@ impl Toolset {
     }
 
     /// Runs one call; every path ends in one result carrying the call's id.
-    pub async fn dispatch(&self, call: &ToolCall) -> Dispatched {
+    pub async fn dispatch(&self, call: &ToolCall, ctx: &ToolContext) -> Dispatched {
         let started = Instant::now();
         let done =
             |content: String, is_error: bool, decision: &'static str, rule: String| Dispatched {
@@ -166,6 +241,7 @@ impl Toolset {
                     is_error,
                 },
                 decision,
+                denied: false,
                 rule,
                 ms: started.elapsed().as_millis() as u64,
             };
@@ -182,7 +258,19 @@ impl Toolset {
                 "not declared for this task".into(),
             );
         };
-        let rule = "declared in the task's tools".to_string();
+        let rule = match self.policy.decide(&call.name, &call.input) {
+            Verdict::Deny(why) => {
+                let mut d = done(
+                    format!("Error: this call is not allowed: {why}. Try another way that the policy allows."),
+                    true,
+                    "deny",
+                    why,
+                );
+                d.denied = true;
+                return d;
+            }
+            Verdict::Allow(why) => why,
+        };
         let problems: Vec<String> = entry
             .validator
             .iter_errors(&call.input)
@@ -212,8 +300,8 @@ impl Toolset {
                 rule,
             );
         }
-        let timeout = entry.tool.timeout();
-        match tokio::time::timeout(timeout, entry.tool.call(call.input.clone())).await {
+        let timeout = entry.tool.timeout(ctx);
+        match tokio::time::timeout(timeout, entry.tool.call(call.input.clone(), ctx)).await {
             Ok(Ok(out)) => done(out, false, "allow", rule),
             Ok(Err(msg)) => done(format!("Error: {msg}"), true, "allow", rule),
             Err(_) => done(
@@ -244,20 +332,29 @@ mod tests {
 
     #[tokio::test]
     async fn dispatch_answers_every_path_with_the_call_id() {
-        let set = Registry::builtin().toolset(&["get_time".to_string()]);
+        let set =
+            Registry::builtin().toolset(&["get_time".to_string()], Arc::new(Policy::default()));
         let ok = set
-            .dispatch(&call("get_time", json!({"timezone": "UTC"})))
+            .dispatch(
+                &call("get_time", json!({"timezone": "UTC"})),
+                &ToolContext::default(),
+            )
             .await;
         assert!(!ok.result.is_error, "{}", ok.result.content);
         assert_eq!(ok.result.id, "toolu_1");
 
-        let unknown = set.dispatch(&call("rm_rf", json!({}))).await;
+        let unknown = set
+            .dispatch(&call("rm_rf", json!({})), &ToolContext::default())
+            .await;
         assert!(unknown.result.is_error);
         assert_eq!(unknown.decision, "deny");
         assert!(unknown.result.content.contains("get_time"));
 
         let bad = set
-            .dispatch(&call("get_time", json!({"timezone": 5})))
+            .dispatch(
+                &call("get_time", json!({"timezone": 5})),
+                &ToolContext::default(),
+            )
             .await;
         assert!(bad.result.is_error);
         assert!(
@@ -267,7 +364,10 @@ mod tests {
         );
 
         let failed = set
-            .dispatch(&call("get_time", json!({"timezone": "Mars/Olympus"})))
+            .dispatch(
+                &call("get_time", json!({"timezone": "Mars/Olympus"})),
+                &ToolContext::default(),
+            )
             .await;
         assert!(failed.result.is_error);
         assert_eq!(failed.decision, "allow");
@@ -284,10 +384,14 @@ mod tests {
         fn input_schema(&self) -> Value {
             json!({"type": "object"})
         }
-        fn timeout(&self) -> Duration {
+        fn timeout(&self, _: &ToolContext) -> Duration {
             Duration::from_millis(20)
         }
-        fn call(&self, _: Value) -> BoxFuture<'_, Result<String, String>> {
+        fn call<'a>(
+            &'a self,
+            _: Value,
+            _: &'a ToolContext,
+        ) -> BoxFuture<'a, Result<String, String>> {
             Box::pin(async {
                 tokio::time::sleep(Duration::from_secs(5)).await;
                 Ok("late".into())
@@ -304,8 +408,8 @@ mod tests {
             Err(RegistryError::Duplicate(_))
         ));
         let d = r
-            .toolset(&["slow".into()])
-            .dispatch(&call("slow", json!({})))
+            .toolset(&["slow".into()], Arc::new(Policy::default()))
+            .dispatch(&call("slow", json!({})), &ToolContext::default())
             .await;
         assert!(d.result.is_error);
         assert!(d.result.content.contains("did not finish"));

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use agentbatch::govern::pricing;
 use agentbatch::model::Usage;
-use agentbatch::tools::{Registry, Tool};
+use agentbatch::tools::{Registry, Tool, ToolContext};
 use futures::future::BoxFuture;
 use rust_decimal::Decimal;
 use serde_json::{json, Value};
@@ -249,7 +249,7 @@ impl Tool for Sleepy {
     fn input_schema(&self) -> Value {
         json!({"type": "object"})
     }
-    fn call(&self, _: Value) -> BoxFuture<'_, Result<String, String>> {
+    fn call<'a>(&'a self, _: Value, _: &'a ToolContext) -> BoxFuture<'a, Result<String, String>> {
         Box::pin(async {
             tokio::time::sleep(Duration::from_secs(30)).await;
             Ok("woke".into())

@@ -1,0 +1,539 @@
+//! Sandboxed command execution for `bash`, `setup` and `check`: each command runs in its
+//! own process group with stdin closed and a scrubbed environment, is killed with its
+//! whole group (SIGTERM, then SIGKILL after a grace period) on timeout or cancellation,
+//! has its output capped (head and tail kept, the middle counted), and, where the
+//! kernel allows, may write only inside the workspace and a private temp folder
+//! (Landlock) and reach no network (a fresh network namespace).
+
+use std::collections::BTreeMap;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use landlock::{
+    path_beneath_rules, Access, AccessFs, Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr,
+    RulesetStatus, ABI,
+};
+use nix::sched::CloneFlags;
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use tokio::io::AsyncReadExt;
+use tokio_util::sync::CancellationToken;
+
+/// Time between SIGTERM and SIGKILL.
+const GRACE: Duration = Duration::from_secs(2);
+/// The Landlock ABI the rules are written for; older kernels get the best they support.
+const LANDLOCK_ABI: ABI = ABI::V5;
+
+/// What a task asks of the sandbox.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SandboxConfig {
+    /// Let `bash` reach the network.
+    pub network: bool,
+    /// Refuse to run unconfined: fail the task (tool_setup_error) when Landlock, or the
+    /// network cut asked for, is not available.
+    pub require: bool,
+}
+
+/// How long a command may run and how much of its output is kept.
+#[derive(Debug, Clone, Copy)]
+pub struct RunLimits {
+    pub timeout: Duration,
+    pub max_output: usize,
+}
+
+/// What a command did.
+#[derive(Debug, Clone)]
+pub struct CommandOutput {
+    /// None when it was killed (timeout, cancellation) or died of a signal.
+    pub exit_code: Option<i32>,
+    pub timed_out: bool,
+    pub cancelled: bool,
+    /// stdout and stderr interleaved, capped.
+    pub output: String,
+    /// Bytes the command wrote in all.
+    pub total_bytes: u64,
+    pub ms: u64,
+}
+
+impl CommandOutput {
+    pub fn success(&self) -> bool {
+        self.exit_code == Some(0)
+    }
+
+    /// One line saying how it ended.
+    pub fn status(&self, timeout: Duration) -> String {
+        match (self.exit_code, self.timed_out, self.cancelled) {
+            (_, true, _) => format!(
+                "killed after the {} timeout",
+                humantime::format_duration(timeout)
+            ),
+            (_, _, true) => "killed: the task was stopped".into(),
+            (Some(c), _, _) => format!("exit code {c}"),
+            (None, _, _) => "killed by a signal".into(),
+        }
+    }
+}
+
+/// What this machine can confine, found once per process.
+#[derive(Debug, Clone)]
+struct Capabilities {
+    /// e.g. "landlock ABI 7", or None when Landlock does not enforce here.
+    landlock: Option<String>,
+    /// The unshare flags that give a command its own empty network namespace.
+    netns: Option<CloneFlags>,
+}
+
+fn capabilities() -> &'static Capabilities {
+    static CAPS: OnceLock<Capabilities> = OnceLock::new();
+    CAPS.get_or_init(|| Capabilities {
+        landlock: probe_landlock(),
+        netns: probe_netns(),
+    })
+}
+
+/// Restricts a throwaway thread (Landlock applies to the calling thread only), to learn
+/// whether rules are enforced here and at which ABI.
+fn probe_landlock() -> Option<String> {
+    let dir = std::env::temp_dir();
+    std::thread::spawn(move || {
+        let status = ruleset(&dir, &dir).ok()?.restrict_self().ok()?;
+        let enforced = !matches!(status.ruleset, RulesetStatus::NotEnforced);
+        let abi = match status.landlock {
+            landlock::LandlockStatus::Available { effective_abi, .. } => {
+                format!("{effective_abi:?}")
+            }
+            other => format!("{other:?}"),
+        };
+        enforced.then(|| format!("landlock {}", abi.to_lowercase().replace('v', "ABI ")))
+    })
+    .join()
+    .ok()
+    .flatten()
+}
+
+/// Tries a child in a new network namespace, as root or through a user namespace.
+fn probe_netns() -> Option<CloneFlags> {
+    for flags in [
+        CloneFlags::CLONE_NEWNET,
+        CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNET,
+    ] {
+        let mut cmd = std::process::Command::new("true");
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        // SAFETY: unshare is a plain system call, safe between fork and exec.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+                nix::sched::unshare(flags).map_err(io::Error::from)
+            });
+        }
+        if cmd.status().is_ok_and(|s| s.success()) {
+            return Some(flags);
+        }
+    }
+    None
+}
+
+/// Read and execute everywhere; write, create and delete only under `workspace` and
+/// `tmp` (plus the usual device files).
+fn ruleset(workspace: &Path, tmp: &Path) -> Result<RulesetCreated, landlock::RulesetError> {
+    let all = AccessFs::from_all(LANDLOCK_ABI);
+    let devices = [
+        "/dev/null",
+        "/dev/zero",
+        "/dev/full",
+        "/dev/random",
+        "/dev/urandom",
+        "/dev/tty",
+    ];
+    Ruleset::default()
+        .handle_access(all)?
+        .create()?
+        .add_rules(path_beneath_rules(["/"], AccessFs::from_read(LANDLOCK_ABI)))?
+        .add_rules(path_beneath_rules(
+            devices.iter().filter(|d| Path::new(d).exists()),
+            AccessFs::from_read(LANDLOCK_ABI) | AccessFs::WriteFile,
+        ))?
+        .add_rules(path_beneath_rules([workspace, tmp], all))
+}
+
+/// Where commands of one task run, and how confined.
+pub struct Sandbox {
+    workspace: PathBuf,
+    tmp: PathBuf,
+    env: Vec<(String, String)>,
+    landlock: bool,
+    netns: Option<CloneFlags>,
+    /// What was obtained, for the report: e.g. "landlock ABI 7, no network".
+    pub level: String,
+}
+
+impl Sandbox {
+    /// Sets up the sandbox of a task. `tmp` becomes its private temp folder (and holds
+    /// HOME); `task_env` is added to the scrubbed environment. Fails when
+    /// `config.require` asks for confinement this machine cannot give.
+    pub fn new(
+        workspace: &Path,
+        tmp: &Path,
+        task_env: &BTreeMap<String, String>,
+        config: SandboxConfig,
+    ) -> Result<Sandbox, String> {
+        let caps = capabilities();
+        let netns = if config.network { None } else { caps.netns };
+        let mut missing = Vec::new();
+        if caps.landlock.is_none() {
+            missing.push("Landlock (write confinement)");
+        }
+        if !config.network && netns.is_none() {
+            missing.push("a network namespace (network: false)");
+        }
+        if config.require && !missing.is_empty() {
+            return Err(format!(
+                "sandbox.require is set but this machine does not provide {}; run elsewhere or drop `require`",
+                missing.join(" nor ")
+            ));
+        }
+        let home = tmp.join("home");
+        std::fs::create_dir_all(&home)
+            .map_err(|e| format!("cannot create {}: {e}", home.display()))?;
+        let mut env: BTreeMap<String, String> = BTreeMap::new();
+        env.insert(
+            "PATH".into(),
+            std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into()),
+        );
+        env.insert("HOME".into(), home.display().to_string());
+        env.insert("TMPDIR".into(), tmp.display().to_string());
+        env.insert("LANG".into(), "C.UTF-8".into());
+        env.insert("TERM".into(), "dumb".into());
+        env.extend(task_env.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let mut level = Vec::new();
+        level.push(
+            caps.landlock
+                .clone()
+                .unwrap_or_else(|| "no write confinement".into()),
+        );
+        level.push(if netns.is_some() {
+            "no network".into()
+        } else if config.network {
+            "network".into()
+        } else {
+            "network (could not cut it)".to_string()
+        });
+        Ok(Sandbox {
+            workspace: workspace.to_path_buf(),
+            tmp: tmp.to_path_buf(),
+            env: env.into_iter().collect(),
+            landlock: caps.landlock.is_some(),
+            netns,
+            level: level.join(", "),
+        })
+    }
+
+    /// The environment commands get (for tests and the transcript).
+    pub fn env(&self) -> &[(String, String)] {
+        &self.env
+    }
+
+    /// Runs `command` with `bash -c` in the workspace. `network` false keeps it off the
+    /// network even when the task allows it for `bash` (setup and check may need it, so
+    /// callers choose).
+    pub async fn run(
+        &self,
+        command: &str,
+        limits: RunLimits,
+        cancel: &CancellationToken,
+        network: bool,
+    ) -> Result<CommandOutput, String> {
+        let started = Instant::now();
+        let (reader, writer) = io::pipe().map_err(|e| format!("cannot create a pipe: {e}"))?;
+        let shell = if Path::new("/bin/bash").exists() {
+            "/bin/bash"
+        } else {
+            "/bin/sh"
+        };
+        let mut cmd = tokio::process::Command::new(shell);
+        cmd.arg("-c")
+            .arg(command)
+            .current_dir(&self.workspace)
+            .env_clear()
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(
+                writer
+                    .try_clone()
+                    .map_err(|e| format!("cannot set up output: {e}"))?,
+            )
+            .stderr(writer)
+            .process_group(0)
+            .kill_on_drop(true);
+        let rules = if self.landlock {
+            Some(
+                ruleset(&self.workspace, &self.tmp)
+                    .map_err(|e| format!("cannot prepare the Landlock rules: {e}"))?,
+            )
+        } else {
+            None
+        };
+        let rules = Mutex::new(rules);
+        let unshare = if network { None } else { self.netns };
+        // SAFETY: between fork and exec the child only makes system calls: unshare, and
+        // prctl plus landlock_restrict_self on a ruleset built before the fork (the
+        // mutex is used by this closure alone, so it is never held at fork time).
+        unsafe {
+            cmd.pre_exec(move || {
+                if let Some(flags) = unshare {
+                    nix::sched::unshare(flags).map_err(io::Error::from)?;
+                }
+                let rules = rules.lock().map(|mut r| r.take()).unwrap_or(None);
+                if let Some(r) = rules {
+                    r.restrict_self()
+                        .map_err(|_| io::Error::from_raw_os_error(libc_eperm()))?;
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot start the command: {e}"))?;
+        drop(cmd);
+        let pgid = child.id().map(|id| Pid::from_raw(id as i32));
+        let guard = GroupGuard { pgid };
+        let mut output = Capped::new(limits.max_output);
+        let mut pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(reader))
+            .map_err(|e| format!("cannot read the command's output: {e}"))?;
+        let mut buf = vec![0u8; 64 * 1024];
+        let deadline = tokio::time::sleep(limits.timeout);
+        tokio::pin!(deadline);
+        let mut exit = None;
+        let (mut timed_out, mut cancelled, mut open) = (false, false, true);
+        // Read while waiting, so a chatty command never blocks on a full pipe.
+        while exit.is_none() {
+            tokio::select! {
+                n = pipe.read(&mut buf), if open => match n {
+                    Ok(0) | Err(_) => open = false,
+                    Ok(n) => output.push(&buf[..n]),
+                },
+                s = child.wait() => exit = Some(s.ok()),
+                _ = &mut deadline => { timed_out = true; break; }
+                _ = cancel.cancelled() => { cancelled = true; break; }
+            }
+        }
+        if exit.is_none() {
+            exit = Some(terminate(&mut child, pgid).await);
+        }
+        // The command is over: nothing of its group may outlive it.
+        guard.kill();
+        // Drain what is left; a process that escaped the group may hold the pipe open,
+        // so the drain is bounded.
+        let drain_until = tokio::time::Instant::now() + Duration::from_millis(500);
+        while open {
+            match tokio::time::timeout_at(drain_until, pipe.read(&mut buf)).await {
+                Ok(Ok(n)) if n > 0 => output.push(&buf[..n]),
+                _ => open = false,
+            }
+        }
+        let status = exit.flatten();
+        Ok(CommandOutput {
+            exit_code: if timed_out || cancelled {
+                None
+            } else {
+                status.and_then(|s| s.code())
+            },
+            timed_out,
+            cancelled,
+            total_bytes: output.total,
+            output: output.render(),
+            ms: started.elapsed().as_millis() as u64,
+        })
+    }
+}
+
+fn libc_eperm() -> i32 {
+    nix::errno::Errno::EPERM as i32
+}
+
+/// SIGTERM to the group, then SIGKILL after the grace period; returns the exit status.
+async fn terminate(
+    child: &mut tokio::process::Child,
+    pgid: Option<Pid>,
+) -> Option<std::process::ExitStatus> {
+    if let Some(g) = pgid {
+        let _ = killpg(g, Signal::SIGTERM);
+    }
+    match tokio::time::timeout(GRACE, child.wait()).await {
+        Ok(s) => s.ok(),
+        Err(_) => {
+            if let Some(g) = pgid {
+                let _ = killpg(g, Signal::SIGKILL);
+            }
+            child.wait().await.ok()
+        }
+    }
+}
+
+/// Kills the whole process group when the run ends or is dropped (a cancelled task).
+struct GroupGuard {
+    pgid: Option<Pid>,
+}
+
+impl GroupGuard {
+    fn kill(&self) {
+        if let Some(g) = self.pgid {
+            let _ = killpg(g, Signal::SIGKILL);
+        }
+    }
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Output kept within a limit: the first half and the last half of `max` bytes, and a
+/// count of what was cut in between.
+struct Capped {
+    max: usize,
+    head: Vec<u8>,
+    tail: std::collections::VecDeque<u8>,
+    total: u64,
+}
+
+impl Capped {
+    fn new(max: usize) -> Capped {
+        Capped {
+            max: max.max(2),
+            head: Vec::new(),
+            tail: Default::default(),
+            total: 0,
+        }
+    }
+
+    fn push(&mut self, mut bytes: &[u8]) {
+        self.total += bytes.len() as u64;
+        let head_room = self.max / 2 - self.head.len().min(self.max / 2);
+        let take = head_room.min(bytes.len());
+        self.head.extend_from_slice(&bytes[..take]);
+        bytes = &bytes[take..];
+        let tail_max = self.max - self.max / 2;
+        if bytes.len() >= tail_max {
+            self.tail.clear();
+            self.tail.extend(&bytes[bytes.len() - tail_max..]);
+        } else {
+            let overflow = (self.tail.len() + bytes.len()).saturating_sub(tail_max);
+            self.tail.drain(..overflow);
+            self.tail.extend(bytes);
+        }
+    }
+
+    fn render(&self) -> String {
+        let kept = (self.head.len() + self.tail.len()) as u64;
+        let mut s = String::from_utf8_lossy(&self.head).into_owned();
+        if self.total > kept {
+            s.push_str(&format!(
+                "\n[... {} bytes of output cut ...]\n",
+                self.total - kept
+            ));
+        }
+        let tail: Vec<u8> = self.tail.iter().copied().collect();
+        s.push_str(&String::from_utf8_lossy(&tail));
+        s
+    }
+}
+
+/// What this machine provides, for tests and `agentbatch validate`.
+pub fn describe_capabilities() -> String {
+    let c = capabilities();
+    format!(
+        "{}; {}",
+        c.landlock
+            .clone()
+            .unwrap_or_else(|| "Landlock not available".into()),
+        if c.netns.is_some() {
+            "network namespaces available"
+        } else {
+            "network namespaces not available"
+        }
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capped_output_keeps_head_and_tail() {
+        let mut c = Capped::new(10);
+        c.push(b"0123456789abcdefghij");
+        assert_eq!(c.render(), "01234\n[... 10 bytes of output cut ...]\nfghij");
+        let mut c = Capped::new(10);
+        c.push(b"abc");
+        c.push(b"def");
+        assert_eq!(c.render(), "abcdef");
+        let mut c = Capped::new(10);
+        for _ in 0..1000 {
+            c.push(b"xy");
+        }
+        assert_eq!(c.total, 2000);
+        assert!(c.render().contains("1990 bytes"));
+    }
+
+    #[tokio::test]
+    async fn runs_confined_and_killable() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        let tmp = dir.path().join("tmp");
+        std::fs::create_dir_all(&ws).unwrap();
+        std::fs::create_dir_all(&tmp).unwrap();
+        let env: BTreeMap<String, String> = [("EXTRA".to_string(), "1".to_string())].into();
+        let sb = Sandbox::new(
+            &ws,
+            &tmp,
+            &env,
+            SandboxConfig {
+                network: true,
+                require: false,
+            },
+        )
+        .unwrap();
+        let limits = RunLimits {
+            timeout: Duration::from_secs(10),
+            max_output: 1000,
+        };
+        let none = CancellationToken::new();
+        let out = sb
+            .run("echo hi; echo err >&2; exit 3", limits, &none, true)
+            .await
+            .unwrap();
+        assert_eq!(out.exit_code, Some(3));
+        assert!(
+            out.output.contains("hi") && out.output.contains("err"),
+            "{}",
+            out.output
+        );
+        let env_out = sb.run("env", limits, &none, true).await.unwrap().output;
+        assert!(
+            env_out.contains("EXTRA=1") && env_out.contains("LANG=C.UTF-8"),
+            "{env_out}"
+        );
+        assert!(
+            !env_out.contains("CARGO"),
+            "the runner's variables leaked: {env_out}"
+        );
+        let short = RunLimits {
+            timeout: Duration::from_millis(300),
+            max_output: 1000,
+        };
+        let started = Instant::now();
+        let out = sb
+            .run("sleep 30 & sleep 30", short, &none, true)
+            .await
+            .unwrap();
+        assert!(out.timed_out && out.exit_code.is_none());
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+}
