@@ -7,4 +7,5 @@ mod faults;
 mod govern;
 mod limits;
 mod protocol;
+mod repo;
 mod reports;
