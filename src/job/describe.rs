@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use rust_decimal::Decimal;
 
-use super::schema::Period;
+use super::schema::{KeepWorkspaces, Period};
 use super::{Plan, ProviderKind, RateLimits, TaskSpec};
 
 fn or_dash<T: ToString>(v: Option<T>) -> String {
@@ -84,6 +84,26 @@ pub fn describe(plan: &Plan) -> String {
             or_dash(l.max_output_tokens),
             or_dash(l.max_cost_usd.map(|c| c.normalize())),
         );
+        if let Some(r) = &t.repo {
+            let _ = writeln!(
+                s,
+                "      repo: {}{}, toolset {}, check {}, keep_workspaces {}",
+                r.path.display(),
+                r.git_ref
+                    .as_ref()
+                    .map(|g| format!(" at {g}"))
+                    .unwrap_or_default(),
+                t.toolset.name.as_deref().unwrap_or("(tools list)"),
+                r.check
+                    .as_deref()
+                    .map_or("none".to_string(), |c| format!("`{c}`")),
+                match r.keep_workspaces {
+                    KeepWorkspaces::Always => "always",
+                    KeepWorkspaces::OnFailure => "on_failure",
+                    KeepWorkspaces::Never => "never",
+                }
+            );
+        }
     }
     describe_caps(plan, &mut s);
     s
