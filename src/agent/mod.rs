@@ -209,6 +209,7 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
     );
     let (check, patch, kept, sandbox_level) = match &spec.repo {
         Some(repo) => {
+            let patch = repo::patch(&prepared, &log).await;
             let check = repo::check(repo, &prepared, &stop, &log, &env.cancel).await;
             let level = prepared
                 .sandbox
@@ -216,7 +217,7 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
                 .map(|s| s.level.clone())
                 .unwrap_or_default();
             let outcome = outcome_of(&stop, check.as_ref());
-            let (patch, kept) = repo::finish(repo, prepared, outcome, &log).await;
+            let kept = repo::cleanup(repo, prepared, outcome, &log).await;
             (check, patch, kept, level)
         }
         None => (None, None, None, String::new()),

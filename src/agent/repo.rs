@@ -1,8 +1,8 @@
 //! The repository around a task's loop: its workspace and sandbox before, its setup
-//! command, and after the loop the check command (the verdict), the patch, and the
+//! command, and after the loop the patch, the check command (the verdict), and the
 //! workspace kept or removed.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde_json::json;
@@ -24,7 +24,8 @@ pub struct Prepared {
     pub workspace: Option<Workspace>,
     pub sandbox: Option<Arc<Sandbox>>,
     pub tmp: Option<PathBuf>,
-    /// Why the task cannot run (the workspace, sandbox or setup failed).
+    /// Why the task cannot run (the workspace, sandbox or setup failed, or the run was
+    /// cancelled meanwhile).
     pub failed: Option<Stop>,
 }
 
@@ -39,28 +40,35 @@ fn tail(s: &str) -> String {
     lines[start..].join(" | ").chars().take(300).collect()
 }
 
-/// Creates the workspace (a clone or copy of the repository) and the sandbox, then runs
-/// the setup command.
+/// Runs blocking workspace work off the async workers.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, String> + Send + 'static,
+) -> Result<T, String> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| e.to_string())?
+}
+
+/// Creates the workspace (a clone or copy of the repository) and the sandbox, runs the
+/// setup command, and takes the starting point of the patch after it.
 pub async fn prepare(
     spec: &TaskSpec,
     repo: &RepoSpec,
-    work_dir: &std::path::Path,
+    work_dir: &Path,
     log: &TaskLog,
     cancel: &CancellationToken,
 ) -> Prepared {
     let mut p = Prepared::default();
     let dest = work_dir.join("workspaces").join(&spec.id);
+    let shadow = work_dir.join("git").join(&spec.id);
     let tmp = work_dir.join("tmp").join(&spec.id);
     let (source, git_ref) = (repo.path.clone(), repo.git_ref.clone());
-    let created =
-        tokio::task::spawn_blocking(move || Workspace::create(&source, git_ref.as_deref(), &dest))
-            .await;
-    let ws = match created {
-        Ok(Ok(ws)) => ws,
-        Ok(Err(e)) => {
-            p.failed = Some(setup_error(format!("cannot create the workspace: {e}")));
-            return p;
-        }
+    let mut ws = match blocking(move || {
+        Workspace::create(&source, git_ref.as_deref(), &dest, &shadow)
+    })
+    .await
+    {
+        Ok(ws) => ws,
         Err(e) => {
             p.failed = Some(setup_error(format!("cannot create the workspace: {e}")));
             return p;
@@ -68,7 +76,7 @@ pub async fn prepare(
     };
     log.emit(
         "workspace",
-        json!({"source": repo.path.display().to_string(), "ref": repo.git_ref, "cloned": ws.cloned, "base": ws.base, "path": ws.root.display().to_string()}),
+        json!({"source": repo.path.display().to_string(), "ref": repo.git_ref, "cloned": ws.cloned, "path": ws.root.display().to_string()}),
     );
     if let Err(e) = std::fs::create_dir_all(&tmp) {
         p.workspace = Some(ws);
@@ -88,7 +96,6 @@ pub async fn prepare(
         "sandbox",
         json!({"level": sandbox.level, "network_for_bash": spec.sandbox.network}),
     );
-    p.workspace = Some(ws);
     p.sandbox = Some(sandbox.clone());
     if let Some(setup) = &repo.setup {
         let limits = RunLimits {
@@ -101,7 +108,12 @@ pub async fn prepare(
                     "setup",
                     json!({"command": setup, "exit_code": out.exit_code, "timed_out": out.timed_out, "ms": out.ms, "output": out.output}),
                 );
-                if !out.success() {
+                if out.cancelled {
+                    p.failed = Some(Stop::new(
+                        StopReason::Cancelled,
+                        "run cancelled during setup",
+                    ));
+                } else if !out.success() {
                     p.failed = Some(setup_error(format!(
                         "setup `{setup}` failed ({}): {}",
                         out.status(repo.setup_timeout),
@@ -111,8 +123,37 @@ pub async fn prepare(
             }
             Err(e) => p.failed = Some(setup_error(format!("setup `{setup}` could not run: {e}"))),
         }
+        if p.failed.is_none() {
+            // What setup built is not the agent's change.
+            ws = match blocking(move || ws.snapshot().map(|_| ws)).await {
+                Ok(ws) => ws,
+                Err(e) => {
+                    p.failed = Some(setup_error(format!(
+                        "cannot record the workspace after setup: {e}"
+                    )));
+                    return p;
+                }
+            };
+        }
     }
+    p.workspace = Some(ws);
     p
+}
+
+/// The agent's change, taken before the check runs (so nothing the check writes is in
+/// it). None without a workspace.
+pub async fn patch(p: &Prepared, log: &TaskLog) -> Option<String> {
+    let ws = p.workspace.clone()?;
+    match blocking(move || Ok((ws.diff(), ws.changed_files().unwrap_or_default()))).await {
+        Ok((Ok(patch), files)) => {
+            log.emit("patch", json!({"files": files, "bytes": patch.len()}));
+            Some(patch)
+        }
+        Ok((Err(e), _)) | Err(e) => {
+            log.emit("patch_error", json!({"error": e}));
+            None
+        }
+    }
 }
 
 /// What the check command said.
@@ -124,7 +165,7 @@ pub struct CheckResult {
 }
 
 /// Runs the check in the workspace, whatever the stop reason, unless the task never ran
-/// or the run is being cancelled.
+/// or the run is being cancelled (then there is no verdict).
 pub async fn check(
     repo: &RepoSpec,
     p: &Prepared,
@@ -142,6 +183,13 @@ pub async fn check(
         max_output: COMMAND_OUTPUT,
     };
     match sandbox.run(command, limits, cancel, true).await {
+        Ok(out) if out.cancelled => {
+            log.emit(
+                "check",
+                json!({"command": command, "cancelled": true, "ms": out.ms}),
+            );
+            None
+        }
         Ok(out) => {
             log.emit(
                 "check",
@@ -164,56 +212,35 @@ pub async fn check(
     }
 }
 
-/// The agent's patch (None without a workspace), then the workspace kept or removed as
-/// `keep_workspaces` says. Returns (patch, kept workspace path).
-pub async fn finish(
+/// Keeps or removes the workspace as `keep_workspaces` says, and removes the private
+/// temp folder. Returns the kept workspace's path.
+pub async fn cleanup(
     repo: &RepoSpec,
     p: Prepared,
     outcome: Outcome,
     log: &TaskLog,
-) -> (Option<String>, Option<String>) {
-    let Some(ws) = p.workspace else {
-        if let Some(tmp) = p.tmp {
-            let _ = std::fs::remove_dir_all(tmp);
-        }
-        return (None, None);
-    };
+) -> Option<String> {
     let keep = match repo.keep_workspaces {
         KeepWorkspaces::Always => true,
         KeepWorkspaces::Never => false,
         KeepWorkspaces::OnFailure => outcome != Outcome::Pass,
     };
-    let tmp = p.tmp;
-    let done = tokio::task::spawn_blocking(move || {
-        let patch = ws.diff();
-        let files = ws.changed_files().unwrap_or_default();
+    let (ws, tmp) = (p.workspace, p.tmp);
+    let kept = blocking(move || {
         if let Some(tmp) = tmp {
             let _ = std::fs::remove_dir_all(tmp);
         }
-        let kept = if keep {
-            Some(ws.root.display().to_string())
+        let Some(ws) = ws else { return Ok(None) };
+        if keep {
+            ws.forget();
+            Ok(Some(ws.root.display().to_string()))
         } else {
             let _ = ws.remove();
-            None
-        };
-        (patch, files, kept)
+            Ok(None)
+        }
     })
-    .await;
-    match done {
-        Ok((patch, files, kept)) => {
-            let patch = match patch {
-                Ok(p) => Some(p),
-                Err(e) => {
-                    log.emit("patch_error", json!({"error": e}));
-                    None
-                }
-            };
-            log.emit("patch", json!({"files": files, "bytes": patch.as_ref().map(String::len), "workspace_kept": kept}));
-            (patch, kept)
-        }
-        Err(e) => {
-            log.emit("patch_error", json!({"error": e.to_string()}));
-            (None, None)
-        }
-    }
+    .await
+    .unwrap_or(None);
+    log.emit("workspace_end", json!({"kept": kept}));
+    kept
 }

@@ -285,6 +285,7 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunOutcome, RunError> {
     // Private temp folders are removed task by task; drop the empty parents.
     let work_dir = opts.out_dir.join(&run_id);
     let _ = std::fs::remove_dir(work_dir.join("tmp"));
+    let _ = std::fs::remove_dir(work_dir.join("git"));
     let _ = std::fs::remove_dir(work_dir.join("workspaces"));
     let complete = !drain.is_cancelled();
     let mut summary = reporter

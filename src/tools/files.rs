@@ -33,6 +33,17 @@ where
     })
 }
 
+/// Refuses pipes, sockets and devices: opening one could block the runner forever.
+fn regular(meta: &std::fs::Metadata, p: &str) -> Result<(), String> {
+    if meta.is_file() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{p} is not a regular file (a pipe, socket or device)"
+        ))
+    }
+}
+
 fn str_field<'a>(input: &'a Value, name: &str) -> Result<&'a str, String> {
     input
         .get(name)
@@ -76,6 +87,7 @@ impl Tool for ReadFile {
             if meta.is_dir() {
                 return Err(format!("{p} is a directory; use list_files"));
             }
+            regular(&meta, p)?;
             if meta.len() > MAX_FILE_BYTES {
                 return Err(format!(
                     "{p} is {} bytes, too large to read; use grep to find the part you need",
@@ -112,6 +124,19 @@ impl Tool for ReadFile {
             let mut last = start - 1;
             for line in &lines[start - 1..end] {
                 if out.len() + line.len() > MAX_READ_BYTES {
+                    if out.is_empty() {
+                        // A single line longer than the cap: show its start.
+                        let mut cut = MAX_READ_BYTES;
+                        while !line.is_char_boundary(cut) {
+                            cut -= 1;
+                        }
+                        out.push_str(&line[..cut]);
+                        out.push_str(&format!(
+                            "\n[line {start} is {} bytes long; only its first {cut} are shown]",
+                            line.len()
+                        ));
+                        last += 1;
+                    }
                     break;
                 }
                 out.push_str(line);
@@ -165,8 +190,11 @@ impl Tool for WriteFile {
             let p = str_field(&input, "path")?;
             let content = str_field(&input, "content")?;
             let path = resolve(root, p)?;
-            if path.is_dir() {
-                return Err(format!("{p} is a directory"));
+            if let Ok(meta) = std::fs::metadata(&path) {
+                if meta.is_dir() {
+                    return Err(format!("{p} is a directory"));
+                }
+                regular(&meta, p)?;
             }
             if let Some(parent) = path.parent() {
                 std::fs::create_dir_all(parent)
@@ -226,6 +254,14 @@ impl Tool for EditFile {
                 return Err("old_string and new_string are the same: nothing to change".into());
             }
             let path = resolve(root, p)?;
+            let meta = std::fs::metadata(&path).map_err(|e| format!("cannot read {p}: {e}"))?;
+            regular(&meta, p)?;
+            if meta.len() > MAX_FILE_BYTES {
+                return Err(format!(
+                    "{p} is {} bytes, too large to edit here",
+                    meta.len()
+                ));
+            }
             let text =
                 std::fs::read_to_string(&path).map_err(|e| format!("cannot read {p}: {e}"))?;
             let count = text.matches(old).count();

@@ -214,6 +214,24 @@ pub struct Dispatched {
     pub ms: u64,
 }
 
+/// The call as the policy judges it: a file tool's path resolved inside the workspace
+/// (symlinks followed, absolute paths made relative), so that no spelling of a path
+/// slips past a rule.
+fn policy_view(call: &ToolCall, ctx: &ToolContext) -> Value {
+    let (Some(root), Some(p)) = (
+        ctx.workspace.as_deref(),
+        call.input.get("path").and_then(Value::as_str),
+    ) else {
+        return call.input.clone();
+    };
+    let mut view = call.input.clone();
+    if let Ok(resolved) = paths::resolve(root, p) {
+        let rel = paths::relative(root, &resolved);
+        view["path"] = Value::String(if rel.is_empty() { ".".into() } else { rel });
+    }
+    view
+}
+
 impl Toolset {
     /// Declarations for the request: name, description, input_schema.
     pub fn declarations(&self) -> Vec<Value> {
@@ -258,7 +276,7 @@ impl Toolset {
                 "not declared for this task".into(),
             );
         };
-        let rule = match self.policy.decide(&call.name, &call.input) {
+        let rule = match self.policy.decide(&call.name, &policy_view(call, ctx)) {
             Verdict::Deny(why) => {
                 let mut d = done(
                     format!("Error: this call is not allowed: {why}. Try another way that the policy allows."),

@@ -145,27 +145,7 @@ impl Policy {
                 .get("command")
                 .and_then(Value::as_str)
                 .unwrap_or_default();
-            let commands = split_commands(line);
-            for c in &commands {
-                if let Some(r) = Self::matching(&self.deny, tool, Some(c)) {
-                    return Verdict::Deny(format!("denied by rule \"{}\" (command `{c}`)", r.text));
-                }
-            }
-            let mut allowed_by = Vec::new();
-            for c in &commands {
-                match Self::matching(&self.allow, tool, Some(c)) {
-                    Some(r) => allowed_by.push(r.text.clone()),
-                    None => match self.default_verdict(tool, &format!("`{c}`")) {
-                        Verdict::Deny(why) => return Verdict::Deny(why),
-                        Verdict::Allow(why) => allowed_by.push(why),
-                    },
-                }
-            }
-            if commands.is_empty() {
-                return self.default_verdict(tool, "an empty command");
-            }
-            allowed_by.dedup();
-            return Verdict::Allow(allowed_by.join(", "));
+            return self.decide_bash(line);
         }
         let path = PATH_TOOLS
             .contains(&tool)
@@ -183,6 +163,59 @@ impl Policy {
                 None => tool.to_string(),
             },
         )
+    }
+}
+
+impl Policy {
+    fn has_bash_rules(&self) -> bool {
+        self.deny
+            .iter()
+            .chain(&self.allow)
+            .any(|r| r.tool == "bash")
+    }
+
+    /// Every simple command of the line must pass: deny rules are checked against each
+    /// command as written and without wrappers (`env`, `time`, `nohup`, ...); allow
+    /// rules against the command without wrappers.
+    fn decide_bash(&self, line: &str) -> Verdict {
+        if !self.has_bash_rules() {
+            return Verdict::Allow("no allow rule restricts bash".into());
+        }
+        let commands = match split_commands(line) {
+            Ok(c) => c,
+            Err(why) => return Verdict::Deny(why),
+        };
+        if commands.is_empty() {
+            return self.default_verdict("bash", "an empty command");
+        }
+        for c in &commands {
+            if let Some(hidden) = hides_commands(&c.canonical) {
+                return Verdict::Deny(format!(
+                    "`{}` runs code the policy cannot see ({hidden}); run the commands directly",
+                    c.canonical
+                ));
+            }
+            for form in [&c.written, &c.canonical] {
+                if let Some(r) = Self::matching(&self.deny, "bash", Some(form)) {
+                    return Verdict::Deny(format!(
+                        "denied by rule \"{}\" (command `{form}`)",
+                        r.text
+                    ));
+                }
+            }
+        }
+        let mut allowed_by = Vec::new();
+        for c in &commands {
+            match Self::matching(&self.allow, "bash", Some(&c.canonical)) {
+                Some(r) => allowed_by.push(r.text.clone()),
+                None => match self.default_verdict("bash", &format!("`{}`", c.canonical)) {
+                    Verdict::Deny(why) => return Verdict::Deny(why),
+                    Verdict::Allow(why) => allowed_by.push(why),
+                },
+            }
+        }
+        allowed_by.dedup();
+        Verdict::Allow(allowed_by.join(", "))
     }
 }
 
@@ -206,19 +239,46 @@ fn normalize(p: &str) -> String {
     }
 }
 
-/// The simple commands of a shell line: split at `;`, `&&`, `||`, `|`, `&` and
-/// newlines outside quotes, with the commands inside `$( )` and backticks added, and
-/// leading `VAR=value` assignments and grouping brackets removed. An approximation of
-/// the shell's grammar that errs towards more, smaller commands; the sandbox, not this
-/// split, is what confines a command.
-pub fn split_commands(line: &str) -> Vec<String> {
-    let chars: Vec<char> = line.chars().collect();
+/// One simple command of a shell line, in two spellings: as written (blanks collapsed)
+/// and canonical (quotes and escapes removed, leading assignments, reserved words and
+/// wrappers such as `env` or `time` dropped, the command's path reduced to its name).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SimpleCommand {
+    pub written: String,
+    pub canonical: String,
+}
+
+/// Deepest nesting of `$( )` and `<( )` that is checked; deeper lines are refused.
+const MAX_DEPTH: usize = 16;
+/// Longest command line that is checked.
+const MAX_LINE: usize = 64 * 1024;
+
+/// The simple commands of a shell line: split at `;`, `&&`, `||`, `|`, `|&`, `&` and
+/// newlines outside quotes, with the commands inside `$( )`, backticks and `<( )` / `>( )`
+/// added. An approximation of the shell's grammar that errs towards more, smaller
+/// commands; the sandbox, not this split, is what confines a command. Err when the line
+/// is too long or nested too deeply to check.
+pub fn split_commands(line: &str) -> Result<Vec<SimpleCommand>, String> {
+    if line.len() > MAX_LINE {
+        return Err(format!("the command line is longer than {MAX_LINE} bytes, too long to check against the policy"));
+    }
+    // A backslash before a newline joins the lines.
+    let joined = line.replace("\\\n", "");
     let mut out = Vec::new();
+    split_into(&joined, 0, &mut out)?;
+    Ok(out)
+}
+
+fn split_into(line: &str, depth: usize, out: &mut Vec<SimpleCommand>) -> Result<(), String> {
+    if depth > MAX_DEPTH {
+        return Err("the command line nests $( ) too deeply to check against the policy".into());
+    }
+    let chars: Vec<char> = line.chars().collect();
     let mut cur = String::new();
     let (mut single, mut double) = (false, false);
     let mut i = 0;
-    let flush = |cur: &mut String, out: &mut Vec<String>| {
-        if let Some(c) = clean(cur) {
+    let flush = |cur: &mut String, out: &mut Vec<SimpleCommand>| {
+        if let Some(c) = simple(cur) {
             out.push(c);
         }
         cur.clear();
@@ -231,6 +291,8 @@ pub fn split_commands(line: &str) -> Vec<String> {
             i += 1;
             continue;
         }
+        let opens_sub = (c == '$' && chars.get(i + 1) == Some(&'('))
+            || (!double && (c == '<' || c == '>') && chars.get(i + 1) == Some(&'('));
         match c {
             '\\' => {
                 cur.push(c);
@@ -247,10 +309,10 @@ pub fn split_commands(line: &str) -> Vec<String> {
                 double = !double;
                 cur.push(c);
             }
-            '$' if chars.get(i + 1) == Some(&'(') => {
+            _ if opens_sub => {
                 let end = closing(&chars, i + 2);
                 let inner: String = chars[i + 2..end.min(chars.len())].iter().collect();
-                out.extend(split_commands(&inner));
+                split_into(&inner, depth + 1, out)?;
                 cur.extend(&chars[i..(end + 1).min(chars.len())]);
                 i = end;
             }
@@ -259,7 +321,7 @@ pub fn split_commands(line: &str) -> Vec<String> {
                     .find(|&j| chars[j] == '`')
                     .unwrap_or(chars.len());
                 let inner: String = chars[i + 1..end].iter().collect();
-                out.extend(split_commands(&inner));
+                split_into(&inner, depth + 1, out)?;
                 cur.extend(&chars[i..(end + 1).min(chars.len())]);
                 i = end;
             }
@@ -270,7 +332,7 @@ pub fn split_commands(line: &str) -> Vec<String> {
                 cur.push(c);
             }
             ';' | '\n' | '&' | '|' if !double => {
-                flush(&mut cur, &mut out);
+                flush(&mut cur, out);
                 // `&&`, `||`, `|&`, `;;`
                 if matches!(chars.get(i + 1), Some('&') | Some('|') | Some(';')) {
                     i += 1;
@@ -280,8 +342,8 @@ pub fn split_commands(line: &str) -> Vec<String> {
         }
         i += 1;
     }
-    flush(&mut cur, &mut out);
-    out
+    flush(&mut cur, out);
+    Ok(())
 }
 
 /// Index of the `)` closing a `$(` whose content starts at `from` (or the end).
@@ -308,47 +370,151 @@ fn closing(chars: &[char], from: usize) -> usize {
     chars.len()
 }
 
-fn clean(cmd: &str) -> Option<String> {
+/// Words that start or end a compound command rather than run one.
+const RESERVED: [&str; 13] = [
+    "if", "then", "else", "elif", "fi", "do", "done", "while", "until", "case", "esac", "!", "in",
+];
+/// Commands that run the rest of their words as a command.
+const WRAPPERS: [&str; 11] = [
+    "env", "time", "nice", "nohup", "command", "exec", "builtin", "stdbuf", "setsid", "timeout",
+    "xargs",
+];
+
+fn simple(cmd: &str) -> Option<SimpleCommand> {
     let mut s = cmd.trim();
+    // Grouping brackets and function definitions: `( a )`, `{ a; }`, `f() { a; }`.
     loop {
         let before = s;
         s = s
-            .trim_start_matches(['(', '{', '!'])
+            .trim_start_matches(['(', '{'])
             .trim_end_matches([')', '}'])
             .trim();
-        // leading assignments: NAME=value (value without spaces, or quoted)
-        if let Some(eq) = s.find('=') {
-            let name = &s[..eq];
-            let is_name = !name.is_empty()
-                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-                && !name.starts_with(|c: char| c.is_ascii_digit());
-            if is_name {
-                let rest = &s[eq + 1..];
-                let end = value_end(rest);
-                if end < rest.len() {
-                    s = rest[end..].trim_start();
-                }
+        if let Some(open) = s.find("()") {
+            let name = &s[..open];
+            if !name.is_empty()
+                && name
+                    .trim()
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+            {
+                s = s[open + 2..]
+                    .trim_start()
+                    .trim_start_matches('{')
+                    .trim_start();
             }
         }
         if s == before {
             break;
         }
     }
-    (!s.is_empty()).then(|| s.split_whitespace().collect::<Vec<_>>().join(" "))
-}
-
-/// Where an assignment's value ends (the first unquoted blank).
-fn value_end(rest: &str) -> usize {
-    let (mut single, mut double) = (false, false);
-    for (i, c) in rest.char_indices() {
-        match c {
-            '\'' if !double => single = !single,
-            '"' if !single => double = !double,
-            c if c.is_whitespace() && !single && !double => return i,
-            _ => {}
+    let written = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    if written.is_empty() {
+        return None;
+    }
+    let mut words = unquoted_words(s);
+    loop {
+        let before = words.len();
+        // leading assignments NAME=value
+        while words.first().is_some_and(|w| is_assignment(w)) {
+            words.remove(0);
+        }
+        while words
+            .first()
+            .is_some_and(|w| RESERVED.contains(&w.as_str()))
+        {
+            words.remove(0);
+        }
+        if let Some(first) = words.first() {
+            let base = first.rsplit('/').next().unwrap_or(first).to_string();
+            if WRAPPERS.contains(&base.as_str()) {
+                words.remove(0);
+                // a wrapper's own options and operands (`timeout 5`, `nice -n 5`, `env -i`)
+                while words.first().is_some_and(|w| {
+                    w.starts_with('-')
+                        || w.chars()
+                            .all(|c| c.is_ascii_digit() || c == '.' || c == 's' || c == 'm')
+                }) {
+                    words.remove(0);
+                }
+            } else {
+                words[0] = base;
+            }
+        }
+        if words.len() == before {
+            break;
         }
     }
-    rest.len()
+    let canonical = words.join(" ");
+    if canonical.is_empty() {
+        return None;
+    }
+    Some(SimpleCommand { written, canonical })
+}
+
+fn is_assignment(w: &str) -> bool {
+    match w.find('=') {
+        Some(eq) => {
+            let name = &w[..eq];
+            !name.is_empty()
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                && !name.starts_with(|c: char| c.is_ascii_digit())
+        }
+        None => false,
+    }
+}
+
+/// The words of a command with quotes and escapes removed (`"cu"rl` is `curl`).
+fn unquoted_words(s: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut cur = String::new();
+    let (mut single, mut double, mut any) = (false, false, false);
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' if !double => {
+                single = !single;
+                any = true;
+            }
+            '"' if !single => {
+                double = !double;
+                any = true;
+            }
+            '\\' if !single => {
+                if let Some(n) = chars.next() {
+                    cur.push(n);
+                }
+                any = true;
+            }
+            c if c.is_whitespace() && !single && !double => {
+                if !cur.is_empty() || any {
+                    words.push(std::mem::take(&mut cur));
+                }
+                any = false;
+            }
+            c => cur.push(c),
+        }
+    }
+    if !cur.is_empty() || any {
+        words.push(cur);
+    }
+    words
+}
+
+/// Whether a canonical command runs code given as a string (`eval ...`, `bash -c ...`),
+/// which the policy cannot check.
+fn hides_commands(canonical: &str) -> Option<&'static str> {
+    let mut words = canonical.split_whitespace();
+    let first = words.next()?;
+    if first == "eval" {
+        return Some("eval");
+    }
+    let shells = ["bash", "sh", "dash", "zsh", "ksh", "fish"];
+    if shells.contains(&first)
+        && words.any(|w| w.starts_with('-') && !w.starts_with("--") && w.contains('c'))
+    {
+        return Some("a shell with -c");
+    }
+    None
 }
 
 #[cfg(test)]
@@ -356,34 +522,63 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn canon(line: &str) -> Vec<String> {
+        split_commands(line)
+            .unwrap()
+            .into_iter()
+            .map(|c| c.canonical)
+            .collect()
+    }
+
     #[test]
     fn splits_compound_lines() {
         assert_eq!(
-            split_commands("ls -la && python3 -m unittest"),
+            canon("ls -la && python3 -m unittest"),
             ["ls -la", "python3 -m unittest"]
         );
         assert_eq!(
-            split_commands("a; b || c | d & e"),
-            ["a", "b", "c", "d", "e"]
+            canon("a; b || c | d & e |& f"),
+            ["a", "b", "c", "d", "e", "f"]
         );
+        assert_eq!(canon("echo 'a && b' \"c; d\""), ["echo a && b c; d"]);
         assert_eq!(
-            split_commands("echo 'a && b' \"c; d\""),
-            ["echo 'a && b' \"c; d\""]
-        );
-        assert_eq!(
-            split_commands("echo $(curl evil) `wget x`"),
+            canon("echo $(curl evil) `wget x`"),
             ["curl evil", "wget x", "echo $(curl evil) `wget x`"]
         );
         assert_eq!(
-            split_commands("python3 x.py 2>&1 >/dev/null &> log"),
+            canon("python3 x.py 2>&1 >/dev/null &> log"),
             ["python3 x.py 2>&1 >/dev/null &> log"]
         );
-        assert_eq!(
-            split_commands("FOO=1 BAR='a b' python3 t.py"),
-            ["python3 t.py"]
-        );
-        assert_eq!(split_commands("(cd src && make)"), ["cd src", "make"]);
-        assert_eq!(split_commands("  "), Vec::<String>::new());
+        assert_eq!(canon("FOO=1 BAR='a b' python3 t.py"), ["python3 t.py"]);
+        assert_eq!(canon("(cd src && make)"), ["cd src", "make"]);
+        assert_eq!(canon("  "), Vec::<String>::new());
+    }
+
+    #[test]
+    fn sees_through_the_usual_disguises() {
+        for line in [
+            "cat <(curl x)",
+            "if true; then curl x; fi",
+            "for i in 1; do curl x; done",
+            "f(){ curl x; }; f",
+            "\\curl x",
+            "\"curl\" x",
+            "cu\\\nrl x",
+            "env FOO=1 curl x",
+            "time curl x",
+            "/usr/bin/curl x",
+            "timeout 5 curl x",
+            "nice -n 5 curl x",
+        ] {
+            assert!(
+                canon(line).iter().any(|c| c.starts_with("curl x")),
+                "{line:?}: {:?}",
+                canon(line)
+            );
+        }
+        let deep = "$(".repeat(5000);
+        assert!(split_commands(&deep).is_err());
+        assert!(split_commands(&"x".repeat(70_000)).is_err());
     }
 
     fn p(deny: &[&str], allow: &[&str], default_allow: bool) -> Policy {
@@ -393,6 +588,25 @@ mod tests {
 
     fn bash(cmd: &str) -> Value {
         json!({"command": cmd})
+    }
+
+    #[test]
+    fn inline_code_is_refused_when_bash_has_rules() {
+        let pol = p(&["bash(curl *)"], &[], true);
+        for line in ["eval 'curl x'", "bash -c 'curl x'", "sh -ec 'ls'"] {
+            assert!(
+                matches!(pol.decide("bash", &bash(line)), Verdict::Deny(w) if w.contains("cannot see")),
+                "{line}"
+            );
+        }
+        assert!(matches!(
+            pol.decide("bash", &bash("bash run_tests.sh")),
+            Verdict::Allow(_)
+        ));
+        assert!(matches!(
+            Policy::default().decide("bash", &bash("eval x")),
+            Verdict::Allow(_)
+        ));
     }
 
     #[test]

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use landlock::{
     path_beneath_rules, Access, AccessFs, Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr,
-    RulesetStatus, ABI,
+    RulesetStatus, Scope, ABI,
 };
 use nix::sched::CloneFlags;
 use nix::sys::signal::{killpg, Signal};
@@ -85,6 +85,8 @@ struct Capabilities {
     landlock: Option<String>,
     /// The unshare flags that give a command its own empty network namespace.
     netns: Option<CloneFlags>,
+    /// Commands can get their own PID namespace and /proc (as root).
+    pidns: bool,
 }
 
 fn capabilities() -> &'static Capabilities {
@@ -92,6 +94,11 @@ fn capabilities() -> &'static Capabilities {
     CAPS.get_or_init(|| Capabilities {
         landlock: probe_landlock(),
         netns: probe_netns(),
+        pidns: probe(&ChildSetup {
+            pidns: true,
+            netns: None,
+            rules: Mutex::new(None),
+        }),
     })
 }
 
@@ -117,25 +124,140 @@ fn probe_landlock() -> Option<String> {
 
 /// Tries a child in a new network namespace, as root or through a user namespace.
 fn probe_netns() -> Option<CloneFlags> {
-    for flags in [
+    [
         CloneFlags::CLONE_NEWNET,
         CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNET,
-    ] {
-        let mut cmd = std::process::Command::new("true");
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        // SAFETY: unshare is a plain system call, safe between fork and exec.
-        unsafe {
-            std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
-                nix::sched::unshare(flags).map_err(io::Error::from)
-            });
-        }
-        if cmd.status().is_ok_and(|s| s.success()) {
-            return Some(flags);
+    ]
+    .into_iter()
+    .find(|flags| {
+        probe(&ChildSetup {
+            pidns: false,
+            netns: Some(*flags),
+            rules: Mutex::new(None),
+        })
+    })
+}
+
+/// Whether `true` runs with this setup.
+fn probe(setup: &ChildSetup) -> bool {
+    let setup = ChildSetup {
+        pidns: setup.pidns,
+        netns: setup.netns,
+        rules: Mutex::new(None),
+    };
+    let mut cmd = std::process::Command::new("true");
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    // SAFETY: see `child_setup`.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || child_setup(&setup));
+    }
+    cmd.status().is_ok_and(|s| s.success())
+}
+
+/// What a command's process does between fork and exec.
+struct ChildSetup {
+    /// Its own PID and mount namespaces with a fresh /proc: it sees none of the runner's
+    /// processes (nor their environment), and everything it starts dies with it, even
+    /// what left its process group.
+    pidns: bool,
+    /// Unshare flags for an empty network namespace (loopback only).
+    netns: Option<CloneFlags>,
+    /// Landlock rules, built before the fork.
+    rules: Mutex<Option<RulesetCreated>>,
+}
+
+/// Runs in the forked child before exec. Only system calls: unshare, mount, fork (whose
+/// parent then just waits for its child and exits with its status), prctl, ioctl, and
+/// landlock_restrict_self on a ruleset built before the first fork (its mutex is used
+/// by this process alone, so it is never held at fork time).
+fn child_setup(s: &ChildSetup) -> io::Result<()> {
+    use nix::mount::{mount, MsFlags};
+    if s.pidns {
+        nix::sched::unshare(CloneFlags::CLONE_NEWPID | CloneFlags::CLONE_NEWNS)?;
+        mount(
+            None::<&str>,
+            "/",
+            None::<&str>,
+            MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+            None::<&str>,
+        )?;
+        // SAFETY: the process is single-threaded here (a child of fork).
+        match unsafe { nix::unistd::fork() }? {
+            nix::unistd::ForkResult::Parent { child } => wait_and_exit(child),
+            nix::unistd::ForkResult::Child => {
+                // PID 1 of the new namespace; if its waiting parent is killed, so is it
+                // (and with it every process of the namespace).
+                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
+                mount(
+                    Some("proc"),
+                    "/proc",
+                    Some("proc"),
+                    MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+                    None::<&str>,
+                )?;
+            }
         }
     }
-    None
+    if let Some(flags) = s.netns {
+        nix::sched::unshare(flags)?;
+        loopback_up();
+    }
+    let rules = s.rules.lock().map(|mut r| r.take()).unwrap_or(None);
+    if let Some(r) = rules {
+        r.restrict_self()
+            .map_err(|_| io::Error::from_raw_os_error(nix::errno::Errno::EPERM as i32))?;
+    }
+    Ok(())
+}
+
+/// The parent left outside a new PID namespace: waits for the namespace's first process
+/// and exits as it did.
+fn wait_and_exit(child: Pid) -> ! {
+    use nix::sys::wait::{waitpid, WaitStatus};
+    // Close everything but stdio: among it the pipe on which the runner waits for this
+    // process to exec, which it never does; its closing tells the runner the command
+    // started (the namespace's first process execs and keeps the other end until then).
+    // SAFETY: close_range and close are plain system calls.
+    unsafe {
+        if nix::libc::syscall(nix::libc::SYS_close_range, 3u32, u32::MAX, 0u32) != 0 {
+            for fd in 3..4096 {
+                nix::libc::close(fd);
+            }
+        }
+    }
+    loop {
+        let code = match waitpid(child, None) {
+            Ok(WaitStatus::Exited(_, code)) => code,
+            Ok(WaitStatus::Signaled(_, sig, _)) => 128 + sig as i32,
+            Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => 127,
+        };
+        // SAFETY: _exit is async-signal-safe and ends the process without unwinding.
+        unsafe { nix::libc::_exit(code) }
+    }
+}
+
+/// Brings up the loopback interface of a fresh network namespace, so programs that talk
+/// to themselves over 127.0.0.1 still work.
+fn loopback_up() {
+    use nix::libc;
+    // SAFETY: plain system calls on a zeroed ifreq and a socket closed right after.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0);
+        if fd < 0 {
+            return;
+        }
+        let mut ifr: libc::ifreq = std::mem::zeroed();
+        for (i, b) in b"lo".iter().enumerate() {
+            ifr.ifr_name[i] = *b as libc::c_char;
+        }
+        ifr.ifr_ifru.ifru_flags =
+            (libc::IFF_UP | libc::IFF_LOOPBACK | libc::IFF_RUNNING) as libc::c_short;
+        libc::ioctl(fd, libc::SIOCSIFFLAGS as _, &ifr);
+        libc::close(fd);
+    }
 }
 
 /// Read and execute everywhere; write, create and delete only under `workspace` and
@@ -152,13 +274,20 @@ fn ruleset(workspace: &Path, tmp: &Path) -> Result<RulesetCreated, landlock::Rul
     ];
     Ruleset::default()
         .handle_access(all)?
+        // no signals to processes outside (the runner, other tasks)
+        .scope(Scope::Signal)?
         .create()?
         .add_rules(path_beneath_rules(["/"], AccessFs::from_read(LANDLOCK_ABI)))?
         .add_rules(path_beneath_rules(
             devices.iter().filter(|d| Path::new(d).exists()),
             AccessFs::from_read(LANDLOCK_ABI) | AccessFs::WriteFile,
         ))?
-        .add_rules(path_beneath_rules([workspace, tmp], all))
+        .add_rules(path_beneath_rules(
+            [workspace, tmp, Path::new("/dev/shm")]
+                .into_iter()
+                .filter(|p| p.exists()),
+            all,
+        ))
 }
 
 /// Where commands of one task run, and how confined.
@@ -168,7 +297,9 @@ pub struct Sandbox {
     env: Vec<(String, String)>,
     landlock: bool,
     netns: Option<CloneFlags>,
-    /// What was obtained, for the report: e.g. "landlock ABI 7, no network".
+    pidns: bool,
+    /// What was obtained, for the report: e.g. "landlock ABI 7, own PID namespace, no
+    /// network".
     pub level: String,
 }
 
@@ -197,6 +328,9 @@ impl Sandbox {
                 missing.join(" nor ")
             ));
         }
+        let tmp = &tmp
+            .canonicalize()
+            .map_err(|e| format!("cannot resolve {}: {e}", tmp.display()))?;
         let home = tmp.join("home");
         std::fs::create_dir_all(&home)
             .map_err(|e| format!("cannot create {}: {e}", home.display()))?;
@@ -216,6 +350,11 @@ impl Sandbox {
                 .clone()
                 .unwrap_or_else(|| "no write confinement".into()),
         );
+        level.push(if caps.pidns {
+            "own PID namespace".into()
+        } else {
+            "shared PID namespace".to_string()
+        });
         level.push(if netns.is_some() {
             "no network".into()
         } else if config.network {
@@ -229,6 +368,7 @@ impl Sandbox {
             env: env.into_iter().collect(),
             landlock: caps.landlock.is_some(),
             netns,
+            pidns: caps.pidns,
             level: level.join(", "),
         })
     }
@@ -278,23 +418,14 @@ impl Sandbox {
         } else {
             None
         };
-        let rules = Mutex::new(rules);
-        let unshare = if network { None } else { self.netns };
-        // SAFETY: between fork and exec the child only makes system calls: unshare, and
-        // prctl plus landlock_restrict_self on a ruleset built before the fork (the
-        // mutex is used by this closure alone, so it is never held at fork time).
+        let setup = ChildSetup {
+            pidns: self.pidns,
+            netns: if network { None } else { self.netns },
+            rules: Mutex::new(rules),
+        };
+        // SAFETY: see `child_setup`: only system calls between fork and exec.
         unsafe {
-            cmd.pre_exec(move || {
-                if let Some(flags) = unshare {
-                    nix::sched::unshare(flags).map_err(io::Error::from)?;
-                }
-                let rules = rules.lock().map(|mut r| r.take()).unwrap_or(None);
-                if let Some(r) = rules {
-                    r.restrict_self()
-                        .map_err(|_| io::Error::from_raw_os_error(libc_eperm()))?;
-                }
-                Ok(())
-            });
+            cmd.pre_exec(move || child_setup(&setup));
         }
         let mut child = cmd
             .spawn()
@@ -350,10 +481,6 @@ impl Sandbox {
             ms: started.elapsed().as_millis() as u64,
         })
     }
-}
-
-fn libc_eperm() -> i32 {
-    nix::errno::Errno::EPERM as i32
 }
 
 /// SIGTERM to the group, then SIGKILL after the grace period; returns the exit status.

@@ -26,17 +26,24 @@ fn glob(pattern: &str) -> Result<GlobMatcher, String> {
         .map_err(|e| format!("invalid glob \"{pattern}\": {e}"))
 }
 
-/// Files under `base`, as paths relative to the workspace root, sorted.
+/// Files under `base`, as paths relative to the workspace root, sorted. The walk starts
+/// at the root, so the repository's ignore files apply wherever `base` is, and those
+/// above the repository never do.
 fn walk(root: &Path, base: &Path) -> Vec<String> {
-    let mut out: Vec<String> = WalkBuilder::new(base)
+    let mut out: Vec<String> = WalkBuilder::new(root)
         .hidden(false)
         .git_ignore(true)
         .git_exclude(true)
         .require_git(false)
+        // only the repository's own ignore files count, not those above it or the
+        // runner user's global ones
+        .parents(false)
+        .git_global(false)
+        .follow_links(false)
         .filter_entry(|e| e.file_name() != ".git")
         .build()
         .filter_map(Result::ok)
-        .filter(|e| e.file_type().is_some_and(|t| t.is_file()))
+        .filter(|e| e.file_type().is_some_and(|t| t.is_file()) && e.path().starts_with(base))
         .map(|e| relative(root, e.path()))
         .collect();
     out.sort();
@@ -166,7 +173,9 @@ impl Tool for Grep {
                 .filter(|f| filter.as_ref().is_none_or(|m| m.is_match(f)))
             {
                 let path = root.join(f);
-                if std::fs::metadata(&path).map_or(true, |m| m.len() > MAX_GREP_FILE) {
+                if std::fs::metadata(&path)
+                    .map_or(true, |m| !m.is_file() || m.len() > MAX_GREP_FILE)
+                {
                     continue;
                 }
                 let Ok(text) = std::fs::read_to_string(&path) else {

@@ -11,29 +11,44 @@ use std::process::Command;
 pub struct Workspace {
     /// The canonical root.
     pub root: PathBuf,
-    /// The commit the agent started from.
+    /// The runner's own git directory for this workspace, outside it: patches are taken
+    /// with it, so nothing the agent writes in the workspace (its `.git/config`,
+    /// `.git/info/exclude`, hooks) is read by the runner's git.
+    shadow: PathBuf,
+    /// The commit (in the shadow) the agent started from: after setup.
     pub base: String,
     /// Whether the source was a git repository (else a copied folder).
     pub cloned: bool,
 }
 
-fn git(dir: &Path, args: &[&str]) -> Result<String, String> {
+const SAFE_CONFIG: [&str; 12] = [
+    "-c",
+    "core.hooksPath=/dev/null",
+    "-c",
+    "core.fsmonitor=false",
+    "-c",
+    "commit.gpgsign=false",
+    "-c",
+    "core.autocrlf=false",
+    "-c",
+    "safe.directory=*",
+    "-c",
+    "core.quotePath=false",
+];
+
+/// Runs git with neither the user's nor the system's configuration.
+fn git_in(dir: &Path, pre: &[&str], args: &[&str]) -> Result<String, String> {
     let out = Command::new("git")
-        .args([
-            "-c",
-            "core.hooksPath=/dev/null",
-            "-c",
-            "commit.gpgsign=false",
-            "-c",
-            "core.autocrlf=false",
-        ])
+        .args(SAFE_CONFIG)
+        .args(pre)
         .args(args)
         .current_dir(dir)
-        // Neither the user's nor the system's git configuration changes the result.
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
         .env("GIT_TERMINAL_PROMPT", "0")
         .env("LANG", "C")
+        .env_remove("GIT_DIR")
+        .env_remove("GIT_WORK_TREE")
         .output()
         .map_err(|e| format!("cannot run git ({e}); install git to use repo tasks"))?;
     if !out.status.success() {
@@ -43,17 +58,29 @@ fn git(dir: &Path, args: &[&str]) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
+fn git(dir: &Path, args: &[&str]) -> Result<String, String> {
+    git_in(dir, &[], args)
+}
+
+/// Copies a folder: files, folders and symlinks (an absolute link into the source is
+/// redirected into the copy, so the copy never points back at the source); pipes,
+/// sockets and devices are skipped.
+fn copy_tree(source_root: &Path, from: &Path, dest_root: &Path, to: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(to)?;
     for entry in std::fs::read_dir(from)? {
         let entry = entry?;
         let kind = entry.file_type()?;
         let dest = to.join(entry.file_name());
         if kind.is_symlink() {
-            std::os::unix::fs::symlink(std::fs::read_link(entry.path())?, &dest)?;
+            let target = std::fs::read_link(entry.path())?;
+            let target = match target.strip_prefix(source_root) {
+                Ok(inside) if target.is_absolute() => dest_root.join(inside),
+                _ => target,
+            };
+            std::os::unix::fs::symlink(target, &dest)?;
         } else if kind.is_dir() {
-            copy_tree(&entry.path(), &dest)?;
-        } else {
+            copy_tree(source_root, &entry.path(), dest_root, &dest)?;
+        } else if kind.is_file() {
             std::fs::copy(entry.path(), &dest)?;
         }
     }
@@ -62,15 +89,48 @@ fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
 
 impl Workspace {
     /// Creates the workspace at `dest` (which must not exist) from `source`, checked out
-    /// at `git_ref` for a git repository. Blocking.
-    pub fn create(source: &Path, git_ref: Option<&str>, dest: &Path) -> Result<Workspace, String> {
-        if dest.exists() {
+    /// at `git_ref` for a git repository, with the runner's git directory at `shadow`.
+    /// On failure nothing is left behind. Blocking.
+    pub fn create(
+        source: &Path,
+        git_ref: Option<&str>,
+        dest: &Path,
+        shadow: &Path,
+    ) -> Result<Workspace, String> {
+        if dest.exists() || shadow.exists() {
             return Err(format!("{} already exists", dest.display()));
         }
+        let source = source
+            .canonicalize()
+            .map_err(|e| format!("cannot resolve {}: {e}", source.display()))?;
         if let Some(parent) = dest.parent() {
             std::fs::create_dir_all(parent)
                 .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+            let parent = parent
+                .canonicalize()
+                .map_err(|e| format!("cannot resolve {}: {e}", parent.display()))?;
+            if parent.starts_with(&source) {
+                return Err(format!(
+                    "the workspace {} would be inside the repository {} it copies: put the reports elsewhere (--out)",
+                    dest.display(),
+                    source.display()
+                ));
+            }
         }
+        let made = Self::make(&source, git_ref, dest, shadow);
+        if made.is_err() {
+            let _ = std::fs::remove_dir_all(dest);
+            let _ = std::fs::remove_dir_all(shadow);
+        }
+        made
+    }
+
+    fn make(
+        source: &Path,
+        git_ref: Option<&str>,
+        dest: &Path,
+        shadow: &Path,
+    ) -> Result<Workspace, String> {
         let cloned = source.join(".git").exists();
         let dest_s = dest.to_string_lossy().into_owned();
         if cloned {
@@ -109,13 +169,14 @@ impl Workspace {
                     source.display()
                 ));
             }
-            copy_tree(source, dest).map_err(|e| {
+            copy_tree(source, source, dest, dest).map_err(|e| {
                 format!(
                     "cannot copy {} to {}: {e}",
                     source.display(),
                     dest.display()
                 )
             })?;
+            // A repository of its own, for the agent's `git diff` and `git status`.
             git(dest, &["init", "--quiet"])?;
             git(dest, &["add", "-A"])?;
             git(
@@ -133,42 +194,84 @@ impl Workspace {
                 ],
             )?;
         }
-        let base = git(dest, &["rev-parse", "HEAD"])?.trim().to_string();
         let root = dest
             .canonicalize()
             .map_err(|e| format!("cannot resolve {}: {e}", dest.display()))?;
-        Ok(Workspace { root, base, cloned })
+        if let Some(parent) = shadow.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+        }
+        git(
+            &root,
+            &["init", "--quiet", "--bare", &shadow.to_string_lossy()],
+        )?;
+        let mut ws = Workspace {
+            root,
+            shadow: shadow.to_path_buf(),
+            base: String::new(),
+            cloned,
+        };
+        ws.snapshot()?;
+        Ok(ws)
     }
 
-    /// The agent's change against the starting commit, as a git patch (empty when
+    /// Git in the runner's own repository of this workspace.
+    fn shadow_git(&self, args: &[&str]) -> Result<String, String> {
+        let gd = format!("--git-dir={}", self.shadow.display());
+        let wt = format!("--work-tree={}", self.root.display());
+        git_in(&self.root, &[&gd, &wt], args)
+    }
+
+    /// Records the workspace as it is now as the starting point of the patch (after
+    /// setup, so that what setup built is not the agent's change). Blocking.
+    pub fn snapshot(&mut self) -> Result<(), String> {
+        self.shadow_git(&["add", "-A"])?;
+        self.shadow_git(&[
+            "-c",
+            "user.name=agentbatch",
+            "-c",
+            "user.email=agentbatch@localhost",
+            "commit",
+            "--quiet",
+            "--allow-empty",
+            "--no-verify",
+            "-m",
+            "agentbatch: starting point",
+        ])?;
+        self.base = self.shadow_git(&["rev-parse", "HEAD"])?.trim().to_string();
+        Ok(())
+    }
+
+    /// The agent's change against the starting point, as a git patch (empty when
     /// nothing changed). Blocking.
     pub fn diff(&self) -> Result<String, String> {
-        git(&self.root, &["add", "-A"])?;
-        git(
-            &self.root,
-            &[
-                "diff",
-                "--cached",
-                "--binary",
-                "--no-color",
-                "--no-ext-diff",
-                &self.base,
-            ],
-        )
+        self.shadow_git(&["add", "-A"])?;
+        self.shadow_git(&[
+            "diff",
+            "--cached",
+            "--binary",
+            "--no-color",
+            "--no-ext-diff",
+            "--no-textconv",
+            &self.base,
+        ])
     }
 
     /// Files the patch touches, for the transcript.
     pub fn changed_files(&self) -> Result<Vec<String>, String> {
-        let out = git(
-            &self.root,
-            &["diff", "--cached", "--name-status", &self.base],
-        )?;
+        let out = self.shadow_git(&["diff", "--cached", "--name-status", &self.base])?;
         Ok(out.lines().map(str::to_string).collect())
     }
 
-    /// Deletes the workspace. Blocking.
+    /// Deletes the workspace and the runner's repository of it. Blocking.
     pub fn remove(&self) -> std::io::Result<()> {
+        let _ = std::fs::remove_dir_all(&self.shadow);
         std::fs::remove_dir_all(&self.root)
+    }
+
+    /// Deletes only the runner's repository (the workspace is kept). Blocking.
+    pub fn forget(&self) {
+        let _ = std::fs::remove_dir_all(&self.shadow);
     }
 }
 
@@ -217,7 +320,13 @@ mod tests {
         std::fs::write(src.join("gone.txt"), "bye\n").unwrap();
         std::fs::write(src.join(".gitignore"), "__pycache__/\n").unwrap();
         let before = tree_digest(&src).unwrap();
-        let ws = Workspace::create(&src, None, &dir.path().join("ws/t1")).unwrap();
+        let ws = Workspace::create(
+            &src,
+            None,
+            &dir.path().join("ws/t1"),
+            &dir.path().join("git/t1"),
+        )
+        .unwrap();
         assert!(!ws.cloned);
         assert_eq!(ws.diff().unwrap(), "");
         std::fs::write(ws.root.join("pkg/a.py"), "x = 2\n").unwrap();
@@ -238,8 +347,20 @@ mod tests {
         assert!(!patch.contains("pyc"), "{patch}");
         assert_eq!(ws.changed_files().unwrap().len(), 3);
         assert_eq!(tree_digest(&src).unwrap(), before);
+        // what the agent writes into its own .git is never read by the runner's git
+        std::fs::write(
+            ws.root.join(".git/config"),
+            "[core]\n\tfsmonitor = touch INJECTED\n",
+        )
+        .unwrap();
+        std::fs::write(ws.root.join(".git/info/exclude"), "new.txt\n").unwrap();
+        let again = ws.diff().unwrap();
+        assert!(
+            !ws.root.join("INJECTED").exists() && again.contains("+hello"),
+            "{again}"
+        );
         ws.remove().unwrap();
-        assert!(!dir.path().join("ws/t1").exists());
+        assert!(!dir.path().join("ws/t1").exists() && !dir.path().join("git/t1").exists());
     }
 
     #[test]
@@ -266,24 +387,50 @@ mod tests {
         )
         .unwrap();
         std::fs::write(src.join("f.txt"), "uncommitted\n").unwrap();
-        let at_tag = Workspace::create(&src, Some("v1"), &dir.path().join("a")).unwrap();
+        let at_tag = Workspace::create(
+            &src,
+            Some("v1"),
+            &dir.path().join("a"),
+            &dir.path().join("ga"),
+        )
+        .unwrap();
         assert!(at_tag.cloned);
         assert_eq!(
             std::fs::read_to_string(at_tag.root.join("f.txt")).unwrap(),
             "one\n"
         );
-        let at_main = Workspace::create(&src, Some("main"), &dir.path().join("b")).unwrap();
+        let at_main = Workspace::create(
+            &src,
+            Some("main"),
+            &dir.path().join("b"),
+            &dir.path().join("gb"),
+        )
+        .unwrap();
         assert_eq!(
             std::fs::read_to_string(at_main.root.join("f.txt")).unwrap(),
             "two\n"
         );
-        let head = Workspace::create(&src, None, &dir.path().join("c")).unwrap();
+        let head =
+            Workspace::create(&src, None, &dir.path().join("c"), &dir.path().join("gc")).unwrap();
         assert_eq!(
             std::fs::read_to_string(head.root.join("f.txt")).unwrap(),
             "two\n"
         );
-        let e = Workspace::create(&src, Some("nope"), &dir.path().join("d")).unwrap_err();
+        let e = Workspace::create(
+            &src,
+            Some("nope"),
+            &dir.path().join("d"),
+            &dir.path().join("gd"),
+        )
+        .unwrap_err();
         assert!(e.contains("not a branch, tag or commit"), "{e}");
+        assert!(
+            !dir.path().join("d").exists() && !dir.path().join("gd").exists(),
+            "a failed workspace is removed"
+        );
+        let inside = Workspace::create(&src, None, &src.join("reports/ws"), &dir.path().join("ge"))
+            .unwrap_err();
+        assert!(inside.contains("inside the repository"), "{inside}");
         assert_eq!(
             std::fs::read_to_string(src.join("f.txt")).unwrap(),
             "uncommitted\n"

@@ -176,14 +176,25 @@ async fn paths_leaving_the_workspace_are_refused() {
     assert!(!Path::new("/etc/evil").exists());
 }
 
-/// Whether a process runs: present in /proc and not a zombie (a killed process whose
-/// parent died waits for init to reap it).
-fn alive(pid: &str) -> bool {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // the state follows the parenthesised command name
-    stat.rsplit_once(')')
-        .and_then(|(_, rest)| rest.split_whitespace().next())
-        .is_some_and(|s| s != "Z" && s != "X")
+/// Live (not zombie) processes whose command line is `cmdline`.
+fn running(cmdline: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let pid = e.file_name().to_string_lossy().into_owned();
+        if !pid.chars().all(|c| c.is_ascii_digit()) {
+            continue;
+        }
+        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next().map(str::to_string));
+        if cmd.trim() == cmdline && state.is_some_and(|s| s != "Z" && s != "X") {
+            found.push(pid);
+        }
+    }
+    found
 }
 
 fn bin() -> Command {
@@ -211,7 +222,7 @@ fn a_timed_out_command_loses_its_whole_group_and_huge_output_is_capped() {
         &job(
             "toolsets:\n  coding:\n    tools: [bash, edit_file]\n    bash: { timeout: 1s, max_output: 2000 }\n",
             "    keep_workspaces: always\n",
-            "        - content: [ { tool_use: { name: bash, input: { command: '(sleep 300 & echo $! > bg.pid); sleep 300' } } } ]\n        - content: [ { tool_use: { name: bash, input: { command: 'head -c 100000000 /dev/zero | tr \"\\\\0\" x' } } } ]\n        - content: [ { tool_use: { name: bash, input: { command: 'echo still here' } } } ]\n",
+            "        - content: [ { tool_use: { name: bash, input: { command: '(sleep 3137 & setsid sleep 3138 &); sleep 300' } } } ]\n        - content: [ { tool_use: { name: bash, input: { command: 'head -c 100000000 /dev/zero | tr \"\\\\0\" x' } } } ]\n        - content: [ { tool_use: { name: bash, input: { command: 'echo still here' } } } ]\n",
         ),
     );
     let mut child = bin()
@@ -253,10 +264,24 @@ fn a_timed_out_command_loses_its_whole_group_and_huge_output_is_capped() {
         .as_str()
         .unwrap()
         .contains("still here"));
-    let ws = PathBuf::from(&rows[0]["workspace"]);
-    let pid = std::fs::read_to_string(ws.join("bg.pid")).unwrap();
-    let pid = pid.trim();
-    assert!(!alive(pid), "the background grandchild {pid} survived");
+    // The background grandchild dies with the group; one that left the group with
+    // setsid dies with the command's PID namespace, where the machine gives one.
+    assert!(
+        running("sleep 3137").is_empty(),
+        "the background grandchild survived"
+    );
+    let level = &rows[0]["sandbox"];
+    eprintln!("sandbox level observed on this machine: {level}");
+    if level.contains("own PID namespace") {
+        assert!(
+            running("sleep 3138").is_empty(),
+            "a setsid grandchild survived under {level}"
+        );
+    } else {
+        for pid in running("sleep 3138") {
+            let _ = Command::new("kill").arg(&pid).status();
+        }
+    }
 }
 
 #[test]
@@ -264,11 +289,15 @@ fn commands_never_see_api_keys_or_the_runners_variables() {
     let case = Case::new();
     fixture(&case, "calc");
     case.write(
+        "calc/peek.sh",
+        "cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'\ntrue\n",
+    );
+    case.write(
         "job.yaml",
         &job(
             "providers:\n  anthropic: { api_key_env: MY_PROVIDER_KEY }\n",
             "    env: { TASK_SETTING: visible }\n",
-            "        - content: [ { tool_use: { name: bash, input: { command: env } } } ]\n",
+            "        - content: [ { tool_use: { name: bash, input: { command: env } } } ]\n        - content: [ { tool_use: { name: bash, input: { command: 'bash peek.sh' } } } ]\n",
         ),
     );
     let out = bin()
@@ -286,21 +315,34 @@ fn commands_never_see_api_keys_or_the_runners_variables() {
         String::from_utf8_lossy(&out.stderr)
     );
     let t = std::fs::read_to_string(case.path("reports/r/transcripts/t.jsonl")).unwrap();
-    let env_line = t.lines().find(|l| l.contains("\"tool_result\"")).unwrap();
-    for secret in [
-        "ANTHROPIC_API_KEY",
-        "MY_PROVIDER_KEY",
-        "should-never-show",
-        "RUNNER_ONLY_VARIABLE",
-    ] {
-        assert!(
-            !env_line.contains(secret),
-            "{secret} reached the command: {env_line}"
-        );
+    let results: Vec<&str> = t
+        .lines()
+        .filter(|l| l.contains("\"event\":\"tool_result\""))
+        .collect();
+    assert_eq!(results.len(), 2);
+    // neither in the command's environment nor readable from another process's
+    for line in &results {
+        for secret in [
+            "ANTHROPIC_API_KEY",
+            "MY_PROVIDER_KEY",
+            "should-never-show",
+            "RUNNER_ONLY_VARIABLE",
+        ] {
+            assert!(
+                !line.contains(secret),
+                "{secret} reached the command: {line}"
+            );
+        }
     }
     assert!(
-        env_line.contains("TASK_SETTING=visible") && env_line.contains("HOME="),
-        "{env_line}"
+        results[0].contains("TASK_SETTING=visible") && results[0].contains("HOME="),
+        "{}",
+        results[0]
+    );
+    assert!(
+        results[0].contains("HOME=/"),
+        "HOME is an absolute path: {}",
+        results[0]
     );
 }
 
