@@ -230,6 +230,12 @@ fn validate_cmd(job: PathBuf) -> ExitCode {
     match load(&job, &registry) {
         Ok(plan) => {
             print!("{}", agentbatch::job::describe(&plan));
+            if plan.tasks.iter().any(|t| t.repo.is_some()) {
+                println!(
+                    "sandbox on this machine: {}",
+                    agentbatch::tools::sandbox::describe_capabilities()
+                );
+            }
             println!("ok: {} is valid", job.display());
             ExitCode::SUCCESS
         }

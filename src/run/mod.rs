@@ -173,6 +173,10 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunOutcome, RunError> {
         )));
     }
 
+    if tasks.iter().any(|t| t.repo.is_some()) {
+        crate::tools::sandbox::protect_runner();
+    }
+
     let needs_sim = tasks
         .iter()
         .any(|t| t.provider.kind == ProviderKind::Sim && t.provider.base_url.is_none());

@@ -368,6 +368,20 @@ mod tests {
             .call(json!({"path": "/etc/evil", "content": "x"}), &c)
             .await
             .is_err());
+        nix::unistd::mkfifo(&root.join("pipe"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        for tool in [&ReadFile as &dyn Tool, &EditFile] {
+            let e = tokio::time::timeout(
+                std::time::Duration::from_secs(5),
+                tool.call(
+                    json!({"path": "pipe", "old_string": "a", "new_string": "b"}),
+                    &c,
+                ),
+            )
+            .await
+            .expect("a named pipe must be refused, not opened")
+            .unwrap_err();
+            assert!(e.contains("not a regular file"), "{e}");
+        }
         let none = ToolContext::default();
         assert!(ReadFile
             .call(json!({"path": "x"}), &none)

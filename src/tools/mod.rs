@@ -391,6 +391,34 @@ mod tests {
         assert_eq!(failed.decision, "allow");
     }
 
+    #[tokio::test]
+    async fn file_rules_see_through_absolute_paths_and_symlinks() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::create_dir_all(root.join("secrets")).unwrap();
+        std::fs::write(root.join("secrets/key"), "hunter2").unwrap();
+        std::os::unix::fs::symlink("secrets", root.join("alias")).unwrap();
+        let policy = Policy::new(&["read_file(secrets/**)".to_string()], &[], true).unwrap();
+        let set = Registry::builtin().toolset(&["read_file".to_string()], Arc::new(policy));
+        let ctx = ToolContext {
+            workspace: Some(root.clone()),
+            ..Default::default()
+        };
+        let absolute = root.join("secrets/key").display().to_string();
+        for spelling in [
+            "secrets/key",
+            "./alias/key",
+            "alias/../secrets/key",
+            absolute.as_str(),
+        ] {
+            let d = set
+                .dispatch(&call("read_file", json!({ "path": spelling })), &ctx)
+                .await;
+            assert_eq!(d.decision, "deny", "{spelling}: {}", d.result.content);
+            assert!(!d.result.content.contains("hunter2"), "{spelling}");
+        }
+    }
+
     struct Slow;
     impl Tool for Slow {
         fn name(&self) -> &str {

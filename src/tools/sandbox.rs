@@ -572,14 +572,29 @@ impl Capped {
     }
 }
 
+/// Makes this process non-dumpable so that commands run as the same user cannot read
+/// its `/proc/<pid>/environ` or memory (where API keys live) even when neither a PID
+/// namespace nor Landlock is available to hide it. Children get the normal setting
+/// back when they exec, so tools are unaffected.
+pub fn protect_runner() {
+    if let Err(e) = nix::sys::prctl::set_dumpable(false) {
+        eprintln!("agentbatch: warning: could not mark this process non-dumpable ({e}); commands run by tasks may be able to read its environment");
+    }
+}
+
 /// What this machine provides, for tests and `agentbatch validate`.
 pub fn describe_capabilities() -> String {
     let c = capabilities();
     format!(
-        "{}; {}",
+        "{}; {}; {}",
         c.landlock
             .clone()
-            .unwrap_or_else(|| "Landlock not available".into()),
+            .unwrap_or_else(|| "Landlock not available (commands may write anywhere)".into()),
+        if c.pidns {
+            "PID namespaces available"
+        } else {
+            "PID namespaces not available"
+        },
         if c.netns.is_some() {
             "network namespaces available"
         } else {

@@ -112,6 +112,18 @@ fn validate_prints_the_plan_and_checks_api_keys() {
         "{text}"
     );
     assert!(text.contains("max_cost_usd 0.05"), "{text}");
+    assert!(
+        !text.contains("sandbox on this machine"),
+        "no repos, no sandbox line"
+    );
+
+    let out = run(&["validate", "jobs/repo-fix.yaml"], root);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("sandbox on this machine: ") && text.contains("namespaces"),
+        "{text}"
+    );
 
     let out = run(&["validate", "jobs/anthropic-example.yaml"], root);
     assert_eq!(out.status.code(), Some(2));

@@ -485,7 +485,7 @@ async fn the_check_decides_whatever_the_stop_reason_and_workspaces_follow_keep()
     let edit = "        - content: [ { tool_use: { name: edit_file, input: { path: calc.py, old_string: 'a - b', new_string: 'a + b' } } } ]\n";
     let ran = case
         .run(&format!(
-            "name: keep\ndefaults:\n  model: claude-sonnet-4-5\n  toolset: coding\n  repo: calc\n  check: python3 -m unittest -q\ntasks:\n  - id: limited\n    prompt: p\n    limits: {{ max_turns: 1 }}\n    keep_workspaces: never\n    sim: {{ repeat_last: true, turns: [ {{ content: [ {{ tool_use: {{ name: edit_file, input: {{ path: calc.py, old_string: 'a - b', new_string: 'a + b' }} }} }} ] }} ] }}\n  - id: kept\n    prompt: p\n    keep_workspaces: always\n    sim:\n      turns:\n{edit}        - content: [ {{ text: done }} ]\n  - id: untouched\n    prompt: p\n    keep_workspaces: never\n    sim: {{ turns: [ {{ content: [ {{ text: no idea }} ] }} ] }}\n"
+            "name: keep\ndefaults:\n  model: claude-sonnet-4-5\n  toolset: coding\n  repo: calc\n  setup: 'echo built > setup-artifact.txt'\n  check: 'python3 -m unittest -q && echo ran > check-artifact.txt'\ntasks:\n  - id: limited\n    prompt: p\n    limits: {{ max_turns: 1 }}\n    keep_workspaces: never\n    sim: {{ repeat_last: true, turns: [ {{ content: [ {{ tool_use: {{ name: edit_file, input: {{ path: calc.py, old_string: 'a - b', new_string: 'a + b' }} }} }} ] }} ] }}\n  - id: kept\n    prompt: p\n    keep_workspaces: always\n    sim:\n      turns:\n{edit}        - content: [ {{ text: done }} ]\n  - id: untouched\n    prompt: p\n    keep_workspaces: never\n    sim: {{ turns: [ {{ content: [ {{ text: no idea }} ] }} ] }}\n"
         ))
         .await;
     let limited = ran.row("limited");
@@ -498,6 +498,12 @@ async fn the_check_decides_whatever_the_stop_reason_and_workspaces_follow_keep()
     let kept = ran.row("kept");
     assert_eq!(kept["outcome"], "pass");
     assert!(Path::new(&kept["workspace"]).join("calc.py").exists());
+    let patch = std::fs::read_to_string(ran.dir.join(&kept["patch"])).unwrap();
+    assert!(patch.contains("+    return a + b"), "{patch}");
+    assert!(
+        !patch.contains("setup-artifact") && !patch.contains("check-artifact"),
+        "the patch is the agent's change only: {patch}"
+    );
     let untouched = ran.row("untouched");
     assert_eq!(untouched["outcome"], "fail");
     assert!(
