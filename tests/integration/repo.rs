@@ -394,6 +394,10 @@ async fn the_sandbox_confines_writes_and_can_cut_the_network() {
         "calc/probe.py",
         "import os, socket\nsocket.create_connection(('127.0.0.1', int(os.environ['SIM_PORT'])), 1)\nprint('reached')\n",
     );
+    case.write(
+        "calc/local.py",
+        "import socket\ns = socket.socket()\ns.bind(('127.0.0.1', 0))\ns.listen()\nc = socket.create_connection(s.getsockname(), 1)\nprint('loopback ok')\n",
+    );
     let marker = format!("/tmp/agentbatch-escape-{}", std::process::id());
     let sim = std::sync::Arc::new(agentbatch::sim::Sim::start_local().await.unwrap());
     let port = sim.addr().port();
@@ -401,7 +405,7 @@ async fn the_sandbox_confines_writes_and_can_cut_the_network() {
         "",
         &format!("    sandbox: {{ network: false }}\n    env: {{ SIM_PORT: '{port}' }}\n    check: 'true'\n    keep_workspaces: always\n"),
         &format!(
-            "        - content:\n            - tool_use: {{ name: bash, input: {{ command: 'touch {marker}; echo inside > inside.txt; echo home > $HOME/h.txt' }} }}\n            - tool_use: {{ name: bash, input: {{ command: 'python3 probe.py' }} }}\n"
+            "        - content:\n            - tool_use: {{ name: bash, input: {{ command: 'touch {marker}; echo inside > inside.txt; echo home > $HOME/h.txt' }} }}\n            - tool_use: {{ name: bash, input: {{ command: 'python3 probe.py' }} }}\n            - tool_use: {{ name: bash, input: {{ command: 'python3 local.py && echo x > /dev/shm/ab-$$ && rm /dev/shm/ab-$$' }} }}\n"
         ),
     );
     let path = case.write("job.yaml", &yaml);
@@ -442,6 +446,18 @@ async fn the_sandbox_confines_writes_and_can_cut_the_network() {
         assert!(level.contains("no write confinement"), "{level}");
         let _ = std::fs::remove_file(&marker);
     }
+    assert!(
+        results[2]["content"]
+            .as_str()
+            .is_some_and(|c| c.contains("loopback ok")),
+        "{}",
+        results[2]
+    );
+    assert_eq!(
+        results[2]["is_error"], false,
+        "a local server on loopback and /dev/shm work in the sandbox: {}",
+        results[2]
+    );
     if level.contains("no network") {
         assert_eq!(
             results[1]["is_error"], true,
