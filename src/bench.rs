@@ -219,7 +219,7 @@ pub async fn cap_precision(out: &Path) -> anyhow::Result<CapReport> {
                 output_tokens: n("output_tokens"),
                 cache_read_tokens: n("cache_read_input_tokens"),
                 cache_write_tokens: n("cache_creation_input_tokens"),
-                cache_write_1h_tokens: 0,
+                ..Usage::default()
             })
         })
         .sum();

@@ -20,7 +20,7 @@ use crate::govern::budget::Meter;
 use crate::govern::ledger::Ledger;
 use crate::govern::rate::Gates;
 use crate::job::{ProviderKind, TaskSpec};
-use crate::model::anthropic::{Conversation, Endpoint, Params};
+use crate::model::{Conversation, Endpoint, Params, Protocol};
 use crate::model::{HttpError, ModelError, ToolCall, ToolResult};
 use crate::report::{TaskLog, TaskResult};
 use crate::tools::{Registry, ToolContext, Toolset};
@@ -48,40 +48,50 @@ pub struct AgentEnv {
     pub cancel: CancellationToken,
 }
 
-/// Where a task's requests go, with the key read from the environment at run time.
-fn endpoint(spec: &TaskSpec, env: &AgentEnv) -> Result<Endpoint, String> {
+/// Where a task's requests go, with the key read from the environment at run time. A
+/// simulated provider's requests go to the task's own path on the simulator, under the
+/// protocol's usual root (`/v1` for OpenAI).
+fn endpoint(spec: &TaskSpec, sim_base: Option<&str>, run_id: &str) -> Result<Endpoint, String> {
     let p = &spec.provider;
     let (base, api_key) = match p.kind {
         ProviderKind::Sim => {
-            let root = p.base_url.clone().or_else(|| env.sim_base.clone()).ok_or(
-                "no simulator is running for provider sim (set providers.sim.base_url to an `agentbatch sim` server)",
-            )?;
+            let root = p.base_url.as_deref().or(sim_base).ok_or_else(|| format!(
+                "no simulator is running for provider {} (set providers.{}.base_url to an `agentbatch sim` server)",
+                p.name, p.name
+            ))?;
+            let v1 = if p.protocol == Protocol::Anthropic {
+                ""
+            } else {
+                "/v1"
+            };
             (
                 format!(
-                    "{}/r/{}/t/{}",
+                    "{}/r/{run_id}/t/{}{v1}",
                     root.trim_end_matches('/'),
-                    env.run_id,
                     spec.id
                 ),
                 Some("sim-key".to_string()),
             )
         }
-        ProviderKind::Anthropic => {
+        ProviderKind::Api => {
             let base = p.base_url.clone().unwrap_or_default();
             let key = match &p.api_key_env {
-                Some(var) => Some(
-                    std::env::var(var)
-                        .map_err(|_| format!("the API key variable {var} is not set"))?,
-                ),
+                Some(var) => match std::env::var(var) {
+                    Ok(v) if !v.is_empty() => Some(v),
+                    _ if p.api_key_optional => None,
+                    _ => return Err(format!("the API key variable {var} is not set")),
+                },
                 None => None,
             };
             (base, key)
         }
     };
     Ok(Endpoint {
-        url: Endpoint::messages_url(&base)?,
+        protocol: p.protocol,
+        url: p.protocol.url(&base)?,
         api_key,
-        version: p.anthropic_version.clone(),
+        anthropic_version: p.anthropic_version.clone(),
+        max_tokens_field: p.max_tokens_field.clone(),
         timeout: p.timeout,
     })
 }
@@ -104,7 +114,12 @@ pub fn smallest_first_request(
 ) -> Option<rust_decimal::Decimal> {
     let price = spec.price.as_ref()?;
     let toolset = registry.toolset(&spec.tools, spec.toolset.policy.clone());
-    let prompt = Conversation::first_prompt_bound(&params(spec, &toolset), &spec.prompt);
+    let prompt = Conversation::first_prompt_bound(
+        spec.provider.protocol,
+        &spec.provider.max_tokens_field,
+        &params(spec, &toolset),
+        &spec.prompt,
+    );
     let floor = crate::govern::budget::floor(&spec.limits, spec.max_tokens, spec.thinking_budget);
     Some(price.worst_case(prompt, u64::from(floor)))
 }
@@ -114,6 +129,8 @@ pub fn smallest_first_request(
 struct Tally {
     retries: u32,
     denied_calls: u32,
+    /// Answers without usage, counted at an upper bound.
+    usage_estimated_turns: u32,
     rate_wait: Duration,
     budget_wait: Duration,
     longest_request: Duration,
@@ -187,7 +204,7 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
     let stop = if let Some(failed) = &prepared.failed {
         failed.clone()
     } else {
-        match endpoint(spec, env) {
+        match endpoint(spec, env.sim_base.as_deref(), &env.run_id) {
             Err(e) => Stop::new(StopReason::ProviderError, e),
             Ok(ep) => {
                 match Conversation::new(
@@ -239,6 +256,7 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
     let result = TaskResult {
         task_id: spec.id.clone(),
         provider: spec.provider.name.clone(),
+        protocol: spec.provider.protocol.to_string(),
         model: spec.model.clone(),
         team: spec.team_name().map(str::to_string),
         outcome,
@@ -248,6 +266,7 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
         tool_calls: tally.tool_calls,
         tool_errors: tally.tool_errors,
         usage: meter.usage,
+        usage_estimated_turns: tally.usage_estimated_turns,
         cost_usd: cost,
         wall_ms: t0.elapsed().as_millis() as u64,
         model_ms: tally.model.as_millis() as u64,

@@ -13,7 +13,7 @@ use super::{guarded, hint, interrupted, Loop};
 use crate::govern::backoff::{jitter, retry_delay};
 use crate::govern::budget::{floor, plan_request, RequestPlan};
 use crate::govern::ledger::{Need, Reservation};
-use crate::model::anthropic::Conversation;
+use crate::model::Conversation;
 use crate::model::{RateHeaders, Turn};
 
 /// How long past a task's deadline its reservation may still count as in flight.
@@ -127,7 +127,7 @@ impl Loop<'_> {
                 );
                 if give_up {
                     let why = if !failure.retryable {
-                        "the provider says not to retry (x-should-retry: false): a spend limit or quota, most likely".to_string()
+                        "the provider says not to retry (x-should-retry: false, or OpenAI's insufficient_quota): a spend limit or quota, most likely".to_string()
                     } else {
                         format!(
                             "still rate limited after {used} retries; raise providers.{}.max_rate_limit_retries or lower the rate",
@@ -279,6 +279,9 @@ impl Loop<'_> {
         turn_no: u32,
     ) {
         let cost = self.meter.settle(&turn.usage, self.spec.price.as_ref());
+        if turn.usage_estimated {
+            self.tally.usage_estimated_turns += 1;
+        }
         let over_cost = matches!((cost, plan.reserved_usd), (Some(c), Some(r)) if c > r);
         if over_cost || turn.usage.prompt_tokens() > plan.prompt_tokens {
             // The provider billed more than the upper bound the budgets relied on; the
@@ -303,7 +306,7 @@ impl Loop<'_> {
         self.log.emit(
             "settle",
             json!({
-                "turn": turn_no, "usage": turn.usage,
+                "turn": turn_no, "usage": turn.usage, "usage_estimated": turn.usage_estimated,
                 "cost_usd": cost.map(|c| c.normalize().to_string()),
                 "released_usd": match (plan.reserved_usd, cost) {
                     (Some(r), Some(c)) => json!((r - c).normalize().to_string()),

@@ -207,7 +207,7 @@ pub fn after_response(stop: &ModelStop, tool_calls: usize) -> Next {
         )),
         ModelStop::Unknown(s) => Next::Stop(Stop::new(
             StopReason::ProviderError,
-            format!("unknown stop_reason \"{s}\" (not treated as success)"),
+            format!("unexpected stop signal from the provider: {s} (not treated as success)"),
         )),
     }
 }

@@ -8,7 +8,7 @@ use rust_decimal::Decimal;
 use serde_json::json;
 
 use super::Loop;
-use crate::model::anthropic::Conversation;
+use crate::model::Conversation;
 
 /// Appended to the last request the budgets allow, which goes out with tools off.
 pub const WRAP_UP_NOTE: &str = "[agentbatch] This is your last turn: the budget allows no more requests after this one, and tools are disabled. Finish now: give your final answer, and summarize what you did and what is left undone.";

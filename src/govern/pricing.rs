@@ -161,7 +161,8 @@ pub fn builtin_as_of() -> &'static str {
 }
 
 /// Looks up a model's price: the job's table first, then the built-in one. Dated ids
-/// such as `claude-sonnet-4-5-20250929` fall back to their undated family id.
+/// such as `claude-sonnet-4-5-20250929` or `gpt-5.4-2026-03-05` fall back to their
+/// undated family id.
 pub fn lookup(job_prices: &BTreeMap<String, PriceFields>, model: &str) -> Option<Price> {
     let undated = strip_date(model);
     for id in [Some(model), undated].into_iter().flatten() {
@@ -173,8 +174,16 @@ pub fn lookup(job_prices: &BTreeMap<String, PriceFields>, model: &str) -> Option
 }
 
 fn strip_date(model: &str) -> Option<&str> {
+    let digits = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit());
     let (head, tail) = model.rsplit_once('-')?;
-    (tail.len() == 8 && tail.bytes().all(|b| b.is_ascii_digit())).then_some(head)
+    if digits(tail, 8) {
+        return Some(head);
+    }
+    // OpenAI's form: -YYYY-MM-DD
+    let (head, day) = (head, tail);
+    let (head, month) = head.rsplit_once('-')?;
+    let (head, year) = head.rsplit_once('-')?;
+    (digits(year, 4) && digits(month, 2) && digits(day, 2)).then_some(head)
 }
 
 #[cfg(test)]
@@ -196,11 +205,25 @@ mod tests {
             cache_read_tokens: 2000,
             cache_write_tokens: 400,
             cache_write_1h_tokens: 100,
+            reasoning_tokens: 0,
         };
         // 1000*3 + 300*3.75 + 100*6 + 2000*0.3 + 200*15 = 3000+1125+600+600+3000 = 8325 per M
         assert_eq!(p.cost(&u), d("0.008325"));
         assert!(lookup(&BTreeMap::new(), "claude-sonnet-4-5-20250929").is_some());
         assert!(lookup(&BTreeMap::new(), "gpt-unknown").is_none());
+    }
+
+    #[test]
+    fn openai_cached_tokens_are_billed_at_the_cached_rate() {
+        let p = lookup(&BTreeMap::new(), "gpt-5.4-2026-03-05").unwrap();
+        // OpenAI usage: 1200 input of which 1000 cached, 300 output.
+        let u = crate::model::openai_usage(1200, 1000, 0, 300, 180);
+        // 200*2.5 + 1000*0.25 + 300*15 = 500 + 250 + 4500 = 5250 per M
+        assert_eq!(p.cost(&u), d("0.00525"));
+        assert_eq!(p.max_input_rate(), d("2.50"));
+        assert!(lookup(&BTreeMap::new(), "gpt-5.4-mini").is_some());
+        assert_eq!(strip_date("gpt-5.4-2026-03-05"), Some("gpt-5.4"));
+        assert_eq!(strip_date("gpt-5.4-mini"), None);
     }
 
     #[test]
@@ -252,6 +275,7 @@ mod tests {
             cache_read_tokens: u64::MAX,
             cache_write_tokens: u64::MAX,
             cache_write_1h_tokens: 0,
+            reasoning_tokens: 0,
         };
         assert!(p.cost(&u) > d("1000000000"));
         assert!(p.worst_case(u64::MAX, u64::MAX) > d("1000000000"));

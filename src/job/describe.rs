@@ -7,6 +7,7 @@ use rust_decimal::Decimal;
 
 use super::schema::{KeepWorkspaces, Period};
 use super::{Plan, ProviderKind, RateLimits, TaskSpec};
+use crate::model::Protocol;
 
 fn or_dash<T: ToString>(v: Option<T>) -> String {
     v.map_or_else(|| "-".to_string(), |v| v.to_string())
@@ -41,18 +42,31 @@ pub fn describe(plan: &Plan) -> String {
         };
         let where_ = match (p.kind, &p.base_url) {
             (ProviderKind::Sim, None) => "built-in simulator, started by the run".to_string(),
-            (_, Some(u)) => u.clone(),
+            (ProviderKind::Sim, Some(u)) => format!("simulator at {u}"),
+            (_, Some(u)) => p.protocol.url(u).map_or(u.clone(), |u| u.to_string()),
             (_, None) => "-".to_string(),
         };
         let key = p
             .api_key_env
             .as_ref()
-            .map(|v| format!(", key from ${v}"))
+            .map(|v| {
+                let optional = if p.api_key_optional {
+                    " (optional)"
+                } else {
+                    ""
+                };
+                format!(", key from ${v}{optional}")
+            })
             .unwrap_or_default();
+        let dialect = match p.protocol {
+            Protocol::Anthropic => format!("anthropic-version {}", p.anthropic_version),
+            Protocol::OpenaiChat => format!("output limit as {}", p.max_tokens_field),
+            Protocol::OpenaiResponses => "stateless (store: false)".to_string(),
+        };
         let _ = writeln!(
             s,
-            "  {name}: {where_}{key}, anthropic-version {}, timeout {}, {} retries ({} on 429){}",
-            p.anthropic_version,
+            "  {name}: {} {where_}{key}, {dialect}, timeout {}, {} retries ({} on 429){}",
+            p.protocol,
             humantime::format_duration(p.timeout),
             p.max_retries,
             p.max_rate_limit_retries,

@@ -11,8 +11,9 @@ use serde_json::{json, Map, Value};
 
 use super::locate::{locate, path_string, Seg};
 use super::schema::{
-    Decision, JobFile, KeepWorkspaces, LimitFields, ProviderFields, SimSource, TaskFields,
-    TeamFields, ThinkingFields, ThinkingKind, ToolsetFields,
+    Decision, JobFile, KeepWorkspaces, LimitFields, MaxTokensField, ProviderFields,
+    ReasoningFields, SimSource, TaskFields, TeamFields, ThinkingFields, ThinkingKind,
+    ToolsetFields,
 };
 use super::spec::{
     PeriodCap, Plan, ProviderKind, ProviderSpec, RateLimits, RepoSpec, TaskSpec, TeamSpec,
@@ -22,7 +23,7 @@ use super::values::HumanDuration;
 use super::{yaml_diagnostic, Diagnostic, JobError};
 use crate::govern::budget::Limits;
 use crate::govern::pricing;
-use crate::model::anthropic::Endpoint;
+use crate::model::Protocol;
 use crate::sim::script::Script;
 use crate::tools::Registry;
 use crate::tools::{Policy, RunLimits, SandboxConfig};
@@ -37,7 +38,6 @@ const DEFAULT_ANTHROPIC_VERSION: &str = "2023-06-01";
 const NO_SAMPLING_VERSION: &str = "2026-10-21";
 /// Largest max_tokens the SDKs allow without streaming (PROTOCOLS.md A12).
 const MAX_NON_STREAMING_TOKENS: u32 = 21_333;
-const PROVIDERS: [&str; 2] = ["sim", "anthropic"];
 const DEFAULT_RATE_LIMIT_RETRIES: u32 = 8;
 
 struct Ctx<'a> {
@@ -165,36 +165,67 @@ pub(super) fn expand(
     })
 }
 
+/// The built-in providers: (name, protocol, simulated).
+const BUILTIN_PROVIDERS: [(&str, Protocol, bool); 3] = [
+    ("sim", Protocol::Anthropic, true),
+    ("anthropic", Protocol::Anthropic, false),
+    ("openai", Protocol::OpenaiResponses, false),
+];
+
 fn resolve_providers(job: &JobFile, cx: &mut Ctx) -> BTreeMap<String, Arc<ProviderSpec>> {
-    for name in job.providers.keys() {
-        if !PROVIDERS.contains(&name.as_str()) {
-            cx.err(
-                &[key("providers"), key(name)],
-                format!(
-                    "unknown provider \"{name}\": the providers are {}",
-                    PROVIDERS.join(", ")
-                ),
-            );
-        }
-    }
+    let mut names: Vec<&str> = BUILTIN_PROVIDERS.iter().map(|(n, _, _)| *n).collect();
+    names.extend(job.providers.keys().map(String::as_str));
+    names.dedup();
     let mut out = BTreeMap::new();
-    for name in PROVIDERS {
+    let mut limited_sims = Vec::new();
+    for name in names {
+        if out.contains_key(name) {
+            continue;
+        }
         let f = job.providers.get(name).cloned().unwrap_or_default();
         let at = |field: &str| vec![key("providers"), key(name), key(field)];
-        let (kind, default_key_env) = match name {
-            "anthropic" => (ProviderKind::Anthropic, Some("ANTHROPIC_API_KEY")),
-            _ => (ProviderKind::Sim, None),
+        let builtin = BUILTIN_PROVIDERS.iter().find(|(n, _, _)| *n == name);
+        let protocol = match (f.protocol, builtin) {
+            (Some(p), _) => p,
+            (None, Some((_, p, _))) => *p,
+            (None, None) => {
+                cx.err(
+                    &[key("providers"), key(name)],
+                    format!(
+                        "provider \"{name}\" needs a `protocol`: {}",
+                        Protocol::ALL.map(Protocol::as_str).join(", ")
+                    ),
+                );
+                Protocol::Anthropic
+            }
+        };
+        let simulated = match (f.simulator, builtin) {
+            (Some(false), Some((_, _, true))) => {
+                cx.err(
+                    &at("simulator"),
+                    "the built-in provider sim is always the simulator: define another provider for a real server",
+                );
+                true
+            }
+            (Some(s), _) => s,
+            (None, Some((_, _, s))) => *s,
+            (None, None) => false,
+        };
+        let kind = if simulated {
+            ProviderKind::Sim
+        } else {
+            ProviderKind::Api
         };
         if kind == ProviderKind::Sim && f.api_key_env.is_some() {
             cx.err(&at("api_key_env"), "the simulator needs no API key");
         }
         let base_url = match (&f.base_url, kind) {
             (Some(u), _) => Some(u.clone()),
-            (None, ProviderKind::Anthropic) => Some("https://api.anthropic.com".to_string()),
+            (None, ProviderKind::Api) => Some(protocol.default_base_url().to_string()),
             (None, ProviderKind::Sim) => None,
         };
         if let Some(u) = &base_url {
-            if let Err(e) = Endpoint::messages_url(u) {
+            if let Err(e) = protocol.url(u) {
                 cx.err(&at("base_url"), e);
             }
         }
@@ -204,6 +235,9 @@ fn resolve_providers(job: &JobFile, cx: &mut Ctx) -> BTreeMap<String, Arc<Provid
             max_retries,
             max_rate_limit_retries,
             api_key_env,
+            api_key_optional,
+            max_tokens_field,
+            parallel_tool_calls,
             rpm,
             itpm,
             otpm,
@@ -211,13 +245,42 @@ fn resolve_providers(job: &JobFile, cx: &mut Ctx) -> BTreeMap<String, Arc<Provid
             server_limits,
             ..
         } = f;
+        let anthropic_only: [(&str, bool); 1] =
+            [("anthropic_version", anthropic_version.is_some())];
+        let openai_only = [
+            ("max_tokens_field", max_tokens_field.is_some()),
+            ("parallel_tool_calls", parallel_tool_calls.is_some()),
+        ];
+        for (field, set) in anthropic_only {
+            if set && protocol != Protocol::Anthropic {
+                cx.err(
+                    &at(field),
+                    format!("applies to the anthropic protocol only, not {protocol}"),
+                );
+            }
+        }
+        for (field, set) in openai_only {
+            let applies = match field {
+                "max_tokens_field" => protocol == Protocol::OpenaiChat,
+                _ => protocol != Protocol::Anthropic,
+            };
+            if set && !applies {
+                cx.err(
+                    &at(field),
+                    format!("does not apply to the {protocol} protocol"),
+                );
+            }
+        }
+        if api_key_optional.is_some() && kind == ProviderKind::Sim {
+            cx.err(&at("api_key_optional"), "the simulator needs no API key");
+        }
         let base = vec![key("providers"), key(name)];
         let rate = rate_limits(cx, &base, rpm, itpm, otpm, burst);
         let server_limits = server_limits.map(|s| {
             if kind != ProviderKind::Sim {
                 cx.err(
                     &at("server_limits"),
-                    "only the simulator (providers.sim) has server limits",
+                    "only a simulated provider (providers.sim, or one with `simulator: true`) has server limits",
                 );
             } else if base_url.is_some() {
                 cx.err(
@@ -225,10 +288,20 @@ fn resolve_providers(job: &JobFile, cx: &mut Ctx) -> BTreeMap<String, Arc<Provid
                     "apply only to the simulator a run starts; start a standalone one with `agentbatch sim --rpm N --itpm N --otpm N`",
                 );
             }
+            limited_sims.push(name.to_string());
             let mut at = base.clone();
             at.push(key("server_limits"));
             rate_limits(cx, &at, s.rpm, s.itpm, s.otpm, s.burst)
         });
+        if limited_sims.len() > 1 {
+            cx.err(
+                &at("server_limits"),
+                format!(
+                    "the run's simulator has one set of limits, already given by providers.{}",
+                    limited_sims[0]
+                ),
+            );
+        }
         if let Some(v) = anthropic_version.as_deref() {
             let header_safe = !v.trim().is_empty() && v.bytes().all(|b| b.is_ascii_graphic());
             if !header_safe {
@@ -238,15 +311,32 @@ fn resolve_providers(job: &JobFile, cx: &mut Ctx) -> BTreeMap<String, Arc<Provid
                 );
             }
         }
+        // OpenAI's own endpoint wants max_completion_tokens (its reasoning models refuse
+        // max_tokens); compatible servers mostly know only max_tokens.
+        let on_openai = base_url
+            .as_deref()
+            .is_some_and(|u| u.contains("api.openai.com"));
+        let max_tokens_field = match max_tokens_field {
+            Some(MaxTokensField::MaxTokens) => "max_tokens",
+            Some(MaxTokensField::MaxCompletionTokens) => "max_completion_tokens",
+            None if on_openai => "max_completion_tokens",
+            None => "max_tokens",
+        };
+        let default_key_env = (kind == ProviderKind::Api).then(|| protocol.default_key_env());
         out.insert(
             name.to_string(),
             Arc::new(ProviderSpec {
                 name: name.to_string(),
                 kind,
+                protocol,
                 base_url,
                 api_key_env: api_key_env.or_else(|| default_key_env.map(str::to_string)),
+                api_key_optional: api_key_optional.unwrap_or(false),
                 anthropic_version: anthropic_version
                     .unwrap_or_else(|| DEFAULT_ANTHROPIC_VERSION.into()),
+                max_tokens_field: max_tokens_field.to_string(),
+                parallel_tool_calls: (protocol != Protocol::Anthropic)
+                    .then_some(parallel_tool_calls.unwrap_or(true)),
                 timeout: timeout.map_or(Duration::from_secs(600), |d| d.0),
                 max_retries: max_retries.unwrap_or(2),
                 max_rate_limit_retries: max_rate_limit_retries
@@ -652,7 +742,11 @@ fn expand_task(
             &provider_at,
             format!(
                 "unknown provider \"{provider_name}\": the providers are {}",
-                PROVIDERS.join(", ")
+                providers
+                    .keys()
+                    .map(String::as_str)
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         );
     }
@@ -673,9 +767,10 @@ fn expand_task(
     if max_tokens == 0 {
         cx.err(&max_tokens_at, "must be at least 1");
     }
+    let protocol = provider.as_ref().map(|p| p.protocol);
     if provider
         .as_ref()
-        .is_some_and(|p| p.kind == ProviderKind::Anthropic)
+        .is_some_and(|p| p.kind == ProviderKind::Api && p.protocol == Protocol::Anthropic)
         && max_tokens > MAX_NON_STREAMING_TOKENS
     {
         cx.err(
@@ -809,10 +904,25 @@ fn expand_task(
     };
 
     let mut extra = Map::new();
+    let anthropic = protocol.is_none_or(|p| p == Protocol::Anthropic);
     let version = provider
         .as_ref()
+        .filter(|_| anthropic)
         .map(|p| p.anthropic_version.clone())
         .unwrap_or_default();
+    if protocol == Some(Protocol::OpenaiResponses) {
+        // The Responses API refuses max_output_tokens below 16.
+        if max_tokens < 16 {
+            cx.err(&max_tokens_at, "openai-responses needs at least 16");
+        }
+        if limits.min_max_tokens < 16 {
+            let at = limit_origin(i, t, "min_max_tokens", |l| l.min_max_tokens.is_some());
+            cx.err(
+                &at,
+                "openai-responses needs at least 16 (its smallest max_output_tokens)",
+            );
+        }
+    }
     let sampling: [(&str, Option<Value>, bool); 3] = [
         (
             "temperature",
@@ -834,17 +944,36 @@ fn expand_task(
         let Some(value) = value else { continue };
         let at = origin(i, on_task, &[name]);
         // API versions are dates, so a later version compares greater as a string.
-        if version.as_str() >= NO_SAMPLING_VERSION {
+        if anthropic && version.as_str() >= NO_SAMPLING_VERSION {
             cx.err(
                 &at,
                 format!("anthropic-version {NO_SAMPLING_VERSION} refuses {name}: remove it, or set the provider's anthropic_version to 2023-06-01"),
             );
         }
-        let in_unit = value.as_f64().is_some_and(|v| (0.0..=1.0).contains(&v));
-        if name != "top_k" && !in_unit {
-            cx.err(&at, "must be between 0 and 1");
+        if !anthropic && name == "top_k" {
+            cx.err(&at, "OpenAI protocols have no top_k: remove it");
+        }
+        // OpenAI's temperature goes up to 2, Anthropic's to 1.
+        let top = if anthropic || name == "top_p" {
+            1.0
+        } else {
+            2.0
+        };
+        let in_range = value.as_f64().is_some_and(|v| (0.0..=top).contains(&v));
+        if name != "top_k" && !in_range {
+            cx.err(&at, format!("must be between 0 and {top}"));
         }
         extra.insert(name.to_string(), value);
+    }
+    if let Some(r) = t.reasoning.as_ref().or(d.reasoning.as_ref()) {
+        let at = origin(i, t.reasoning.is_some(), &["reasoning"]);
+        reasoning_fields(r, protocol, &at, &mut extra, cx);
+    }
+    if let (Some(parallel), false) = (
+        provider.as_ref().and_then(|p| p.parallel_tool_calls),
+        tools.is_empty(),
+    ) {
+        extra.insert("parallel_tool_calls".into(), json!(parallel));
     }
     let thinking = t.thinking.clone().or_else(|| d.thinking.clone());
     let thinking_budget = match thinking.as_ref().map(|th| check_thinking(th, max_tokens)) {
@@ -872,6 +1001,12 @@ fn expand_task(
             }
         }
     }
+    if let (Some(_), false) = (&thinking, anthropic) {
+        cx.err(
+            &origin(i, t.thinking.is_some(), &["thinking"]),
+            "thinking is an Anthropic setting: for OpenAI reasoning models use `reasoning: {effort: ..., summary: ...}`",
+        );
+    }
     if let Some(th) = &thinking {
         extra.insert(
             "thinking".into(),
@@ -889,17 +1024,17 @@ fn expand_task(
                 Some(src) => sim = load_script(src, &sim_at, cx),
                 None if p.base_url.is_none() => cx.err(
                     &origin(i, true, &["sim"]),
-                    "provider sim needs a script: add `sim: path/to/script.yaml` (or an inline script), or set `provider: anthropic`",
+                    format!("provider {} is the simulator and needs a script: add `sim: path/to/script.yaml` (or an inline script), or choose a real provider such as `provider: anthropic`", p.name),
                 ),
                 None => {}
             }
         }
-        if p.kind == ProviderKind::Anthropic {
+        if p.kind == ProviderKind::Api && !p.api_key_optional {
             if let Some(var) = &p.api_key_env {
                 if std::env::var_os(var).is_none_or(|v| v.is_empty()) {
                     cx.err(
                         &provider_at,
-                        format!("the API key variable {var} is not set: export {var}=<your key>, or name another variable in providers.anthropic.api_key_env"),
+                        format!("the API key variable {var} is not set: export {var}=<your key>, name another variable in providers.{}.api_key_env, or set providers.{}.api_key_optional: true for a server that takes no key", p.name, p.name),
                     );
                 }
             }
@@ -931,6 +1066,59 @@ fn expand_task(
 }
 
 /// Ok(budget) for a valid setting (the budget for `enabled`), Err(message) otherwise.
+/// Checks `reasoning` and puts it into the request under the protocol's name for it.
+fn reasoning_fields(
+    r: &ReasoningFields,
+    protocol: Option<Protocol>,
+    at: &[Seg],
+    extra: &mut Map<String, Value>,
+    cx: &mut Ctx,
+) {
+    const EFFORTS: [&str; 7] = ["none", "minimal", "low", "medium", "high", "xhigh", "max"];
+    const SUMMARIES: [&str; 3] = ["auto", "concise", "detailed"];
+    let mut sub = |field: &str, msg: String| {
+        let mut p = at.to_vec();
+        p.push(key(field));
+        cx.err(&p, msg);
+    };
+    if let Some(e) = r.effort.as_deref().filter(|e| !EFFORTS.contains(e)) {
+        sub(
+            "effort",
+            format!("\"{e}\" is not an effort: {}", EFFORTS.join(", ")),
+        );
+    }
+    if let Some(s) = r.summary.as_deref().filter(|s| !SUMMARIES.contains(s)) {
+        sub(
+            "summary",
+            format!("\"{s}\" is not a summary setting: {}", SUMMARIES.join(", ")),
+        );
+    }
+    match protocol {
+        Some(Protocol::OpenaiResponses) => {
+            extra.insert(
+                "reasoning".into(),
+                serde_json::to_value(r).unwrap_or(Value::Null),
+            );
+        }
+        Some(Protocol::OpenaiChat) => {
+            if r.summary.is_some() {
+                sub(
+                    "summary",
+                    "Chat Completions has no reasoning summaries (use protocol openai-responses)".into(),
+                );
+            }
+            if let Some(e) = &r.effort {
+                extra.insert("reasoning_effort".into(), json!(e));
+            }
+        }
+        Some(Protocol::Anthropic) => cx.err(
+            at,
+            "reasoning is an OpenAI setting: for Anthropic models use `thinking: {type: enabled, budget_tokens: N}`",
+        ),
+        None => {}
+    }
+}
+
 fn check_thinking(th: &ThinkingFields, max_tokens: u32) -> Result<Option<u32>, String> {
     match (th.kind, th.budget_tokens) {
         (ThinkingKind::Enabled, None) => {
@@ -1101,7 +1289,11 @@ mod tests {
     fn sim_needs_a_script_and_sampling_needs_an_old_version() {
         let e = load("name: t\ndefaults: { model: m }\ntasks:\n  - { id: a, prompt: p }\n")
             .unwrap_err();
-        assert!(e.to_string().contains("provider sim needs a script"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("provider sim is the simulator and needs a script"),
+            "{e}"
+        );
         let e = load(&format!(
             "name: t\nproviders:\n  sim: {{ anthropic_version: \"2026-10-21\" }}\ndefaults: {{ model: m, sim: {INLINE} }}\ntasks:\n  - {{ id: a, prompt: p, temperature: 0.2 }}\n"
         ))

@@ -8,6 +8,7 @@ use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
 use super::values::{HumanDuration, Money};
+use crate::model::Protocol;
 use crate::sim::script::Script;
 
 /// The top level of a job file.
@@ -226,9 +227,12 @@ pub struct TaskFields {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub top_k: Option<u32>,
     /// Extended thinking, sent as given (`{type: enabled, budget_tokens: N}` or
-    /// `{type: adaptive}`).
+    /// `{type: adaptive}`); Anthropic only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thinking: Option<ThinkingFields>,
+    /// Reasoning effort and summaries; OpenAI protocols only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<ReasoningFields>,
 }
 
 /// Limits of one task; each field set on a task overrides the same field of `defaults`.
@@ -265,11 +269,30 @@ pub struct LimitFields {
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderFields {
+    /// The wire protocol; required for providers other than the built-in `sim`,
+    /// `anthropic` and `openai`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<Protocol>,
+    /// Play the tasks' simulator scripts instead of calling a real server (the
+    /// built-in `sim` provider always does).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub simulator: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_url: Option<String>,
     /// Name of the environment variable holding the key; keys never go in job files.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_key_env: Option<String>,
+    /// Run without a key when the variable is unset (local servers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_optional: Option<bool>,
+    /// openai-chat: the output-limit field, `max_tokens` (most compatible servers) or
+    /// `max_completion_tokens` (OpenAI, and required by its reasoning models).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens_field: Option<MaxTokensField>,
+    /// OpenAI protocols: the `parallel_tool_calls` sent with tools (default true;
+    /// llama.cpp only makes parallel calls when asked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallel_tool_calls: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub anthropic_version: Option<String>,
     /// Per HTTP request (the task's time_limit still applies).
@@ -330,6 +353,27 @@ pub struct LongContextFields {
     pub cache_write_1h: Option<Money>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_read: Option<Money>,
+}
+
+/// Chat Completions' two names for the output limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MaxTokensField {
+    MaxTokens,
+    MaxCompletionTokens,
+}
+
+/// Reasoning settings of OpenAI reasoning models (`reasoning` in Responses,
+/// `reasoning_effort` in Chat Completions).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReasoningFields {
+    /// none, minimal, low, medium, high, xhigh or max (models take different subsets).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effort: Option<String>,
+    /// auto, concise or detailed (Responses only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
 }
 
 /// The `thinking` request parameter.

@@ -13,6 +13,7 @@ use serde_json::{Map, Value};
 use super::schema::{JobFile, KeepWorkspaces, Period};
 use crate::govern::budget::Limits;
 use crate::govern::pricing::Price;
+use crate::model::Protocol;
 use crate::sim::script::Script;
 use crate::tools::{Policy, RunLimits, SandboxConfig};
 
@@ -20,13 +21,15 @@ fn human<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&humantime::format_duration(*d).to_string())
 }
 
-/// Which wire protocol and server a provider is.
+/// Whether a provider is a real API or the simulator playing one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ProviderKind {
-    /// The built-in simulator, speaking the Anthropic protocol.
+    /// The built-in simulator (started by the run, or an `agentbatch sim` server),
+    /// speaking the provider's protocol and playing the tasks' scripts.
     Sim,
-    Anthropic,
+    /// A real server: the vendor's API or a compatible one.
+    Api,
 }
 
 /// Per-minute rate limits (requests, input tokens, output tokens) and how much of them
@@ -52,11 +55,20 @@ impl RateLimits {
 pub struct ProviderSpec {
     pub name: String,
     pub kind: ProviderKind,
+    pub protocol: Protocol,
     /// None for the simulator the runner starts itself.
     pub base_url: Option<String>,
     /// The variable holding the key (never the key itself).
     pub api_key_env: Option<String>,
+    /// A server that takes no key (a local one): run without it when the variable is
+    /// unset.
+    pub api_key_optional: bool,
     pub anthropic_version: String,
+    /// Chat Completions: the name of the output-limit field.
+    pub max_tokens_field: String,
+    /// OpenAI protocols: sent as `parallel_tool_calls` when tools are declared.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parallel_tool_calls: Option<bool>,
     #[serde(serialize_with = "human")]
     pub timeout: Duration,
     /// Retries of 408/409/5xx/529 and connection errors per request.

@@ -30,9 +30,10 @@ pub struct Reply {
     pub rate: RateHeaders,
 }
 
-/// What a provider says about its rate-limit windows (Anthropic's
-/// `anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{remaining,reset}`;
-/// resets are RFC 3339 times).
+/// What a provider says about its rate-limit windows: Anthropic's
+/// `anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{remaining,reset}`
+/// (resets are RFC 3339 times) and OpenAI's `x-ratelimit-{remaining,reset}-{requests,tokens}`
+/// (resets are Go-style durations such as `6m0s` or `12ms`), both read into one shape.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RateHeaders {
     /// (remaining, reset) per window that the response reported.
@@ -41,20 +42,34 @@ pub struct RateHeaders {
 
 impl RateHeaders {
     fn read(h: &HeaderMap) -> RateHeaders {
+        let text = |name: &str| {
+            h.get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::trim)
+                .map(str::to_string)
+        };
         let mut windows = Vec::new();
         for w in ["requests", "tokens", "input-tokens", "output-tokens"] {
-            let get = |suffix: &str| {
-                h.get(format!("anthropic-ratelimit-{w}-{suffix}"))
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::trim)
-                    .map(str::to_string)
-            };
+            let get = |suffix: &str| text(&format!("anthropic-ratelimit-{w}-{suffix}"));
             let Some(remaining) = get("remaining").and_then(|v| v.parse::<u64>().ok()) else {
                 continue;
             };
             let reset = get("reset")
                 .and_then(|v| DateTime::parse_from_rfc3339(&v).ok())
                 .map(|t| t.with_timezone(&Utc));
+            windows.push((w.to_string(), remaining, reset));
+        }
+        for w in ["requests", "tokens"] {
+            // -1 (Azure, some proxies) and absent values mean "not reported".
+            let Some(remaining) =
+                text(&format!("x-ratelimit-remaining-{w}")).and_then(|v| v.parse::<u64>().ok())
+            else {
+                continue;
+            };
+            let reset = text(&format!("x-ratelimit-reset-{w}"))
+                .and_then(|v| parse_go_duration(&v))
+                .and_then(|d| chrono::Duration::from_std(d).ok())
+                .map(|d| Utc::now() + d);
             windows.push((w.to_string(), remaining, reset));
         }
         RateHeaders { windows }
@@ -76,6 +91,42 @@ impl RateHeaders {
             .max()
             .filter(|w| !w.is_zero())
     }
+}
+
+/// Parses a Go-style duration as OpenAI sends it in `x-ratelimit-reset-*`: `1s`, `12ms`,
+/// `6m0s`, `1h2m3.5s` (units h, m, s, ms, us, ns; decimals allowed).
+pub fn parse_go_duration(s: &str) -> Option<Duration> {
+    let s = s.trim();
+    if s.is_empty() {
+        return None;
+    }
+    let mut rest = s;
+    let mut total = 0f64;
+    while !rest.is_empty() {
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        if num_len == 0 {
+            return None;
+        }
+        let value: f64 = rest[..num_len].parse().ok()?;
+        rest = &rest[num_len..];
+        // "ms" before "m", "us"/"ns" before "s".
+        let (unit, secs) = [
+            ("ms", 1e-3),
+            ("us", 1e-6),
+            ("µs", 1e-6),
+            ("ns", 1e-9),
+            ("h", 3600.0),
+            ("m", 60.0),
+            ("s", 1.0),
+        ]
+        .into_iter()
+        .find(|(u, _)| rest.starts_with(u))?;
+        rest = &rest[unit.len()..];
+        total += value * secs;
+    }
+    (total.is_finite() && total >= 0.0).then(|| Duration::from_secs_f64(total))
 }
 
 /// Why a request failed, after any retries.
@@ -192,6 +243,8 @@ async fn once(
         return Ok((bytes.to_vec(), request_id, rate));
     }
     let (error_type, message) = error_body(&bytes);
+    // OpenAI's quota 429 (no credit, a spend limit) never recovers by waiting.
+    let out_of_quota = status == 429 && error_type == "insufficient_quota";
     Err(Failure {
         error: HttpError::Status {
             status,
@@ -199,7 +252,7 @@ async fn once(
             message,
             request_id,
         },
-        retryable: status_is_retryable(status, should_retry),
+        retryable: !out_of_quota && status_is_retryable(status, should_retry),
         server_wait,
         maybe_billed: false,
         rate,
@@ -207,14 +260,22 @@ async fn once(
 }
 
 /// Reads `{"error": {"type", "message"}}` (Anthropic and OpenAI shapes), or quotes the
-/// start of whatever else came back.
+/// start of whatever else came back. OpenAI's quota errors are named by `code` or
+/// `type`; either makes the type `insufficient_quota`.
 fn error_body(bytes: &[u8]) -> (String, String) {
     if let Ok(v) = serde_json::from_slice::<Value>(bytes) {
         let e = &v["error"];
-        let t = e["type"]
-            .as_str()
-            .or_else(|| e["code"].as_str())
-            .unwrap_or("unknown_error");
+        let quota = [&e["type"], &e["code"]]
+            .iter()
+            .any(|f| f.as_str() == Some("insufficient_quota"));
+        let t = if quota {
+            "insufficient_quota"
+        } else {
+            e["type"]
+                .as_str()
+                .or_else(|| e["code"].as_str())
+                .unwrap_or("unknown_error")
+        };
         if let Some(m) = e["message"].as_str() {
             return (t.to_string(), m.to_string());
         }
@@ -287,6 +348,27 @@ mod tests {
         let read = RateHeaders::read(&map);
         assert_eq!(read.windows.len(), 1);
         assert_eq!(read.windows[0].1, 0);
+
+        let mut map = HeaderMap::new();
+        map.insert("x-ratelimit-remaining-requests", "0".parse().unwrap());
+        map.insert("x-ratelimit-reset-requests", "6m0s".parse().unwrap());
+        map.insert("x-ratelimit-remaining-tokens", "-1".parse().unwrap());
+        let read = RateHeaders::read(&map);
+        assert_eq!(read.windows.len(), 1, "-1 means not reported");
+        assert_eq!(read.pause(Utc::now()), Some(Duration::from_secs(60)));
+    }
+
+    #[test]
+    fn go_durations() {
+        let d = |s: &str| parse_go_duration(s);
+        assert_eq!(d("1s"), Some(Duration::from_secs(1)));
+        assert_eq!(d("12ms"), Some(Duration::from_millis(12)));
+        assert_eq!(d("6m0s"), Some(Duration::from_secs(360)));
+        assert_eq!(d("1h2m3.5s"), Some(Duration::from_secs_f64(3723.5)));
+        assert_eq!(d("0.5s"), Some(Duration::from_millis(500)));
+        for bad in ["", "s", "5", "5x", "-1s", "1.2.3s"] {
+            assert_eq!(d(bad), None, "{bad}");
+        }
     }
 
     #[test]
@@ -301,5 +383,9 @@ mod tests {
             "<html>bad gateway</html>"
         );
         assert_eq!(error_body(b"").1, "(empty body)");
+        let quota = br#"{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}"#;
+        assert_eq!(error_body(quota).0, "insufficient_quota");
+        let limited = br#"{"error":{"message":"Rate limit reached","type":"requests","param":null,"code":"rate_limit_exceeded"}}"#;
+        assert_eq!(error_body(limited).0, "requests");
     }
 }

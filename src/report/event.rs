@@ -17,6 +17,8 @@ use crate::model::Usage;
 pub struct TaskResult {
     pub task_id: String,
     pub provider: String,
+    /// The provider's wire protocol.
+    pub protocol: String,
     pub model: String,
     pub team: Option<String>,
     pub outcome: Outcome,
@@ -26,6 +28,8 @@ pub struct TaskResult {
     pub tool_calls: u32,
     pub tool_errors: u32,
     pub usage: Usage,
+    /// Turns whose answer carried no usage, counted at an upper bound instead.
+    pub usage_estimated_turns: u32,
     /// None when the model has no price.
     pub cost_usd: Option<Decimal>,
     pub wall_ms: u64,

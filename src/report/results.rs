@@ -9,7 +9,7 @@ use super::TaskResult;
 
 /// The columns of results.csv, in order. Scripts read them by name; new columns are
 /// only ever added at the end.
-pub const COLUMNS: [&str; 30] = [
+pub const COLUMNS: [&str; 33] = [
     "run_id",
     "task_id",
     "provider",
@@ -40,6 +40,9 @@ pub const COLUMNS: [&str; 30] = [
     "sandbox",
     "patch",
     "workspace",
+    "protocol",
+    "reasoning_tokens",
+    "usage_estimated_turns",
 ];
 
 /// The open results file.
@@ -106,6 +109,9 @@ impl ResultsCsv {
             &r.sandbox,
             patch,
             r.workspace.as_deref().unwrap_or(""),
+            &r.protocol,
+            &u.reasoning_tokens.to_string(),
+            &r.usage_estimated_turns.to_string(),
         ])?;
         self.sync()
     }

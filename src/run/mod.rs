@@ -406,6 +406,7 @@ fn unrun(spec: &TaskSpec, detail: &str) -> TaskResult {
     TaskResult {
         task_id: spec.id.clone(),
         provider: spec.provider.name.clone(),
+        protocol: spec.provider.protocol.to_string(),
         model: spec.model.clone(),
         team: spec.team_name().map(str::to_string),
         outcome: StopReason::Cancelled.unchecked_outcome(),
@@ -415,6 +416,7 @@ fn unrun(spec: &TaskSpec, detail: &str) -> TaskResult {
         tool_calls: 0,
         tool_errors: 0,
         usage: Usage::default(),
+        usage_estimated_turns: 0,
         cost_usd: None,
         wall_ms: 0,
         model_ms: 0,

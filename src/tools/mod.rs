@@ -276,6 +276,14 @@ impl Toolset {
                 "not declared for this task".into(),
             );
         };
+        if let Some(why) = &call.input_error {
+            return done(
+                format!("Error: {why}. Call the tool again with arguments that are a JSON object matching its input schema."),
+                true,
+                "invalid",
+                "arguments not readable".into(),
+            );
+        }
         let rule = match self.policy.decide(&call.name, &policy_view(call, ctx)) {
             Verdict::Deny(why) => {
                 let mut d = done(
@@ -345,6 +353,7 @@ mod tests {
             id: "toolu_1".into(),
             name: name.into(),
             input,
+            input_error: None,
         }
     }
 
@@ -389,6 +398,16 @@ mod tests {
             .await;
         assert!(failed.result.is_error);
         assert_eq!(failed.decision, "allow");
+
+        let mut broken = call("get_time", json!("{\"timezone\": "));
+        broken.input_error = Some("the arguments are not valid JSON (EOF)".into());
+        let broken = set.dispatch(&broken, &ToolContext::default()).await;
+        assert!(broken.result.is_error && !broken.denied);
+        assert_eq!(
+            (broken.decision, broken.result.id.as_str()),
+            ("invalid", "toolu_1")
+        );
+        assert!(broken.result.content.contains("not valid JSON"));
     }
 
     #[tokio::test]

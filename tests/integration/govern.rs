@@ -45,7 +45,7 @@ fn billed(ran: &Ran, model: &str) -> Decimal {
                 output_tokens: u["output_tokens"].as_u64().unwrap(),
                 cache_read_tokens: u["cache_read_input_tokens"].as_u64().unwrap(),
                 cache_write_tokens: u["cache_creation_input_tokens"].as_u64().unwrap(),
-                cache_write_1h_tokens: 0,
+                ..Default::default()
             })
         })
         .sum()

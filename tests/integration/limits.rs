@@ -28,7 +28,7 @@ fn sim_usage(ran: &crate::common::Ran, task: &str) -> Vec<Usage> {
                 output_tokens: u["output_tokens"].as_u64().unwrap(),
                 cache_read_tokens: u["cache_read_input_tokens"].as_u64().unwrap(),
                 cache_write_tokens: u["cache_creation_input_tokens"].as_u64().unwrap(),
-                cache_write_1h_tokens: 0,
+                ..Default::default()
             }
         })
         .collect()

@@ -1,0 +1,388 @@
+//! What every wire protocol shares: the native history, one send with its transcript
+//! events, turning an answer into a `Turn`, and the upper bound on the next prompt's
+//! size that the budgets rely on. The protocol modules supply bodies and parsers.
+
+use std::time::Duration;
+
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
+use reqwest::{Client, Url};
+use serde_json::{json, Map, Value};
+
+use super::http::post_once;
+use super::{
+    anthropic, chat, responses, ModelError, Parsed, Protocol, SendError, ToolResult, Turn, Usage,
+    WireError,
+};
+use crate::report::TaskLog;
+
+/// Tokens the API adds to a request for its tool-use instructions and message framing;
+/// added to the first request's estimate so that it stays an upper bound.
+const FIRST_REQUEST_OVERHEAD: u64 = 1024;
+/// Framing tokens allowed per later request on top of the bytes appended.
+const TURN_OVERHEAD: u64 = 64;
+
+/// Where and how to reach a provider's endpoint.
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    pub protocol: Protocol,
+    /// The full URL of the endpoint (messages, responses or chat/completions).
+    pub url: Url,
+    /// Sent as `x-api-key` (Anthropic) or a bearer token (OpenAI); marked sensitive so it
+    /// never shows in debug output. None for servers that take no key.
+    pub api_key: Option<String>,
+    /// The `anthropic-version` header (Anthropic only).
+    pub anthropic_version: String,
+    /// Chat Completions: the field that carries the output limit (`max_tokens` for most
+    /// compatible servers, `max_completion_tokens` for OpenAI's reasoning models).
+    pub max_tokens_field: String,
+    /// Per attempt, body included.
+    pub timeout: Duration,
+}
+
+impl Endpoint {
+    fn headers(&self) -> Result<HeaderMap, String> {
+        let mut h = HeaderMap::new();
+        h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        let secret = |v: String| {
+            HeaderValue::from_str(&v)
+                .map(|mut v| {
+                    v.set_sensitive(true);
+                    v
+                })
+                .map_err(|_| "the API key contains characters not allowed in a header".to_string())
+        };
+        match self.protocol {
+            Protocol::Anthropic => {
+                let version = HeaderValue::from_str(&self.anthropic_version).map_err(|_| {
+                    format!("invalid anthropic_version \"{}\"", self.anthropic_version)
+                })?;
+                h.insert(HeaderName::from_static("anthropic-version"), version);
+                if let Some(key) = &self.api_key {
+                    h.insert(HeaderName::from_static("x-api-key"), secret(key.clone())?);
+                }
+            }
+            Protocol::OpenaiResponses | Protocol::OpenaiChat => {
+                if let Some(key) = &self.api_key {
+                    h.insert(AUTHORIZATION, secret(format!("Bearer {key}"))?);
+                }
+            }
+        }
+        Ok(h)
+    }
+}
+
+/// Request fields besides the conversation, fixed for the whole task.
+#[derive(Debug, Clone, Default)]
+pub struct Params {
+    pub model: String,
+    pub system: Option<String>,
+    /// Tool declarations in neutral form: `{name, description, input_schema}`.
+    pub tools: Vec<Value>,
+    /// Optional fields sent only when a job sets them, under their wire names
+    /// (temperature, top_p, thinking, reasoning, parallel_tool_calls, ...).
+    pub extra: Map<String, Value>,
+}
+
+/// One task's conversation with a provider, in that provider's wire protocol.
+pub struct Conversation {
+    client: Client,
+    endpoint: Endpoint,
+    headers: HeaderMap,
+    params: Params,
+    /// The tool declarations in the protocol's shape.
+    tools: Vec<Value>,
+    /// The native history: messages (Anthropic, Chat) or input items (Responses).
+    history: Vec<Value>,
+    /// History entries already written to the transcript in an earlier event.
+    logged: usize,
+    /// Prompt tokens of the last answered request, the base of the next estimate.
+    last_prompt_tokens: Option<u64>,
+    /// Bytes of history appended since the last answered request.
+    bytes_since: u64,
+}
+
+/// The request body of `protocol` for a history.
+fn body(
+    protocol: Protocol,
+    max_tokens_field: &str,
+    params: &Params,
+    tools: &[Value],
+    history: &[Value],
+    max_tokens: u32,
+) -> Vec<u8> {
+    match protocol {
+        Protocol::Anthropic => anthropic::body(params, tools, history, max_tokens),
+        Protocol::OpenaiResponses => responses::body(params, tools, history, max_tokens),
+        Protocol::OpenaiChat => chat::body(params, tools, history, max_tokens_field, max_tokens),
+    }
+}
+
+fn declarations(protocol: Protocol, neutral: &[Value]) -> Vec<Value> {
+    match protocol {
+        Protocol::Anthropic => neutral.to_vec(),
+        Protocol::OpenaiResponses => responses::declarations(neutral),
+        Protocol::OpenaiChat => chat::declarations(neutral),
+    }
+}
+
+fn first_message(protocol: Protocol, prompt: &str) -> Value {
+    match protocol {
+        Protocol::Anthropic | Protocol::OpenaiChat => json!({"role": "user", "content": prompt}),
+        Protocol::OpenaiResponses => {
+            json!({"type": "message", "role": "user", "content": prompt})
+        }
+    }
+}
+
+fn len_of(v: &impl serde::Serialize) -> u64 {
+    serde_json::to_vec(v).map_or(0, |b| b.len() as u64)
+}
+
+impl Conversation {
+    pub fn new(
+        client: Client,
+        endpoint: Endpoint,
+        params: Params,
+        prompt: &str,
+    ) -> Result<Self, String> {
+        let headers = endpoint.headers()?;
+        let tools = declarations(endpoint.protocol, &params.tools);
+        Ok(Conversation {
+            history: vec![first_message(endpoint.protocol, prompt)],
+            client,
+            headers,
+            params,
+            tools,
+            endpoint,
+            logged: 0,
+            last_prompt_tokens: None,
+            bytes_since: 0,
+        })
+    }
+
+    /// The history as it will be sent.
+    pub fn history(&self) -> &[Value] {
+        &self.history
+    }
+
+    fn body(&self, max_tokens: u32) -> Vec<u8> {
+        body(
+            self.endpoint.protocol,
+            &self.endpoint.max_tokens_field,
+            &self.params,
+            &self.tools,
+            &self.history,
+            max_tokens,
+        )
+    }
+
+    /// The upper bound on a first request's prompt tokens, without a conversation (to
+    /// decide whether a task can start at all).
+    pub fn first_prompt_bound(
+        protocol: Protocol,
+        max_tokens_field: &str,
+        params: &Params,
+        prompt: &str,
+    ) -> u64 {
+        let tools = declarations(protocol, &params.tools);
+        let history = [first_message(protocol, prompt)];
+        let bytes = body(
+            protocol,
+            max_tokens_field,
+            params,
+            &tools,
+            &history,
+            u32::MAX,
+        )
+        .len() as u64;
+        bytes.saturating_add(FIRST_REQUEST_OVERHEAD)
+    }
+
+    /// An upper bound on the prompt tokens of the next request: the previous request's
+    /// real count plus one token per byte appended since (no token is shorter than a
+    /// byte), or for the first request its whole size in bytes.
+    pub fn estimate_prompt_tokens(&self) -> u64 {
+        match self.last_prompt_tokens {
+            Some(p) => p
+                .saturating_add(self.bytes_since)
+                .saturating_add(TURN_OVERHEAD),
+            None => (self.body(u32::MAX).len() as u64).saturating_add(FIRST_REQUEST_OVERHEAD),
+        }
+    }
+
+    /// Sends the conversation once and, on success, appends the answer to it. The
+    /// request and the response go to the transcript.
+    pub async fn send(
+        &mut self,
+        max_tokens: u32,
+        log: &TaskLog,
+        turn: u32,
+        attempt: u32,
+    ) -> Result<Turn, SendError> {
+        let body = self.body(max_tokens);
+        let sent_bytes = body.len() as u64;
+        let mut ev = json!({
+            "turn": turn,
+            "attempt": attempt,
+            "max_tokens": max_tokens,
+            "bytes": body.len(),
+            "message_count": self.history.len(),
+            "new_messages": &self.history[self.logged..],
+        });
+        if self.logged == 0 {
+            let mut params = json!({
+                "url": self.endpoint.url.as_str(),
+                "protocol": self.endpoint.protocol,
+                "model": self.params.model,
+                "system": self.params.system,
+                "tools": self.tools,
+                "extra": self.params.extra,
+            });
+            if self.endpoint.protocol == Protocol::Anthropic {
+                params["anthropic_version"] = json!(self.endpoint.anthropic_version);
+            }
+            ev["params"] = params;
+        }
+        log.emit("request", ev);
+        self.logged = self.history.len();
+        let reply = post_once(
+            &self.client,
+            &self.endpoint.url,
+            &self.headers,
+            body,
+            self.endpoint.timeout,
+        )
+        .await
+        .map_err(SendError::from)?;
+        let failed = |error: ModelError, retryable: bool| SendError {
+            error,
+            retryable,
+            server_wait: None,
+            // An answer came back, so the request reached the model.
+            maybe_billed: true,
+            rate_limited: false,
+            rate: reply.rate.clone(),
+        };
+        let malformed = |detail: String| {
+            failed(
+                ModelError::Malformed {
+                    detail,
+                    request_id: reply.request_id.clone(),
+                },
+                false,
+            )
+        };
+        let raw: Value = match serde_json::from_slice(&reply.body) {
+            Ok(v) => v,
+            Err(e) => {
+                let text = String::from_utf8_lossy(&reply.body);
+                log.emit(
+                    "response",
+                    json!({"turn": turn, "request_id": reply.request_id, "ms": reply.ms, "raw_body": text.chars().take(4000).collect::<String>()}),
+                );
+                return Err(malformed(format!(
+                    "the body is not JSON ({e}), {} bytes",
+                    reply.body.len()
+                )));
+            }
+        };
+        log.emit(
+            "response",
+            json!({"turn": turn, "request_id": reply.request_id, "ms": reply.ms, "body": raw}),
+        );
+        let parsed = match self.endpoint.protocol {
+            Protocol::Anthropic => anthropic::parse(&raw),
+            Protocol::OpenaiResponses => responses::parse(&raw),
+            Protocol::OpenaiChat => chat::parse(&raw, turn),
+        };
+        let Parsed {
+            items,
+            calls,
+            text,
+            stop,
+            usage,
+        } = parsed.map_err(|e| match e {
+            WireError::Malformed(d) => malformed(d),
+            WireError::Failed {
+                code,
+                message,
+                retryable,
+            } => failed(
+                ModelError::Failed {
+                    code,
+                    message,
+                    request_id: reply.request_id.clone(),
+                },
+                retryable,
+            ),
+        })?;
+        let answer_bytes = len_of(&items);
+        let usage_estimated = usage.is_none();
+        // Without usage, count a token per byte: never fewer than the real figures.
+        let usage = usage.unwrap_or(Usage {
+            input_tokens: sent_bytes,
+            output_tokens: answer_bytes.min(u64::from(max_tokens)),
+            ..Usage::default()
+        });
+        // A replayed turn can count for more tokens than its bytes (hidden reasoning is
+        // billed in full); its output count bounds that.
+        self.bytes_since = answer_bytes.max(usage.output_tokens);
+        self.last_prompt_tokens = Some(usage.prompt_tokens());
+        self.history.extend(items);
+        // The answer is in the response event; the next request event lists only what
+        // comes after it.
+        self.logged = self.history.len();
+        Ok(Turn {
+            calls,
+            text,
+            stop,
+            usage,
+            rate: reply.rate,
+            usage_estimated,
+        })
+    }
+
+    /// Adds a note from the harness after the last user input (after any tool results,
+    /// where text is allowed). Returns false when the history ends with the model's own
+    /// turn (a paused turn is sent back as it is).
+    pub fn append_user_text(&mut self, text: &str) -> bool {
+        let added = match self.endpoint.protocol {
+            Protocol::Anthropic => anthropic::append_user_text(&mut self.history, text),
+            Protocol::OpenaiResponses => responses::append_user_text(&mut self.history, text),
+            Protocol::OpenaiChat => chat::append_user_text(&mut self.history, text),
+        };
+        match added {
+            Some(bytes) => {
+                self.bytes_since = self.bytes_since.saturating_add(bytes);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// From now on the model may not call tools; the tools stay declared, since the
+    /// history refers to them.
+    pub fn tools_off(&mut self) {
+        if self.tools.is_empty() {
+            return;
+        }
+        let none = match self.endpoint.protocol {
+            Protocol::Anthropic => json!({"type": "none"}),
+            Protocol::OpenaiResponses | Protocol::OpenaiChat => json!("none"),
+        };
+        self.params.extra.insert("tool_choice".into(), none);
+    }
+
+    /// Answers every tool call of the last turn, in call order, the way the protocol
+    /// wants it (one user message of tool_result blocks, function_call_output items, or
+    /// tool messages).
+    pub fn push_results(&mut self, results: &[ToolResult]) {
+        let items = match self.endpoint.protocol {
+            Protocol::Anthropic => anthropic::results(results),
+            Protocol::OpenaiResponses => responses::results(results),
+            Protocol::OpenaiChat => chat::results(results),
+        };
+        self.bytes_since = self.bytes_since.saturating_add(len_of(&items));
+        self.history.extend(items);
+    }
+}
