@@ -1,7 +1,8 @@
 //! The simulator's own rate limits: requests, input tokens and output tokens per minute
 //! (GCRA via governor, burst of `burst` worth of the rate). A request over a limit gets
-//! 429 `rate_limit_error` with `retry-after` (whole seconds, as Anthropic sends it) and
-//! every answer carries `anthropic-ratelimit-*-{limit,remaining,reset}` headers, so
+//! 429 with `retry-after`, and every answer carries the protocol's rate-limit headers
+//! (`anthropic-ratelimit-*-{limit,remaining,reset}` with RFC 3339 resets, or OpenAI's
+//! `x-ratelimit-{limit,remaining,reset}-{requests,tokens}` with duration resets), so
 //! client pacing is tested against a server that punishes mistakes.
 
 use std::num::NonZeroU32;
@@ -14,6 +15,7 @@ use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
 
 use crate::job::RateLimits;
+use crate::model::Protocol;
 
 type Limiter = RateLimiter<NotKeyed, InMemoryState, DefaultClock, StateInformationMiddleware>;
 
@@ -71,6 +73,7 @@ impl ServerLimits {
     /// the burst takes the whole burst). Ok(headers), or Err((wait, headers)) for a 429.
     pub fn charge(
         &self,
+        protocol: Protocol,
         input_tokens: u64,
         max_tokens: u64,
     ) -> Result<Headers, (Duration, Headers)> {
@@ -88,11 +91,11 @@ impl ServerLimits {
                 Ok(Ok(snapshot)) => {
                     let remaining = snapshot.remaining_burst_capacity();
                     let refill = w.interval * (w.burst - remaining.min(w.burst));
-                    headers.extend(window_headers(w, remaining, refill));
+                    headers.extend(window_headers(protocol, w, remaining, refill));
                 }
                 Ok(Err(not_until)) => {
                     let wait = not_until.wait_time_from(self.clock.now());
-                    headers.extend(window_headers(w, 0, wait));
+                    headers.extend(window_headers(protocol, w, 0, wait));
                     return Err((wait, headers));
                 }
                 // `n` is clamped to the burst, so this cannot happen; refuse for a second.
@@ -103,17 +106,54 @@ impl ServerLimits {
     }
 }
 
-fn window_headers(w: &Window, remaining: u32, until_full: Duration) -> Headers {
+fn window_headers(protocol: Protocol, w: &Window, remaining: u32, until_full: Duration) -> Headers {
+    let limit = w.per_minute.to_string();
+    match protocol {
+        Protocol::Anthropic => {
+            let p = format!("anthropic-ratelimit-{}", w.name);
+            vec![
+                (format!("{p}-limit"), limit),
+                (format!("{p}-remaining"), remaining.to_string()),
+                (format!("{p}-reset"), reset_time(until_full)),
+            ]
+        }
+        // OpenAI has one tokens window; the simulator reports its input window there.
+        _ => {
+            let name = match w.name {
+                "requests" => "requests",
+                "input-tokens" => "tokens",
+                _ => return Vec::new(),
+            };
+            vec![
+                (format!("x-ratelimit-limit-{name}"), limit),
+                (
+                    format!("x-ratelimit-remaining-{name}"),
+                    remaining.to_string(),
+                ),
+                (format!("x-ratelimit-reset-{name}"), go_duration(until_full)),
+            ]
+        }
+    }
+}
+
+/// An Anthropic reset: the RFC 3339 time the window is full again.
+pub fn reset_time(until_full: Duration) -> String {
     let reset = Utc::now() + chrono::Duration::from_std(until_full).unwrap_or_default();
-    let p = format!("anthropic-ratelimit-{}", w.name);
-    vec![
-        (format!("{p}-limit"), w.per_minute.to_string()),
-        (format!("{p}-remaining"), remaining.to_string()),
-        (
-            format!("{p}-reset"),
-            reset.to_rfc3339_opts(SecondsFormat::Millis, true),
-        ),
-    ]
+    reset.to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+/// An OpenAI reset: a Go-style duration such as `120ms`, `1.5s` or `6m0s`.
+pub fn go_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1000 {
+        return format!("{ms}ms");
+    }
+    let secs = d.as_secs_f64();
+    if secs < 60.0 {
+        return format!("{}s", (secs * 1000.0).round() / 1000.0);
+    }
+    let whole = d.as_secs();
+    format!("{}m{}s", whole / 60, whole % 60)
 }
 
 #[cfg(test)]
@@ -129,15 +169,34 @@ mod tests {
             burst: Duration::from_secs(1),
         });
         // 120 rpm, burst of 2
-        assert!(l.charge(10, 10).is_ok());
-        let h = l.charge(10, 10).unwrap();
+        assert!(l.charge(Protocol::Anthropic, 10, 10).is_ok());
+        let h = l.charge(Protocol::Anthropic, 10, 10).unwrap();
         assert!(h
             .iter()
             .any(|(k, v)| k == "anthropic-ratelimit-requests-remaining" && v == "0"));
-        let (wait, _) = l.charge(10, 10).unwrap_err();
+        let (wait, h) = l.charge(Protocol::OpenaiChat, 10, 10).unwrap_err();
         assert!(
             wait > Duration::ZERO && wait <= Duration::from_millis(500),
             "{wait:?}"
         );
+        let reset = h
+            .iter()
+            .find(|(k, _)| k == "x-ratelimit-reset-requests")
+            .map(|(_, v)| v.clone())
+            .unwrap();
+        assert!(crate::model::parse_go_duration(&reset).is_some(), "{reset}");
+    }
+
+    #[test]
+    fn go_durations_round_trip() {
+        for ms in [0u64, 12, 999, 1000, 1500, 59_999, 60_000, 360_000] {
+            let d = Duration::from_millis(ms);
+            let back = crate::model::parse_go_duration(&go_duration(d)).unwrap();
+            assert!(
+                back.abs_diff(d) <= Duration::from_millis(1),
+                "{ms}: {}",
+                go_duration(d)
+            );
+        }
     }
 }

@@ -1,19 +1,23 @@
 //! The built-in simulated provider: a real HTTP server on 127.0.0.1 speaking the
-//! Anthropic Messages protocol, playing one script per task, injecting latency and
-//! faults, and checking what the client sends the way the real API does. Every test and
-//! the offline demo go through it, so they exercise reqwest, the adapter and the retry
-//! code for real.
+//! Anthropic Messages, OpenAI Responses and OpenAI Chat Completions protocols (chosen by
+//! the request path), playing one script per task, injecting latency and faults, and
+//! checking what the client sends the way the real APIs do. Every test and the offline
+//! demo go through it, so they exercise reqwest, the adapters and the retry code for
+//! real.
 //!
-//! Routes: `POST /t/{key}/v1/messages` plays the script registered under `key` (the
-//! runner registers each task under its id); `POST /r/{run}/t/{key}/v1/messages` does
-//! the same with conversation state (faults played, answers sent) kept apart per run,
-//! which is what the runner uses, so a standalone simulator serves many runs alike;
-//! `POST /v1/messages` plays the script registered under the empty key;
-//! `GET /_sim/requests` returns the request log.
+//! Routes, for each endpoint E of `v1/messages`, `v1/responses` and
+//! `v1/chat/completions`: `POST /t/{key}/E` plays the script registered under `key`
+//! (the runner registers each task under its id); `POST /r/{run}/t/{key}/E` does the
+//! same with conversation state (faults played, answers sent) kept apart per run, which
+//! is what the runner uses, so a standalone simulator serves many runs alike; `POST /E`
+//! plays the script registered under the empty key; `GET /_sim/requests` returns the
+//! request log.
 
+mod chat;
 mod check;
 mod limits;
 mod respond;
+mod responses;
 pub mod script;
 
 use std::collections::{BTreeMap, HashMap};
@@ -32,8 +36,8 @@ use serde::Serialize;
 use serde_json::Value;
 use tokio::task::JoinHandle;
 
-use check::{check_request, History};
-use respond::{default_error_type, error_body, render};
+use crate::model::Protocol;
+use check::History;
 use script::{Fault, Script};
 
 /// What the simulator answered at one step of a conversation, for checking replays.
@@ -51,6 +55,8 @@ pub struct RecordedRequest {
     /// The run id from the path (empty for the routes without one).
     pub run: String,
     pub key: String,
+    /// The protocol the request's path chose.
+    pub protocol: Protocol,
     /// The script turn the request asked for (assistant messages in its history).
     pub step: Option<usize>,
     /// Header values; credentials are replaced by `<redacted>`.
@@ -119,10 +125,30 @@ impl Sim {
             log: Mutex::default(),
             request_ids: AtomicU64::default(),
         });
-        let app = Router::new()
-            .route("/v1/messages", post(default_messages))
-            .route("/t/{key}/v1/messages", post(keyed_messages))
-            .route("/r/{run}/t/{key}/v1/messages", post(run_messages))
+        let mut app = Router::new();
+        for protocol in Protocol::ALL {
+            let path = endpoint_path(protocol);
+            app = app
+                .route(
+                    &format!("/{path}"),
+                    post(move |State(s), headers, body| {
+                        messages(s, protocol, String::new(), String::new(), headers, body)
+                    }),
+                )
+                .route(
+                    &format!("/t/{{key}}/{path}"),
+                    post(move |State(s), Path(key), headers, body| {
+                        messages(s, protocol, String::new(), key, headers, body)
+                    }),
+                )
+                .route(
+                    &format!("/r/{{run}}/t/{{key}}/{path}"),
+                    post(move |State(s), Path((run, key)), headers, body| {
+                        messages(s, protocol, run, key, headers, body)
+                    }),
+                );
+        }
+        let app = app
             .route("/_sim/requests", get(requests))
             .fallback(not_found)
             .with_state(state.clone());
@@ -182,30 +208,13 @@ impl Sim {
     }
 }
 
-async fn default_messages(
-    State(state): State<Arc<SimState>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    messages(state, String::new(), String::new(), headers, body).await
-}
-
-async fn keyed_messages(
-    State(state): State<Arc<SimState>>,
-    Path(key): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    messages(state, String::new(), key, headers, body).await
-}
-
-async fn run_messages(
-    State(state): State<Arc<SimState>>,
-    Path((run, key)): Path<(String, String)>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    messages(state, run, key, headers, body).await
+/// The path of a protocol's endpoint under an API root.
+fn endpoint_path(protocol: Protocol) -> &'static str {
+    match protocol {
+        Protocol::Anthropic => "v1/messages",
+        Protocol::OpenaiResponses => "v1/responses",
+        Protocol::OpenaiChat => "v1/chat/completions",
+    }
 }
 
 async fn requests(State(state): State<Arc<SimState>>) -> Json<Vec<RecordedRequest>> {
@@ -213,26 +222,62 @@ async fn requests(State(state): State<Arc<SimState>>) -> Json<Vec<RecordedReques
 }
 
 async fn not_found() -> Response {
-    error_response(
+    let refusal = Refusal::new(
         StatusCode::NOT_FOUND,
         "not_found_error",
-        "Not found: the simulator serves POST /v1/messages, /t/{key}/v1/messages and /r/{run}/t/{key}/v1/messages",
-        "req_sim_404",
-        &[],
-    )
+        "Not found: the simulator serves POST [/r/{run}][/t/{key}]/v1/messages, .../v1/responses and .../v1/chat/completions",
+    );
+    error_response(Protocol::Anthropic, &refusal, "req_sim_404", &[])
+}
+
+/// An error answer: its status, its type (Anthropic's vocabulary, translated for
+/// OpenAI), an OpenAI `code`, and the message.
+struct Refusal {
+    status: StatusCode,
+    error_type: String,
+    code: Option<String>,
+    message: String,
+}
+
+impl Refusal {
+    fn new(status: StatusCode, error_type: &str, message: impl Into<String>) -> Refusal {
+        Refusal {
+            status,
+            error_type: error_type.to_string(),
+            code: None,
+            message: message.into(),
+        }
+    }
+
+    fn bad_request(message: impl Into<String>) -> Refusal {
+        Refusal::new(StatusCode::BAD_REQUEST, "invalid_request_error", message)
+    }
 }
 
 fn error_response(
-    status: StatusCode,
-    error_type: &str,
-    message: &str,
+    protocol: Protocol,
+    r: &Refusal,
     request_id: &str,
     extra: &[(String, String)],
 ) -> Response {
-    let mut resp = (status, Json(error_body(error_type, message, request_id))).into_response();
+    let body = match protocol {
+        Protocol::Anthropic => respond::error_body(&r.error_type, &r.message, request_id),
+        _ => respond::openai_error_body(
+            r.status.as_u16(),
+            &r.error_type,
+            r.code.as_deref(),
+            &r.message,
+        ),
+    };
+    let mut resp = (r.status, Json(body)).into_response();
     let h = resp.headers_mut();
     if let Ok(v) = HeaderValue::from_str(request_id) {
-        h.insert("request-id", v);
+        let name = if protocol == Protocol::Anthropic {
+            "request-id"
+        } else {
+            "x-request-id"
+        };
+        h.insert(name, v);
     }
     add_headers(h, extra);
     resp
@@ -266,6 +311,7 @@ fn recorded_headers(headers: &HeaderMap) -> BTreeMap<String, String> {
 
 async fn messages(
     state: Arc<SimState>,
+    protocol: Protocol,
     run: String,
     key: String,
     headers: HeaderMap,
@@ -280,6 +326,7 @@ async fn messages(
         at_ms: state.started.elapsed().as_millis() as u64,
         run: run.clone(),
         key: key.clone(),
+        protocol,
         step: None,
         headers: recorded_headers(&headers),
         body: match &parsed {
@@ -293,20 +340,70 @@ async fn messages(
     let outcome = answer(&state, &headers, parsed, body.len(), &request_id, &mut rec).await;
     let resp = match outcome {
         Ok(resp) => resp,
-        Err((status, error_type, message)) => {
-            rec.status = status.as_u16();
-            rec.error = Some(message.clone());
-            error_response(status, error_type, &message, &request_id, &[])
+        Err(refusal) => {
+            rec.status = refusal.status.as_u16();
+            rec.error = Some(refusal.message.clone());
+            error_response(protocol, &refusal, &request_id, &[])
         }
     };
     lock(&state.log).push(rec);
     resp
 }
 
-type Refusal = (StatusCode, &'static str, String);
+/// The client's credentials and headers, as each protocol requires them.
+fn check_headers(protocol: Protocol, headers: &HeaderMap) -> Result<String, Refusal> {
+    let header = |n: &str| headers.get(n).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let version = match protocol {
+        Protocol::Anthropic => {
+            if header("x-api-key").is_empty() && header("authorization").is_empty() {
+                return Err(Refusal::new(
+                    StatusCode::UNAUTHORIZED,
+                    "authentication_error",
+                    "x-api-key header is required",
+                ));
+            }
+            let version = header("anthropic-version").to_string();
+            if version.is_empty() {
+                return Err(Refusal::bad_request(
+                    "anthropic-version: header is required",
+                ));
+            }
+            version
+        }
+        Protocol::OpenaiResponses | Protocol::OpenaiChat => {
+            if !header("authorization").starts_with("Bearer ") {
+                let mut r = Refusal::new(
+                    StatusCode::UNAUTHORIZED,
+                    "authentication_error",
+                    "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
+                );
+                r.code = Some("invalid_api_key".into());
+                return Err(r);
+            }
+            String::new()
+        }
+    };
+    if !header("content-type").starts_with("application/json") {
+        return Err(Refusal::bad_request(
+            "content-type must be application/json",
+        ));
+    }
+    Ok(version)
+}
 
-/// Checks and answers one request; `rec` names the run and script key and receives
-/// what happened.
+/// The output limit a request asks for, under each protocol's field name.
+fn requested_max_tokens(protocol: Protocol, request: &Value) -> u64 {
+    let field = |f: &str| request.get(f).and_then(Value::as_u64);
+    match protocol {
+        Protocol::Anthropic => field("max_tokens"),
+        Protocol::OpenaiResponses => field("max_output_tokens"),
+        Protocol::OpenaiChat => field("max_completion_tokens").or_else(|| field("max_tokens")),
+    }
+    .unwrap_or(0)
+}
+
+/// Checks and answers one request; `rec` names the run, script key and protocol and
+/// receives what happened.
 async fn answer(
     state: &SimState,
     headers: &HeaderMap,
@@ -315,95 +412,69 @@ async fn answer(
     request_id: &str,
     rec: &mut RecordedRequest,
 ) -> Result<Response, Refusal> {
+    let protocol = rec.protocol;
     let key = rec.key.clone();
     let key = key.as_str();
     // Conversation state is kept per run and script key.
     let conv = format!("{}/{}", rec.run, rec.key);
     let conv = conv.as_str();
-    let header = |n: &str| headers.get(n).and_then(|v| v.to_str().ok()).unwrap_or("");
-    if header("x-api-key").is_empty() && header("authorization").is_empty() {
-        return Err((
-            StatusCode::UNAUTHORIZED,
-            "authentication_error",
-            "x-api-key header is required".into(),
-        ));
-    }
-    let version = header("anthropic-version").to_string();
-    if version.is_empty() {
-        return Err((
-            StatusCode::BAD_REQUEST,
-            "invalid_request_error",
-            "anthropic-version: header is required".into(),
-        ));
-    }
-    if !header("content-type").starts_with("application/json") {
-        return Err((
-            StatusCode::BAD_REQUEST,
-            "invalid_request_error",
-            "content-type must be application/json".into(),
-        ));
-    }
-    let request = parsed.map_err(|e| {
-        (
-            StatusCode::BAD_REQUEST,
-            "invalid_request_error",
-            format!("The request body is not valid JSON: {e}"),
-        )
-    })?;
+    let version = check_headers(protocol, headers)?;
+    let request = parsed
+        .map_err(|e| Refusal::bad_request(format!("The request body is not valid JSON: {e}")))?;
     let script = lock(&state.scripts).get(key).cloned().ok_or_else(|| {
-        (
+        Refusal::new(
             StatusCode::NOT_FOUND,
             "not_found_error",
             if key.is_empty() {
-                "no simulator script is registered for POST /v1/messages (start `agentbatch sim` with --script or --job)".to_string()
+                format!("no simulator script is registered for POST /{} (start `agentbatch sim` with --script or --job)", endpoint_path(protocol))
             } else {
                 format!("no simulator script is registered for task \"{key}\"")
             },
         )
     })?;
-    check_request(&request, &version, &ConversationHistory { state, conv })
-        .map_err(|m| (StatusCode::BAD_REQUEST, "invalid_request_error", m))?;
+    let history = ConversationHistory { state, conv };
+    match protocol {
+        Protocol::Anthropic => check::check_request(&request, &version, &history),
+        Protocol::OpenaiResponses => responses::check_request(&request, &history),
+        Protocol::OpenaiChat => chat::check_request(&request, &history),
+    }
+    .map_err(Refusal::bad_request)?;
     let limits = lock(&state.limits).clone();
     let rate_headers = match limits {
         None => Vec::new(),
         Some(l) => {
-            let max_tokens = request["max_tokens"].as_u64().unwrap_or(0);
-            match l.charge((body_len as u64).div_ceil(4), max_tokens) {
+            let max_tokens = requested_max_tokens(protocol, &request);
+            match l.charge(protocol, (body_len as u64).div_ceil(4), max_tokens) {
                 Ok(h) => h,
                 Err((wait, mut h)) => {
-                    // Anthropic sends whole seconds.
-                    h.push((
-                        "retry-after".into(),
-                        wait.as_secs_f64().ceil().max(1.0).to_string(),
-                    ));
+                    h.extend(retry_after(protocol, wait));
                     rec.status = 429;
                     rec.error = Some(format!("rate limited: retry in {} ms", wait.as_millis()));
-                    let msg = "This request would exceed the simulator's rate limit. Please wait and retry.";
-                    return Ok(error_response(
+                    let mut r = Refusal::new(
                         StatusCode::TOO_MANY_REQUESTS,
                         "rate_limit_error",
-                        msg,
-                        request_id,
-                        &h,
-                    ));
+                        "This request would exceed the simulator's rate limit. Please wait and retry.",
+                    );
+                    r.code = Some("rate_limit_exceeded".into());
+                    return Ok(error_response(protocol, &r, request_id, &h));
                 }
             }
         }
     };
-    let step = request["messages"]
-        .as_array()
-        .map_or(0, |m| m.iter().filter(|m| m["role"] == "assistant").count());
+    let step = match protocol {
+        Protocol::Anthropic => request["messages"]
+            .as_array()
+            .map_or(0, |m| m.iter().filter(|m| m["role"] == "assistant").count()),
+        Protocol::OpenaiResponses => responses::step(&request),
+        Protocol::OpenaiChat => chat::step(&request),
+    };
     rec.step = Some(step);
     let turn = script.turn(step).ok_or_else(|| {
-        (
-            StatusCode::BAD_REQUEST,
-            "invalid_request_error",
-            format!(
-                "simulator script for \"{key}\" has {} turn(s) and no repeat_last; this request asks for turn {}",
-                script.turns.len(),
-                step + 1
-            ),
-        )
+        Refusal::bad_request(format!(
+            "simulator script for \"{key}\" has {} turn(s) and no repeat_last; this request asks for turn {}",
+            script.turns.len(),
+            step + 1
+        ))
     })?;
     let attempt = {
         let mut a = lock(&state.attempts);
@@ -421,11 +492,15 @@ async fn answer(
             attempt + 1,
             turn.faults.len()
         ));
-        return Ok(play_fault(fault, request_id));
+        return Ok(play_fault(protocol, fault, request_id));
     }
-    let rendered = render(turn, &request, body_len, key, step);
-    // What the client receives: the rendered message, or a scripted raw body (which is
-    // only a message if it parses as one).
+    let rendered = match protocol {
+        Protocol::Anthropic => respond::render(turn, &request, body_len, key, step),
+        Protocol::OpenaiResponses => responses::render(turn, &request, body_len, key, step),
+        Protocol::OpenaiChat => chat::render(turn, &request, body_len, key, step),
+    };
+    // What the client receives: the rendered answer, or a scripted raw body (which is
+    // only an answer if it parses as one).
     let (sent, mut bytes) = match &turn.raw_body {
         Some(raw) => (
             serde_json::from_str::<Value>(raw).ok(),
@@ -436,13 +511,14 @@ async fn answer(
             (Some(rendered), bytes)
         }
     };
-    let replayable = sent
-        .as_ref()
-        .filter(|m| m["content"].is_array())
-        .map(|m| SentTurn {
+    let replayable = sent.as_ref().and_then(|m| match protocol {
+        Protocol::Anthropic => m["content"].is_array().then(|| SentTurn {
             content: m["content"].clone(),
             stop_reason: m["stop_reason"].as_str().unwrap_or("").to_string(),
-        });
+        }),
+        Protocol::OpenaiResponses => responses::replayable(m),
+        Protocol::OpenaiChat => chat::replayable(m),
+    });
     {
         let mut map = lock(&state.sent);
         match replayable {
@@ -462,10 +538,31 @@ async fn answer(
     let h = resp.headers_mut();
     h.insert("content-type", HeaderValue::from_static("application/json"));
     if let Ok(v) = HeaderValue::from_str(request_id) {
-        h.insert("request-id", v);
+        h.insert(
+            if protocol == Protocol::Anthropic {
+                "request-id"
+            } else {
+                "x-request-id"
+            },
+            v,
+        );
     }
     add_headers(h, &rate_headers);
     Ok(resp)
+}
+
+/// How long to wait, as each vendor says it on a 429: Anthropic whole seconds in
+/// `retry-after`; OpenAI `retry-after-ms` as well.
+fn retry_after(protocol: Protocol, wait: Duration) -> Vec<(String, String)> {
+    let secs = wait.as_secs_f64().ceil().max(1.0).to_string();
+    let mut h = vec![("retry-after".to_string(), secs)];
+    if protocol != Protocol::Anthropic {
+        h.push((
+            "retry-after-ms".to_string(),
+            wait.as_millis().max(1).to_string(),
+        ));
+    }
+    h
 }
 
 fn slow_body(bytes: Vec<u8>, delay: Duration) -> Body {
@@ -476,11 +573,9 @@ fn slow_body(bytes: Vec<u8>, delay: Duration) -> Body {
     Body::from_stream(stream)
 }
 
-fn play_fault(fault: &Fault, request_id: &str) -> Response {
+fn play_fault(protocol: Protocol, fault: &Fault, request_id: &str) -> Response {
     if fault.disconnect {
-        let half = Bytes::from_static(
-            b"{\"id\":\"msg_sim\",\"type\":\"message\",\"content\":[{\"type\":\"te",
-        );
+        let half = Bytes::from_static(b"{\"id\":\"sim\",\"content\":[{\"type\":\"te");
         let stream = futures::stream::iter(vec![
             Ok(half),
             Err(std::io::Error::new(
@@ -497,8 +592,8 @@ fn play_fault(fault: &Fault, request_id: &str) -> Response {
     let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let error_type = fault
         .error_type
-        .as_deref()
-        .unwrap_or(default_error_type(status));
+        .clone()
+        .unwrap_or_else(|| respond::default_error_type(status).to_string());
     let message = fault
         .message
         .clone()
@@ -511,8 +606,38 @@ fn play_fault(fault: &Fault, request_id: &str) -> Response {
         ));
         extra.push(("retry-after-ms".to_string(), wait.0.as_millis().to_string()));
     }
+    if let Some(reset) = fault.reset_after {
+        extra.extend(match protocol {
+            Protocol::Anthropic => [
+                (
+                    "anthropic-ratelimit-requests-remaining".to_string(),
+                    "0".to_string(),
+                ),
+                (
+                    "anthropic-ratelimit-requests-reset".to_string(),
+                    limits::reset_time(reset.0),
+                ),
+            ],
+            _ => [
+                (
+                    "x-ratelimit-remaining-requests".to_string(),
+                    "0".to_string(),
+                ),
+                (
+                    "x-ratelimit-reset-requests".to_string(),
+                    limits::go_duration(reset.0),
+                ),
+            ],
+        });
+    }
     if let Some(v) = fault.should_retry {
         extra.push(("x-should-retry".to_string(), v.to_string()));
     }
-    error_response(code, error_type, &message, request_id, &extra)
+    let refusal = Refusal {
+        status: code,
+        error_type,
+        code: fault.code.clone(),
+        message,
+    };
+    error_response(protocol, &refusal, request_id, &extra)
 }

@@ -26,8 +26,135 @@ pub fn signature(thinking: &str) -> String {
     )
 }
 
+/// What the client's request says that a scripted answer depends on, read by the
+/// protocol's own module.
+pub struct Ask<'a> {
+    /// tool_choice none: the model cannot call tools, scripted calls are dropped.
+    pub tools_off: bool,
+    /// The request's output limit (None: unbounded).
+    pub max_tokens: Option<u64>,
+    /// The text of the latest tool result, for `{{tool_result}}`.
+    pub tool_result: String,
+    pub request_bytes: usize,
+    pub model: Value,
+    /// The conversation key and step, for stable ids.
+    pub key: &'a str,
+    pub step: usize,
+}
+
+/// One block of a played turn, protocol-neutral.
+#[derive(Debug, Clone)]
+pub enum Played {
+    Text(String),
+    Thinking(String),
+    RedactedThinking(String),
+    ToolUse {
+        /// The scripted id, if any (each protocol makes its own default).
+        id: Option<String>,
+        name: String,
+        input: Value,
+        /// The raw arguments string, for OpenAI protocols.
+        arguments: Option<String>,
+    },
+    Raw(Value),
+}
+
+/// Token counts of a played turn: the prompt (cache reads and writes included) and the
+/// output, as the protocols report them in their own shapes.
+#[derive(Debug, Clone, Copy)]
+pub struct Counts {
+    pub prompt: u64,
+    pub cache_read: u64,
+    pub cache_write: u64,
+    pub output: u64,
+    pub reasoning: u64,
+}
+
+/// A script turn played against a request: its blocks, its stop reason (in the
+/// Anthropic vocabulary, which each protocol maps), and its token counts.
+pub struct Turn {
+    pub blocks: Vec<Played>,
+    pub stop_reason: String,
+    pub counts: Counts,
+}
+
+/// A stable id for block `j` of a conversation step.
+pub fn stable_id(prefix: &str, ask: &Ask, j: usize) -> String {
+    format!(
+        "{prefix}{:016x}",
+        digest(&[ask.key, &ask.step.to_string(), &j.to_string()])
+    )
+}
+
+/// Plays a script turn: substitutes `{{tool_result}}`, drops calls when tools are off,
+/// works out the stop reason and the usage (output capped at max_tokens, which turns
+/// the stop into `max_tokens` as the real APIs do).
+pub fn play(turn: &ScriptTurn, ask: &Ask) -> Turn {
+    let blocks: Vec<Played> = turn
+        .content
+        .iter()
+        .filter(|b| !(ask.tools_off && matches!(b, Block::ToolUse(_))))
+        .map(|b| match b {
+            Block::Text(t) if t.contains("{{tool_result}}") => {
+                Played::Text(t.replace("{{tool_result}}", &ask.tool_result))
+            }
+            Block::Text(t) => Played::Text(t.clone()),
+            Block::Thinking(t) => Played::Thinking(t.clone()),
+            Block::RedactedThinking(d) => Played::RedactedThinking(d.clone()),
+            Block::ToolUse(u) => Played::ToolUse {
+                id: u.id.clone(),
+                name: u.name.clone(),
+                input: u.input.clone(),
+                arguments: u.arguments.clone(),
+            },
+            Block::Raw(v) => Played::Raw(v.clone()),
+        })
+        .collect();
+    let has_tool_use = blocks.iter().any(|b| matches!(b, Played::ToolUse { .. }));
+    let scripted = turn
+        .stop_reason
+        .clone()
+        .filter(|s| !(ask.tools_off && s == "tool_use"));
+    let mut stop_reason = scripted.unwrap_or_else(|| {
+        if has_tool_use {
+            "tool_use".into()
+        } else {
+            "end_turn".into()
+        }
+    });
+    let usage = turn.usage.clone().unwrap_or_default();
+    let prompt = usage
+        .input_tokens
+        .unwrap_or_else(|| (ask.request_bytes as u64).div_ceil(4));
+    let cache_read = usage.cache_read_input_tokens.unwrap_or(0).min(prompt);
+    let cache_write = usage
+        .cache_creation_input_tokens
+        .unwrap_or(0)
+        .min(prompt - cache_read);
+    let estimated_output = (serde_json::to_vec(&anthropic_content(&blocks, ask))
+        .map_or(0, |b| b.len()) as u64)
+        .div_ceil(4)
+        .max(1);
+    let mut output = usage.output_tokens.unwrap_or(estimated_output);
+    if let Some(max) = ask.max_tokens.filter(|m| output > *m) {
+        output = max;
+        stop_reason = "max_tokens".into();
+    }
+    Turn {
+        blocks,
+        stop_reason,
+        counts: Counts {
+            prompt,
+            cache_read,
+            cache_write,
+            output,
+            reasoning: usage.reasoning_tokens.unwrap_or(0).min(output),
+        },
+    }
+}
+
 /// The text of the first tool result in the request's last message, for `{{tool_result}}`.
-fn last_tool_result(request: &Value) -> String {
+pub fn last_tool_result(request: &Value) -> String {
     let last = request
         .get("messages")
         .and_then(Value::as_array)
@@ -51,8 +178,43 @@ fn last_tool_result(request: &Value) -> String {
     String::new()
 }
 
-/// A response message for `turn`, given the request (for `{{tool_result}}`, max_tokens
-/// and the input token count) and a conversation key and step (for stable ids).
+/// What a Messages request says about the answer.
+pub fn ask<'a>(request: &Value, request_bytes: usize, key: &'a str, step: usize) -> Ask<'a> {
+    Ask {
+        tools_off: request.pointer("/tool_choice/type").and_then(Value::as_str) == Some("none"),
+        max_tokens: request.get("max_tokens").and_then(Value::as_u64),
+        tool_result: last_tool_result(request),
+        request_bytes,
+        model: request.get("model").cloned().unwrap_or(Value::Null),
+        key,
+        step,
+    }
+}
+
+fn anthropic_content(blocks: &[Played], ask: &Ask) -> Value {
+    blocks
+        .iter()
+        .enumerate()
+        .map(|(j, b)| match b {
+            Played::Text(t) => json!({"type": "text", "text": t}),
+            Played::Thinking(t) => {
+                json!({"type": "thinking", "thinking": t, "signature": signature(t)})
+            }
+            Played::RedactedThinking(d) => json!({"type": "redacted_thinking", "data": d}),
+            Played::ToolUse {
+                id, name, input, ..
+            } => {
+                let id = id
+                    .clone()
+                    .unwrap_or_else(|| stable_id("toolu_sim_", ask, j));
+                json!({"type": "tool_use", "id": id, "name": name, "input": input})
+            }
+            Played::Raw(v) => v.clone(),
+        })
+        .collect()
+}
+
+/// A Messages API response for `turn` played against a request.
 pub fn render(
     turn: &ScriptTurn,
     request: &Value,
@@ -60,88 +222,28 @@ pub fn render(
     key: &str,
     step: usize,
 ) -> Value {
-    let step_s = step.to_string();
-    let mut content = Vec::with_capacity(turn.content.len());
-    let mut has_tool_use = false;
-    // With tool_choice none the model cannot call tools: scripted calls are dropped.
-    let tools_off = request.pointer("/tool_choice/type").and_then(Value::as_str) == Some("none");
-    for (j, b) in turn.content.iter().enumerate() {
-        if tools_off && matches!(b, Block::ToolUse(_)) {
-            continue;
-        }
-        content.push(match b {
-            Block::Text(t) => {
-                let text = if t.contains("{{tool_result}}") {
-                    t.replace("{{tool_result}}", &last_tool_result(request))
-                } else {
-                    t.clone()
-                };
-                json!({"type": "text", "text": text})
-            }
-            Block::Thinking(t) => {
-                json!({"type": "thinking", "thinking": t, "signature": signature(t)})
-            }
-            Block::RedactedThinking(d) => json!({"type": "redacted_thinking", "data": d}),
-            Block::ToolUse(u) => {
-                has_tool_use = true;
-                let id = u.id.clone().unwrap_or_else(|| {
-                    format!("toolu_sim_{:016x}", digest(&[key, &step_s, &j.to_string()]))
-                });
-                json!({"type": "tool_use", "id": id, "name": u.name, "input": u.input})
-            }
-            Block::Raw(v) => v.clone(),
-        });
-    }
-    let content = Value::Array(content);
-    let scripted = turn
-        .stop_reason
-        .clone()
-        .filter(|s| !(tools_off && s == "tool_use"));
-    let mut stop_reason = scripted.unwrap_or_else(|| {
-        if has_tool_use {
-            "tool_use".into()
-        } else {
-            "end_turn".into()
-        }
-    });
-    let usage = turn.usage.clone().unwrap_or_default();
-    let prompt = usage
-        .input_tokens
-        .unwrap_or_else(|| (request_bytes as u64).div_ceil(4));
-    let cache_read = usage.cache_read_input_tokens.unwrap_or(0).min(prompt);
-    let cache_write = usage
-        .cache_creation_input_tokens
-        .unwrap_or(0)
-        .min(prompt - cache_read);
-    let estimated_output = (serde_json::to_vec(&content).map_or(0, |b| b.len()) as u64)
-        .div_ceil(4)
-        .max(1);
-    let mut output = usage.output_tokens.unwrap_or(estimated_output);
-    let max_tokens = request
-        .get("max_tokens")
-        .and_then(Value::as_u64)
-        .unwrap_or(u64::MAX);
-    if output > max_tokens {
-        output = max_tokens;
-        stop_reason = "max_tokens".into();
-    }
+    let ask = ask(request, request_bytes, key, step);
+    let played = play(turn, &ask);
+    let c = played.counts;
     let mut msg = json!({
-        "id": format!("msg_sim_{:016x}", digest(&[key, &step_s])),
+        "id": format!("msg_sim_{:016x}", digest(&[key, &step.to_string()])),
         "type": "message",
         "role": "assistant",
-        "model": request.get("model").cloned().unwrap_or(Value::Null),
-        "content": content,
-        "stop_reason": stop_reason,
+        "model": ask.model,
+        "content": anthropic_content(&played.blocks, &ask),
+        "stop_reason": played.stop_reason,
         "stop_sequence": turn.stop_sequence,
-        "usage": {
-            "input_tokens": prompt - cache_read - cache_write,
-            "cache_creation_input_tokens": cache_write,
-            "cache_read_input_tokens": cache_read,
-            "cache_creation": {"ephemeral_5m_input_tokens": cache_write, "ephemeral_1h_input_tokens": 0},
-            "output_tokens": output,
-            "service_tier": "standard"
-        }
     });
+    if !turn.omit_usage {
+        msg["usage"] = json!({
+            "input_tokens": c.prompt - c.cache_read - c.cache_write,
+            "cache_creation_input_tokens": c.cache_write,
+            "cache_read_input_tokens": c.cache_read,
+            "cache_creation": {"ephemeral_5m_input_tokens": c.cache_write, "ephemeral_1h_input_tokens": 0},
+            "output_tokens": c.output,
+            "service_tier": "standard"
+        });
+    }
     if let Some(d) = &turn.stop_details {
         msg["stop_details"] = d.clone();
     }
@@ -165,9 +267,30 @@ pub fn default_error_type(status: u16) -> &'static str {
     }
 }
 
-/// An error body in the provider's shape.
+/// An error body in Anthropic's shape.
 pub fn error_body(error_type: &str, message: &str, request_id: &str) -> Value {
     json!({"type": "error", "error": {"type": error_type, "message": message}, "request_id": request_id})
+}
+
+/// An error body in OpenAI's shape: `{error: {message, type, param, code}}`. The
+/// simulator's Anthropic-style types are translated to what OpenAI sends for the
+/// status (a scripted type such as `insufficient_quota` is kept).
+pub fn openai_error_body(
+    status: u16,
+    error_type: &str,
+    code: Option<&str>,
+    message: &str,
+) -> Value {
+    let anthropic_default = error_type == default_error_type(status)
+        || matches!(error_type, "authentication_error" | "rate_limit_error");
+    let (ty, default_code) = match status {
+        429 => ("requests", Some("rate_limit_exceeded")),
+        s if s >= 500 => ("server_error", Some("server_error")),
+        401 => ("invalid_request_error", Some("invalid_api_key")),
+        _ => ("invalid_request_error", None),
+    };
+    let ty = if anthropic_default { ty } else { error_type };
+    json!({"error": {"message": message, "type": ty, "param": null, "code": code.or(default_code)}})
 }
 
 #[cfg(test)]
@@ -190,6 +313,7 @@ mod tests {
                 name: "get_time".into(),
                 input: json!({}),
                 id: None,
+                arguments: None,
             }),
         ]);
         let req = json!({"model": "m", "max_tokens": 100, "messages": []});

@@ -57,6 +57,37 @@ pub struct ScriptTurn {
     /// Send the headers, then wait this long before the body (a slow body).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body_delay: Option<HumanDuration>,
+    /// Leave `usage` out of the answer (some OpenAI-compatible servers do).
+    #[serde(default)]
+    pub omit_usage: bool,
+    /// openai-responses: the `status` to send (completed, incomplete, failed, ...);
+    /// by default it follows `stop_reason`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    /// openai-responses: `incomplete_details.reason` (max_output_tokens,
+    /// content_filter, or anything else to test unknown reasons).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incomplete_reason: Option<String>,
+    /// openai-responses: the `error` of a `failed` response.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ResponseErrorScript>,
+    /// openai-chat: the `finish_reason` to send, as given (`"null"` sends JSON null);
+    /// by default it follows `stop_reason`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finish_reason: Option<String>,
+    /// openai-chat: send tool calls without an `id` (as some Ollama models do).
+    #[serde(default)]
+    pub omit_call_ids: bool,
+}
+
+/// The `error` object of a failed Responses answer.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResponseErrorScript {
+    /// server_error and rate_limit_exceeded are retried; others are not.
+    pub code: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// A content block of a simulated response, written as a one-key map
@@ -117,9 +148,13 @@ pub struct ToolUseScript {
     pub name: String,
     #[serde(default = "empty_object")]
     pub input: Value,
-    /// Defaults to a deterministic `toolu_...` id.
+    /// Defaults to a deterministic `toolu_...` (Anthropic) or `call_...` (OpenAI) id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
+    /// OpenAI protocols: the arguments string to send instead of `input` as JSON
+    /// (to play a model that writes broken JSON).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<String>,
 }
 
 fn empty_object() -> Value {
@@ -145,6 +180,9 @@ pub struct UsageScript {
     pub cache_read_input_tokens: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_creation_input_tokens: Option<u64>,
+    /// OpenAI protocols: the part of the output spent on reasoning.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_tokens: Option<u64>,
 }
 
 /// A failed attempt.
@@ -168,6 +206,15 @@ pub struct Fault {
     /// Sent as the `x-should-retry` header, which overrides the client's own rules.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub should_retry: Option<bool>,
+    /// OpenAI protocols: the error's `code` (default rate_limit_exceeded for 429,
+    /// server_error for 5xx); `insufficient_quota` plays an exhausted quota.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    /// Report the requests window as used up until this long from now, in the
+    /// protocol's rate-limit headers (an RFC 3339 time for Anthropic, a duration such
+    /// as `1.5s` for OpenAI), without `retry-after`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reset_after: Option<HumanDuration>,
 }
 
 impl Script {
