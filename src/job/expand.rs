@@ -1286,6 +1286,131 @@ mod tests {
     }
 
     #[test]
+    fn providers_have_a_protocol_and_settings_that_fit_it() {
+        let ok = load(&format!(
+            "name: t\nproviders:\n  fake-oai: {{ protocol: openai-responses, simulator: true }}\n  local: {{ protocol: openai-chat, base_url: \"http://127.0.0.1:9/v1\", api_key_env: AGENTBATCH_TEST_UNSET_KEY, api_key_optional: true }}\ndefaults: {{ model: gpt-5.4, sim: {INLINE}, tools: [get_time] }}\ntasks:\n  - {{ id: a, prompt: p, provider: fake-oai, reasoning: {{ effort: low, summary: auto }} }}\n  - {{ id: b, prompt: p, provider: local, temperature: 1.5, reasoning: {{ effort: high }} }}\n"
+        ))
+        .unwrap();
+        let a = &ok.tasks[0];
+        assert_eq!(
+            (a.provider.kind, a.provider.protocol),
+            (ProviderKind::Sim, Protocol::OpenaiResponses)
+        );
+        assert_eq!(
+            a.extra["reasoning"],
+            json!({"effort": "low", "summary": "auto"})
+        );
+        assert_eq!(a.extra["parallel_tool_calls"], json!(true));
+        let b = &ok.tasks[1];
+        assert_eq!(b.provider.max_tokens_field, "max_tokens");
+        assert_eq!(b.extra["reasoning_effort"], json!("high"));
+        assert!(b.provider.api_key_optional);
+        let openai = load(&format!(
+            "name: t\nproviders:\n  openai: {{ protocol: openai-chat }}\ndefaults: {{ model: gpt-5.4, sim: {INLINE} }}\ntasks:\n  - {{ id: a, prompt: p }}\n"
+        ))
+        .unwrap();
+        let p = &openai.job.providers;
+        assert!(p.contains_key("openai"));
+        let all = resolve_for_test(&openai.job);
+        assert_eq!(all["openai"].max_tokens_field, "max_completion_tokens");
+        assert_eq!(
+            all["openai"].base_url.as_deref(),
+            Some("https://api.openai.com/v1")
+        );
+        assert_eq!(all["openai"].api_key_env.as_deref(), Some("OPENAI_API_KEY"));
+
+        for (yaml, needle) in [
+            (
+                "providers:\n  mine: { base_url: \"http://x/v1\" }\n",
+                "needs a `protocol`",
+            ),
+            (
+                "providers:\n  mine: { protocol: grpc }\n",
+                "unknown variant",
+            ),
+            (
+                "providers:\n  openai: { anthropic_version: \"2023-06-01\" }\n",
+                "anthropic protocol only",
+            ),
+            (
+                "providers:\n  anthropic: { max_tokens_field: max_tokens }\n",
+                "does not apply",
+            ),
+            (
+                "providers:\n  sim: { simulator: false }\n",
+                "always the simulator",
+            ),
+            (
+                "providers:\n  mine: { protocol: openai-chat, base_url: \"ftp://x\" }\n",
+                "http",
+            ),
+        ] {
+            let e = load(&format!(
+                "name: t\n{yaml}defaults: {{ model: m, sim: {INLINE} }}\ntasks:\n  - {{ id: a, prompt: p }}\n"
+            ))
+            .unwrap_err()
+            .to_string();
+            assert!(e.contains(needle), "{yaml}: {e}");
+        }
+        let sim_oai = "providers:\n  so: { protocol: openai-responses, simulator: true }\n  sc: { protocol: openai-chat, simulator: true }\n";
+        for (task, needle) in [
+            (
+                "{ id: a, prompt: p, provider: so, thinking: { type: adaptive } }",
+                "thinking is an Anthropic setting",
+            ),
+            (
+                "{ id: a, prompt: p, reasoning: { effort: low } }",
+                "reasoning is an OpenAI setting",
+            ),
+            ("{ id: a, prompt: p, provider: sc, top_k: 5 }", "no top_k"),
+            (
+                "{ id: a, prompt: p, provider: so, max_tokens: 8 }",
+                "at least 16",
+            ),
+            (
+                "{ id: a, prompt: p, provider: so, limits: { min_max_tokens: 8 } }",
+                "at least 16",
+            ),
+            (
+                "{ id: a, prompt: p, provider: sc, reasoning: { summary: auto } }",
+                "no reasoning summaries",
+            ),
+            (
+                "{ id: a, prompt: p, provider: so, reasoning: { effort: extreme } }",
+                "not an effort",
+            ),
+            (
+                "{ id: a, prompt: p, provider: sc, temperature: 2.5 }",
+                "between 0 and 2",
+            ),
+            (
+                "{ id: a, prompt: p, provider: nope }",
+                "the providers are anthropic, openai, sc, sim, so",
+            ),
+        ] {
+            let e = load(&format!(
+                "name: t\n{sim_oai}defaults: {{ model: m, sim: {INLINE} }}\ntasks:\n  - {task}\n"
+            ))
+            .unwrap_err()
+            .to_string();
+            assert!(e.contains(needle), "{task}: {e}");
+        }
+    }
+
+    fn resolve_for_test(job: &JobFile) -> BTreeMap<String, Arc<ProviderSpec>> {
+        let mut cx = Ctx {
+            file: "job.yaml".into(),
+            text: "",
+            dir: PathBuf::from("."),
+            diags: Vec::new(),
+            scripts: HashMap::new(),
+        };
+        let out = resolve_providers(job, &mut cx);
+        assert!(cx.diags.is_empty(), "{:?}", cx.diags);
+        out
+    }
+
+    #[test]
     fn sim_needs_a_script_and_sampling_needs_an_old_version() {
         let e = load("name: t\ndefaults: { model: m }\ntasks:\n  - { id: a, prompt: p }\n")
             .unwrap_err();

@@ -260,7 +260,7 @@ pub fn render(
             Played::RedactedThinking(d) => reasoning(j, json!([]), d),
             Played::Text(t) => json!({
                 "type": "message", "id": stable_id("msg_sim_", &ask, j), "status": "completed",
-                "role": "assistant", "content": [{"type": "output_text", "text": t, "annotations": []}],
+                "role": "assistant", "content": [{"type": "output_text", "text": t, "annotations": [], "logprobs": []}],
             }),
             Played::ToolUse {
                 id,

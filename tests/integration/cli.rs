@@ -12,7 +12,9 @@ use crate::common::{read_csv, Case};
 
 fn bin() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_agentbatch"));
-    c.env_remove("ANTHROPIC_API_KEY");
+    c.env_remove("ANTHROPIC_API_KEY")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("LOCAL_KEY");
     c
 }
 
@@ -140,6 +142,66 @@ fn validate_prints_the_plan_and_checks_api_keys() {
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(String::from_utf8_lossy(&out.stdout).contains("key from $ANTHROPIC_API_KEY"));
+}
+
+#[test]
+fn the_openai_examples_validate_and_the_protocols_demo_runs_offline() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = run(&["validate", "jobs/openai-example.yaml"], root);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("OPENAI_API_KEY is not set"),
+        "{}",
+        stderr(&out)
+    );
+    let out = bin()
+        .args(["validate", "jobs/openai-example.yaml"])
+        .current_dir(root)
+        .env("OPENAI_API_KEY", "sk-test")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("openai-responses https://api.openai.com/v1/responses"),
+        "{text}"
+    );
+    // A local server needs no key.
+    let out = run(&["validate", "jobs/local-openai-compatible.yaml"], root);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("(optional)"));
+
+    let case = Case::new();
+    let out_dir = case.path("out");
+    let out = bin()
+        .args([
+            "run",
+            "jobs/protocols.yaml",
+            "--quiet",
+            "--run-id",
+            "p",
+            "--out",
+        ])
+        .arg(&out_dir)
+        .current_dir(root)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let rows = read_csv(&out_dir.join("p/results.csv"));
+    let mut got: Vec<(String, String)> = rows
+        .iter()
+        .map(|r| (r["protocol"].clone(), r["stop_reason"].clone()))
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            ("anthropic".to_string(), "completed".to_string()),
+            ("openai-chat".into(), "completed".into()),
+            ("openai-responses".into(), "completed".into()),
+        ]
+    );
+    assert!(rows.iter().all(|r| r["tool_calls"] == "2"), "{rows:?}");
 }
 
 #[test]
@@ -345,7 +407,24 @@ fn ctrl_c_drains_then_cancels_and_every_task_gets_a_row() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_anthropic_provider_sends_the_key_but_no_report_contains_it() {
+async fn real_providers_send_the_key_but_no_report_contains_it() {
+    // Each protocol's real-provider path (URL under the base, key header), pointed at
+    // the simulator's plain routes, which refuse a request without the right header.
+    for (provider, base, model, header) in [
+        ("anthropic", "", "claude-sonnet-4-5", "x-api-key"),
+        ("openai", "/v1", "gpt-5.4", "authorization"),
+        ("local", "/v1", "qwen", "authorization"),
+    ] {
+        sends_the_key_but_no_report_contains_it(provider, base, model, header).await;
+    }
+}
+
+async fn sends_the_key_but_no_report_contains_it(
+    provider: &str,
+    base: &str,
+    model: &str,
+    header: &str,
+) {
     let case = Case::new();
     let sim = Arc::new(Sim::start_local().await.unwrap());
     let script = serde_yaml::from_str(
@@ -356,8 +435,9 @@ async fn the_anthropic_provider_sends_the_key_but_no_report_contains_it() {
     case.write(
         "job.yaml",
         &format!(
-            "name: x\nproviders:\n  anthropic: {{ base_url: \"{}\", api_key_env: AB_TEST_KEY }}\ndefaults: {{ provider: anthropic, model: claude-sonnet-4-5, tools: [get_time] }}\ntasks:\n  - {{ id: a, prompt: p }}\n",
-            sim.base_url()
+            "name: x\nproviders:\n  {provider}: {{ base_url: \"{}{base}\", api_key_env: AB_TEST_KEY{} }}\ndefaults: {{ provider: {provider}, model: {model}, tools: [get_time] }}\ntasks:\n  - {{ id: a, prompt: p }}\n",
+            sim.base_url(),
+            if provider == "local" { ", protocol: openai-chat" } else { "" },
         ),
     );
     let secret = "sk-ant-test-7f3e9c1d-never-log-me";
@@ -374,11 +454,11 @@ async fn the_anthropic_provider_sends_the_key_but_no_report_contains_it() {
     .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let rows = read_csv(&case.path("reports/r/results.csv"));
-    assert_eq!(rows[0]["stop_reason"], "completed", "{rows:?}");
-    assert_eq!(rows[0]["provider"], "anthropic");
+    assert_eq!(rows[0]["stop_reason"], "completed", "{provider}: {rows:?}");
+    assert_eq!(rows[0]["provider"], provider);
     let reqs = sim.requests();
     assert_eq!(reqs.len(), 2);
-    assert_eq!(reqs[0].headers["x-api-key"], "<redacted>");
+    assert_eq!(reqs[0].headers[header], "<redacted>");
     for entry in walk(&case.path("reports")) {
         let text = std::fs::read_to_string(&entry).unwrap();
         assert!(

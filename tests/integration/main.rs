@@ -3,9 +3,11 @@
 
 mod cli;
 mod common;
+mod conformance;
 mod faults;
 mod govern;
 mod limits;
+mod openai;
 mod protocol;
 mod repo;
 mod reports;
