@@ -409,6 +409,23 @@ fn hint(e: &ModelError, spec: &TaskSpec) -> Option<String> {
         HttpError::Status { status: 413, .. } => {
             "the conversation is too large for one request".into()
         }
+        HttpError::Status {
+            status: 400,
+            message,
+            ..
+        } if spec.provider.protocol == crate::model::Protocol::OpenaiChat
+            && message.contains(&spec.provider.max_tokens_field) =>
+        {
+            let other = if spec.provider.max_tokens_field == "max_tokens" {
+                "max_completion_tokens"
+            } else {
+                "max_tokens"
+            };
+            format!(
+                "the server refuses `{}`: set providers.{}.max_tokens_field: {other}",
+                spec.provider.max_tokens_field, spec.provider.name
+            )
+        }
         HttpError::Timeout(_) => format!(
             "raise providers.{}.timeout or lower max_tokens",
             spec.provider.name

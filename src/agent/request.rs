@@ -14,7 +14,8 @@ use crate::govern::backoff::{jitter, retry_delay};
 use crate::govern::budget::{floor, plan_request, RequestPlan};
 use crate::govern::ledger::{Need, Reservation};
 use crate::model::Conversation;
-use crate::model::{RateHeaders, Turn};
+use crate::model::{RateHeaders, Turn, Usage};
+use rust_decimal::Decimal;
 
 /// How long past a task's deadline its reservation may still count as in flight.
 const IN_FLIGHT_MARGIN: Duration = Duration::from_secs(60);
@@ -84,18 +85,27 @@ impl Loop<'_> {
                     return Err(stop);
                 }
                 Ok(Ok(turn)) => {
-                    self.settle(&turn, &plan, held, turn_no).await;
+                    self.settle(&turn.usage, turn.usage_estimated, &plan, held, turn_no)
+                        .await;
                     self.note_rate_headers(&turn.rate);
                     return Ok(turn);
                 }
                 Ok(Err(f)) => f,
             };
-            let charged = if failure.maybe_billed {
-                self.meter.charge_unsettled(&plan)
-            } else {
-                None
+            let charged = match (failure.usage, failure.maybe_billed) {
+                // A failed answer that says what it used is billed that, not the
+                // worst case.
+                (Some(usage), _) => self.settle(&usage, false, &plan, held, turn_no).await,
+                (None, true) => {
+                    let charged = self.meter.charge_unsettled(&plan);
+                    self.give_back(held, true).await;
+                    charged
+                }
+                (None, false) => {
+                    self.give_back(held, false).await;
+                    None
+                }
             };
-            self.give_back(held, failure.maybe_billed).await;
             self.note_rate_headers(&failure.rate);
             if failure.rate_limited {
                 // A 429 that says when to come back is the rate limit: it pauses the
@@ -127,7 +137,7 @@ impl Loop<'_> {
                 );
                 if give_up {
                     let why = if !failure.retryable {
-                        "the provider says not to retry (x-should-retry: false, or OpenAI's insufficient_quota): a spend limit or quota, most likely".to_string()
+                        "the provider says not to retry (x-should-retry: false, or OpenAI's insufficient_quota): a spend limit or an exhausted quota, most likely; waiting will not help: add credit or raise the account's spend limit".to_string()
                     } else {
                         format!(
                             "still rate limited after {used} retries; raise providers.{}.max_rate_limit_retries or lower the rate",
@@ -271,26 +281,28 @@ impl Loop<'_> {
     }
 
     /// Records a response's real cost in the task's meter and the shared pools.
+    /// Returns the cost (None without a price).
     async fn settle(
         &mut self,
-        turn: &Turn,
+        usage: &Usage,
+        estimated: bool,
         plan: &RequestPlan,
         held: Option<Reservation>,
         turn_no: u32,
-    ) {
-        let cost = self.meter.settle(&turn.usage, self.spec.price.as_ref());
-        if turn.usage_estimated {
+    ) -> Option<Decimal> {
+        let cost = self.meter.settle(usage, self.spec.price.as_ref());
+        if estimated {
             self.tally.usage_estimated_turns += 1;
         }
         let over_cost = matches!((cost, plan.reserved_usd), (Some(c), Some(r)) if c > r);
-        if over_cost || turn.usage.prompt_tokens() > plan.prompt_tokens {
+        if over_cost || usage.prompt_tokens() > plan.prompt_tokens {
             // The provider billed more than the upper bound the budgets relied on; the
             // next plan sees the real figures.
             self.log.emit(
                 "reservation_exceeded",
                 json!({
                     "turn": turn_no,
-                    "prompt_tokens": turn.usage.prompt_tokens(),
+                    "prompt_tokens": usage.prompt_tokens(),
                     "prompt_tokens_upper_bound": plan.prompt_tokens,
                     "cost_usd": cost.map(|c| c.normalize().to_string()),
                     "reserved_usd": plan.reserved_usd.map(|r| r.normalize().to_string()),
@@ -306,7 +318,7 @@ impl Loop<'_> {
         self.log.emit(
             "settle",
             json!({
-                "turn": turn_no, "usage": turn.usage, "usage_estimated": turn.usage_estimated,
+                "turn": turn_no, "usage": usage, "usage_estimated": estimated,
                 "cost_usd": cost.map(|c| c.normalize().to_string()),
                 "released_usd": match (plan.reserved_usd, cost) {
                     (Some(r), Some(c)) => json!((r - c).normalize().to_string()),
@@ -315,6 +327,7 @@ impl Loop<'_> {
                 "spent_usd": self.meter.cost.normalize().to_string(),
             }),
         );
+        cost
     }
 
     /// Ends a reservation without an answer: kept whole if the request may have been

@@ -185,7 +185,7 @@ pub fn after_response(stop: &ModelStop, tool_calls: usize) -> Next {
         ModelStop::ToolUse if tool_calls > 0 => Next::RunTools,
         ModelStop::ToolUse => Next::Stop(Stop::new(
             StopReason::ProviderError,
-            "stop_reason tool_use without any tool_use block",
+            "the model said it wants tools (stop_reason tool_use, finish_reason tool_calls) but sent no tool call",
         )),
         ModelStop::PauseTurn => Next::Resend,
         ModelStop::MaxTokens => {

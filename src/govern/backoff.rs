@@ -41,12 +41,12 @@ pub fn parse_retry_after(
 ) -> Option<Duration> {
     if let Some(ms) = retry_after_ms.and_then(|v| v.trim().parse::<f64>().ok()) {
         if ms.is_finite() && ms >= 0.0 {
-            return Some(Duration::from_secs_f64(ms / 1000.0));
+            return Duration::try_from_secs_f64(ms / 1000.0).ok();
         }
     }
     let v = retry_after?.trim();
     if let Ok(secs) = v.parse::<f64>() {
-        return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs));
+        return Duration::try_from_secs_f64(secs).ok();
     }
     let at = chrono::DateTime::parse_from_rfc2822(v).ok()?;
     let wait = at.with_timezone(&chrono::Utc) - chrono::Utc::now();
@@ -94,6 +94,13 @@ mod tests {
         }
         assert!(!status_is_retryable(429, Some(false)));
         assert!(status_is_retryable(400, Some(true)));
+    }
+
+    #[test]
+    fn absurd_waits_are_ignored_not_a_panic() {
+        assert_eq!(parse_retry_after(Some("1e30"), None), None);
+        assert_eq!(parse_retry_after(None, Some("1e25")), None);
+        assert_eq!(parse_retry_after(None, Some("-5")), None);
     }
 
     #[test]

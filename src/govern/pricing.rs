@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::job::schema::{LongContextFields, PriceFields};
 use crate::job::values::Money;
-use crate::model::Usage;
+use crate::model::{Protocol, Usage};
 
 const MILLION: Decimal = Decimal::from_parts(1_000_000, 0, 0, false, 0);
 
@@ -33,26 +33,35 @@ impl Price {
         cache_write: Option<Money>,
         cache_write_1h: Option<Money>,
         cache_read: Option<Money>,
+        protocol: Protocol,
     ) -> Price {
         let input = input.0;
+        // Anthropic bills cache writes at 1.25x (5 minutes) or 2x (1 hour) the input
+        // rate; OpenAI bills them as plain input unless a model publishes a write price.
+        let (write, write_1h) = match protocol {
+            Protocol::Anthropic => (Decimal::new(125, 2), Decimal::TWO),
+            Protocol::OpenaiResponses | Protocol::OpenaiChat => (Decimal::ONE, Decimal::ONE),
+        };
         Price {
             input,
             output: output.0,
-            cache_write: cache_write.map_or(input.saturating_mul(Decimal::new(125, 2)), |m| m.0),
-            cache_write_1h: cache_write_1h.map_or(input.saturating_mul(Decimal::TWO), |m| m.0),
+            cache_write: cache_write.map_or(input.saturating_mul(write), |m| m.0),
+            cache_write_1h: cache_write_1h.map_or(input.saturating_mul(write_1h), |m| m.0),
             cache_read: cache_read.map_or(input.saturating_mul(Decimal::new(1, 1)), |m| m.0),
             long_context: None,
         }
     }
 
-    /// Builds a price from a job file's or the built-in table's entry.
-    pub fn from_fields(f: &PriceFields) -> Price {
+    /// Builds a price from a job file's or the built-in table's entry; unlisted cache
+    /// rates follow the protocol's vendor.
+    pub fn from_fields(f: &PriceFields, protocol: Protocol) -> Price {
         let mut p = Price::from_rates(
             f.input,
             f.output,
             f.cache_write,
             f.cache_write_1h,
             f.cache_read,
+            protocol,
         );
         if let Some(lc) = &f.long_context {
             let LongContextFields {
@@ -63,7 +72,14 @@ impl Price {
                 cache_write_1h,
                 cache_read,
             } = (**lc).clone();
-            let tier = Price::from_rates(input, output, cache_write, cache_write_1h, cache_read);
+            let tier = Price::from_rates(
+                input,
+                output,
+                cache_write,
+                cache_write_1h,
+                cache_read,
+                protocol,
+            );
             p.long_context = Some((above_tokens, Box::new(tier)));
         }
         p
@@ -160,14 +176,23 @@ pub fn builtin_as_of() -> &'static str {
     &builtin().as_of
 }
 
+/// Looks up a model's price (as used over Anthropic's protocol): see `lookup_for`.
+pub fn lookup(job_prices: &BTreeMap<String, PriceFields>, model: &str) -> Option<Price> {
+    lookup_for(job_prices, model, Protocol::Anthropic)
+}
+
 /// Looks up a model's price: the job's table first, then the built-in one. Dated ids
 /// such as `claude-sonnet-4-5-20250929` or `gpt-5.4-2026-03-05` fall back to their
-/// undated family id.
-pub fn lookup(job_prices: &BTreeMap<String, PriceFields>, model: &str) -> Option<Price> {
+/// undated family id. Cache rates a job's entry leaves out follow the protocol's vendor.
+pub fn lookup_for(
+    job_prices: &BTreeMap<String, PriceFields>,
+    model: &str,
+    protocol: Protocol,
+) -> Option<Price> {
     let undated = strip_date(model);
     for id in [Some(model), undated].into_iter().flatten() {
         if let Some(f) = job_prices.get(id).or_else(|| builtin().models.get(id)) {
-            return Some(Price::from_fields(f));
+            return Some(Price::from_fields(f, protocol));
         }
     }
     None
@@ -264,6 +289,13 @@ mod tests {
             (p.cache_write, p.cache_write_1h, p.cache_read),
             (d("1.25"), d("2"), d("0.1"))
         );
+        let p = lookup_for(&t, "claude-sonnet-4-5", Protocol::OpenaiChat).unwrap();
+        assert_eq!(
+            (p.cache_write, p.cache_write_1h, p.cache_read),
+            (d("1"), d("1"), d("0.1")),
+            "OpenAI bills cache writes as input"
+        );
+        assert_eq!(p.max_input_rate(), d("1"));
     }
 
     #[test]

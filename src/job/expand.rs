@@ -11,9 +11,9 @@ use serde_json::{json, Map, Value};
 
 use super::locate::{locate, path_string, Seg};
 use super::schema::{
-    Decision, JobFile, KeepWorkspaces, LimitFields, MaxTokensField, ProviderFields,
-    ReasoningFields, SimSource, TaskFields, TeamFields, ThinkingFields, ThinkingKind,
-    ToolsetFields,
+    Decision, JobFile, KeepWorkspaces, LimitFields, MaxTokensField, ParallelToolCalls,
+    ProviderFields, ReasoningFields, SimSource, TaskFields, TeamFields, ThinkingFields,
+    ThinkingKind, ToolsetFields,
 };
 use super::spec::{
     PeriodCap, Plan, ProviderKind, ProviderSpec, RateLimits, RepoSpec, TaskSpec, TeamSpec,
@@ -335,8 +335,12 @@ fn resolve_providers(job: &JobFile, cx: &mut Ctx) -> BTreeMap<String, Arc<Provid
                 anthropic_version: anthropic_version
                     .unwrap_or_else(|| DEFAULT_ANTHROPIC_VERSION.into()),
                 max_tokens_field: max_tokens_field.to_string(),
-                parallel_tool_calls: (protocol != Protocol::Anthropic)
-                    .then_some(parallel_tool_calls.unwrap_or(true)),
+                parallel_tool_calls: match parallel_tool_calls {
+                    _ if protocol == Protocol::Anthropic => None,
+                    Some(ParallelToolCalls::Send(v)) => Some(v),
+                    Some(ParallelToolCalls::Omit(_)) => None,
+                    None => Some(true),
+                },
                 timeout: timeout.map_or(Duration::from_secs(600), |d| d.0),
                 max_retries: max_retries.unwrap_or(2),
                 max_rate_limit_retries: max_rate_limit_retries
@@ -871,7 +875,11 @@ fn expand_task(
             found
         }
     };
-    let price = pricing::lookup(&job.pricing, &model);
+    let price = pricing::lookup_for(
+        &job.pricing,
+        &model,
+        protocol.unwrap_or(Protocol::Anthropic),
+    );
     let cost_cap = if l.max_cost_usd.is_some() {
         Some("limits.max_cost_usd")
     } else if team
@@ -1303,6 +1311,11 @@ mod tests {
         assert_eq!(a.extra["parallel_tool_calls"], json!(true));
         let b = &ok.tasks[1];
         assert_eq!(b.provider.max_tokens_field, "max_tokens");
+        let omitted = load(&format!(
+            "name: t\nproviders:\n  l: {{ protocol: openai-chat, simulator: true, parallel_tool_calls: omit }}\ndefaults: {{ model: m, sim: {INLINE}, tools: [get_time], provider: l }}\ntasks:\n  - {{ id: a, prompt: p }}\n"
+        ))
+        .unwrap();
+        assert!(!omitted.tasks[0].extra.contains_key("parallel_tool_calls"));
         assert_eq!(b.extra["reasoning_effort"], json!("high"));
         assert!(b.provider.api_key_optional);
         let openai = load(&format!(

@@ -289,10 +289,11 @@ pub struct ProviderFields {
     /// `max_completion_tokens` (OpenAI, and required by its reasoning models).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens_field: Option<MaxTokensField>,
-    /// OpenAI protocols: the `parallel_tool_calls` sent with tools (default true;
-    /// llama.cpp only makes parallel calls when asked).
+    /// OpenAI protocols: the `parallel_tool_calls` sent with tools: true (default;
+    /// llama.cpp only makes parallel calls when asked), false, or `omit` for servers
+    /// that refuse the field.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parallel_tool_calls: Option<bool>,
+    pub parallel_tool_calls: Option<ParallelToolCalls>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub anthropic_version: Option<String>,
     /// Per HTTP request (the task's time_limit still applies).
@@ -353,6 +354,21 @@ pub struct LongContextFields {
     pub cache_write_1h: Option<Money>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_read: Option<Money>,
+}
+
+/// `parallel_tool_calls`: a value to send, or `omit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum ParallelToolCalls {
+    Send(bool),
+    Omit(Omit),
+}
+
+/// The word `omit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Omit {
+    Omit,
 }
 
 /// Chat Completions' two names for the output limit.

@@ -137,25 +137,28 @@ pub(super) fn parse(raw: &Value, turn: u32) -> Result<Parsed, WireError> {
         .flatten()
         .enumerate()
     {
-        let f = tc
-            .get("function")
-            .ok_or_else(|| format!("choices[0].message.tool_calls[{i}] has no `function`"))?;
-        let name = f
-            .get("name")
-            .and_then(Value::as_str)
-            .filter(|n| !n.is_empty())
-            .ok_or_else(|| format!("choices[0].message.tool_calls[{i}].function has no `name`"))?;
+        // A call without a function name still gets an answer (an error result the
+        // model can correct), rather than failing the whole turn.
+        let f = tc.get("function").unwrap_or(&Value::Null);
+        let name = f.get("name").and_then(Value::as_str).unwrap_or_default();
         let id = match tc.get("id").and_then(Value::as_str) {
             Some(id) if !id.is_empty() => id.to_string(),
             _ => format!("call_agentbatch_{turn}_{i}"),
         };
-        let (input, input_error) = parse_arguments(f.get("arguments"));
+        let (input, mut input_error) = parse_arguments(f.get("arguments"));
+        if name.is_empty() {
+            input_error = Some("the tool call names no function".into());
+        }
         let mut kept = tc.clone();
         kept["id"] = json!(id);
         kept["type"] = json!("function");
+        kept["function"]["name"] = json!(name);
         if !kept["function"]["arguments"].is_string() {
             // Some servers send an object; the protocol's history wants a string.
-            kept["function"]["arguments"] = json!(input.to_string());
+            kept["function"]["arguments"] = json!(match &input_error {
+                Some(_) => f["arguments"].as_str().unwrap_or("{}").to_string(),
+                None => input.to_string(),
+            });
         }
         kept_calls.push(kept);
         calls.push(ToolCall {
@@ -240,6 +243,13 @@ mod tests {
             .unwrap()
             .usage
             .unwrap();
+        let nameless = json!({"role": "assistant", "content": null, "tool_calls": [{"id": "c", "type": "function"}]});
+        let p = parse(&completion(nameless, json!("tool_calls")), 1).unwrap();
+        assert_eq!(
+            p.calls[0].input_error.as_deref(),
+            Some("the tool call names no function")
+        );
+        assert_eq!(p.items[0]["tool_calls"][0]["function"]["arguments"], "{}");
         assert_eq!(
             (u.input_tokens, u.cache_read_tokens, u.output_tokens),
             (388, 512, 40)

@@ -262,6 +262,7 @@ impl Conversation {
             maybe_billed: true,
             rate_limited: false,
             rate: reply.rate.clone(),
+            usage: None,
         };
         let malformed = |detail: String| {
             failed(
@@ -307,21 +308,29 @@ impl Conversation {
                 code,
                 message,
                 retryable,
-            } => failed(
-                ModelError::Failed {
-                    code,
-                    message,
-                    request_id: reply.request_id.clone(),
-                },
-                retryable,
-            ),
+                usage,
+            } => SendError {
+                // A failed response for the rate limit pauses the provider like a 429.
+                rate_limited: code == "rate_limit_exceeded",
+                usage,
+                ..failed(
+                    ModelError::Failed {
+                        code,
+                        message,
+                        request_id: reply.request_id.clone(),
+                    },
+                    retryable,
+                )
+            },
         })?;
         let answer_bytes = len_of(&items);
         let usage_estimated = usage.is_none();
-        // Without usage, count a token per byte: never fewer than the real figures.
+        // Without usage, count a token per byte of what went over the wire (the whole
+        // answer, reasoning fields a server adds included) plus the framing a chat
+        // template adds: never fewer than the real figures.
         let usage = usage.unwrap_or(Usage {
-            input_tokens: sent_bytes,
-            output_tokens: answer_bytes.min(u64::from(max_tokens)),
+            input_tokens: sent_bytes.saturating_add(FIRST_REQUEST_OVERHEAD),
+            output_tokens: (reply.body.len() as u64).min(u64::from(max_tokens)),
             ..Usage::default()
         });
         // A replayed turn can count for more tokens than its bytes (hidden reasoning is

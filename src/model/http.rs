@@ -69,7 +69,7 @@ impl RateHeaders {
             let reset = text(&format!("x-ratelimit-reset-{w}"))
                 .and_then(|v| parse_go_duration(&v))
                 .and_then(|d| chrono::Duration::from_std(d).ok())
-                .map(|d| Utc::now() + d);
+                .and_then(|d| Utc::now().checked_add_signed(d));
             windows.push((w.to_string(), remaining, reset));
         }
         RateHeaders { windows }
@@ -126,7 +126,7 @@ pub fn parse_go_duration(s: &str) -> Option<Duration> {
         rest = &rest[unit.len()..];
         total += value * secs;
     }
-    (total.is_finite() && total >= 0.0).then(|| Duration::from_secs_f64(total))
+    Duration::try_from_secs_f64(total).ok()
 }
 
 /// Why a request failed, after any retries.
@@ -261,8 +261,17 @@ async fn once(
 
 /// Reads `{"error": {"type", "message"}}` (Anthropic and OpenAI shapes), or quotes the
 /// start of whatever else came back. OpenAI's quota errors are named by `code` or
-/// `type`; either makes the type `insufficient_quota`.
+/// `type`; either makes the type `insufficient_quota`, whatever else the body holds.
 fn error_body(bytes: &[u8]) -> (String, String) {
+    let quoted = || {
+        let text = String::from_utf8_lossy(bytes);
+        let short: String = text.chars().take(300).collect();
+        if short.is_empty() {
+            "(empty body)".to_string()
+        } else {
+            short
+        }
+    };
     if let Ok(v) = serde_json::from_slice::<Value>(bytes) {
         let e = &v["error"];
         let quota = [&e["type"], &e["code"]]
@@ -276,20 +285,13 @@ fn error_body(bytes: &[u8]) -> (String, String) {
                 .or_else(|| e["code"].as_str())
                 .unwrap_or("unknown_error")
         };
-        if let Some(m) = e["message"].as_str() {
-            return (t.to_string(), m.to_string());
+        match e["message"].as_str() {
+            Some(m) => return (t.to_string(), m.to_string()),
+            None if quota => return (t.to_string(), quoted()),
+            None => {}
         }
     }
-    let text = String::from_utf8_lossy(bytes);
-    let short: String = text.chars().take(300).collect();
-    (
-        "unknown_error".into(),
-        if short.is_empty() {
-            "(empty body)".into()
-        } else {
-            short
-        },
-    )
+    ("unknown_error".into(), quoted())
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {
@@ -366,7 +368,26 @@ mod tests {
         assert_eq!(d("6m0s"), Some(Duration::from_secs(360)));
         assert_eq!(d("1h2m3.5s"), Some(Duration::from_secs_f64(3723.5)));
         assert_eq!(d("0.5s"), Some(Duration::from_millis(500)));
-        for bad in ["", "s", "5", "5x", "-1s", "1.2.3s"] {
+        assert_eq!(
+            d("99999999999999999999s"),
+            None,
+            "too long to represent, no panic"
+        );
+        let far = RateHeaders::read(&{
+            let mut m = HeaderMap::new();
+            m.insert("x-ratelimit-remaining-requests", "0".parse().unwrap());
+            m.insert(
+                "x-ratelimit-reset-requests",
+                "9999999999999h".parse().unwrap(),
+            );
+            m
+        });
+        assert_eq!(
+            far.windows.len(),
+            1,
+            "an absurd reset is read as unknown, no panic"
+        );
+        for bad in ["", "s", "5", "5x", "-1s", "1.2.3s", "1e400s"] {
             assert_eq!(d(bad), None, "{bad}");
         }
     }
@@ -385,6 +406,8 @@ mod tests {
         assert_eq!(error_body(b"").1, "(empty body)");
         let quota = br#"{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}"#;
         assert_eq!(error_body(quota).0, "insufficient_quota");
+        let bare = br#"{"error":{"code":"insufficient_quota"}}"#;
+        assert_eq!(error_body(bare).0, "insufficient_quota");
         let limited = br#"{"error":{"message":"Rate limit reached","type":"requests","param":null,"code":"rate_limit_exceeded"}}"#;
         assert_eq!(error_body(limited).0, "requests");
     }

@@ -206,11 +206,12 @@ pub enum WireError {
     /// Not a valid answer of the protocol.
     Malformed(String),
     /// A valid answer that reports a failed generation; `retryable` for server-side
-    /// and rate-limit failures.
+    /// and rate-limit failures, with what it used if it says.
     Failed {
         code: String,
         message: String,
         retryable: bool,
+        usage: Option<Usage>,
     },
 }
 
@@ -291,6 +292,9 @@ pub struct SendError {
     /// A 429: pause the provider, retry on the rate-limit budget.
     pub rate_limited: bool,
     pub rate: RateHeaders,
+    /// What the provider says the failed request used (a failed OpenAI response can
+    /// carry usage): billed instead of the worst case.
+    pub usage: Option<Usage>,
 }
 
 impl From<Failure> for SendError {
@@ -302,6 +306,7 @@ impl From<Failure> for SendError {
             server_wait: f.server_wait,
             maybe_billed: f.maybe_billed,
             rate: f.rate,
+            usage: None,
         }
     }
 }

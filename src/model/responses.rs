@@ -105,6 +105,10 @@ pub(super) fn parse(raw: &Value) -> Result<Parsed, WireError> {
         let err = obj.get("error").unwrap_or(&Value::Null);
         let code = err["code"].as_str().unwrap_or("unknown").to_string();
         return Err(WireError::Failed {
+            usage: obj
+                .get("usage")
+                .filter(|u| !u.is_null())
+                .and_then(|u| parse_usage(u).ok()),
             retryable: matches!(code.as_str(), "server_error" | "rate_limit_exceeded"),
             message: err["message"]
                 .as_str()
@@ -148,10 +152,15 @@ pub(super) fn parse(raw: &Value) -> Result<Parsed, WireError> {
                         .map(str::to_string)
                         .ok_or_else(|| format!("output[{i}] (function_call) has no string `{f}`"))
                 };
-                let (input, input_error) = parse_arguments(item.get("arguments"));
+                let (input, mut input_error) = parse_arguments(item.get("arguments"));
+                // Without a name the call still gets an (error) answer under its id.
+                let name = field("name").unwrap_or_default();
+                if name.is_empty() {
+                    input_error = Some("the tool call names no function".into());
+                }
                 calls.push(ToolCall {
                     id: field("call_id")?,
-                    name: field("name")?,
+                    name,
                     input,
                     input_error,
                 });

@@ -73,7 +73,8 @@ pub fn ask<'a>(request: &Value, request_bytes: usize, key: &'a str, step: usize)
 }
 
 /// An assistant message as the comparison of replays sees it: its text (null and ""
-/// alike) and its calls' names, arguments and ids.
+/// alike) and its calls' ids, names and arguments (as JSON when they parse, since a
+/// client must send back as a string what a server sent as an object).
 fn normalized(m: &Value) -> Value {
     let calls: Vec<Value> = m
         .get("tool_calls")
@@ -81,21 +82,74 @@ fn normalized(m: &Value) -> Value {
         .into_iter()
         .flatten()
         .map(|c| {
-            json!([
-                c["id"],
-                c.pointer("/function/name"),
-                c.pointer("/function/arguments")
-            ])
+            let args = match c.pointer("/function/arguments") {
+                Some(Value::String(s)) => serde_json::from_str(s).unwrap_or(json!(s)),
+                Some(other) => other.clone(),
+                None => Value::Null,
+            };
+            json!([c["id"], c.pointer("/function/name"), args])
         })
         .collect();
     json!({"content": text_of(&m["content"]), "calls": calls})
 }
+
+/// The request fields of the published CreateChatCompletionRequest schema; anything
+/// else (`max_output_tokens`, `input`, `thinking`, `top_k`: other protocols' fields) is
+/// refused as OpenAI does.
+const FIELDS: [&str; 37] = [
+    "audio",
+    "frequency_penalty",
+    "function_call",
+    "functions",
+    "logit_bias",
+    "logprobs",
+    "max_completion_tokens",
+    "max_tokens",
+    "messages",
+    "metadata",
+    "modalities",
+    "model",
+    "moderation",
+    "n",
+    "parallel_tool_calls",
+    "prediction",
+    "presence_penalty",
+    "prompt_cache_key",
+    "prompt_cache_options",
+    "prompt_cache_retention",
+    "reasoning_effort",
+    "response_format",
+    "safety_identifier",
+    "seed",
+    "service_tier",
+    "stop",
+    "store",
+    "stream",
+    "stream_options",
+    "temperature",
+    "tool_choice",
+    "tools",
+    "top_logprobs",
+    "top_p",
+    "user",
+    "verbosity",
+    "web_search_options",
+];
 
 /// Checks a Chat Completions request.
 pub fn check_request(body: &Value, history: &dyn History) -> Result<(), String> {
     let obj = body
         .as_object()
         .ok_or("the request body must be a JSON object")?;
+    if let Some(k) = obj.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+        return Err(format!("Unrecognized request argument supplied: {k}"));
+    }
+    if obj.contains_key("parallel_tool_calls") && obj.get("tools").is_none() {
+        return Err(
+            "Invalid value for 'parallel_tool_calls': only allowed when 'tools' are specified."
+                .into(),
+        );
+    }
     match obj.get("model") {
         Some(Value::String(m)) if !m.is_empty() => {}
         _ => return Err("you must provide a model parameter".into()),
@@ -125,9 +179,18 @@ pub fn check_request(body: &Value, history: &dyn History) -> Result<(), String> 
                 check_answered(i, m, &msgs[i + 1..])?;
                 if let Some(sent) = history.sent(step) {
                     let mut replay = normalized(m);
-                    // Calls the simulator sent without ids got theirs from the client.
-                    if sent.content["ids_sent"] == false {
-                        for c in replay["calls"].as_array_mut().into_iter().flatten() {
+                    // A call the simulator sent without an id got its id from the client.
+                    let sent_calls = sent.content["calls"]
+                        .as_array()
+                        .cloned()
+                        .unwrap_or_default();
+                    for (c, s) in replay["calls"]
+                        .as_array_mut()
+                        .into_iter()
+                        .flatten()
+                        .zip(&sent_calls)
+                    {
+                        if s[0].is_null() {
                             c[0] = Value::Null;
                         }
                     }
@@ -321,19 +384,11 @@ pub fn render(
 pub fn replayable(sent: &Value) -> Option<SentTurn> {
     let choice = sent.get("choices")?.as_array()?.first()?;
     let message = choice.get("message")?;
-    let mut content = normalized(message);
-    let ids_sent = message["tool_calls"]
-        .as_array()
-        .is_none_or(|c| c.iter().all(|c| c.get("id").is_some()));
-    if !ids_sent {
-        for c in content["calls"].as_array_mut().into_iter().flatten() {
-            c[0] = Value::Null;
-        }
-    }
-    content["ids_sent"] = json!(ids_sent);
+    let content = normalized(message);
     Some(SentTurn {
         content,
         stop_reason: choice["finish_reason"].as_str().unwrap_or("").to_string(),
+        context: Value::Null,
     })
 }
 
@@ -385,5 +440,23 @@ mod tests {
         let mut edited = back.clone();
         edited["tool_calls"][0]["function"]["arguments"] = json!("{\"a\":1}");
         assert!(check_request(&req(json!([user, edited, tool])), &h).is_err());
+        // Arguments a server sent as an object come back as a string.
+        let sent = json!({"choices": [{"message": {"role": "assistant", "content": "x", "tool_calls": [
+            {"id": "c9", "type": "function", "function": {"name": "t", "arguments": {"a": 1}}}]}, "finish_reason": "tool_calls"}]});
+        h.0.insert(0, replayable(&sent).unwrap());
+        let back = json!({"role": "assistant", "content": "x", "tool_calls": [
+            {"id": "c9", "type": "function", "function": {"name": "t", "arguments": "{\"a\":1}"}}]});
+        let tool = json!({"role": "tool", "tool_call_id": "c9", "content": "1"});
+        assert_eq!(
+            check_request(&req(json!([user, back.clone(), tool.clone()])), &h),
+            Ok(())
+        );
+        let mut renamed = back;
+        renamed["tool_calls"][0]["id"] = json!("c10");
+        let tool = json!({"role": "tool", "tool_call_id": "c10", "content": "1"});
+        assert!(
+            check_request(&req(json!([user, renamed, tool])), &h).is_err(),
+            "ids the server sent must come back"
+        );
     }
 }

@@ -319,6 +319,7 @@ mod tests {
             SentTurn {
                 content: content.clone(),
                 stop_reason: "end_turn".into(),
+                context: Value::Null,
             },
         );
         let good = req(
@@ -350,6 +351,7 @@ mod tests {
             SentTurn {
                 content: content.clone(),
                 stop_reason: "pause_turn".into(),
+                context: Value::Null,
             },
         );
         let cont = req(

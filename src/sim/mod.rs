@@ -45,6 +45,8 @@ use script::{Fault, Script};
 pub struct SentTurn {
     pub content: Value,
     pub stop_reason: String,
+    /// What else later requests must repeat (Responses: the instructions).
+    pub context: Value,
 }
 
 /// One request as the simulator saw it.
@@ -515,8 +517,9 @@ async fn answer(
         Protocol::Anthropic => m["content"].is_array().then(|| SentTurn {
             content: m["content"].clone(),
             stop_reason: m["stop_reason"].as_str().unwrap_or("").to_string(),
+            context: Value::Null,
         }),
-        Protocol::OpenaiResponses => responses::replayable(m),
+        Protocol::OpenaiResponses => responses::replayable(m, &request),
         Protocol::OpenaiChat => chat::replayable(m),
     });
     {

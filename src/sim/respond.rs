@@ -290,6 +290,11 @@ pub fn openai_error_body(
         _ => ("invalid_request_error", None),
     };
     let ty = if anthropic_default { ty } else { error_type };
+    let default_code = if ty == "insufficient_quota" {
+        Some("insufficient_quota")
+    } else {
+        default_code
+    };
     json!({"error": {"message": message, "type": ty, "param": null, "code": code.or(default_code)}})
 }
 

@@ -91,14 +91,55 @@ fn valid_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
+/// The request fields of the published CreateResponse schema; anything else is refused
+/// as the real API does (`max_tokens`, `messages` or `thinking` here are another
+/// protocol's fields).
+const FIELDS: [&str; 31] = [
+    "background",
+    "context_management",
+    "conversation",
+    "include",
+    "input",
+    "instructions",
+    "max_output_tokens",
+    "max_tool_calls",
+    "metadata",
+    "model",
+    "moderation",
+    "parallel_tool_calls",
+    "previous_response_id",
+    "prompt",
+    "prompt_cache_key",
+    "prompt_cache_options",
+    "prompt_cache_retention",
+    "reasoning",
+    "safety_identifier",
+    "service_tier",
+    "store",
+    "stream",
+    "stream_options",
+    "temperature",
+    "text",
+    "tool_choice",
+    "tools",
+    "top_logprobs",
+    "top_p",
+    "truncation",
+    "user",
+];
+
 /// Checks a Responses request. With `store: false` nothing is kept server-side, so the
 /// history must carry everything: no item ids, reasoning items with their encrypted
-/// content, every function call answered by an output with its call_id, and each
-/// model turn returned as it was sent.
+/// content, every function call answered by an output with its call_id, each model
+/// turn returned as it was sent, and the instructions of the first turn resent (they
+/// are never carried over).
 pub fn check_request(body: &Value, history: &dyn History) -> Result<(), String> {
     let obj = body
         .as_object()
         .ok_or("the request body must be a JSON object")?;
+    if let Some(k) = obj.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+        return Err(format!("Unknown parameter: '{k}'."));
+    }
     match obj.get("model") {
         Some(Value::String(m)) if !m.is_empty() => {}
         _ => return Err("Missing required parameter: 'model'.".into()),
@@ -133,7 +174,13 @@ pub fn check_request(body: &Value, history: &dyn History) -> Result<(), String> 
         }
     }
     check_calls_answered(input)?;
-    for (step, (start, run)) in model_runs(input).into_iter().enumerate() {
+    let runs = model_runs(input);
+    if let Some(first) = history.sent(0).filter(|_| !runs.is_empty()) {
+        if first.context["instructions"] != *obj.get("instructions").unwrap_or(&Value::Null) {
+            return Err("`instructions` differ from the first turn's: they are not carried over between requests and must be sent, unchanged, with every request".into());
+        }
+    }
+    for (step, (start, run)) in runs.into_iter().enumerate() {
         if let Some(sent) = history.sent(step) {
             if sent.content.as_array().map(Vec::as_slice) != Some(run) {
                 return Err(format!(
@@ -249,6 +296,8 @@ pub fn render(
         }
         item
     };
+    // A refusal is a completed response whose message is a refusal part.
+    let refusal = played.stop_reason == "refusal";
     let output: Vec<Value> = played
         .blocks
         .iter()
@@ -258,6 +307,10 @@ pub fn render(
                 reasoning(j, json!([{"type": "summary_text", "text": t}]), t)
             }
             Played::RedactedThinking(d) => reasoning(j, json!([]), d),
+            Played::Text(t) if refusal => json!({
+                "type": "message", "id": stable_id("msg_sim_", &ask, j), "status": "completed",
+                "role": "assistant", "content": [{"type": "refusal", "refusal": t}],
+            }),
             Played::Text(t) => json!({
                 "type": "message", "id": stable_id("msg_sim_", &ask, j), "status": "completed",
                 "role": "assistant", "content": [{"type": "output_text", "text": t, "annotations": [], "logprobs": []}],
@@ -280,7 +333,7 @@ pub fn render(
     let (default_status, default_reason) = match played.stop_reason.as_str() {
         "end_turn" | "tool_use" | "stop_sequence" => ("completed", None),
         "max_tokens" => ("incomplete", Some("max_output_tokens")),
-        "refusal" => ("incomplete", Some("content_filter")),
+        "refusal" => ("completed", None),
         other => ("incomplete", Some(other)),
     };
     let status = turn.status.as_deref().unwrap_or(default_status);
@@ -333,8 +386,9 @@ pub fn render(
     resp
 }
 
-/// What a client must send back of a response: its output items, ids removed.
-pub fn replayable(sent: &Value) -> Option<SentTurn> {
+/// What a client must send back of a response: its output items, ids removed (and the
+/// request's instructions, which must be sent again).
+pub fn replayable(sent: &Value, request: &Value) -> Option<SentTurn> {
     let output = sent.get("output")?.as_array()?;
     let items: Vec<Value> = output
         .iter()
@@ -349,6 +403,7 @@ pub fn replayable(sent: &Value) -> Option<SentTurn> {
     Some(SentTurn {
         content: Value::Array(items),
         stop_reason: sent.get("status")?.as_str()?.to_string(),
+        context: json!({"instructions": request.get("instructions").cloned().unwrap_or(Value::Null)}),
     })
 }
 
@@ -412,6 +467,7 @@ mod tests {
             SentTurn {
                 content: json!([reasoning, call]),
                 stop_reason: "completed".into(),
+                context: Value::Null,
             },
         );
         assert_eq!(

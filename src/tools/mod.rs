@@ -263,6 +263,14 @@ impl Toolset {
                 rule,
                 ms: started.elapsed().as_millis() as u64,
             };
+        if let Some(why) = &call.input_error {
+            return done(
+                format!("Error: {why}. Call the tool again, by name, with arguments that are a JSON object matching its input schema."),
+                true,
+                "invalid",
+                "call not readable".into(),
+            );
+        }
         let Some(entry) = self.tools.iter().find(|e| e.tool.name() == call.name) else {
             let names = self.names().join(", ");
             return done(
@@ -276,14 +284,6 @@ impl Toolset {
                 "not declared for this task".into(),
             );
         };
-        if let Some(why) = &call.input_error {
-            return done(
-                format!("Error: {why}. Call the tool again with arguments that are a JSON object matching its input schema."),
-                true,
-                "invalid",
-                "arguments not readable".into(),
-            );
-        }
         let rule = match self.policy.decide(&call.name, &policy_view(call, ctx)) {
             Verdict::Deny(why) => {
                 let mut d = done(

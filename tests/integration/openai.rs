@@ -226,6 +226,21 @@ async fn a_failed_server_error_is_retried_and_tool_calls_under_stop_still_run() 
     let flaky = ran.row("flaky");
     assert_eq!(flaky["stop_reason"], "provider_error");
     assert_eq!(num(&flaky, "retries"), 2, "{flaky:?}");
+    // Each failed answer carried usage, so each is billed that, not its reservation.
+    let price = agentbatch::govern::pricing::lookup(&Default::default(), "gpt-5.4").unwrap();
+    let billed: rust_decimal::Decimal = ran
+        .requests("flaky")
+        .iter()
+        .map(|r| {
+            let u = &r.response.as_ref().unwrap()["usage"];
+            price.cost(&agentbatch::model::Usage {
+                input_tokens: u["input_tokens"].as_u64().unwrap(),
+                output_tokens: u["output_tokens"].as_u64().unwrap(),
+                ..Default::default()
+            })
+        })
+        .sum();
+    assert_eq!(flaky["cost_usd"], billed.normalize().to_string());
 
     let case = Case::new();
     let ran = case
@@ -238,6 +253,24 @@ async fn a_failed_server_error_is_retried_and_tool_calls_under_stop_still_run() 
     let quirky = ran.row("quirky");
     assert_eq!(quirky["stop_reason"], "completed", "{quirky:?}");
     assert_eq!(num(&quirky, "tool_calls"), 1);
+}
+
+#[tokio::test]
+async fn a_refused_output_limit_field_says_which_setting_to_change() {
+    let case = Case::new();
+    let ran = case
+        .run(&openai_job(
+            "sim-chat",
+            "gpt-5.4",
+            "  - id: t\n    prompt: p\n    sim: { turns: [ { content: [ { text: hi } ], faults: [ { status: 400, message: \"Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.\" } ] } ] }\n",
+        ))
+        .await;
+    let row = ran.row("t");
+    assert_eq!(row["stop_reason"], "provider_error");
+    assert!(
+        row["stop_detail"].contains("providers.sim-chat.max_tokens_field: max_completion_tokens"),
+        "{row:?}"
+    );
 }
 
 #[tokio::test]
