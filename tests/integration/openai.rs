@@ -158,6 +158,7 @@ async fn every_responses_status_maps_to_its_stop_reason() {
             ("capped", "{ content: [ { text: hi } ], usage: { output_tokens: 99999 } }", "model_max_tokens", "max_tokens"),
             ("filtered", "{ content: [ { text: hi } ], status: incomplete, incomplete_reason: content_filter }", "refusal", "content_filter"),
             ("odd", "{ content: [ { text: hi } ], status: incomplete, incomplete_reason: max_messages }", "provider_error", "max_messages"),
+            ("refused", "{ content: [ { text: \"I won't\" } ], stop_reason: refusal }", "refusal", "I won't"),
             ("queued", "{ content: [ { text: hi } ], status: queued }", "provider_error", "status queued"),
             ("broken", "{ content: [], status: failed, error: { code: invalid_prompt, message: nope } }", "provider_error", "invalid_prompt"),
         ],
