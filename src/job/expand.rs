@@ -11,9 +11,9 @@ use serde_json::{json, Map, Value};
 
 use super::locate::{locate, path_string, Seg};
 use super::schema::{
-    Decision, JobFile, KeepWorkspaces, LimitFields, MaxTokensField, ParallelToolCalls,
-    ProviderFields, ReasoningFields, SimSource, TaskFields, TeamFields, ThinkingFields,
-    ThinkingKind, ToolsetFields,
+    Decision, JobFile, KeepWorkspaces, LimitFields, MaxTokensField, McpServerFields,
+    ParallelToolCalls, ProviderFields, ReasoningFields, SimSource, TaskFields, TeamFields,
+    ThinkingFields, ThinkingKind, ToolsetFields,
 };
 use super::spec::{
     PeriodCap, Plan, ProviderKind, ProviderSpec, RateLimits, RepoSpec, TaskSpec, TeamSpec,
@@ -25,6 +25,7 @@ use crate::govern::budget::Limits;
 use crate::govern::pricing;
 use crate::model::Protocol;
 use crate::sim::script::Script;
+use crate::tools::mcp::{McpServerSpec, Transport};
 use crate::tools::Registry;
 use crate::tools::{Policy, RunLimits, SandboxConfig};
 
@@ -481,6 +482,7 @@ fn resolve_toolsets(
                 );
             }
         }
+        let mcp = resolve_mcp(&f, &here, cx);
         let p = f.policy.clone().unwrap_or_default();
         let default_allow = p.default.is_none_or(|d| d == Decision::Allow);
         for (kind, rules) in [("deny", &p.deny), ("allow", &p.allow)] {
@@ -490,8 +492,9 @@ fn resolve_toolsets(
                     Err(e) => cx.err(&here, e),
                     Ok(one) => {
                         for (_, tool) in one.tools() {
-                            if !f.tools.iter().any(|t| t == tool) {
-                                cx.err(&here, format!("rule \"{rule}\" is about {tool}, which tool set {name} does not have"));
+                            let from_mcp = mcp.iter().any(|s| tool.starts_with(&s.prefix()));
+                            if !f.tools.iter().any(|t| t == tool) && !from_mcp {
+                                cx.err(&here, format!("rule \"{rule}\" is about {tool}, which tool set {name} does not have (MCP tools are named mcp__<server>__<tool>)"));
                             }
                         }
                     }
@@ -523,10 +526,161 @@ fn resolve_toolsets(
                     timeout: bash.timeout.map_or(DEFAULT_BASH_TIMEOUT, |t| t.0),
                     max_output: bash.max_output.unwrap_or(DEFAULT_BASH_OUTPUT),
                 },
+                mcp,
             }),
         );
     }
     out
+}
+
+const DEFAULT_MCP_TIMEOUT: Duration = Duration::from_secs(60);
+const HTTP_KINDS: [&str; 3] = ["http", "streamable-http", "streamableHttp"];
+
+/// A tool set's MCP servers: its `mcp` entries and those of its `mcp_config` file.
+fn resolve_mcp(f: &ToolsetFields, here: &[Seg], cx: &mut Ctx) -> Vec<Arc<McpServerSpec>> {
+    let mut entries: Vec<(String, McpServerFields, Vec<Seg>)> = f
+        .mcp
+        .iter()
+        .map(|(n, s)| {
+            let mut at = here.to_vec();
+            at.extend([key("mcp"), key(n)]);
+            (n.clone(), s.clone(), at)
+        })
+        .collect();
+    if let Some(file) = &f.mcp_config {
+        let mut at = here.to_vec();
+        at.push(key("mcp_config"));
+        match read_mcp_config(&cx.dir.join(file)) {
+            Ok(servers) => {
+                for (n, s) in servers {
+                    if f.mcp.contains_key(&n) {
+                        cx.err(
+                            &at,
+                            format!("MCP server \"{n}\" is in {file} and in `mcp`: rename one"),
+                        );
+                    } else {
+                        entries.push((n, s, at.clone()));
+                    }
+                }
+            }
+            Err(e) => cx.err(&at, e),
+        }
+    }
+    let mut out: Vec<Arc<McpServerSpec>> = Vec::new();
+    for (name, s, at) in entries {
+        let field = |k: &str| {
+            let mut p = at.clone();
+            p.push(key(k));
+            p
+        };
+        let kind = s
+            .kind
+            .clone()
+            .unwrap_or_else(|| if s.url.is_some() { "http" } else { "stdio" }.into());
+        let http = HTTP_KINDS.contains(&kind.as_str());
+        let transport = match (kind.as_str(), &s.command, &s.url) {
+            ("sse", _, _) => {
+                cx.err(&field("type"), "the old HTTP+SSE transport is not supported: use the server's Streamable HTTP endpoint (`type: http`)");
+                continue;
+            }
+            ("stdio", Some(command), None) => Transport::Stdio {
+                command: command.clone(),
+                args: s.args.clone(),
+                env: s.env.clone(),
+                cwd: s.cwd.clone(),
+            },
+            (_, None, Some(url)) if http => {
+                let scheme_ok = ["http://", "https://", "${"]
+                    .iter()
+                    .any(|p| url.starts_with(p));
+                if !scheme_ok {
+                    cx.err(&field("url"), "use an http:// or https:// URL");
+                }
+                Transport::Http {
+                    url: url.clone(),
+                    headers: s.headers.clone(),
+                }
+            }
+            (_, Some(_), Some(_)) => {
+                cx.err(
+                    &at,
+                    "give either `command` (stdio) or `url` (http), not both",
+                );
+                continue;
+            }
+            ("stdio", None, _) => {
+                cx.err(&at, "a stdio server needs a `command`");
+                continue;
+            }
+            _ if http => {
+                cx.err(&at, "an http server needs a `url`");
+                continue;
+            }
+            (other, _, _) => {
+                cx.err(
+                    &field("type"),
+                    format!("unknown MCP transport \"{other}\": use stdio or http"),
+                );
+                continue;
+            }
+        };
+        let spec = McpServerSpec {
+            name: name.clone(),
+            transport,
+            call_timeout: s.timeout.map_or(DEFAULT_MCP_TIMEOUT, |t| t.0),
+            startup_timeout: s.startup_timeout.map_or(DEFAULT_MCP_TIMEOUT, |t| t.0),
+        };
+        if out.iter().any(|o| o.prefix() == spec.prefix()) {
+            cx.err(
+                &at,
+                format!(
+                    "MCP server \"{name}\" gets the same tool prefix {} as another server: rename it",
+                    spec.prefix()
+                ),
+            );
+            continue;
+        }
+        out.push(Arc::new(spec));
+    }
+    out
+}
+
+/// The servers of a `.mcp.json` file (`mcpServers`, or VS Code's `servers`). Keys other
+/// tools put there (`disabled`, `autoApprove`, ...) are ignored, since the file is
+/// shared with them.
+fn read_mcp_config(path: &Path) -> Result<Vec<(String, McpServerFields)>, String> {
+    let shown = path.display();
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {shown}: {e}"))?;
+    let doc: Value =
+        serde_json::from_str(&text).map_err(|e| format!("{shown} is not valid JSON: {e}"))?;
+    let servers = doc
+        .get("mcpServers")
+        .or_else(|| doc.get("servers"))
+        .and_then(Value::as_object)
+        .ok_or_else(|| format!("{shown} has no `mcpServers` object"))?;
+    const KNOWN: [&str; 9] = [
+        "type",
+        "command",
+        "args",
+        "env",
+        "cwd",
+        "url",
+        "headers",
+        "timeout",
+        "startup_timeout",
+    ];
+    servers
+        .iter()
+        .map(|(name, v)| {
+            let mut v = v.clone();
+            if let Some(o) = v.as_object_mut() {
+                o.retain(|k, _| KNOWN.contains(&k.as_str()));
+            }
+            serde_json::from_value::<McpServerFields>(v)
+                .map(|s| (name.clone(), s))
+                .map_err(|e| format!("{shown}: server \"{name}\": {e}"))
+        })
+        .collect()
 }
 
 /// A task's tools: a named tool set, or a plain list (everything allowed).
@@ -596,6 +750,7 @@ fn resolve_task_toolset(
                 timeout: DEFAULT_BASH_TIMEOUT,
                 max_output: DEFAULT_BASH_OUTPUT,
             },
+            mcp: Vec::new(),
         })
     })
 }

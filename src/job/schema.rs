@@ -49,11 +49,51 @@ pub struct JobFile {
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ToolsetFields {
+    /// Built-in tools.
+    #[serde(default)]
     pub tools: Vec<String>,
+    /// MCP servers whose tools join the set, by server name (the `.mcp.json` shape).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub mcp: BTreeMap<String, McpServerFields>,
+    /// A `.mcp.json` file (relative to the job file) whose `mcpServers` join `mcp`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp_config: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<PolicyFields>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bash: Option<BashFields>,
+}
+
+/// One MCP server, as `.mcp.json` files describe it: a command run over stdio, or a
+/// Streamable HTTP endpoint. `{workspace}` in a command, argument, variable or working
+/// folder is the task's workspace (the server then runs per task); `${VAR}` anywhere is
+/// read from the runner's environment when the server starts.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpServerFields {
+    /// `stdio` (default with `command`) or `http` (default with `url`);
+    /// `streamable-http` is the same as `http`.
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// Variables the server gets besides PATH, HOME and LANG (never the runner's keys).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    /// How long one tool call may take (default 60s); a call past it is cancelled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<HumanDuration>,
+    /// How long starting and initializing the server may take (default 60s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub startup_timeout: Option<HumanDuration>,
 }
 
 /// Permission rules: `tool` or `tool(pattern)`; deny beats allow.

@@ -15,6 +15,7 @@ use crate::govern::budget::Limits;
 use crate::govern::pricing::Price;
 use crate::model::Protocol;
 use crate::sim::script::Script;
+use crate::tools::mcp::McpServerSpec;
 use crate::tools::{Policy, RunLimits, SandboxConfig};
 
 fn human<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -132,6 +133,9 @@ pub struct ToolsetSpec {
     pub rules: Vec<String>,
     #[serde(skip)]
     pub bash: RunLimits,
+    /// MCP servers whose tools join the set.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub mcp: Vec<Arc<McpServerSpec>>,
 }
 
 /// One task, fully resolved.

@@ -6,6 +6,7 @@
 mod bash;
 mod files;
 mod get_time;
+pub mod mcp;
 pub mod paths;
 pub mod policy;
 pub mod sandbox;
@@ -218,16 +219,27 @@ pub struct Dispatched {
 /// (symlinks followed, absolute paths made relative), so that no spelling of a path
 /// slips past a rule.
 fn policy_view(call: &ToolCall, ctx: &ToolContext) -> Value {
-    let (Some(root), Some(p)) = (
-        ctx.workspace.as_deref(),
-        call.input.get("path").and_then(Value::as_str),
-    ) else {
+    let Some(root) = ctx.workspace.as_deref() else {
         return call.input.clone();
     };
+    let relative = |p: &str| {
+        paths::resolve(root, p).ok().map(|resolved| {
+            let rel = paths::relative(root, &resolved);
+            Value::String(if rel.is_empty() { ".".into() } else { rel })
+        })
+    };
     let mut view = call.input.clone();
-    if let Ok(resolved) = paths::resolve(root, p) {
-        let rel = paths::relative(root, &resolved);
-        view["path"] = Value::String(if rel.is_empty() { ".".into() } else { rel });
+    for key in ["path", "source", "destination"] {
+        if let Some(rel) = view.get(key).and_then(Value::as_str).and_then(relative) {
+            view[key] = rel;
+        }
+    }
+    if let Some(list) = view.get_mut("paths").and_then(Value::as_array_mut) {
+        for item in list.iter_mut() {
+            if let Some(rel) = item.as_str().and_then(relative) {
+                *item = rel;
+            }
+        }
     }
     view
 }

@@ -70,12 +70,12 @@ fn parse_rule(text: &str) -> Result<Rule, String> {
             // In a command pattern `*` spans spaces and slashes.
             GlobBuilder::new(p).literal_separator(false).build(),
         ),
-        Some(p) if PATH_TOOLS.contains(&tool) => {
+        Some(p) if PATH_TOOLS.contains(&tool) || is_mcp(tool) => {
             Some(GlobBuilder::new(p).literal_separator(true).build())
         }
         Some(_) => {
             return Err(format!(
-                "rule \"{text}\": only bash and the file tools ({}) take a pattern",
+                "rule \"{text}\": only bash, the file tools ({}) and MCP tools take a pattern",
                 PATH_TOOLS.join(", ")
             ))
         }
@@ -115,13 +115,22 @@ impl Policy {
             .map(|r| (r.text.as_str(), r.tool.as_str()))
     }
 
-    fn matching<'a>(rules: &'a [Rule], tool: &str, subject: Option<&str>) -> Option<&'a Rule> {
+    /// The first rule about `tool` whose pattern matches the subjects: any of them
+    /// (`all` false, for deny rules) or every one (for allow rules). A pattern never
+    /// matches a call without subjects.
+    fn matching<'a>(
+        rules: &'a [Rule],
+        tool: &str,
+        subjects: &[String],
+        all: bool,
+    ) -> Option<&'a Rule> {
         rules.iter().find(|r| {
             r.tool == tool
-                && match (&r.pattern, subject) {
-                    (None, _) => true,
-                    (Some(p), Some(s)) => p.is_match(s),
-                    (Some(_), None) => false,
+                && match &r.pattern {
+                    None => true,
+                    Some(_) if subjects.is_empty() => false,
+                    Some(p) if all => subjects.iter().all(|s| p.is_match(s)),
+                    Some(p) => subjects.iter().any(|s| p.is_match(s)),
                 }
         })
     }
@@ -147,20 +156,27 @@ impl Policy {
                 .unwrap_or_default();
             return self.decide_bash(line);
         }
-        let path = PATH_TOOLS
-            .contains(&tool)
-            .then(|| normalize(input.get("path").and_then(Value::as_str).unwrap_or(".")));
-        if let Some(r) = Self::matching(&self.deny, tool, path.as_deref()) {
+        let paths: Vec<String> = if PATH_TOOLS.contains(&tool) {
+            vec![normalize(
+                input.get("path").and_then(Value::as_str).unwrap_or("."),
+            )]
+        } else if is_mcp(tool) {
+            path_arguments(input).map(normalize).collect()
+        } else {
+            Vec::new()
+        };
+        if let Some(r) = Self::matching(&self.deny, tool, &paths, false) {
             return Verdict::Deny(format!("denied by rule \"{}\"", r.text));
         }
-        if let Some(r) = Self::matching(&self.allow, tool, path.as_deref()) {
+        if let Some(r) = Self::matching(&self.allow, tool, &paths, true) {
             return Verdict::Allow(format!("allowed by rule \"{}\"", r.text));
         }
         self.default_verdict(
             tool,
-            &match path {
-                Some(p) => format!("{tool}({p})"),
-                None => tool.to_string(),
+            &if paths.is_empty() {
+                tool.to_string()
+            } else {
+                format!("{tool}({})", paths.join(", "))
             },
         )
     }
@@ -196,7 +212,9 @@ impl Policy {
                 ));
             }
             for form in [&c.written, &c.canonical] {
-                if let Some(r) = Self::matching(&self.deny, "bash", Some(form)) {
+                if let Some(r) =
+                    Self::matching(&self.deny, "bash", std::slice::from_ref(form), false)
+                {
                     return Verdict::Deny(format!(
                         "denied by rule \"{}\" (command `{form}`)",
                         r.text
@@ -206,7 +224,12 @@ impl Policy {
         }
         let mut allowed_by = Vec::new();
         for c in &commands {
-            match Self::matching(&self.allow, "bash", Some(&c.canonical)) {
+            match Self::matching(
+                &self.allow,
+                "bash",
+                std::slice::from_ref(&c.canonical),
+                true,
+            ) {
                 Some(r) => allowed_by.push(r.text.clone()),
                 None => match self.default_verdict("bash", &format!("`{}`", c.canonical)) {
                     Verdict::Deny(why) => return Verdict::Deny(why),
@@ -217,6 +240,26 @@ impl Policy {
         allowed_by.dedup();
         Verdict::Allow(allowed_by.join(", "))
     }
+}
+
+/// Whether a tool comes from an MCP server (`mcp__<server>__<tool>`).
+pub fn is_mcp(tool: &str) -> bool {
+    tool.starts_with("mcp__")
+}
+
+/// The arguments of an MCP call that name files, which pattern rules match: `path`,
+/// `source`, `destination` and the items of `paths`.
+pub fn path_arguments(input: &Value) -> impl Iterator<Item = &str> {
+    let single = ["path", "source", "destination"]
+        .into_iter()
+        .filter_map(move |k| input.get(k).and_then(Value::as_str));
+    let many = input
+        .get("paths")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str);
+    single.chain(many)
 }
 
 /// A path as the rules see it: relative, `.` and `..` folded (`./a/../.github/x` is
