@@ -8,16 +8,26 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Repo-fix tests clone and diff repositories (git) and run the fixtures' test suites
-# (python3).
+# (python3). MCP tests drive the reference MCP servers from npm (Node.js).
 missing=()
 command -v git >/dev/null 2>&1 || missing+=(git)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "tests/run.sh: installing ${missing[*]}" >&2
   sudo_cmd=()
   [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
   "${sudo_cmd[@]}" apt-get update -qq
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "${missing[@]}"
+fi
+
+# The MCP servers and the MCP conformance suite, at the versions pinned in
+# tests/mcp/package-lock.json (the suite brings its own Node 22).
+if [ ! -f tests/mcp/node_modules/.installed ] || [ tests/mcp/package-lock.json -nt tests/mcp/node_modules/.installed ]; then
+  echo "tests/run.sh: installing the MCP test servers (npm ci in tests/mcp)" >&2
+  npm ci --prefix tests/mcp --no-audit --no-fund --loglevel=error
+  touch tests/mcp/node_modules/.installed
 fi
 
 cargo test --locked "$@"

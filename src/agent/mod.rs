@@ -3,6 +3,7 @@
 //! its call id, and repeat until the model ends its turn or a limit stops the task.
 //! The model proposes, the harness disposes.
 
+mod mcp;
 mod repo;
 mod request;
 pub mod stop;
@@ -23,6 +24,7 @@ use crate::job::{ProviderKind, TaskSpec};
 use crate::model::{Conversation, Endpoint, Params, Protocol};
 use crate::model::{HttpError, ModelError, ToolCall, ToolResult};
 use crate::report::{TaskLog, TaskResult};
+use crate::tools::mcp::{McpHub, TaskServers};
 use crate::tools::{Registry, ToolContext, Toolset};
 use stop::{after_response, check_turn_and_clock, Next, Stop, StopReason};
 
@@ -46,6 +48,8 @@ pub struct AgentEnv {
     /// Cancelled to end every loop now (second Ctrl-C, or reports can no longer be
     /// written); loops end as `cancelled`.
     pub cancel: CancellationToken,
+    /// MCP servers shared by the run's tasks.
+    pub mcp: Arc<McpHub>,
 }
 
 /// Where a task's requests go, with the key read from the environment at run time. A
@@ -164,14 +168,14 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
     let started_at = Utc::now();
     let t0 = Instant::now();
     log.started();
-    let toolset = env
+    let base_tools = env
         .registry
         .toolset(&spec.tools, spec.toolset.policy.clone());
     log.emit(
         "task_start",
         json!({
             "task": spec.id, "provider": spec.provider.name, "model": spec.model,
-            "max_tokens": spec.max_tokens, "tools": toolset.names(), "toolset": spec.toolset.name,
+            "max_tokens": spec.max_tokens, "tools": base_tools.names(), "toolset": spec.toolset.name,
             "policy": spec.toolset.rules, "limits": spec.limits, "repo": spec.repo,
         }),
     );
@@ -179,8 +183,18 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
         Some(repo) => repo::prepare(spec, repo, &env.work_dir, &log, &env.cancel).await,
         None => repo::Prepared::default(),
     };
+    let workspace = prepared.workspace.as_ref().map(|w| w.root.clone());
+    let (toolset, mut servers, mcp_failed) =
+        if spec.toolset.mcp.is_empty() || prepared.failed.is_some() {
+            (base_tools.clone(), TaskServers::default(), None)
+        } else {
+            match mcp::attach(spec, env, &base_tools, workspace.as_deref(), &log).await {
+                Ok((t, s)) => (t, s, None),
+                Err(stop) => (base_tools.clone(), TaskServers::default(), Some(stop)),
+            }
+        };
     let ctx = ToolContext {
-        workspace: prepared.workspace.as_ref().map(|w| w.root.clone()),
+        workspace,
         sandbox: prepared.sandbox.clone(),
         bash: spec.toolset.bash,
         network: spec.sandbox.network,
@@ -195,14 +209,16 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
         spec,
         env,
         log: &log,
-        toolset: &toolset,
+        base_tools: &base_tools,
+        toolset,
+        servers: &servers,
         ctx: &ctx,
         deadline,
         meter: Meter::default(),
         tally: Tally::default(),
     };
-    let stop = if let Some(failed) = &prepared.failed {
-        failed.clone()
+    let stop = if let Some(failed) = prepared.failed.clone().or(mcp_failed) {
+        failed
     } else {
         match endpoint(spec, env.sim_base.as_deref(), &env.run_id) {
             Err(e) => Stop::new(StopReason::ProviderError, e),
@@ -210,7 +226,7 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
                 match Conversation::new(
                     env.client.clone(),
                     ep,
-                    params(spec, &toolset),
+                    params(spec, &lp.toolset),
                     &spec.prompt,
                 ) {
                     Err(e) => Stop::new(StopReason::ProviderError, e),
@@ -220,6 +236,8 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
         }
     };
     let Loop { meter, tally, .. } = lp;
+    // The task's own MCP servers stop before the check runs.
+    servers.shutdown().await;
     log.emit(
         "stop",
         json!({"stop_reason": stop.reason, "detail": stop.detail}),
@@ -299,7 +317,10 @@ struct Loop<'a> {
     spec: &'a TaskSpec,
     env: &'a AgentEnv,
     log: &'a TaskLog,
-    toolset: &'a Toolset,
+    /// The built-in tools, to which the MCP servers' current tools are added.
+    base_tools: &'a Toolset,
+    toolset: Toolset,
+    servers: &'a TaskServers,
     ctx: &'a ToolContext,
     deadline: Instant,
     meter: Meter,
@@ -315,6 +336,9 @@ impl Loop<'_> {
                 Instant::now(),
                 self.deadline,
             ) {
+                return s;
+            }
+            if let Err(s) = self.refresh_tools(conv).await {
                 return s;
             }
             self.prepare_turn(conv);
@@ -370,13 +394,25 @@ impl Loop<'_> {
             if d.denied {
                 self.tally.denied_calls += 1;
             }
-            self.log.emit(
-                "tool_result",
-                json!({
-                    "turn": turn_no, "id": call.id, "name": call.name, "decision": d.decision,
-                    "rule": d.rule, "is_error": d.result.is_error, "content": d.result.content, "ms": d.ms,
-                }),
-            );
+            let mut ev = json!({
+                "turn": turn_no, "id": call.id, "name": call.name, "decision": d.decision,
+                "rule": d.rule, "is_error": d.result.is_error, "content": d.result.content, "ms": d.ms,
+            });
+            if let Some(s) = &d.structured {
+                ev["structured_content"] = s.clone();
+            }
+            if !d.result.images.is_empty() {
+                ev["images"] = json!(d
+                    .result
+                    .images
+                    .iter()
+                    .map(|i| json!({"media_type": i.media_type, "bytes": i.data.len() * 3 / 4}))
+                    .collect::<Vec<_>>());
+            }
+            self.log.emit("tool_result", ev);
+            if let Some(why) = d.fatal {
+                return Err(Stop::new(StopReason::ToolSetupError, why));
+            }
             results.push(d.result);
         }
         Ok(results)

@@ -959,6 +959,26 @@ fn expand_task(
             );
         }
     }
+    if let Some(ts) = &toolset {
+        let at = origin(i, t.toolset.is_some(), &["toolset"]);
+        let set = ts.name.as_deref().unwrap_or("(tools)");
+        for s in &ts.mcp {
+            if s.per_task() && repo.is_none() {
+                cx.err(
+                    &at,
+                    format!("tool set {set}'s MCP server \"{}\" uses {{workspace}}, so the task needs a `repo`", s.name),
+                );
+            }
+            for v in s.variables() {
+                if std::env::var_os(&v).is_none_or(|x| x.is_empty()) {
+                    cx.err(
+                        &at,
+                        format!("tool set {set}'s MCP server \"{}\" reads ${{{v}}}, which is not set: export {v}=... (or write ${{{v}:-default}})", s.name),
+                    );
+                }
+            }
+        }
+    }
     let mut env = d.env.clone().unwrap_or_default();
     env.extend(t.env.clone().unwrap_or_default());
     for name in env.keys() {

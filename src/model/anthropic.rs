@@ -63,6 +63,13 @@ pub(super) fn results(results: &[ToolResult]) -> Vec<Value> {
         .iter()
         .map(|r| {
             let mut b = json!({"type": "tool_result", "tool_use_id": r.id, "content": r.content});
+            if !r.images.is_empty() {
+                let mut parts = vec![json!({"type": "text", "text": r.content})];
+                parts.extend(r.images.iter().map(|i| {
+                    json!({"type": "image", "source": {"type": "base64", "media_type": i.media_type, "data": i.data}})
+                }));
+                b["content"] = Value::Array(parts);
+            }
             if r.is_error {
                 b["is_error"] = json!(true);
             }

@@ -101,7 +101,17 @@ pub(super) fn append_user_text(history: &mut Vec<Value>, text: &str) -> Option<u
 pub(super) fn results(results: &[ToolResult]) -> Vec<Value> {
     results
         .iter()
-        .map(|r| json!({"role": "tool", "tool_call_id": r.id, "content": r.content}))
+        .map(|r| {
+            // Tool messages take text only.
+            let mut content = r.content.clone();
+            if !r.images.is_empty() {
+                content.push_str(&format!(
+                    "\n[{} image(s) not shown: Chat Completions tool messages take text only]",
+                    r.images.len()
+                ));
+            }
+            json!({"role": "tool", "tool_call_id": r.id, "content": content})
+        })
         .collect()
 }
 

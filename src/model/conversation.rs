@@ -369,6 +369,15 @@ impl Conversation {
         }
     }
 
+    /// Declares a new set of tools (an MCP server's list changed).
+    pub fn set_tools(&mut self, neutral: Vec<Value>) {
+        let tools = declarations(self.endpoint.protocol, &neutral);
+        // The next prompt is larger by the new declarations, at most.
+        self.bytes_since = self.bytes_since.saturating_add(len_of(&tools));
+        self.tools = tools;
+        self.params.tools = neutral;
+    }
+
     /// From now on the model may not call tools; the tools stay declared, since the
     /// history refers to them.
     pub fn tools_off(&mut self) {

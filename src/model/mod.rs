@@ -148,6 +148,16 @@ pub struct ToolResult {
     pub id: String,
     pub content: String,
     pub is_error: bool,
+    /// Images (from MCP tools), for providers that take them in tool results.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<Image>,
+}
+
+/// A base64 image.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Image {
+    pub media_type: String,
+    pub data: String,
 }
 
 /// Why the model stopped generating, in protocol-neutral terms.

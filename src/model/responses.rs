@@ -84,7 +84,18 @@ pub(super) fn append_user_text(history: &mut Vec<Value>, text: &str) -> Option<u
 pub(super) fn results(results: &[ToolResult]) -> Vec<Value> {
     results
         .iter()
-        .map(|r| json!({"type": "function_call_output", "call_id": r.id, "output": r.content}))
+        .map(|r| {
+            let output = if r.images.is_empty() {
+                json!(r.content)
+            } else {
+                let mut parts = vec![json!({"type": "input_text", "text": r.content})];
+                parts.extend(r.images.iter().map(|i| {
+                    json!({"type": "input_image", "image_url": format!("data:{};base64,{}", i.media_type, i.data), "detail": "auto"})
+                }));
+                Value::Array(parts)
+            };
+            json!({"type": "function_call_output", "call_id": r.id, "output": output})
+        })
         .collect()
 }
 

@@ -248,7 +248,9 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunOutcome, RunError> {
         ledger: ledger.clone(),
         gates,
         cancel: cancel.clone(),
+        mcp: Arc::new(crate::tools::mcp::McpHub::default()),
     };
+    let mcp = env.mcp.clone();
     let signals = opts
         .handle_signals
         .then(|| tokio::spawn(watch_signals(drain.clone(), cancel.clone())));
@@ -286,6 +288,7 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunOutcome, RunError> {
     }
     drop(tx);
     drop(env);
+    mcp.shutdown().await;
     // Private temp folders are removed task by task; drop the empty parents.
     let work_dir = opts.out_dir.join(&run_id);
     let _ = std::fs::remove_dir(work_dir.join("tmp"));

@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 pub use bash::Bash;
 pub use files::{EditFile, ReadFile, WriteFile};
 pub use get_time::GetTime;
+pub use mcp::McpServer;
 pub use policy::{Policy, Verdict};
 pub use sandbox::{RunLimits, Sandbox, SandboxConfig};
 pub use search::{Grep, ListFiles};
@@ -84,6 +85,46 @@ pub trait Tool: Send + Sync {
         input: Value,
         ctx: &'a ToolContext,
     ) -> BoxFuture<'a, Result<String, String>>;
+    /// Runs the tool for a result richer than text (images, structured content, a
+    /// failure that must end the task); by default, `call`.
+    fn run<'a>(&'a self, input: Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
+        Box::pin(async move {
+            match self.call(input, ctx).await {
+                Ok(text) => ToolOutput::text(text),
+                Err(msg) => ToolOutput::error(format!("Error: {msg}")),
+            }
+        })
+    }
+}
+
+/// What one tool run produced.
+#[derive(Debug, Clone, Default)]
+pub struct ToolOutput {
+    pub text: String,
+    pub is_error: bool,
+    /// Images for providers that take them in tool results.
+    pub images: Vec<crate::model::Image>,
+    /// Structured content an MCP tool returned, kept for the transcript.
+    pub structured: Option<Value>,
+    /// The tool's source is gone (an MCP server died): the task cannot go on.
+    pub fatal: Option<String>,
+}
+
+impl ToolOutput {
+    pub fn text(text: String) -> ToolOutput {
+        ToolOutput {
+            text,
+            ..Default::default()
+        }
+    }
+
+    pub fn error(text: String) -> ToolOutput {
+        ToolOutput {
+            text,
+            is_error: true,
+            ..Default::default()
+        }
+    }
 }
 
 /// A tool with its compiled input schema.
@@ -213,6 +254,10 @@ pub struct Dispatched {
     /// Refused by the permission policy (counted as denied_calls).
     pub denied: bool,
     pub ms: u64,
+    /// Structured content an MCP tool returned.
+    pub structured: Option<Value>,
+    /// Why the task cannot go on (an MCP server died during the call).
+    pub fatal: Option<String>,
 }
 
 /// The call as the policy judges it: a file tool's path resolved inside the workspace
@@ -245,6 +290,40 @@ fn policy_view(call: &ToolCall, ctx: &ToolContext) -> Value {
 }
 
 impl Toolset {
+    /// Adds tools found at run time (an MCP server's). A schema the validator cannot
+    /// compile is checked only as an object; the returned notes say which.
+    pub fn with_tools(mut self, tools: Vec<Arc<dyn Tool>>) -> (Toolset, Vec<String>) {
+        let mut notes = Vec::new();
+        for tool in tools {
+            let mut schema = tool.input_schema();
+            if !schema.is_object() || schema.get("type").is_none() {
+                // MCP says an input schema is an object schema; some servers omit `type`.
+                let mut fixed = schema.as_object().cloned().unwrap_or_default();
+                fixed.insert("type".into(), json!("object"));
+                schema = Value::Object(fixed);
+            }
+            let validator = match jsonschema::validator_for(&schema) {
+                Ok(v) => v,
+                Err(e) => {
+                    notes.push(format!(
+                        "{}: its input schema does not compile ({e}); inputs are only checked to be objects",
+                        tool.name()
+                    ));
+                    match jsonschema::validator_for(&json!({"type": "object"})) {
+                        Ok(v) => v,
+                        Err(_) => continue,
+                    }
+                }
+            };
+            self.tools.push(Entry {
+                tool,
+                schema,
+                validator: Arc::new(validator),
+            });
+        }
+        (self, notes)
+    }
+
     /// Declarations for the request: name, description, input_schema.
     pub fn declarations(&self) -> Vec<Value> {
         self.tools
@@ -269,11 +348,14 @@ impl Toolset {
                     id: call.id.clone(),
                     content,
                     is_error,
+                    images: Vec::new(),
                 },
                 decision,
                 denied: false,
                 rule,
                 ms: started.elapsed().as_millis() as u64,
+                structured: None,
+                fatal: None,
             };
         if let Some(why) = &call.input_error {
             return done(
@@ -339,9 +421,14 @@ impl Toolset {
             );
         }
         let timeout = entry.tool.timeout(ctx);
-        match tokio::time::timeout(timeout, entry.tool.call(call.input.clone(), ctx)).await {
-            Ok(Ok(out)) => done(out, false, "allow", rule),
-            Ok(Err(msg)) => done(format!("Error: {msg}"), true, "allow", rule),
+        match tokio::time::timeout(timeout, entry.tool.run(call.input.clone(), ctx)).await {
+            Ok(out) => {
+                let mut d = done(out.text, out.is_error, "allow", rule);
+                d.result.images = out.images;
+                d.structured = out.structured;
+                d.fatal = out.fatal;
+                d
+            }
             Err(_) => done(
                 format!(
                     "Error: tool \"{}\" did not finish within {}",

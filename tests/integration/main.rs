@@ -7,6 +7,7 @@ mod conformance;
 mod faults;
 mod govern;
 mod limits;
+mod mcp;
 mod openai;
 mod protocol;
 mod repo;

@@ -1,0 +1,74 @@
+//! The task's MCP servers around the loop: connecting before the first request (a
+//! failure is `tool_setup_error` before any spend), adding their tools to the tool set,
+//! and re-declaring the tools when a server says its list changed.
+
+use std::sync::Arc;
+
+use serde_json::json;
+
+use super::stop::{Stop, StopReason};
+use super::{AgentEnv, Loop};
+use crate::job::TaskSpec;
+use crate::model::Conversation;
+use crate::report::TaskLog;
+use crate::tools::mcp::client::Log;
+use crate::tools::mcp::TaskServers;
+use crate::tools::Toolset;
+
+/// Connects the task to its tool set's MCP servers and returns the tool set with their
+/// tools, or why the task cannot run.
+pub(super) async fn attach(
+    spec: &TaskSpec,
+    env: &AgentEnv,
+    base: &Toolset,
+    workspace: Option<&std::path::Path>,
+    log: &TaskLog,
+) -> Result<(Toolset, TaskServers), Stop> {
+    let sink = log.clone();
+    let sink: Log = Arc::new(move |event, fields| sink.emit(event, fields));
+    let attached = tokio::select! {
+        _ = env.cancel.cancelled() => {
+            return Err(Stop::new(StopReason::Cancelled, "run cancelled while MCP servers were starting"))
+        }
+        r = env.mcp.attach(&spec.toolset.mcp, workspace, sink) => r,
+    };
+    let servers = attached.map_err(|e| Stop::new(StopReason::ToolSetupError, e))?;
+    let toolset = with_server_tools(base, &servers, log).await;
+    log.emit(
+        "mcp_ready",
+        json!({
+            "servers": servers.servers.iter().map(|s| json!({
+                "name": s.spec.name, "transport": s.spec.transport, "protocol_version": s.protocol_version,
+            })).collect::<Vec<_>>(),
+            "tools": toolset.names(),
+        }),
+    );
+    Ok((toolset, servers))
+}
+
+async fn with_server_tools(base: &Toolset, servers: &TaskServers, log: &TaskLog) -> Toolset {
+    let (toolset, notes) = base.clone().with_tools(servers.tools().await);
+    for note in notes {
+        log.emit("mcp_note", json!({"note": note}));
+    }
+    toolset
+}
+
+impl Loop<'_> {
+    /// Before a request: if a server's tool list changed, list again and declare the new
+    /// tools; a server that cannot be listed ends the task.
+    pub(super) async fn refresh_tools(&mut self, conv: &mut Conversation) -> Result<(), Stop> {
+        let changed = self
+            .servers
+            .refresh()
+            .await
+            .map_err(|e| Stop::new(StopReason::ToolSetupError, e))?;
+        if changed {
+            self.toolset = with_server_tools(self.base_tools, self.servers, self.log).await;
+            conv.set_tools(self.toolset.declarations());
+            self.log
+                .emit("tools_changed", json!({"tools": self.toolset.names()}));
+        }
+        Ok(())
+    }
+}
