@@ -45,10 +45,7 @@ impl McpHub {
             let started = if spec.per_task() {
                 McpServer::start(spec.clone(), workspace, log.clone())
                     .await
-                    .map(|s| {
-                        out.own.push(s.clone());
-                        s
-                    })
+                    .inspect(|s| out.own.push(s.clone()))
             } else {
                 let slot = {
                     let mut shared = self.shared.lock().await;
