@@ -65,6 +65,25 @@ enum Command {
     },
     /// Check a job file without spending anything and print the expanded plan.
     Validate { job: PathBuf },
+    /// List the tools each tool set of a job gives the model, starting its MCP servers.
+    Tools {
+        job: PathBuf,
+        /// Only this tool set.
+        #[arg(long, value_name = "NAME")]
+        toolset: Option<String>,
+        /// Print each tool's input schema too.
+        #[arg(long)]
+        schemas: bool,
+    },
+    /// Check one MCP server: connect (an http(s) URL, or a command line for stdio), list
+    /// its tools and call each with sample arguments from its schema.
+    McpCheck {
+        /// The server's Streamable HTTP URL, or the command that starts it.
+        target: String,
+        /// How long each call may take.
+        #[arg(long, default_value = "30s", value_parser = parse_duration)]
+        timeout: Duration,
+    },
     /// Show what each team spent per period, from the persistent ledger.
     Ledger {
         /// Only this team.
@@ -137,6 +156,20 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Run { job, args } => run_cmd(job, args).await,
             Command::Validate { job } => validate_cmd(job),
+            Command::Tools {
+                job,
+                toolset,
+                schemas,
+            } => tools_cmd(&job, toolset.as_deref(), schemas).await,
+            Command::McpCheck { target, timeout } => {
+                match agentbatch::tools::mcp::inspect::check_server(&target, timeout).await {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(e) => {
+                        eprintln!("agentbatch mcp-check: {e}");
+                        ExitCode::from(1)
+                    }
+                }
+            }
             Command::Ledger { team, ledger, json } => ledger_cmd(team.as_deref(), &ledger, json),
             Command::Sim {
                 port,
@@ -241,6 +274,76 @@ fn validate_cmd(job: PathBuf) -> ExitCode {
         }
         Err(code) => code,
     }
+}
+
+/// Lists every tool set's tools (the ones the job's tasks use, or the one named), with
+/// MCP servers started for real; a `{workspace}` is an empty temporary folder.
+async fn tools_cmd(job: &Path, only: Option<&str>, schemas: bool) -> ExitCode {
+    let registry = Registry::builtin();
+    let plan = match load(job, &registry) {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
+    let mut sets: Vec<&job::ToolsetSpec> = Vec::new();
+    for t in &plan.tasks {
+        if !sets.iter().any(|s| std::ptr::eq(*s, &*t.toolset)) {
+            sets.push(&t.toolset);
+        }
+    }
+    if let Some(name) = only {
+        sets.retain(|s| s.name.as_deref() == Some(name));
+        if sets.is_empty() {
+            eprintln!(
+                "agentbatch tools: no task of {} uses a tool set named {name}",
+                job.display()
+            );
+            return ExitCode::from(2);
+        }
+    }
+    let scratch = match tempfile_dir() {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("agentbatch tools: cannot make a temporary folder: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let mut failed = false;
+    for set in sets {
+        let name = set.name.as_deref().unwrap_or("(the tasks' tools list)");
+        println!("tool set {name}:");
+        match agentbatch::tools::mcp::inspect::list_toolset(set, &registry, Some(&scratch)).await {
+            Ok(tools) => {
+                for t in tools {
+                    let first_line = t.description.lines().next().unwrap_or_default();
+                    println!("  {}  [{}]  {first_line}", t.name, t.source);
+                    if schemas {
+                        println!("      schema: {}", t.schema);
+                    }
+                }
+            }
+            Err(e) => {
+                failed = true;
+                println!("  error: {e}");
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+    if failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// A fresh empty folder under the system's temp folder.
+fn tempfile_dir() -> std::io::Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!(
+        "agentbatch-tools-{}-{}",
+        std::process::id(),
+        chrono::Utc::now().timestamp_nanos_opt().unwrap_or_default()
+    ));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
 }
 
 fn ledger_cmd(team: Option<&str>, path: &Path, json: bool) -> ExitCode {

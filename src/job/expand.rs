@@ -1585,6 +1585,75 @@ mod tests {
         }
     }
 
+    #[test]
+    fn mcp_servers_are_checked_before_anything_starts() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("servers.json"),
+            r#"{"mcpServers": {"fs": {"command": "srv", "args": ["{workspace}"], "autoApprove": []}, "web": {"type": "http", "url": "http://127.0.0.1:9/mcp", "headers": {"Authorization": "Bearer ${AB_TEST_UNSET_TOKEN}"}}}}"#,
+        )
+        .unwrap();
+        let load_in = |text: &str| {
+            let p = dir.path().join("job.yaml");
+            std::fs::write(&p, text).unwrap();
+            super::super::load(&p, &Registry::builtin())
+        };
+        let base = |toolset: &str, task: &str| {
+            format!("name: t\ntoolsets:\n  m:\n{toolset}defaults: {{ model: m, toolset: m, sim: {INLINE} }}\ntasks:\n  - {task}\n")
+        };
+        let ok = load_in(&base("    mcp: { one: { command: srv, args: [x] } }\n    policy: { deny: [\"mcp__one__write(**/.git/**)\"] }\n", "{ id: a, prompt: p }")).unwrap();
+        let spec = &ok.tasks[0].toolset.mcp[0];
+        assert_eq!((spec.name.as_str(), spec.per_task()), ("one", false));
+        let e = load_in(&base(
+            "    mcp_config: servers.json\n",
+            "{ id: a, prompt: p }",
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("uses {workspace}, so the task needs a `repo`"),
+            "{e}"
+        );
+        assert!(
+            e.contains("reads ${AB_TEST_UNSET_TOKEN}, which is not set"),
+            "{e}"
+        );
+        for (toolset, needle) in [
+            (
+                "    mcp: { s: { type: sse, url: \"http://x/sse\" } }\n",
+                "HTTP+SSE transport is not supported",
+            ),
+            (
+                "    mcp: { s: { command: a, url: \"http://x\" } }\n",
+                "not both",
+            ),
+            ("    mcp: { s: { type: http } }\n", "needs a `url`"),
+            ("    mcp: { s: { args: [x] } }\n", "needs a `command`"),
+            (
+                "    mcp: { s: { type: grpc, command: a } }\n",
+                "unknown MCP transport",
+            ),
+            (
+                "    mcp: { s: { command: a, colour: red } }\n",
+                "unknown field `colour`",
+            ),
+            ("    mcp_config: missing.json\n", "cannot read"),
+            (
+                "    mcp: { s: { command: a } }\n    policy: { deny: [\"mcp__other__x\"] }\n",
+                "which tool set m does not have",
+            ),
+            (
+                "    mcp: { \"a.b\": { command: a }, \"a_b\": { command: b } }\n",
+                "same tool prefix",
+            ),
+        ] {
+            let e = load_in(&base(toolset, "{ id: a, prompt: p }"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(needle), "{toolset}: {e}");
+        }
+    }
+
     fn resolve_for_test(job: &JobFile) -> BTreeMap<String, Arc<ProviderSpec>> {
         let mut cx = Ctx {
             file: "job.yaml".into(),

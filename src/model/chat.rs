@@ -267,6 +267,25 @@ mod tests {
     }
 
     #[test]
+    fn images_are_named_in_text_since_tool_messages_take_none() {
+        let r = ToolResult {
+            id: "c1".into(),
+            content: "look".into(),
+            is_error: false,
+            images: vec![crate::model::Image {
+                media_type: "image/png".into(),
+                data: "AAAA".into(),
+            }],
+        };
+        let msg = &results(&[r])[0];
+        assert_eq!(msg["role"], "tool");
+        assert!(msg["content"]
+            .as_str()
+            .unwrap()
+            .contains("1 image(s) not shown"));
+    }
+
+    #[test]
     fn maps_finish_reasons_and_missing_usage() {
         let msg = json!({"role": "assistant", "content": "hi"});
         let stop = |f: Value| parse(&completion(msg.clone(), f), 1).unwrap().stop;

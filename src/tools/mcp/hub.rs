@@ -88,10 +88,19 @@ impl McpHub {
 }
 
 impl TaskServers {
+    /// The servers' tools under their aliases, as tools of a tool set.
+    pub async fn tools(&self) -> Vec<Arc<dyn Tool>> {
+        self.mcp_tools()
+            .await
+            .into_iter()
+            .map(|t| t as Arc<dyn Tool>)
+            .collect()
+    }
+
     /// The servers' tools under their aliases; a second tool with the same alias gets
     /// a numbered one.
-    pub async fn tools(&self) -> Vec<Arc<dyn Tool>> {
-        let mut out: Vec<Arc<dyn Tool>> = Vec::new();
+    pub async fn mcp_tools(&self) -> Vec<Arc<McpTool>> {
+        let mut out: Vec<Arc<McpTool>> = Vec::new();
         let mut taken: Vec<String> = Vec::new();
         for server in &self.servers {
             let prefix = server.spec.prefix();
