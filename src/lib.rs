@@ -13,6 +13,7 @@ pub mod model;
 pub mod report;
 pub mod run;
 pub mod sim;
+pub mod stats;
 pub mod tools;
 
 /// The version recorded in run.json and sent as the user agent.
