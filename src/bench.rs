@@ -233,7 +233,7 @@ pub async fn cap_precision(out: &Path) -> anyhow::Result<CapReport> {
         let path = outcome
             .summary
             .dir
-            .join(format!("transcripts/{}.jsonl", r.task_id));
+            .join(format!("transcripts/{}.jsonl", r.key));
         let Ok(text) = std::fs::read_to_string(&path) else {
             continue;
         };

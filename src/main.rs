@@ -52,6 +52,21 @@ struct RunArgs {
     /// DIR/ledger.sqlite).
     #[arg(long, value_name = "PATH")]
     ledger: Option<PathBuf>,
+    /// Continue an earlier run (its folder, DIR/<run-id>): run only what results.csv
+    /// does not hold yet, and again what ended on an infrastructure failure.
+    #[arg(long, value_name = "RUN_DIR")]
+    resume: Option<PathBuf>,
+    /// With --resume: keep rows that ended in provider_error, rate_limited,
+    /// tool_setup_error or cancelled instead of running those tasks again.
+    #[arg(long, requires = "resume")]
+    no_retry_errors: bool,
+    /// With --resume: go on even though the job file changed since the run started.
+    #[arg(long, requires = "resume")]
+    force: bool,
+    /// After the first Ctrl-C or SIGTERM, how long running tasks may finish before they
+    /// are cancelled ("90s", "5m").
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = humantime::parse_duration)]
+    grace: Duration,
 }
 
 #[derive(Subcommand)]
@@ -236,11 +251,24 @@ async fn run_cmd(job: PathBuf, args: RunArgs) -> ExitCode {
     opts.registry = registry;
     opts.handle_signals = true;
     opts.ledger = args.ledger;
+    opts.grace = args.grace;
+    opts.resume = args.resume.map(|dir| run::ResumeOptions {
+        dir,
+        retry_errors: !args.no_retry_errors,
+        force: args.force,
+    });
     match run::run(plan, opts).await {
         Ok(outcome) => {
             let s = &outcome.summary;
             println!("{}", s.table());
-            println!("reports: {}", s.dir.join("results.csv").display());
+            if s.variants.len() > 1 || s.variants.iter().any(|v| !v.variant.is_empty()) {
+                println!();
+                print!("{}", agentbatch::report::variants_table(&s.variants));
+            }
+            println!(
+                "reports: {} (per variant: summary.csv)",
+                s.dir.join("results.csv").display()
+            );
             if !outcome.complete {
                 eprintln!("agentbatch: the run was interrupted; unfinished tasks are recorded as cancelled");
                 return ExitCode::from(130);

@@ -117,10 +117,7 @@ mod tests {
             median(&mut [dec("0.3"), dec("0.1"), dec("0.2")]),
             Some(dec("0.2"))
         );
-        assert_eq!(
-            median(&mut [dec("0.4"), dec("0.1")]),
-            Some(dec("0.25"))
-        );
+        assert_eq!(median(&mut [dec("0.4"), dec("0.1")]), Some(dec("0.25")));
         assert_eq!(median_u64(&mut [5, 1, 3, 9]), Some(4.0));
     }
 }

@@ -272,7 +272,11 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
         }),
     );
     let result = TaskResult {
-        task_id: spec.id.clone(),
+        task_id: spec.task.clone(),
+        key: spec.id.clone(),
+        variant: spec.variant.clone(),
+        axes: spec.axes.clone(),
+        epoch: spec.epoch,
         provider: spec.provider.name.clone(),
         protocol: spec.provider.protocol.to_string(),
         model: spec.model.clone(),

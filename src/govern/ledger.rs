@@ -161,6 +161,18 @@ impl Ledger {
         }
     }
 
+    /// Counts what earlier attempts of this run spent (a resumed run) as spent, so the
+    /// run's and the teams' caps hold across the attempts.
+    pub fn carry_over(&self, run: Decimal, teams: &HashMap<String, Decimal>) {
+        let mut p = self.lock();
+        p.run.spent += run;
+        for (team, spent) in teams {
+            if let Some(pool) = p.teams.get_mut(team) {
+                pool.spent += *spent;
+            }
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Pools> {
         self.pools.lock().unwrap_or_else(PoisonError::into_inner)
     }

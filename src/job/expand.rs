@@ -10,6 +10,7 @@ use std::time::Duration;
 use serde_json::{json, Map, Value};
 
 use super::locate::{locate, path_string, Seg};
+use super::matrix;
 use super::schema::{
     Decision, JobFile, KeepWorkspaces, LimitFields, MaxTokensField, McpServerFields,
     ParallelToolCalls, ProviderFields, ReasoningFields, SimSource, TaskFields, TeamFields,
@@ -47,10 +48,33 @@ struct Ctx<'a> {
     dir: PathBuf,
     diags: Vec<Diagnostic>,
     scripts: HashMap<PathBuf, Option<Arc<Script>>>,
+    /// The variant being expanded: (axis, value index). A default an axis set is
+    /// reported at that value under `matrix`.
+    picks: Vec<(String, usize)>,
 }
 
 impl Ctx<'_> {
+    /// Moves a path under `defaults` that a matrix axis decides to the axis's value.
+    fn remap(&self, path: &[Seg]) -> Option<Vec<Seg>> {
+        if path.first() != Some(&key("defaults")) {
+            return None;
+        }
+        self.picks.iter().find_map(|(axis, i)| {
+            let segs: Vec<Seg> = axis.split('.').map(key).collect();
+            let rest = path.get(1..)?;
+            if rest.len() >= segs.len() && rest[..segs.len()] == segs[..] {
+                let mut p = vec![key("matrix"), key(axis), Seg::Index(*i)];
+                p.extend(rest[segs.len()..].iter().cloned());
+                Some(p)
+            } else {
+                None
+            }
+        })
+    }
+
     fn err(&mut self, path: &[Seg], message: impl Into<String>) {
+        let remapped = self.remap(path);
+        let path = remapped.as_deref().unwrap_or(path);
         let (line, column) =
             locate(self.text, path).map_or((None, None), |(l, c)| (Some(l), Some(c)));
         let field = path_string(path);
@@ -96,6 +120,7 @@ pub(super) fn expand(
         dir: path.parent().map(Path::to_path_buf).unwrap_or_default(),
         diags: Vec::new(),
         scripts: HashMap::new(),
+        picks: Vec::new(),
     };
     if job.name.trim().is_empty() {
         cx.err(&[key("name")], "the job needs a name");
@@ -115,9 +140,33 @@ pub(super) fn expand(
     let providers = resolve_providers(&job, &mut cx);
     let teams = resolve_teams(&job, &mut cx);
     let toolsets = resolve_toolsets(&job, registry, &mut cx);
-    let mut tasks = Vec::with_capacity(job.tasks.len());
+    let variants = match matrix::variants(&job.matrix, &job.defaults) {
+        Ok(v) => v,
+        Err(errors) => {
+            for e in errors {
+                let mut at = vec![key("matrix"), key(&e.axis)];
+                at.extend(e.index.map(Seg::Index));
+                cx.err(&at, e.message);
+            }
+            Vec::new()
+        }
+    };
+    let epochs = job.epochs.unwrap_or(1);
+    if epochs == 0 {
+        cx.err(&[key("epochs")], "must be at least 1");
+    }
     let mut seen: HashMap<String, usize> = HashMap::new();
     for (i, t) in job.tasks.iter().enumerate() {
+        for axis in job.matrix.keys() {
+            if matrix::task_sets(t, axis) {
+                let mut at = vec![key("tasks"), Seg::Index(i)];
+                at.extend(axis.split('.').map(key));
+                cx.err(
+                    &at,
+                    format!("`{axis}` is a matrix axis, so the matrix decides it for every task: remove it here, or from `matrix`"),
+                );
+            }
+        }
         if let Some(id) = &t.id {
             if let Some(first) = seen.get(id) {
                 let first_line = locate(text, &[key("tasks"), Seg::Index(*first), key("id")])
@@ -131,19 +180,43 @@ pub(super) fn expand(
                 seen.insert(id.clone(), i);
             }
         }
-        if let Some(spec) = expand_task(
-            &job,
-            i,
-            t,
-            &Shared {
-                providers: &providers,
-                teams: &teams,
-                toolsets: &toolsets,
-            },
-            registry,
-            &mut cx,
-        ) {
-            tasks.push(spec);
+    }
+    let shared = Shared {
+        providers: &providers,
+        teams: &teams,
+        toolsets: &toolsets,
+    };
+    // grid[task][variant]
+    let mut grid: Vec<Vec<TaskSpec>> = vec![Vec::with_capacity(variants.len()); job.tasks.len()];
+    let mut vjob = job.clone();
+    vjob.tasks = Vec::new();
+    for v in &variants {
+        cx.picks = v.picks.clone();
+        vjob.defaults = v.defaults.clone();
+        for (i, t) in job.tasks.iter().enumerate() {
+            if let Some(mut spec) = expand_task(&vjob, i, t, &shared, registry, &mut cx) {
+                spec.variant = v.label.clone();
+                spec.axes = v.axes.clone();
+                spec.id = matrix::instance_key(&spec.task, v, 1, epochs.max(1));
+                grid[i].push(spec);
+            }
+        }
+    }
+    cx.picks.clear();
+    // The same mistake in every variant is reported once.
+    let mut once = std::collections::HashSet::new();
+    cx.diags.retain(|d| once.insert(d.clone()));
+    // Epoch by epoch, task by task, every variant of a task next to each other: a run
+    // cut short still holds comparable samples of each variant.
+    let mut tasks = Vec::with_capacity(grid.len() * variants.len() * epochs as usize);
+    for epoch in 1..=epochs {
+        for row in &grid {
+            for (vi, spec) in row.iter().enumerate() {
+                let mut s = spec.clone();
+                s.epoch = epoch;
+                s.id = matrix::instance_key(&s.task, &variants[vi], epoch, epochs);
+                tasks.push(s);
+            }
         }
     }
     if !cx.diags.is_empty() {
@@ -162,6 +235,7 @@ pub(super) fn expand(
         max_cost_usd: job.max_cost_usd.map(|m| m.0),
         teams,
         ledger_path,
+        axes: job.matrix.keys().cloned().collect(),
         job,
     })
 }
@@ -1228,7 +1302,11 @@ fn expand_task(
         return None;
     }
     Some(TaskSpec {
+        task: id.clone(),
         id,
+        variant: String::new(),
+        axes: Vec::new(),
+        epoch: 1,
         prompt,
         provider: provider?,
         team,
@@ -1661,6 +1739,7 @@ mod tests {
             dir: PathBuf::from("."),
             diags: Vec::new(),
             scripts: HashMap::new(),
+            picks: Vec::new(),
         };
         let out = resolve_providers(job, &mut cx);
         assert!(cx.diags.is_empty(), "{:?}", cx.diags);

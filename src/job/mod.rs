@@ -5,6 +5,7 @@
 mod describe;
 mod expand;
 pub mod locate;
+mod matrix;
 pub mod schema;
 mod spec;
 pub mod values;
@@ -22,7 +23,7 @@ pub use spec::{
 use crate::tools::Registry;
 
 /// One problem in a job file (or a file it references).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Diagnostic {
     pub file: String,
     /// 1-based; None when the problem has no single place (an unreadable file).

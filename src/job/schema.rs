@@ -42,6 +42,13 @@ pub struct JobFile {
     /// `toolset:`; `coding` and `readonly` exist unless redefined here.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub toolsets: BTreeMap<String, ToolsetFields>,
+    /// Axes to compare: each key is a task field (or a dotted path into one, such as
+    /// `limits.max_turns`) and each value a list; every task runs once per combination.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub matrix: BTreeMap<String, Vec<serde_yaml::Value>>,
+    /// How many times each task runs per variant (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epochs: Option<u32>,
     pub tasks: Vec<TaskFields>,
 }
 

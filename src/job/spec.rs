@@ -138,10 +138,23 @@ pub struct ToolsetSpec {
     pub mcp: Vec<Arc<McpServerSpec>>,
 }
 
-/// One task, fully resolved.
+/// One task, fully resolved: one run of a task as written, in one matrix variant and
+/// one epoch.
 #[derive(Debug, Clone, Serialize)]
 pub struct TaskSpec {
+    /// Unique in the run; names the transcript, patch and workspace. The task's own id
+    /// when the job has no matrix and one epoch, else `<task>--<variant>[--e<epoch>]`.
     pub id: String,
+    /// The task's id as written in the job file.
+    pub task: String,
+    /// `axis=value` pairs sorted by axis and joined by commas; empty without a matrix.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub variant: String,
+    /// The value of each matrix axis, as in `variant`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub axes: Vec<(String, String)>,
+    /// 1-based.
+    pub epoch: u32,
     pub prompt: String,
     pub provider: Arc<ProviderSpec>,
     #[serde(serialize_with = "team_name")]
@@ -198,4 +211,6 @@ pub struct Plan {
     pub ledger_path: Option<PathBuf>,
     /// The job as written, kept for run.json.
     pub job: JobFile,
+    /// The matrix axes (results.csv gets a `matrix.<axis>` column for each).
+    pub axes: Vec<String>,
 }

@@ -15,7 +15,15 @@ use crate::model::Usage;
 /// The final record of one task: one row of results.csv.
 #[derive(Debug, Clone)]
 pub struct TaskResult {
+    /// The task's id as written in the job file.
     pub task_id: String,
+    /// The run's unique name for this task, variant and epoch (names its files).
+    pub key: String,
+    /// `axis=value,...`; empty without a matrix.
+    pub variant: String,
+    /// The value of each matrix axis.
+    pub axes: Vec<(String, String)>,
+    pub epoch: u32,
     pub provider: String,
     /// The provider's wire protocol.
     pub protocol: String,
@@ -63,6 +71,8 @@ pub enum Event {
         line: Value,
     },
     TaskFinished(Box<TaskResult>),
+    /// The run is stopping (shown on the progress display).
+    Stopping(String),
     /// The task's patch (written to patches/<task>.diff).
     Patch {
         task: Arc<str>,

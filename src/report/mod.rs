@@ -7,9 +7,13 @@ mod event;
 mod progress;
 mod results;
 mod summary;
+mod variants;
 mod writer;
 
 pub use event::{Event, TaskLog, TaskResult};
-pub use results::{ResultsCsv, COLUMNS};
+pub use results::{axis_column, ResultsCsv, COLUMNS};
 pub use summary::{RunTotals, Summary};
+pub use variants::{
+    summarize, summary_columns, variants_table, write_summary_csv, VariantSummary, BUDGET_STOPS,
+};
 pub use writer::{ProgressMode, ReportError, Reporter, ReporterConfig};

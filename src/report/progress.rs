@@ -28,10 +28,12 @@ pub(super) struct Progress {
     fail: usize,
     error: usize,
     spent: Decimal,
+    /// Shown instead of the counts while the run stops.
+    stopping: Option<String>,
 }
 
 impl Progress {
-    pub fn new(mode: ProgressMode, total: usize) -> Progress {
+    pub fn new(mode: ProgressMode, total: usize, already_done: usize) -> Progress {
         let terminal = std::io::stderr().is_terminal();
         let (bar, lines) = match mode {
             ProgressMode::Quiet => (None, false),
@@ -50,12 +52,13 @@ impl Progress {
             bar,
             lines,
             total,
-            done: 0,
-            started: 0,
+            done: already_done,
+            started: already_done,
             pass: 0,
             fail: 0,
             error: 0,
             spent: Decimal::ZERO,
+            stopping: None,
         };
         p.redraw();
         p
@@ -64,14 +67,18 @@ impl Progress {
     fn redraw(&self) {
         if let Some(bar) = &self.bar {
             bar.set_position(self.done as u64);
-            bar.set_message(format!(
+            let counts = format!(
                 "running {} pass {} fail {} error {} ${:.4}",
                 self.started - self.done,
                 self.pass,
                 self.fail,
                 self.error,
                 self.spent
-            ));
+            );
+            match &self.stopping {
+                Some(s) => bar.set_message(format!("{s}; {counts}")),
+                None => bar.set_message(counts),
+            }
         }
     }
 
@@ -97,7 +104,7 @@ impl Progress {
                 "[{}/{}] {}: {} ({}) turns {} ${:.4} {:.1}s{}",
                 self.done,
                 self.total,
-                r.task_id,
+                r.key,
                 r.stop_reason,
                 r.outcome,
                 r.turns,
@@ -110,6 +117,15 @@ impl Progress {
                 }
             );
         }
+        self.redraw();
+    }
+
+    /// The run is stopping: shown on the bar (or printed once in line mode).
+    pub fn stopping(&mut self, what: String) {
+        if self.bar.is_none() {
+            eprintln!("agentbatch: {what}");
+        }
+        self.stopping = Some(what);
         self.redraw();
     }
 

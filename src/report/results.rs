@@ -9,7 +9,7 @@ use super::TaskResult;
 
 /// The columns of results.csv, in order. Scripts read them by name; new columns are
 /// only ever added at the end.
-pub const COLUMNS: [&str; 33] = [
+pub const COLUMNS: [&str; 35] = [
     "run_id",
     "task_id",
     "provider",
@@ -43,16 +43,24 @@ pub const COLUMNS: [&str; 33] = [
     "protocol",
     "reasoning_tokens",
     "usage_estimated_turns",
+    "variant",
+    "epoch",
 ];
+
+/// The column of a matrix axis (after the fixed columns, in axis order).
+pub fn axis_column(axis: &str) -> String {
+    format!("matrix.{axis}")
+}
 
 /// The open results file.
 pub struct ResultsCsv {
     w: csv::Writer<File>,
+    axes: Vec<String>,
 }
 
 impl ResultsCsv {
     /// Creates the file and writes the header (durably, so an empty run still has it).
-    pub fn create(path: &Path) -> std::io::Result<ResultsCsv> {
+    pub fn create(path: &Path, axes: &[String]) -> std::io::Result<ResultsCsv> {
         let file = OpenOptions::new()
             .create(true)
             .write(true)
@@ -60,10 +68,25 @@ impl ResultsCsv {
             .open(path)?;
         let mut r = ResultsCsv {
             w: csv::Writer::from_writer(file),
+            axes: axes.to_vec(),
         };
-        r.w.write_record(COLUMNS)?;
+        let header: Vec<String> = COLUMNS
+            .iter()
+            .map(|c| c.to_string())
+            .chain(axes.iter().map(|a| axis_column(a)))
+            .collect();
+        r.w.write_record(&header)?;
         r.sync()?;
         Ok(r)
+    }
+
+    /// Opens an existing file to append rows (a resumed run); its header is kept.
+    pub fn append_to(path: &Path, axes: &[String]) -> std::io::Result<ResultsCsv> {
+        let file = OpenOptions::new().append(true).open(path)?;
+        Ok(ResultsCsv {
+            w: csv::Writer::from_writer(file),
+            axes: axes.to_vec(),
+        })
     }
 
     /// Appends a row and pushes it to disk before returning.
@@ -76,7 +99,8 @@ impl ResultsCsv {
     ) -> std::io::Result<()> {
         let u = &r.usage;
         let ts = |t: &chrono::DateTime<chrono::Utc>| t.to_rfc3339_opts(SecondsFormat::Millis, true);
-        self.w.write_record([
+        let epoch = r.epoch.to_string();
+        let fixed = [
             run_id,
             &r.task_id,
             &r.provider,
@@ -112,7 +136,16 @@ impl ResultsCsv {
             &r.protocol,
             &u.reasoning_tokens.to_string(),
             &r.usage_estimated_turns.to_string(),
-        ])?;
+            &r.variant,
+            &epoch,
+        ];
+        let axes = self.axes.iter().map(|a| {
+            r.axes
+                .iter()
+                .find(|(k, _)| k == a)
+                .map_or("", |(_, v)| v.as_str())
+        });
+        self.w.write_record(fixed.iter().copied().chain(axes))?;
         self.sync()
     }
 

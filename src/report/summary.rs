@@ -63,6 +63,9 @@ pub struct Summary {
     /// Rows in task order: (task id, outcome, stop reason, turns, cost).
     #[serde(skip)]
     pub rows: Vec<TaskResult>,
+    /// Per variant, over every row of results.csv (a resumed run's earlier ones too).
+    #[serde(skip)]
+    pub variants: Vec<super::VariantSummary>,
 }
 
 impl Summary {
@@ -72,7 +75,7 @@ impl Summary {
         let w = self
             .rows
             .iter()
-            .map(|r| r.task_id.len())
+            .map(|r| r.key.len())
             .max()
             .unwrap_or(4)
             .clamp(4, 40);
@@ -86,7 +89,7 @@ impl Summary {
             let _ = writeln!(
                 s,
                 "{:<w$}  {:<9}  {:<16}  {:>5}  {:>10}  {:>8.1}",
-                truncate(&r.task_id, w),
+                truncate(&r.key, w),
                 r.outcome.as_str(),
                 r.stop_reason.as_str(),
                 r.turns,

@@ -31,6 +31,13 @@ pub struct ReporterConfig {
     /// Cancelled when a report file cannot be written, so no more money is spent on
     /// results that would be lost.
     pub on_fatal: CancellationToken,
+    /// The matrix axes: a results.csv column each.
+    pub axes: Vec<String>,
+    /// Continue an existing run folder: results.csv is appended to (the caller has
+    /// already removed the rows being re-run).
+    pub resume: bool,
+    /// Tasks already finished (a resumed run), for the progress display.
+    pub already_done: usize,
 }
 
 /// A report file could not be written.
@@ -70,13 +77,18 @@ impl Reporter {
     /// Creates the run folder, results.csv (header only) and run.json, then starts the
     /// writer task.
     pub fn start(cfg: ReporterConfig) -> Result<Reporter, ReportError> {
-        if cfg.dir.exists() {
+        if cfg.dir.exists() && !cfg.resume {
             return Err(ReportError::Exists(cfg.dir));
         }
         let transcripts = cfg.dir.join("transcripts");
         std::fs::create_dir_all(&transcripts).map_err(io_err(&transcripts))?;
         let csv_path = cfg.dir.join("results.csv");
-        let csv = ResultsCsv::create(&csv_path).map_err(io_err(&csv_path))?;
+        let csv = if cfg.resume {
+            ResultsCsv::append_to(&csv_path, &cfg.axes)
+        } else {
+            ResultsCsv::create(&csv_path, &cfg.axes)
+        }
+        .map_err(io_err(&csv_path))?;
         let mut run_json = cfg.run_json;
         run_json["status"] = json!("running");
         write_json(&cfg.dir.join("run.json"), &run_json)?;
@@ -90,7 +102,7 @@ impl Reporter {
             started: HashSet::new(),
             dirty: HashSet::new(),
             patched: HashSet::new(),
-            progress: Progress::new(cfg.progress, cfg.total_tasks),
+            progress: Progress::new(cfg.progress, cfg.total_tasks, cfg.already_done),
             on_fatal: cfg.on_fatal,
             results: Vec::new(),
             error: None,
@@ -141,6 +153,7 @@ impl Reporter {
             dir,
             totals,
             rows: done.results,
+            variants: Vec::new(),
         })
     }
 }
@@ -250,6 +263,7 @@ impl State {
                 w.write_all(b"\n").map_err(io_err(&path))?;
                 self.dirty.insert(task);
             }
+            Event::Stopping(what) => self.progress.stopping(what),
             Event::Patch { task, diff } => {
                 let path = self.dir.join(patch_rel(&task));
                 if let Some(dir) = path.parent() {
@@ -259,7 +273,7 @@ impl State {
                 self.patched.insert(task);
             }
             Event::TaskFinished(r) => {
-                let key: Arc<str> = Arc::from(r.task_id.as_str());
+                let key: Arc<str> = Arc::from(r.key.as_str());
                 let rel = transcript_rel(&key);
                 let path = self.dir.join(&rel);
                 self.dirty.remove(&key);

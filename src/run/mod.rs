@@ -29,6 +29,12 @@ use crate::report::{
 use crate::sim::Sim;
 use crate::tools::Registry;
 
+mod resume;
+pub use resume::{job_differences, ResumeOptions, INFRA_STOPS};
+
+/// How long running tasks may go on after the first Ctrl-C / SIGTERM by default.
+pub const DEFAULT_GRACE: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// How to run a plan.
 pub struct RunOptions {
     /// Reports go to `<out_dir>/<run_id>/`.
@@ -48,6 +54,11 @@ pub struct RunOptions {
     /// The persistent ledger of team period caps (default: the job's `ledger:`, else
     /// `<out_dir>/ledger.sqlite`).
     pub ledger: Option<PathBuf>,
+    /// Continue this earlier run instead of starting a new one.
+    pub resume: Option<ResumeOptions>,
+    /// After the first interrupt, how long running tasks may go on before they are
+    /// cancelled.
+    pub grace: std::time::Duration,
 }
 
 impl RunOptions {
@@ -62,6 +73,8 @@ impl RunOptions {
             sim: None,
             handle_signals: false,
             ledger: None,
+            resume: None,
+            grace: DEFAULT_GRACE,
         }
     }
 }
@@ -142,34 +155,63 @@ fn valid_run_id(id: &str) -> bool {
 
 /// Runs the plan and writes its reports.
 pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunOutcome, RunError> {
-    let tasks = select_tasks(&plan, &opts.only)?;
+    let selected = select_tasks(&plan, &opts.only)?;
     let concurrency = opts.concurrency.unwrap_or(plan.concurrency);
     if concurrency == 0 {
         return Err(RunError::Invalid("--concurrency must be at least 1".into()));
     }
-    let run_id = match &opts.run_id {
-        Some(id) if !valid_run_id(id) => {
-            return Err(RunError::Invalid(format!(
-                "--run-id \"{id}\": use letters, digits, '.', '_' and '-' (it names a folder)"
-            )))
-        }
-        Some(id) => id.clone(),
-        None => {
-            let base = default_run_id(&plan);
-            let mut id = base.clone();
-            let mut n = 2;
-            while opts.out_dir.join(&id).exists() {
-                id = format!("{base}-{n}");
-                n += 1;
+    match &opts.resume {
+        Some(r) => {
+            if opts.run_id.is_some() {
+                return Err(RunError::Invalid(
+                    "--run-id cannot be combined with --resume: the run keeps its id".into(),
+                ));
             }
-            id
+            let all = selected.clone();
+            let resumed = resume::prepare(r, &plan, selected, &resume::header_for(&plan))?;
+            run_in(plan, opts, all, Some(resumed)).await
         }
+        None => run_in(plan, opts, selected, None).await,
+    }
+}
+
+async fn run_in(
+    plan: Plan,
+    opts: RunOptions,
+    selected: Vec<TaskSpec>,
+    resumed: Option<resume::Resumed>,
+) -> Result<RunOutcome, RunError> {
+    let concurrency = opts.concurrency.unwrap_or(plan.concurrency);
+    let (tasks, out_dir) = match &resumed {
+        Some(r) => (r.tasks.clone(), r.out_dir.clone()),
+        None => (selected.clone(), opts.out_dir.clone()),
+    };
+    let run_id = match (&resumed, &opts.run_id) {
+        (Some(r), _) => r.run_id.clone(),
+        (None, id) => match id {
+            Some(id) if !valid_run_id(id) => {
+                return Err(RunError::Invalid(format!(
+                    "--run-id \"{id}\": use letters, digits, '.', '_' and '-' (it names a folder)"
+                )))
+            }
+            Some(id) => id.clone(),
+            None => {
+                let base = default_run_id(&plan);
+                let mut id = base.clone();
+                let mut n = 2;
+                while out_dir.join(&id).exists() {
+                    id = format!("{base}-{n}");
+                    n += 1;
+                }
+                id
+            }
+        },
     };
 
-    if opts.out_dir.join(&run_id).exists() {
+    if resumed.is_none() && out_dir.join(&run_id).exists() {
         return Err(RunError::Invalid(format!(
-            "{} already exists: choose another --run-id or --out",
-            opts.out_dir.join(&run_id).display()
+            "{} already exists: choose another --run-id or --out, or continue it with --resume",
+            out_dir.join(&run_id).display()
         )));
     }
 
@@ -205,7 +247,7 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunOutcome, RunError> {
             .ledger
             .clone()
             .or_else(|| plan.ledger_path.clone())
-            .unwrap_or_else(|| opts.out_dir.join("ledger.sqlite"));
+            .unwrap_or_else(|| out_dir.join("ledger.sqlite"));
         Some(Arc::new(
             SqliteStore::open(&path).map_err(RunError::Ledger)?,
         ))
@@ -213,30 +255,58 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunOutcome, RunError> {
         None
     };
     let ledger = Arc::new(Ledger::new(&plan, &run_id, store));
+    if let Some(r) = &resumed {
+        ledger.carry_over(r.spent_run, &r.spent_teams);
+    }
     let gates = Arc::new(Gates::new(&plan));
 
     let cancel = CancellationToken::new();
     let drain = cancel.child_token();
     let started_at = Utc::now();
-    let run_json = json!({
-        "agentbatch_version": crate::VERSION,
-        "run_id": run_id,
-        "job_file": plan.file.display().to_string(),
-        "job_name": plan.name,
-        "started_at": started_at.to_rfc3339_opts(SecondsFormat::Millis, true),
-        "concurrency": concurrency,
-        "only": opts.only,
-        "pricing_as_of": pricing::builtin_as_of(),
-        "job": plan.job,
-        "tasks": tasks,
-    });
+    let now = started_at.to_rfc3339_opts(SecondsFormat::Millis, true);
+    let run_json = match &resumed {
+        None => json!({
+            "agentbatch_version": crate::VERSION,
+            "run_id": run_id,
+            "job_file": plan.file.display().to_string(),
+            "job_name": plan.name,
+            "started_at": now,
+            "concurrency": concurrency,
+            "only": opts.only,
+            "pricing_as_of": pricing::builtin_as_of(),
+            "job": plan.job,
+            "tasks": selected,
+        }),
+        Some(r) => {
+            let mut v = r.run_json.clone();
+            let mut resumes = v["resumes"].as_array().cloned().unwrap_or_default();
+            resumes.push(json!({
+                "at": now,
+                "agentbatch_version": crate::VERSION,
+                "kept_rows": r.kept,
+                "superseded_rows": r.superseded,
+                "tasks_to_run": r.tasks.len(),
+                "spent_before_usd": r.spent_run.normalize().to_string(),
+                "retry_errors": opts.resume.as_ref().is_some_and(|o| o.retry_errors),
+            }));
+            v["resumes"] = json!(resumes);
+            v["job"] = json!(plan.job);
+            v["tasks"] = json!(selected);
+            v["totals_scope"] = json!("the last attempt only; summary.csv covers the whole run");
+            v
+        }
+    };
+    let already_done = resumed.as_ref().map_or(0, |r| r.kept);
     let reporter = Reporter::start(ReporterConfig {
         run_id: run_id.clone(),
-        dir: opts.out_dir.join(&run_id),
+        dir: out_dir.join(&run_id),
         run_json,
-        total_tasks: tasks.len(),
+        total_tasks: tasks.len() + already_done,
         progress: opts.progress,
         on_fatal: cancel.clone(),
+        axes: plan.axes.clone(),
+        resume: resumed.is_some(),
+        already_done,
     })?;
     let tx = reporter.sender();
     let env = AgentEnv {
@@ -244,16 +314,21 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunOutcome, RunError> {
         registry: opts.registry.clone(),
         sim_base: sim.as_ref().map(|s| s.base_url()),
         run_id: run_id.clone(),
-        work_dir: opts.out_dir.join(&run_id),
+        work_dir: out_dir.join(&run_id),
         ledger: ledger.clone(),
         gates,
         cancel: cancel.clone(),
         mcp: Arc::new(crate::tools::mcp::McpHub::default()),
     };
     let mcp = env.mcp.clone();
-    let signals = opts
-        .handle_signals
-        .then(|| tokio::spawn(watch_signals(drain.clone(), cancel.clone())));
+    let signals = opts.handle_signals.then(|| {
+        tokio::spawn(watch_signals(
+            drain.clone(),
+            cancel.clone(),
+            opts.grace,
+            tx.clone(),
+        ))
+    });
 
     // One feeder per team starts that team's tasks in plan order, so a team at its
     // own concurrency limit never holds up the others; they share the run's slots.
@@ -290,7 +365,7 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunOutcome, RunError> {
     drop(env);
     mcp.shutdown().await;
     // Private temp folders are removed task by task; drop the empty parents.
-    let work_dir = opts.out_dir.join(&run_id);
+    let work_dir = out_dir.join(&run_id);
     let _ = std::fs::remove_dir(work_dir.join("tmp"));
     let _ = std::fs::remove_dir(work_dir.join("git"));
     let _ = std::fs::remove_dir(work_dir.join("workspaces"));
@@ -306,7 +381,18 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunOutcome, RunError> {
         .collect();
     summary
         .rows
-        .sort_by_key(|r| order.get(&r.task_id).copied().unwrap_or(usize::MAX));
+        .sort_by_key(|r| order.get(&r.key).copied().unwrap_or(usize::MAX));
+    let mut variant_order: Vec<String> = Vec::new();
+    for t in &plan.tasks {
+        if !variant_order.contains(&t.variant) {
+            variant_order.push(t.variant.clone());
+        }
+    }
+    summary.variants = crate::report::write_summary_csv(&work_dir, &plan.axes, &variant_order)
+        .map_err(|e| ReportError::Io {
+            path: work_dir.join("summary.csv"),
+            source: std::io::Error::other(e),
+        })?;
     Ok(RunOutcome { summary, complete })
 }
 
@@ -407,7 +493,11 @@ fn skipped(spec: &TaskSpec, reason: StopReason, detail: String) -> TaskResult {
 fn unrun(spec: &TaskSpec, detail: &str) -> TaskResult {
     let now = Utc::now();
     TaskResult {
-        task_id: spec.id.clone(),
+        task_id: spec.task.clone(),
+        key: spec.id.clone(),
+        variant: spec.variant.clone(),
+        axes: spec.axes.clone(),
+        epoch: spec.epoch,
         provider: spec.provider.name.clone(),
         protocol: spec.provider.protocol.to_string(),
         model: spec.model.clone(),
@@ -436,9 +526,17 @@ fn unrun(spec: &TaskSpec, detail: &str) -> TaskResult {
     }
 }
 
-async fn watch_signals(drain: CancellationToken, cancel: CancellationToken) {
+/// The first Ctrl-C or SIGTERM drains (no new task starts) and gives running tasks
+/// `grace` to finish; the second signal, or the end of the grace period, cancels them.
+async fn watch_signals(
+    drain: CancellationToken,
+    cancel: CancellationToken,
+    grace: std::time::Duration,
+    tx: UnboundedSender<Event>,
+) {
     #[cfg(unix)]
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    let mut deadline: Option<tokio::time::Instant> = None;
     loop {
         #[cfg(unix)]
         let terminated = async {
@@ -451,24 +549,43 @@ async fn watch_signals(drain: CancellationToken, cancel: CancellationToken) {
         };
         #[cfg(not(unix))]
         let terminated = std::future::pending::<()>();
-        tokio::select! {
+        let grace_over = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending::<()>().await,
+            }
+        };
+        let what = tokio::select! {
             r = tokio::signal::ctrl_c() => {
                 if r.is_err() {
                     return;
                 }
-                if drain.is_cancelled() {
-                    eprintln!("agentbatch: cancelling running tasks");
-                    cancel.cancel();
-                    return;
-                }
-                eprintln!("agentbatch: interrupted: finishing running tasks, starting no new ones (Ctrl-C again to cancel them)");
-                drain.cancel();
+                "interrupted"
             }
-            _ = terminated => {
-                eprintln!("agentbatch: terminated: cancelling running tasks");
+            _ = terminated => "terminated",
+            _ = grace_over => {
+                let _ = tx.send(Event::Stopping(format!(
+                    "grace period of {} over: cancelling running tasks",
+                    humantime::format_duration(grace)
+                )));
                 cancel.cancel();
                 return;
             }
+        };
+        if drain.is_cancelled() {
+            let _ = tx.send(Event::Stopping(format!(
+                "{what} again: cancelling running tasks"
+            )));
+            cancel.cancel();
+            return;
         }
+        let until = chrono::Local::now() + grace;
+        let _ = tx.send(Event::Stopping(format!(
+            "{what}: starting no new tasks; running ones have until {} ({} grace), then are cancelled (Ctrl-C again to cancel now)",
+            until.format("%H:%M:%S"),
+            humantime::format_duration(grace)
+        )));
+        drain.cancel();
+        deadline = Some(tokio::time::Instant::now() + grace);
     }
 }

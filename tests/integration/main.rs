@@ -7,6 +7,7 @@ mod conformance;
 mod faults;
 mod govern;
 mod limits;
+mod matrix;
 mod mcp;
 mod openai;
 mod protocol;

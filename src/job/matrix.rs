@@ -1,0 +1,300 @@
+//! The `matrix:` and `epochs:` of a job: every combination of axis values is a variant,
+//! applied over `defaults` so that the rest of expansion (and its checks) treats a
+//! variant's values like any default. Pure functions; expand.rs reports the errors.
+
+use std::collections::BTreeMap;
+
+use serde_yaml::{Mapping, Value};
+
+use super::schema::TaskFields;
+
+/// One combination of axis values.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Variant {
+    /// `axis=value,...` sorted by axis; empty without a matrix.
+    pub label: String,
+    /// (axis, value as shown).
+    pub axes: Vec<(String, String)>,
+    /// (axis, index of the value in the axis's list): where errors point.
+    pub picks: Vec<(String, usize)>,
+    /// The label made safe for file names and URLs.
+    pub slug: String,
+    /// `defaults` with this variant's values set.
+    pub defaults: TaskFields,
+}
+
+/// An axis value as it appears in labels and CSV columns: scalars as written, anything
+/// else as compact JSON.
+pub(super) fn show(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Number(n) => n.to_string(),
+        Value::Bool(b) => b.to_string(),
+        Value::Null => "null".into(),
+        other => serde_json::to_string(other).unwrap_or_else(|_| format!("{other:?}")),
+    }
+}
+
+fn slug(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+            out.push(c);
+        } else if !out.ends_with('_') {
+            out.push('_');
+        }
+    }
+    out.trim_matches('_').chars().take(80).collect()
+}
+
+fn path_of(axis: &str) -> Vec<&str> {
+    axis.split('.').collect()
+}
+
+/// Whether the task itself sets the field an axis names (then the matrix and the task
+/// disagree about who decides it).
+pub(super) fn task_sets(t: &TaskFields, axis: &str) -> bool {
+    let Ok(mut v) = serde_yaml::to_value(t) else {
+        return false;
+    };
+    for seg in path_of(axis) {
+        match v {
+            Value::Mapping(mut m) => match m.remove(seg) {
+                Some(next) => v = next,
+                None => return false,
+            },
+            _ => return false,
+        }
+    }
+    true
+}
+
+fn set_path(root: &mut Value, path: &[&str], value: Value) {
+    let mut cur = root;
+    for (i, seg) in path.iter().enumerate() {
+        if !matches!(cur, Value::Mapping(_)) {
+            *cur = Value::Mapping(Mapping::new());
+        }
+        let Value::Mapping(m) = cur else { return };
+        let key = Value::String((*seg).to_string());
+        if i + 1 == path.len() {
+            m.insert(key, value);
+            return;
+        }
+        cur = m.entry(key).or_insert(Value::Mapping(Mapping::new()));
+    }
+}
+
+/// A problem with the matrix: the path under `matrix` (axis, and value index if one
+/// value is at fault) and the message.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct MatrixError {
+    pub axis: String,
+    pub index: Option<usize>,
+    pub message: String,
+}
+
+/// Every variant, in a fixed order (the last axis varies fastest). Without a matrix,
+/// one variant with the defaults as written.
+pub(super) fn variants(
+    matrix: &BTreeMap<String, Vec<Value>>,
+    defaults: &TaskFields,
+) -> Result<Vec<Variant>, Vec<MatrixError>> {
+    let mut errors = Vec::new();
+    let err = |axis: &str, index: Option<usize>, message: String| MatrixError {
+        axis: axis.to_string(),
+        index,
+        message,
+    };
+    for (axis, values) in matrix {
+        let path = path_of(axis);
+        if path.iter().any(|s| s.is_empty()) {
+            errors.push(err(
+                axis,
+                None,
+                "an axis is a task field, or a dotted path into one such as `limits.max_turns`"
+                    .into(),
+            ));
+        } else if path[0] == "id" {
+            errors.push(err(
+                axis,
+                None,
+                "`id` cannot be an axis: a task keeps its id in every variant".into(),
+            ));
+        } else if values.is_empty() {
+            errors.push(err(
+                axis,
+                None,
+                "the axis has no values: give it a list of at least one".into(),
+            ));
+        }
+        for (i, v) in values.iter().enumerate() {
+            if values[..i].iter().any(|w| show(w) == show(v)) {
+                errors.push(err(
+                    axis,
+                    Some(i),
+                    format!("the value {} appears twice", show(v)),
+                ));
+            }
+        }
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    if matrix.is_empty() {
+        return Ok(vec![Variant {
+            defaults: defaults.clone(),
+            ..Variant::default()
+        }]);
+    }
+    let base = match serde_yaml::to_value(defaults) {
+        Ok(v) => v,
+        Err(e) => {
+            return Err(vec![err(
+                "",
+                None,
+                format!("cannot apply the matrix to `defaults`: {e}"),
+            )])
+        }
+    };
+    let axes: Vec<(&String, &Vec<Value>)> = matrix.iter().collect();
+    let total: usize = axes.iter().map(|(_, v)| v.len()).product();
+    let mut out = Vec::with_capacity(total);
+    // An axis value that does not fit its field is reported once, not once per variant.
+    let mut bad: BTreeMap<(String, usize), String> = BTreeMap::new();
+    for n in 0..total {
+        let mut rest = n;
+        let mut picks = Vec::with_capacity(axes.len());
+        for (axis, values) in axes.iter().rev() {
+            picks.push(((*axis).clone(), rest % values.len()));
+            rest /= values.len();
+        }
+        picks.reverse();
+        let mut v = base.clone();
+        let mut shown = Vec::with_capacity(picks.len());
+        for (axis, i) in &picks {
+            let value = &matrix[axis][*i];
+            set_path(&mut v, &path_of(axis), value.clone());
+            shown.push((axis.clone(), show(value)));
+            // Checked alone so the message names the one value at fault.
+            let mut alone = base.clone();
+            set_path(&mut alone, &path_of(axis), value.clone());
+            if let Err(e) = serde_yaml::from_value::<TaskFields>(alone) {
+                bad.entry((axis.clone(), *i))
+                    .or_insert_with(|| e.to_string());
+            }
+        }
+        let Ok(defaults) = serde_yaml::from_value::<TaskFields>(v) else {
+            continue;
+        };
+        let label = shown
+            .iter()
+            .map(|(a, v)| format!("{a}={v}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let slug = slug(
+            &shown
+                .iter()
+                .map(|(_, v)| v.as_str())
+                .collect::<Vec<_>>()
+                .join("-"),
+        );
+        out.push(Variant {
+            label,
+            axes: shown,
+            picks,
+            slug,
+            defaults,
+        });
+    }
+    if !bad.is_empty() {
+        return Err(bad
+            .into_iter()
+            .map(|((axis, i), m)| err(&axis, Some(i), m))
+            .collect());
+    }
+    // Slugs name files: make them unique.
+    for i in 0..out.len() {
+        if out[..i].iter().any(|o| o.slug == out[i].slug) || out[i].slug.is_empty() {
+            out[i].slug = format!("{}-v{}", out[i].slug, i + 1)
+                .trim_start_matches('-')
+                .to_string();
+        }
+    }
+    Ok(out)
+}
+
+/// The run's unique name for one task in one variant and epoch.
+pub(super) fn instance_key(task: &str, variant: &Variant, epoch: u32, epochs: u32) -> String {
+    let mut key = task.to_string();
+    if !variant.slug.is_empty() {
+        key.push_str("--");
+        key.push_str(&variant.slug);
+    }
+    if epochs > 1 {
+        key.push_str(&format!("--e{epoch}"));
+    }
+    key
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn matrix(yaml: &str) -> BTreeMap<String, Vec<Value>> {
+        serde_yaml::from_str(yaml).unwrap()
+    }
+
+    #[test]
+    fn every_combination_once_in_a_fixed_order() {
+        let m =
+            matrix("toolset: [coding, readonly]\nmodel: [claude-sonnet-4-5, claude-haiku-4-5]\n");
+        let d: TaskFields = serde_yaml::from_str("model: x\nlimits: { max_turns: 3 }").unwrap();
+        let v = variants(&m, &d).unwrap();
+        let labels: Vec<&str> = v.iter().map(|v| v.label.as_str()).collect();
+        assert_eq!(
+            labels,
+            [
+                "model=claude-sonnet-4-5,toolset=coding",
+                "model=claude-sonnet-4-5,toolset=readonly",
+                "model=claude-haiku-4-5,toolset=coding",
+                "model=claude-haiku-4-5,toolset=readonly",
+            ]
+        );
+        assert_eq!(v[2].defaults.model.as_deref(), Some("claude-haiku-4-5"));
+        assert_eq!(v[3].defaults.toolset.as_deref(), Some("readonly"));
+        assert_eq!(v[3].slug, "claude-haiku-4-5-readonly");
+        assert_eq!(
+            instance_key("t1", &v[3], 2, 3),
+            "t1--claude-haiku-4-5-readonly--e2"
+        );
+        assert_eq!(instance_key("t1", &Variant::default(), 1, 1), "t1");
+    }
+
+    #[test]
+    fn dotted_axes_set_one_field_and_keep_the_others() {
+        let m = matrix("limits.max_turns: [2, 8]\n");
+        let d: TaskFields = serde_yaml::from_str("limits: { time_limit: 5m }").unwrap();
+        let v = variants(&m, &d).unwrap();
+        let l = v[1].defaults.limits.as_ref().unwrap();
+        assert_eq!(l.max_turns, Some(8));
+        assert!(l.time_limit.is_some());
+        assert_eq!(v[1].label, "limits.max_turns=8");
+        let t: TaskFields = serde_yaml::from_str("id: a\nlimits: { max_turns: 1 }").unwrap();
+        assert!(task_sets(&t, "limits.max_turns"));
+        assert!(!task_sets(&t, "limits.time_limit"));
+        assert!(!task_sets(&t, "model"));
+    }
+
+    #[test]
+    fn bad_axes_and_values_are_named() {
+        let d = TaskFields::default();
+        let e = variants(&matrix("modle: [a]\n"), &d).unwrap_err();
+        assert_eq!(e[0].axis, "modle");
+        assert!(e[0].message.contains("unknown field"), "{e:?}");
+        let e = variants(&matrix("max_tokens: [100, lots]\n"), &d).unwrap_err();
+        assert_eq!((e[0].axis.as_str(), e[0].index), ("max_tokens", Some(1)));
+        let e = variants(&matrix("id: [a]\nmodel: []\ntoolset: [a, a]\n"), &d).unwrap_err();
+        assert_eq!(e.len(), 3, "{e:?}");
+    }
+}
