@@ -25,6 +25,26 @@ pub fn describe(plan: &Plan) -> String {
         plan.tasks.len(),
         plan.concurrency
     );
+    if !plan.axes.is_empty() || plan.job.epochs.is_some_and(|e| e > 1) {
+        let mut variants: Vec<&str> = Vec::new();
+        for t in &plan.tasks {
+            if !variants.contains(&t.variant.as_str()) {
+                variants.push(&t.variant);
+            }
+        }
+        let tasks: BTreeSet<&str> = plan.tasks.iter().map(|t| t.task.as_str()).collect();
+        let epochs = plan.job.epochs.unwrap_or(1);
+        let _ = writeln!(
+            s,
+            "matrix: {} task(s) x {} variant(s) x {} epoch(s), interleaved (epoch, task, variant)",
+            tasks.len(),
+            variants.len(),
+            epochs
+        );
+        for v in variants.iter().filter(|v| !v.is_empty()) {
+            let _ = writeln!(s, "  variant {v}");
+        }
+    }
     let used: BTreeSet<&str> = plan
         .tasks
         .iter()

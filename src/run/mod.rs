@@ -117,7 +117,7 @@ fn select_tasks(plan: &Plan, only: &[String]) -> Result<Vec<TaskSpec>, RunError>
     let picked: Vec<TaskSpec> = plan
         .tasks
         .iter()
-        .filter(|t| set.is_match(&t.id))
+        .filter(|t| set.is_match(&t.id) || set.is_match(&t.task))
         .cloned()
         .collect();
     if picked.is_empty() {
