@@ -287,6 +287,10 @@ async fn run_in(
                 "superseded_rows": r.superseded,
                 "tasks_to_run": r.tasks.len(),
                 "spent_before_usd": r.spent_run.normalize().to_string(),
+                "killed_spent_usd": r.killed_spent.normalize().to_string(),
+                "killed_spent_by_team": r.killed_teams.iter()
+                    .map(|(k, v)| (k.clone(), json!(v.normalize().to_string())))
+                    .collect::<serde_json::Map<String, serde_json::Value>>(),
                 "retry_errors": opts.resume.as_ref().is_some_and(|o| o.retry_errors),
             }));
             v["resumes"] = json!(resumes);

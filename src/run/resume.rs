@@ -45,6 +45,10 @@ pub(super) struct Resumed {
     /// Money spent by earlier attempts: counted against the run's and teams' caps.
     pub spent_run: Decimal,
     pub spent_teams: HashMap<String, Decimal>,
+    /// What tasks cut off by a kill had spent (set aside by this resume), in all and
+    /// per team.
+    pub killed_spent: Decimal,
+    pub killed_teams: HashMap<String, Decimal>,
     /// run.json as the earlier attempt left it.
     pub run_json: Value,
 }
@@ -256,6 +260,30 @@ pub(super) fn prepare(
     let (rows, head) = read_rows(&csv_path, header)?;
     let mut spent_run = Decimal::ZERO;
     let mut spent_teams: HashMap<String, Decimal> = HashMap::new();
+    // Earlier resumes: the rows they replaced, and what killed tasks had spent then.
+    let superseded_path = dir.join("superseded.csv");
+    if superseded_path.exists() {
+        let (old, _) = read_rows(&superseded_path, header)?;
+        for row in old {
+            spent_run += row.cost;
+            if !row.team.is_empty() {
+                *spent_teams.entry(row.team).or_default() += row.cost;
+            }
+        }
+    }
+    for r in run_json["resumes"].as_array().into_iter().flatten() {
+        if let Some(d) = r["killed_spent_usd"]
+            .as_str()
+            .and_then(|s| s.parse::<Decimal>().ok())
+        {
+            spent_run += d;
+        }
+        for (team, v) in r["killed_spent_by_team"].as_object().into_iter().flatten() {
+            if let Some(d) = v.as_str().and_then(|s| s.parse::<Decimal>().ok()) {
+                *spent_teams.entry(team.clone()).or_default() += d;
+            }
+        }
+    }
     let mut stands: HashSet<(String, String, u32)> = HashSet::new();
     let mut kept = Vec::new();
     let mut superseded = Vec::new();
@@ -321,14 +349,18 @@ pub(super) fn prepare(
 
     let superseded_keys: HashSet<&(String, String, u32)> =
         superseded.iter().map(|r| &r.unit).collect();
+    let mut killed_spent = Decimal::ZERO;
+    let mut killed_teams: HashMap<String, Decimal> = HashMap::new();
     for t in &tasks {
         let transcript = dir.join("transcripts").join(format!("{}.jsonl", t.id));
         // A transcript without a row is a task the kill cut off: its spend counts.
         if !superseded_keys.contains(&(t.task.clone(), t.variant.clone(), t.epoch)) {
             let spent = spent_in_transcript(&transcript);
             spent_run += spent;
+            killed_spent += spent;
             if let Some(team) = t.team_name() {
                 *spent_teams.entry(team.to_string()).or_default() += spent;
+                *killed_teams.entry(team.to_string()).or_default() += spent;
             }
         }
         set_aside(&transcript).map_err(io(&transcript))?;
@@ -349,6 +381,8 @@ pub(super) fn prepare(
         superseded: superseded.len(),
         spent_run,
         spent_teams,
+        killed_spent,
+        killed_teams,
         run_json,
     })
 }

@@ -443,3 +443,41 @@ fn sigterm_drains_and_the_grace_period_ends_in_cancellation() {
     assert!(stuck["cost_usd"].parse::<f64>().unwrap() > 0.0, "{stuck:?}");
     assert!(case.path("reports/r/summary.csv").exists());
 }
+
+#[tokio::test]
+async fn a_resumed_run_counts_what_it_spent_before_against_its_cap() {
+    let case = Case::new();
+    // t2 fails at the provider first (costs nothing); t1 then spends $0.00675 of the
+    // run's $0.01. On resume t2 runs again, and the $0.00325 left is less than its
+    // smallest request (256 output tokens at $15/Mtok): it must not start.
+    let yaml = "name: carry\nconcurrency: 1\nmax_cost_usd: 0.01\ndefaults: { provider: sim, model: claude-sonnet-4-5, max_tokens: 1024 }\ntasks:\n  - id: t2\n    prompt: p\n    sim: { turns: [ { faults: [ { status: 400, message: bad } ], content: [ { text: hi } ] } ] }\n  - id: t1\n    prompt: p\n    sim: { turns: [ { content: [ { text: hi } ], usage: { input_tokens: 1000, output_tokens: 250 } } ] }\n";
+    let ran = case.run(yaml).await;
+    assert_eq!(ran.stop("t2"), "provider_error");
+    assert_eq!(ran.row("t1")["cost_usd"], "0.00675");
+    let plan = agentbatch::job::load(
+        &case.path("job.yaml"),
+        &agentbatch::tools::Registry::builtin(),
+    )
+    .unwrap();
+    let mut opts = agentbatch::run::RunOptions::new(case.path("reports"));
+    opts.progress = agentbatch::report::ProgressMode::Quiet;
+    opts.sim = Some(ran.sim.clone());
+    opts.resume = Some(agentbatch::run::ResumeOptions {
+        dir: ran.dir.clone(),
+        retry_errors: true,
+        force: false,
+    });
+    let before = ran.sim.requests().len();
+    let out = agentbatch::run::run(plan, opts).await.unwrap();
+    assert_eq!(
+        out.summary.rows[0].stop_reason.as_str(),
+        "run_budget",
+        "{:?}",
+        out.summary.rows[0]
+    );
+    assert_eq!(
+        ran.sim.requests().len(),
+        before,
+        "no request: the cap was already spent"
+    );
+}
