@@ -3,9 +3,11 @@
 //! Data flows one way: a job file is parsed and expanded into a [`job::Plan`], the
 //! [`run`] scheduler runs one [`agent`] loop per task against a provider adapter
 //! ([`model`]), governed by [`govern`], with [`tools`] executed locally, and every event
-//! goes to the single [`report`] writer. [`sim`] is the built-in simulated provider.
+//! goes to the single [`report`] writer. [`sim`] is the built-in simulated provider;
+//! [`audit`] reads a transcript back and checks its tool-call protocol turn by turn.
 
 pub mod agent;
+pub mod audit;
 pub mod bench;
 pub mod govern;
 pub mod job;

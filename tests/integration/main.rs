@@ -1,6 +1,7 @@
 //! Integration tests: real HTTP between the runner and the built-in simulator, real
 //! report files, and the built binary for the command line.
 
+mod audit;
 mod cli;
 mod common;
 mod conformance;

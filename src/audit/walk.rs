@@ -1,0 +1,463 @@
+//! Turns transcript events into turns. A `request` event carries the request's new
+//! messages (and, on the first, the declared tools); a `response` event the provider's
+//! body, which the runner accepted unless an `attempt_failed` of the same turn follows;
+//! `tool_call`/`tool_result` events the runner's handling of each call; `tools_changed`
+//! a new tool list. Each accepted response starts a segment that collects the decisions
+//! after it and the messages of the requests that follow, until the next accepted
+//! response.
+
+use std::collections::BTreeSet;
+
+use serde_json::Value;
+
+use crate::model::Protocol;
+
+/// Why a call's arguments cannot be used as a tool input.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Args {
+    Object,
+    Bad(String),
+}
+
+/// One tool call of a response, as the runner would read it.
+#[derive(Debug, Clone)]
+pub(super) struct Call {
+    /// The id results must carry: the call's own, or for a Chat Completions call
+    /// without one, the id the runner makes up.
+    pub id: Option<String>,
+    pub id_made_up: bool,
+    pub name: Option<String>,
+    pub args: Args,
+}
+
+/// The tool names a request declared.
+#[derive(Debug, Clone)]
+pub(super) struct Declared {
+    pub names: BTreeSet<String>,
+}
+
+/// One `tool_result` event: the runner's decision on a call and its outcome.
+#[derive(Debug, Clone)]
+pub(super) struct Decision {
+    pub id: Option<String>,
+    pub line: usize,
+    /// `allow`, `deny` or `invalid`; None on an interrupted call or a malformed event.
+    pub decision: Option<String>,
+    pub is_error: bool,
+    /// The call was cut off by the deadline or a cancellation.
+    pub interrupted: bool,
+}
+
+/// What the requests after a response sent: their new messages in order.
+#[derive(Debug, Clone)]
+pub(super) struct Followup {
+    pub turn: u32,
+    pub line: usize,
+    pub messages: Vec<(usize, Value)>,
+}
+
+/// A response the runner accepted, and what followed it.
+#[derive(Debug, Clone)]
+pub(super) struct Segment {
+    pub turn: u32,
+    pub line: usize,
+    pub calls: Vec<Call>,
+    /// None when the transcript does not say.
+    pub declared: Option<Declared>,
+    /// `tool_call` events: the ids the runner started on, with their lines.
+    pub started: Vec<(String, usize)>,
+    pub decisions: Vec<Decision>,
+    /// None when no request followed (the task stopped after this response).
+    pub next: Option<Followup>,
+}
+
+/// A response the runner refused (an `attempt_failed` of its turn followed it).
+#[derive(Debug, Clone)]
+pub(super) struct Rejected {
+    pub turn: u32,
+    pub line: usize,
+    pub calls: Vec<Call>,
+    pub declared: Option<Declared>,
+    pub why: String,
+}
+
+/// The transcript as turns.
+#[derive(Debug, Default)]
+pub(super) struct Walked {
+    pub protocol: Option<Protocol>,
+    pub turns: u32,
+    pub finished: bool,
+    pub segments: Vec<Segment>,
+    pub rejected: Vec<Rejected>,
+    /// Requests before any accepted response (their results answer nothing).
+    pub before_first: Option<Followup>,
+    /// Decisions recorded before any accepted response.
+    pub loose_decisions: Vec<Decision>,
+    /// A response came but the protocol could not be told.
+    pub unknown_protocol: Option<usize>,
+    /// Calls came but no event said which tools were declared.
+    pub undeclared_unknown: bool,
+}
+
+struct Pending {
+    turn: u32,
+    line: usize,
+    calls: Vec<Call>,
+    declared: Option<Declared>,
+    rejected: Option<String>,
+}
+
+fn str_of<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
+    v.get(key).and_then(Value::as_str).filter(|s| !s.is_empty())
+}
+
+fn turn_of(v: &Value) -> Option<u32> {
+    v.get("turn")
+        .and_then(Value::as_u64)
+        .and_then(|t| u32::try_from(t).ok())
+}
+
+fn names(list: &Value) -> Option<Declared> {
+    let items = list.as_array()?;
+    let names = items
+        .iter()
+        .filter_map(|t| {
+            t.as_str()
+                .or_else(|| str_of(t, "name"))
+                .or_else(|| t.get("function").and_then(|f| str_of(f, "name")))
+        })
+        .map(str::to_string)
+        .collect();
+    Some(Declared { names })
+}
+
+fn protocol_of_params(params: &Value) -> Option<Protocol> {
+    if let Some(p) = params
+        .get("protocol")
+        .and_then(|p| serde_json::from_value::<Protocol>(p.clone()).ok())
+    {
+        return Some(p);
+    }
+    let url = str_of(params, "url")?;
+    let path = url.split('?').next().unwrap_or(url);
+    if path.ends_with("/messages") {
+        Some(Protocol::Anthropic)
+    } else if path.ends_with("/responses") {
+        Some(Protocol::OpenaiResponses)
+    } else if path.ends_with("/chat/completions") {
+        Some(Protocol::OpenaiChat)
+    } else {
+        None
+    }
+}
+
+fn protocol_of_body(body: &Value) -> Option<Protocol> {
+    if body.get("choices").is_some() {
+        Some(Protocol::OpenaiChat)
+    } else if body.get("output").is_some() || body["object"] == "response" {
+        Some(Protocol::OpenaiResponses)
+    } else if body.get("content").is_some() || body["type"] == "message" {
+        Some(Protocol::Anthropic)
+    } else {
+        None
+    }
+}
+
+fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// OpenAI arguments, read the way the runner reads them: a JSON string (empty meaning
+/// `{}`), or an object some servers send as it is.
+fn openai_args(raw: Option<&Value>) -> Args {
+    match raw {
+        None | Some(Value::Null) | Some(Value::Object(_)) => Args::Object,
+        Some(Value::String(s)) if s.trim().is_empty() => Args::Object,
+        Some(Value::String(s)) => match serde_json::from_str::<Value>(s) {
+            Ok(Value::Object(_)) => Args::Object,
+            Ok(other) => Args::Bad(format!(
+                "the arguments are {}, not a JSON object",
+                kind_of(&other)
+            )),
+            Err(e) => Args::Bad(format!("the arguments are not valid JSON ({e})")),
+        },
+        Some(other) => Args::Bad(format!(
+            "the arguments are {}, not a JSON string",
+            kind_of(other)
+        )),
+    }
+}
+
+/// The tool calls of a response body.
+fn calls_of(protocol: Protocol, body: &Value, turn: u32) -> Vec<Call> {
+    match protocol {
+        Protocol::Anthropic => body["content"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|b| b["type"] == "tool_use")
+            .map(|b| Call {
+                id: str_of(b, "id").map(str::to_string),
+                id_made_up: false,
+                name: str_of(b, "name").map(str::to_string),
+                args: match b.get("input") {
+                    None | Some(Value::Object(_)) => Args::Object,
+                    Some(other) => Args::Bad(format!(
+                        "the input is {}, not a JSON object",
+                        kind_of(other)
+                    )),
+                },
+            })
+            .collect(),
+        Protocol::OpenaiResponses => body["output"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|i| i["type"] == "function_call")
+            .map(|i| Call {
+                id: str_of(i, "call_id").map(str::to_string),
+                id_made_up: false,
+                name: str_of(i, "name").map(str::to_string),
+                args: openai_args(i.get("arguments")),
+            })
+            .collect(),
+        Protocol::OpenaiChat => body
+            .pointer("/choices/0/message/tool_calls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .map(|(i, tc)| {
+                let own = str_of(tc, "id").map(str::to_string);
+                let f = tc.get("function").unwrap_or(&Value::Null);
+                Call {
+                    id_made_up: own.is_none(),
+                    // chat.rs names an id-less call after its turn and position.
+                    id: Some(own.unwrap_or_else(|| format!("call_agentbatch_{turn}_{i}"))),
+                    name: str_of(f, "name").map(str::to_string),
+                    args: openai_args(f.get("arguments")),
+                }
+            })
+            .collect(),
+    }
+}
+
+/// A result found in a request's new messages.
+#[derive(Debug, Clone)]
+pub(super) struct Returned {
+    pub id: Option<String>,
+    pub line: usize,
+    /// Why it is out of place, if it is.
+    pub misplaced: Option<String>,
+}
+
+/// The tool results a followup carries, with where each sits.
+pub(super) fn results_of(protocol: Protocol, messages: &[(usize, Value)]) -> Vec<Returned> {
+    let mut out = Vec::new();
+    for (mi, (line, m)) in messages.iter().enumerate() {
+        match protocol {
+            Protocol::Anthropic => {
+                let mut leading = true;
+                for b in m["content"].as_array().into_iter().flatten() {
+                    if b["type"] != "tool_result" {
+                        leading = false;
+                        continue;
+                    }
+                    let misplaced = if m["role"] != "user" {
+                        Some(format!(
+                            "in a message of role {}, not the user's",
+                            m["role"]
+                        ))
+                    } else if mi > 0 {
+                        Some(format!(
+                            "in message {} of the request's new messages; every result belongs in the first user message after the tool use",
+                            mi + 1
+                        ))
+                    } else if !leading {
+                        Some("after a block that is not a tool_result; the user message must begin with the results".to_string())
+                    } else {
+                        None
+                    };
+                    out.push(Returned {
+                        id: str_of(b, "tool_use_id").map(str::to_string),
+                        line: *line,
+                        misplaced,
+                    });
+                }
+            }
+            Protocol::OpenaiResponses => {
+                if m["type"] == "function_call_output" {
+                    out.push(Returned {
+                        id: str_of(m, "call_id").map(str::to_string),
+                        line: *line,
+                        misplaced: None,
+                    });
+                }
+            }
+            Protocol::OpenaiChat => {
+                if m["role"] == "tool" {
+                    let after_other = messages[..mi].iter().any(|(_, p)| p["role"] != "tool");
+                    out.push(Returned {
+                        id: str_of(m, "tool_call_id").map(str::to_string),
+                        line: *line,
+                        misplaced: after_other.then(|| {
+                            "after a message that is not a tool message; tool messages must directly follow the assistant message with the calls".to_string()
+                        }),
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+fn decision_of(line: usize, v: &Value) -> Decision {
+    Decision {
+        id: str_of(v, "id").map(str::to_string),
+        line,
+        decision: str_of(v, "decision").map(str::to_string),
+        is_error: v["is_error"] == true,
+        interrupted: v.get("interrupted").is_some_and(|i| !i.is_null()),
+    }
+}
+
+impl Walked {
+    fn settle(&mut self, pending: &mut Option<Pending>) {
+        let Some(p) = pending.take() else { return };
+        match p.rejected {
+            Some(why) => self.rejected.push(Rejected {
+                turn: p.turn,
+                line: p.line,
+                calls: p.calls,
+                declared: p.declared,
+                why,
+            }),
+            None => self.segments.push(Segment {
+                turn: p.turn,
+                line: p.line,
+                calls: p.calls,
+                declared: p.declared,
+                started: Vec::new(),
+                decisions: Vec::new(),
+                next: None,
+            }),
+        }
+    }
+}
+
+/// Reads the events into turns.
+pub(super) fn walk(events: &[(usize, Value)]) -> Walked {
+    let mut w = Walked::default();
+    let mut declared: Option<Declared> = None;
+    let mut at_request: Option<Declared> = None;
+    let mut turns = BTreeSet::new();
+    let mut last_turn = 0u32;
+    let mut pending: Option<Pending> = None;
+    for (line, ev) in events {
+        let line = *line;
+        let kind = ev["event"].as_str().unwrap_or_default();
+        match kind {
+            "task_start" if declared.is_none() => declared = names(&ev["tools"]),
+            "mcp_ready" | "tools_changed" => {
+                if let Some(d) = names(&ev["tools"]) {
+                    declared = Some(d);
+                }
+            }
+            "request" => {
+                w.settle(&mut pending);
+                let turn = turn_of(ev).unwrap_or(last_turn + 1);
+                last_turn = turn;
+                turns.insert(turn);
+                if let Some(params) = ev.get("params").filter(|p| p.is_object()) {
+                    if w.protocol.is_none() {
+                        w.protocol = protocol_of_params(params);
+                    }
+                    if let Some(d) = names(&params["tools"]) {
+                        declared = Some(d);
+                    }
+                }
+                at_request = declared.clone();
+                let target = match w.segments.last_mut() {
+                    Some(seg) => &mut seg.next,
+                    None => &mut w.before_first,
+                };
+                let f = target.get_or_insert_with(|| Followup {
+                    turn,
+                    line,
+                    messages: Vec::new(),
+                });
+                for m in ev["new_messages"].as_array().into_iter().flatten() {
+                    f.messages.push((line, m.clone()));
+                }
+            }
+            "response" => {
+                w.settle(&mut pending);
+                let turn = turn_of(ev).unwrap_or(last_turn);
+                let body = ev.get("body").unwrap_or(&Value::Null);
+                if w.protocol.is_none() && body.is_object() {
+                    w.protocol = protocol_of_body(body);
+                }
+                let calls = match w.protocol {
+                    Some(p) => calls_of(p, body, turn),
+                    None => {
+                        if body.is_object() {
+                            w.unknown_protocol.get_or_insert(line);
+                        }
+                        Vec::new()
+                    }
+                };
+                if !calls.is_empty() && at_request.is_none() {
+                    w.undeclared_unknown = true;
+                }
+                pending = Some(Pending {
+                    turn,
+                    line,
+                    calls,
+                    declared: at_request.clone(),
+                    rejected: None,
+                });
+            }
+            "attempt_failed" => {
+                if let Some(p) = pending.as_mut() {
+                    if turn_of(ev).is_none_or(|t| t == p.turn) {
+                        p.rejected = Some(
+                            str_of(ev, "error")
+                                .unwrap_or("the attempt failed")
+                                .to_string(),
+                        );
+                    }
+                }
+                w.settle(&mut pending);
+            }
+            "tool_call" | "tool_result" => {
+                w.settle(&mut pending);
+                let seg = w.segments.last_mut();
+                match (kind, seg) {
+                    ("tool_call", Some(seg)) => {
+                        if let Some(id) = str_of(ev, "id") {
+                            seg.started.push((id.to_string(), line));
+                        }
+                    }
+                    ("tool_result", Some(seg)) => seg.decisions.push(decision_of(line, ev)),
+                    ("tool_result", None) => w.loose_decisions.push(decision_of(line, ev)),
+                    _ => {}
+                }
+            }
+            "stop" | "task_end" => {
+                w.settle(&mut pending);
+                w.finished = true;
+            }
+            _ => {}
+        }
+    }
+    w.settle(&mut pending);
+    w.turns = turns.len() as u32;
+    w
+}
