@@ -80,6 +80,13 @@ enum Command {
     },
     /// Check a job file without spending anything and print the expanded plan.
     Validate { job: PathBuf },
+    /// Check a transcript for agent-loop protocol problems: tools declared, calls
+    /// received, each call allowed or refused, each result returned under its id.
+    /// Exit 1 when it shows a protocol violation, 2 when it cannot be read.
+    Audit {
+        /// A transcript: DIR/<run-id>/transcripts/<task>.jsonl
+        transcript: PathBuf,
+    },
     /// List the tools each tool set of a job gives the model, starting its MCP servers.
     Tools {
         job: PathBuf,
@@ -171,6 +178,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Run { job, args } => run_cmd(job, args).await,
             Command::Validate { job } => validate_cmd(job),
+            Command::Audit { transcript } => audit_cmd(&transcript),
             Command::Tools {
                 job,
                 toolset,
@@ -209,6 +217,23 @@ fn main() -> ExitCode {
             }
         }
     })
+}
+
+fn audit_cmd(path: &Path) -> ExitCode {
+    match agentbatch::audit::audit_file(path) {
+        Ok(report) => {
+            print!("{report}");
+            if report.violations() > 0 {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        Err(e) => {
+            eprintln!("agentbatch audit: {e}");
+            ExitCode::from(2)
+        }
+    }
 }
 
 fn report_error(cmd: &str, r: anyhow::Result<()>) -> ExitCode {

@@ -204,3 +204,27 @@ async fn faults_the_runner_handles_are_warnings_not_violations() {
         assert!(r.problems.iter().all(|p| p.turn == Some(1)), "{task}:\n{r}");
     }
 }
+
+#[test]
+fn the_command_exits_0_clean_1_on_a_violation_2_when_unreadable() {
+    let run = |path: &std::path::Path| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_agentbatch"))
+            .arg("audit")
+            .arg(path)
+            .output()
+            .expect("binary runs")
+    };
+    let clean = run(&fixture("clean"));
+    assert_eq!(clean.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&clean.stdout).contains("no problems found"));
+    let bad = run(&fixture("wrong-id"));
+    assert_eq!(bad.status.code(), Some(1));
+    let out = String::from_utf8_lossy(&bad.stdout);
+    assert!(
+        out.contains("turn 1, call ") && out.contains("missing_result"),
+        "{out}"
+    );
+    let missing = run(&fixture("no-such-transcript"));
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no-such-transcript.jsonl"));
+}
