@@ -7,6 +7,7 @@
 
 pub mod agent;
 pub mod bench;
+pub mod compare;
 pub mod govern;
 pub mod job;
 pub mod model;

@@ -3,6 +3,7 @@
 
 mod cli;
 mod common;
+mod compare;
 mod conformance;
 mod faults;
 mod govern;
