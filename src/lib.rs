@@ -9,6 +9,7 @@
 pub mod agent;
 pub mod audit;
 pub mod bench;
+pub mod compare;
 pub mod govern;
 pub mod job;
 pub mod model;

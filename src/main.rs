@@ -80,6 +80,20 @@ enum Command {
     },
     /// Check a job file without spending anything and print the expanded plan.
     Validate { job: PathBuf },
+    /// Compare variants (or runs) on the tasks both sides ran: wins, losses, pass rates
+    /// with an exact McNemar test, cost per pass, flipped tasks; writes compare.csv,
+    /// compare-flips.csv, compare.md and compare.html.
+    Compare {
+        /// Run folders (DIR/<run-id>) or their results.csv files.
+        #[arg(required = true, value_name = "RUN_DIR")]
+        runs: Vec<PathBuf>,
+        /// Group by one matrix axis (or `run`) instead of by variant.
+        #[arg(long, value_name = "AXIS")]
+        by: Option<String>,
+        /// Where the files go (default: the first RUN_DIR).
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
     /// Check a transcript for agent-loop protocol problems: tools declared, calls
     /// received, each call allowed or refused, each result returned under its id.
     /// Exit 1 when it shows a protocol violation, 2 when it cannot be read.
@@ -179,6 +193,7 @@ fn main() -> ExitCode {
             Command::Run { job, args } => run_cmd(job, args).await,
             Command::Validate { job } => validate_cmd(job),
             Command::Audit { transcript } => audit_cmd(&transcript),
+            Command::Compare { runs, by, out } => compare_cmd(runs, by, out),
             Command::Tools {
                 job,
                 toolset,
@@ -217,6 +232,37 @@ fn main() -> ExitCode {
             }
         }
     })
+}
+
+fn compare_cmd(runs: Vec<PathBuf>, by: Option<String>, out: Option<PathBuf>) -> ExitCode {
+    let out_dir = out.unwrap_or_else(|| {
+        let first = &runs[0];
+        if first.is_file() {
+            first.parent().map(Path::to_path_buf).unwrap_or_default()
+        } else {
+            first.clone()
+        }
+    });
+    let opts = agentbatch::compare::CompareOptions { runs, by, out_dir };
+    match agentbatch::compare::compare(&opts) {
+        Ok(report) => {
+            for w in &report.warnings {
+                eprintln!("agentbatch compare: warning: {w}");
+            }
+            print!("{}", report.table());
+            let files: Vec<String> = report
+                .files()
+                .iter()
+                .map(|f| f.display().to_string())
+                .collect();
+            println!("\nwritten: {}", files.join(", "));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("agentbatch compare: {e}");
+            ExitCode::from(2)
+        }
+    }
 }
 
 fn audit_cmd(path: &Path) -> ExitCode {

@@ -8,12 +8,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Repo-fix tests clone and diff repositories (git) and run the fixtures' test suites
-# (python3). MCP tests drive the reference MCP servers from npm (Node.js).
+# (python3). MCP tests drive the reference MCP servers from npm (Node.js). The compare
+# report's page is loaded in headless Chromium.
 missing=()
 command -v git >/dev/null 2>&1 || missing+=(git)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
 command -v node >/dev/null 2>&1 || missing+=(nodejs)
 command -v npm >/dev/null 2>&1 || missing+=(npm)
+command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || missing+=(chromium)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "tests/run.sh: installing ${missing[*]}" >&2
   sudo_cmd=()

@@ -4,6 +4,7 @@
 mod audit;
 mod cli;
 mod common;
+mod compare;
 mod conformance;
 mod faults;
 mod govern;

@@ -1,0 +1,108 @@
+//! compare.html: one self-contained page (inline CSS and SVG, no script, nothing
+//! fetched) that opens from the file system. A Content-Security-Policy forbids any
+//! request, so a mistake that adds one shows as a console error instead of a leak.
+
+use std::fmt::Write as _;
+
+use super::escape::html;
+use super::figures::Side;
+use super::{svg, tables, CompareReport};
+
+const STYLE: &str = "body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:2rem;color:#222;max-width:1400px}\
+h1{font-size:1.5rem}h2{font-size:1.2rem;margin-top:2rem}\
+table{border-collapse:collapse;font-size:.9rem}th,td{border:1px solid #ccc;padding:.25rem .5rem;text-align:left}\
+th{background:#f3f3f3;white-space:nowrap}.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}\
+.note{color:#555;font-size:.9rem}code{font-size:.9rem}\
+svg text{font-family:system-ui,sans-serif;font-size:12px;fill:#222}svg .tick{fill:#555;font-size:11px}\
+svg .grid{stroke:#e5e5e5}svg .axis{stroke:#555}svg .ci{stroke-width:2}\
+li{margin:.2rem 0}";
+
+/// The whole page.
+pub(crate) fn page(r: &CompareReport) -> String {
+    let mut s = String::new();
+    s.push_str(
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; img-src data:\">\n\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+         <link rel=\"icon\" href=\"data:,\">\n<title>agentbatch compare</title>\n",
+    );
+    let _ = writeln!(s, "<style>{STYLE}</style>\n</head>\n<body>");
+    s.push_str("<h1>agentbatch compare</h1>\n<p class=\"note\">Runs: ");
+    let runs: Vec<String> = r
+        .runs
+        .iter()
+        .map(|p| format!("<code>{}</code>", html(&p.display().to_string())))
+        .collect();
+    s.push_str(&runs.join(", "));
+    let _ = writeln!(
+        s,
+        ". Groups: {}. Pass rates are over graded rows (pass, fail, error); unchecked rows are left out.</p>",
+        match &r.by {
+            Some(axis) => format!("the values of <code>{}</code>", html(axis)),
+            None => "the variants".to_string(),
+        }
+    );
+
+    s.push_str("<h2>Groups</h2>\n");
+    s.push_str(&tables::groups(&r.groups, true).html("groups"));
+
+    s.push_str("<h2>Pass rate and cost</h2>\n");
+    let (chart, left_out) = svg::pass_rate_vs_cost(&r.groups);
+    s.push_str(&chart);
+    if !left_out.is_empty() {
+        let names: Vec<String> = left_out.iter().map(|l| html(l)).collect();
+        let _ = writeln!(
+            s,
+            "<p class=\"note\">Not plotted (no graded rows, or unpriced rows): {}</p>",
+            names.join(", ")
+        );
+    }
+
+    s.push_str("<h2>Stop reasons</h2>\n");
+    s.push_str(&svg::stop_reasons(&r.groups));
+
+    s.push_str(
+        "<h2>Pairs</h2>\n<p class=\"note\">On the units both sides graded. Wins: A passed and B did not; \
+         losses: the reverse. p: exact McNemar test (two-sided) on wins against losses. \
+         $/pass: cost of the paired rows per pass.</p>\n",
+    );
+    s.push_str(&tables::pairs(&r.pairs).html("pairs"));
+
+    s.push_str("<h2>Flipped verdicts</h2>\n");
+    let flipping: Vec<_> = r.pairs.iter().filter(|p| !p.flips.is_empty()).collect();
+    if flipping.is_empty() {
+        s.push_str("<p>None: every paired unit got the same verdict on both sides.</p>\n");
+    }
+    for p in flipping {
+        let _ = writeln!(
+            s,
+            "<h3><code>{}</code> vs <code>{}</code></h3>\n<ul>",
+            html(&p.a),
+            html(&p.b)
+        );
+        for (side, label) in [(Side::A, &p.a), (Side::B, &p.b)] {
+            let units = tables::flipped(p, side);
+            if !units.is_empty() {
+                let units: Vec<String> = units.iter().map(|u| html(u)).collect();
+                let _ = writeln!(
+                    s,
+                    "<li>only <code>{}</code> passed ({}): {}</li>",
+                    html(label),
+                    units.len(),
+                    units.join(" ")
+                );
+            }
+        }
+        s.push_str("</ul>\n");
+    }
+
+    if !r.warnings.is_empty() {
+        s.push_str("<h2>Warnings</h2>\n<ul>\n");
+        for w in &r.warnings {
+            let _ = writeln!(s, "<li>{}</li>", html(w));
+        }
+        s.push_str("</ul>\n");
+    }
+    s.push_str("</body>\n</html>\n");
+    s
+}
