@@ -370,3 +370,40 @@ fn compare_html_shows_its_charts_in_headless_chromium_without_console_errors() {
     assert_eq!(bars.matches("class=\"legend-item\"").count(), 5);
     assert!(dom.contains("<table class=\"pairs\">"));
 }
+
+#[test]
+fn the_command_prints_the_tables_writes_into_the_run_and_exits_2_on_bad_input() {
+    let (_dir, a, _) = fixtures();
+    let bin = env!("CARGO_BIN_EXE_agentbatch");
+    let ok = Command::new(bin)
+        .args(["compare", "--by", "toolset"])
+        .arg(&a)
+        .output()
+        .unwrap();
+    assert_eq!(
+        ok.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let out = String::from_utf8_lossy(&ok.stdout);
+    assert!(
+        out.contains("Pairs") && out.contains("Flipped verdicts"),
+        "{out}"
+    );
+    for f in [
+        "compare.csv",
+        "compare-flips.csv",
+        "compare.md",
+        "compare.html",
+    ] {
+        assert!(a.join(f).exists(), "{f} written into the run folder");
+    }
+    let bad = Command::new(bin)
+        .args(["compare", "--by", "temperature"])
+        .arg(&a)
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("temperature"));
+}
