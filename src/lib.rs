@@ -14,6 +14,7 @@ pub mod govern;
 pub mod job;
 pub mod model;
 pub mod report;
+pub mod resources;
 pub mod run;
 pub mod sim;
 pub mod stats;

@@ -166,6 +166,9 @@ enum Command {
         /// benchmark's 600 rpm becomes 600 x SCALE rpm.
         #[arg(long, default_value_t = 10)]
         scale: u32,
+        /// Run this fraction of the load workloads' tasks (1 = the full W1, W2, W3).
+        #[arg(long, default_value_t = 1.0, value_name = "F")]
+        fraction: f64,
         /// Folder for the benchmark runs' reports.
         #[arg(long, default_value = "reports", value_name = "DIR")]
         out: PathBuf,
@@ -178,6 +181,8 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Thousands of loops in flight hold thousands of connections and transcripts.
+    agentbatch::resources::raise_open_files_limit();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -227,9 +232,12 @@ fn main() -> ExitCode {
                 };
                 report_error("sim", sim_cmd(port, &host, job, script, limits).await)
             }
-            Command::Bench { which, scale, out } => {
-                report_error("bench", bench_cmd(which, scale, &out).await)
-            }
+            Command::Bench {
+                which,
+                scale,
+                fraction,
+                out,
+            } => report_error("bench", bench_cmd(which, scale, fraction, &out).await),
         }
     })
 }
@@ -538,7 +546,16 @@ async fn sim_cmd(
     Ok(())
 }
 
-async fn bench_cmd(which: bench::Which, scale: u32, out: &Path) -> anyhow::Result<()> {
+async fn bench_cmd(
+    which: bench::Which,
+    scale: u32,
+    fraction: f64,
+    out: &Path,
+) -> anyhow::Result<()> {
+    use bench::Which;
+    if !(fraction > 0.0 && fraction <= 1.0) {
+        anyhow::bail!("--fraction must be more than 0 and at most 1");
+    }
     if matches!(which, bench::Which::Rate | bench::Which::All) {
         let r = bench::rate_goodput(scale, out).await?;
         println!("{r}");
@@ -546,6 +563,27 @@ async fn bench_cmd(which: bench::Which, scale: u32, out: &Path) -> anyhow::Resul
     if matches!(which, bench::Which::Caps | bench::Which::All) {
         let r = bench::cap_precision(out).await?;
         println!("{r}");
+    }
+    if matches!(which, Which::Throughput | Which::All) {
+        println!(
+            "{}",
+            bench::run_load(&bench::Load::w1(fraction), out).await?
+        );
+    }
+    if matches!(which, Which::Scale | Which::All) {
+        println!(
+            "{}",
+            bench::run_load(&bench::Load::w2(fraction), out).await?
+        );
+    }
+    if matches!(which, Which::History | Which::All) {
+        let mut runs = Vec::new();
+        for turns in [50, 100, 200] {
+            let r = bench::run_load(&bench::Load::w3(turns, fraction), out).await?;
+            println!("{r}");
+            runs.push(r);
+        }
+        println!("{}", bench::history_growth(&runs));
     }
     Ok(())
 }

@@ -89,7 +89,8 @@ impl ResultsCsv {
         })
     }
 
-    /// Appends a row and pushes it to disk before returning.
+    /// Appends a row; [`ResultsCsv::sync`] pushes it to disk (the reporter does so for
+    /// every batch of rows before it waits for more).
     pub fn append(
         &mut self,
         run_id: &str,
@@ -146,10 +147,11 @@ impl ResultsCsv {
                 .map_or("", |(_, v)| v.as_str())
         });
         self.w.write_record(fixed.iter().copied().chain(axes))?;
-        self.sync()
+        Ok(())
     }
 
-    fn sync(&mut self) -> std::io::Result<()> {
+    /// Flushes and syncs what was appended.
+    pub fn sync(&mut self) -> std::io::Result<()> {
         self.w.flush()?;
         self.w.get_ref().sync_data()
     }

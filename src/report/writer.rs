@@ -9,7 +9,6 @@ use std::sync::Arc;
 use chrono::{SecondsFormat, Utc};
 use serde_json::{json, Value};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::progress::Progress;
@@ -26,6 +25,9 @@ pub struct ReporterConfig {
     /// run.json's fixed part (job, version, start time, tasks); totals are added at the
     /// end.
     pub run_json: Value,
+    /// run.json's `tasks`: the resolved plan, kept as encoded JSON (for a large run a
+    /// tree of values would be the biggest thing in memory).
+    pub tasks_json: Box<serde_json::value::RawValue>,
     pub total_tasks: usize,
     pub progress: ProgressMode,
     /// Cancelled when a report file cannot be written, so no more money is spent on
@@ -62,8 +64,9 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ReportError + '_ {
 /// The running reporter.
 pub struct Reporter {
     tx: UnboundedSender<Event>,
-    task: JoinHandle<Loop>,
+    thread: std::thread::JoinHandle<Loop>,
     run_json: Value,
+    tasks_json: Box<serde_json::value::RawValue>,
     dir: PathBuf,
     run_id: String,
 }
@@ -90,8 +93,11 @@ impl Reporter {
         }
         .map_err(io_err(&csv_path))?;
         let mut run_json = cfg.run_json;
+        if let Some(m) = run_json.as_object_mut() {
+            m.remove("tasks");
+        }
         run_json["status"] = json!("running");
-        write_json(&cfg.dir.join("run.json"), &run_json)?;
+        write_json(&cfg.dir.join("run.json"), &run_json, &cfg.tasks_json)?;
         let (tx, rx) = unbounded_channel();
         let state = State {
             run_id: cfg.run_id.clone(),
@@ -103,15 +109,22 @@ impl Reporter {
             dirty: HashSet::new(),
             patched: HashSet::new(),
             progress: Progress::new(cfg.progress, cfg.total_tasks, cfg.already_done),
+            to_sync: Vec::new(),
             on_fatal: cfg.on_fatal,
             results: Vec::new(),
             error: None,
         };
-        let task = tokio::spawn(state.run(rx));
+        // Its own thread: fsyncs and file writes never hold up the runtime's workers,
+        // which drive every loop in flight.
+        let thread = std::thread::Builder::new()
+            .name("agentbatch-reporter".into())
+            .spawn(move || state.run(rx))
+            .map_err(io_err(&cfg.dir))?;
         Ok(Reporter {
             tx,
-            task,
+            thread,
             run_json,
+            tasks_json: cfg.tasks_json,
             dir: cfg.dir,
             run_id: cfg.run_id,
         })
@@ -127,16 +140,23 @@ impl Reporter {
     pub async fn finish(self, status: &str) -> Result<Summary, ReportError> {
         let Reporter {
             tx,
-            task,
+            thread,
             mut run_json,
+            tasks_json,
             dir,
             run_id,
         } = self;
         drop(tx);
-        let done = task.await.map_err(|e| ReportError::Io {
-            path: dir.clone(),
-            source: std::io::Error::other(format!("the report writer stopped: {e}")),
-        })?;
+        let joined = tokio::task::spawn_blocking(move || thread.join()).await;
+        let done = match joined {
+            Ok(Ok(done)) => done,
+            _ => {
+                return Err(ReportError::Io {
+                    path: dir.clone(),
+                    source: std::io::Error::other("the report writer stopped"),
+                })
+            }
+        };
         let mut totals = RunTotals::default();
         for r in &done.results {
             totals.add(r);
@@ -144,7 +164,10 @@ impl Reporter {
         run_json["status"] = json!(status);
         run_json["finished_at"] = json!(Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true));
         run_json["totals"] = serde_json::to_value(&totals).unwrap_or(Value::Null);
-        write_json(&dir.join("run.json"), &run_json)?;
+        // What this process used, from the OS (the last attempt's, for a resumed run).
+        run_json["resources"] =
+            serde_json::to_value(crate::resources::own_usage()).unwrap_or(Value::Null);
+        write_json(&dir.join("run.json"), &run_json, &tasks_json)?;
         if let Some(e) = done.error {
             return Err(e);
         }
@@ -158,9 +181,21 @@ impl Reporter {
     }
 }
 
-fn write_json(path: &Path, v: &Value) -> Result<(), ReportError> {
+/// run.json: `head`'s fields, then `tasks`.
+#[derive(serde::Serialize)]
+struct RunJson<'a> {
+    #[serde(flatten)]
+    head: &'a Value,
+    tasks: &'a serde_json::value::RawValue,
+}
+
+fn write_json(
+    path: &Path,
+    head: &Value,
+    tasks: &serde_json::value::RawValue,
+) -> Result<(), ReportError> {
     let tmp = path.with_extension("json.tmp");
-    let text = serde_json::to_string_pretty(v).unwrap_or_default();
+    let text = serde_json::to_string_pretty(&RunJson { head, tasks }).unwrap_or_default();
     std::fs::write(&tmp, text + "\n").map_err(io_err(&tmp))?;
     std::fs::rename(&tmp, path).map_err(io_err(path))
 }
@@ -177,6 +212,8 @@ struct State {
     /// Tasks whose patch has been written.
     patched: HashSet<Arc<str>>,
     progress: Progress,
+    /// Transcripts of tasks finished since the last commit, to be synced.
+    to_sync: Vec<(File, PathBuf)>,
     on_fatal: CancellationToken,
     results: Vec<TaskResult>,
     error: Option<ReportError>,
@@ -186,11 +223,16 @@ impl State {
     /// Writes events as they come; whenever the queue runs dry, flushes the transcripts
     /// written since, so that `tail -f` on a transcript follows a task live without a
     /// write per line.
-    async fn run(mut self, mut rx: UnboundedReceiver<Event>) -> Loop {
-        while let Some(ev) = rx.recv().await {
+    fn run(mut self, mut rx: UnboundedReceiver<Event>) -> Loop {
+        while let Some(ev) = rx.blocking_recv() {
             self.record(ev);
             while let Ok(ev) = rx.try_recv() {
                 self.record(ev);
+            }
+            // Group commit: the rows and transcripts of every task that finished in this
+            // batch reach the disk before the writer waits for more.
+            if let Err(e) = self.commit() {
+                self.fail(e);
             }
             let dirty: Vec<Arc<str>> = self.dirty.drain().collect();
             for task in dirty {
@@ -216,6 +258,18 @@ impl State {
         }
     }
 
+    /// Syncs the transcripts of the tasks finished since the last commit, then
+    /// results.csv.
+    fn commit(&mut self) -> Result<(), ReportError> {
+        if self.to_sync.is_empty() {
+            return Ok(());
+        }
+        for (f, path) in self.to_sync.drain(..) {
+            f.sync_data().map_err(io_err(&path))?;
+        }
+        self.csv.sync().map_err(io_err(&self.csv_path))
+    }
+
     fn record(&mut self, ev: Event) {
         if let Err(e) = self.handle(ev) {
             self.fail(e);
@@ -233,7 +287,10 @@ impl State {
         if !self.open.contains_key(task) {
             let path = self.dir.join(transcript_rel(task));
             let f = File::create(&path).map_err(io_err(&path))?;
-            self.open.insert(task.clone(), BufWriter::new(f));
+            // Small buffers: thousands of transcripts are open at once, and the writer
+            // flushes whenever its queue runs dry anyway.
+            self.open
+                .insert(task.clone(), BufWriter::with_capacity(2048, f));
         }
         self.open.get_mut(task).ok_or_else(|| ReportError::Io {
             path: PathBuf::from(transcript_rel(task)),
@@ -279,7 +336,9 @@ impl State {
                 self.dirty.remove(&key);
                 if let Some(mut w) = self.open.remove(&key) {
                     w.flush().map_err(io_err(&path))?;
-                    w.get_ref().sync_data().map_err(io_err(&path))?;
+                    if let Ok(f) = w.into_inner() {
+                        self.to_sync.push((f, path.clone()));
+                    }
                 }
                 let transcript = if path.exists() { rel } else { String::new() };
                 let patch = if self.patched.remove(&key) {

@@ -179,12 +179,14 @@ async fn run_in(
     plan: Plan,
     opts: RunOptions,
     selected: Vec<TaskSpec>,
-    resumed: Option<resume::Resumed>,
+    mut resumed: Option<resume::Resumed>,
 ) -> Result<RunOutcome, RunError> {
     let concurrency = opts.concurrency.unwrap_or(plan.concurrency);
-    let (tasks, out_dir) = match &resumed {
-        Some(r) => (r.tasks.clone(), r.out_dir.clone()),
-        None => (selected.clone(), opts.out_dir.clone()),
+    let tasks_json = serde_json::value::to_raw_value(&selected)
+        .map_err(|e| RunError::Invalid(format!("cannot encode the plan: {e}")))?;
+    let (tasks, out_dir) = match &mut resumed {
+        Some(r) => (std::mem::take(&mut r.tasks), r.out_dir.clone()),
+        None => (selected, opts.out_dir.clone()),
     };
     let run_id = match (&resumed, &opts.run_id) {
         (Some(r), _) => r.run_id.clone(),
@@ -275,7 +277,6 @@ async fn run_in(
             "only": opts.only,
             "pricing_as_of": pricing::builtin_as_of(),
             "job": plan.job,
-            "tasks": selected,
         }),
         Some(r) => {
             let mut v = r.run_json.clone();
@@ -285,7 +286,7 @@ async fn run_in(
                 "agentbatch_version": crate::VERSION,
                 "kept_rows": r.kept,
                 "superseded_rows": r.superseded,
-                "tasks_to_run": r.tasks.len(),
+                "tasks_to_run": tasks.len(),
                 "spent_before_usd": r.spent_run.normalize().to_string(),
                 "killed_spent_usd": r.killed_spent.normalize().to_string(),
                 "killed_spent_by_team": r.killed_teams.iter()
@@ -295,7 +296,9 @@ async fn run_in(
             }));
             v["resumes"] = json!(resumes);
             v["job"] = json!(plan.job);
-            v["tasks"] = json!(selected);
+            if let Some(m) = v.as_object_mut() {
+                m.remove("tasks");
+            }
             v["totals_scope"] = json!("the last attempt only; summary.csv covers the whole run");
             v
         }
@@ -309,6 +312,7 @@ async fn run_in(
         progress: opts.progress,
         on_fatal: cancel.clone(),
         axes: plan.axes.clone(),
+        tasks_json,
         resume: resumed.is_some(),
         already_done,
     })?;

@@ -20,11 +20,23 @@ use crate::run::{self, RunOptions};
 use crate::sim::Sim;
 use crate::tools::Registry;
 
+mod load;
+pub use load::{history_growth, run_load, Load, LoadReport};
+
 /// Which benchmark to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Which {
+    /// Rate-limit goodput.
     Rate,
+    /// Cap precision.
     Caps,
+    /// W1: 1,000 tasks x 5 tool rounds, 50 ms latency, 100 in flight.
+    Throughput,
+    /// W2: 10,000 tasks x 3 tool rounds, 1 s latency, 5,000 in flight.
+    Scale,
+    /// W3: 50 tasks x 50, 100 and 200 turns with 2 KB tool outputs.
+    History,
+    /// Governance (rate, caps) and load (throughput, scale, history).
     All,
 }
 
@@ -70,7 +82,7 @@ impl fmt::Display for RateReport {
     }
 }
 
-fn bench_dir(out: &Path, kind: &str) -> PathBuf {
+pub(crate) fn bench_dir(out: &Path, kind: &str) -> PathBuf {
     out.join(format!(
         "bench-{kind}-{}",
         chrono::Utc::now().format("%Y%m%d-%H%M%S%.3f")

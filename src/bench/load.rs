@@ -1,0 +1,351 @@
+//! The load benchmarks: W1 throughput, W2 scale, W3 long conversations. The simulator
+//! runs as a separate `agentbatch sim` process and the runner as an `agentbatch run`
+//! process, so that each one's CPU and memory come from the OS for that process alone.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Command;
+
+use super::bench_dir;
+
+/// One load workload.
+#[derive(Debug, Clone)]
+pub struct Load {
+    pub name: &'static str,
+    pub tasks: usize,
+    /// Tool rounds per task; each task makes this many requests plus one.
+    pub rounds: u32,
+    pub latency: Duration,
+    pub concurrency: usize,
+    /// Bytes of the file each tool call reads back (0: the small get_time tool).
+    pub tool_output: usize,
+}
+
+impl Load {
+    /// W1: 1,000 tasks x 5 tool rounds, 50 ms, 100 in flight.
+    pub fn w1(fraction: f64) -> Load {
+        Load {
+            name: "w1-throughput",
+            tasks: (1000.0 * fraction).round().max(1.0) as usize,
+            rounds: 5,
+            latency: Duration::from_millis(50),
+            concurrency: 100,
+            tool_output: 0,
+        }
+    }
+
+    /// W2: 10,000 tasks x 3 tool rounds, 1 s, 5,000 in flight.
+    pub fn w2(fraction: f64) -> Load {
+        Load {
+            name: "w2-scale",
+            tasks: (10_000.0 * fraction).round().max(1.0) as usize,
+            rounds: 3,
+            latency: Duration::from_secs(1),
+            concurrency: (5000.0 * fraction).round().max(1.0) as usize,
+            tool_output: 0,
+        }
+    }
+
+    /// W3: 50 tasks x `turns` turns, each tool call adding 2 KB to the history.
+    pub fn w3(turns: u32, fraction: f64) -> Load {
+        Load {
+            name: "w3-history",
+            tasks: (50.0 * fraction).round().max(1.0) as usize,
+            rounds: turns.saturating_sub(1),
+            latency: Duration::from_millis(10),
+            concurrency: (50.0 * fraction).round().max(1.0) as usize,
+            tool_output: 2048,
+        }
+    }
+
+    /// Requests the workload makes when nothing fails.
+    pub fn requests(&self) -> u64 {
+        self.tasks as u64 * u64::from(self.rounds + 1)
+    }
+
+    /// Wall time if only the server's latency counted: tasks x requests x latency / in
+    /// flight.
+    pub fn ideal(&self) -> Duration {
+        let waves = self.tasks.div_ceil(self.concurrency) as u32;
+        self.latency * (self.rounds + 1) * waves
+    }
+
+    fn job(&self, base_url: &str, repo: Option<&Path>) -> String {
+        let latency = format!("{}ms", self.latency.as_millis());
+        let (tools, call, extra) = match repo {
+            Some(r) => (
+                "[read_file]",
+                "{ tool_use: { name: read_file, input: { path: data.txt } } }".to_string(),
+                format!("  repo: {}\n  keep_workspaces: never\n", r.display()),
+            ),
+            None => (
+                "[get_time]",
+                "{ tool_use: { name: get_time, input: {} } }".to_string(),
+                String::new(),
+            ),
+        };
+        let mut turns = String::new();
+        for _ in 0..self.rounds {
+            turns.push_str(&format!("      - content: [ {call} ]\n"));
+        }
+        turns.push_str("      - content: [ { text: done } ]\n");
+        let tasks: String = (0..self.tasks)
+            .map(|i| format!("  - {{ id: t{i:05}, prompt: go }}\n"))
+            .collect();
+        format!(
+            "name: bench-{name}\nconcurrency: {conc}\nproviders:\n  bench: {{ protocol: anthropic, simulator: true, base_url: \"{base_url}\", timeout: 10m }}\ndefaults:\n  provider: bench\n  model: claude-haiku-4-5\n  max_tokens: 256\n  tools: {tools}\n{extra}  limits: {{ max_turns: {max_turns}, time_limit: 2h }}\n  sim:\n    latency: {latency}\n    turns:\n{turns}tasks:\n{tasks}",
+            name = self.name,
+            conc = self.concurrency,
+            max_turns = self.rounds + 1,
+        )
+    }
+}
+
+/// What one load run measured.
+#[derive(Debug, Clone)]
+pub struct LoadReport {
+    pub load: Load,
+    pub wall: Duration,
+    /// Model turns answered (from results.csv).
+    pub turns: u64,
+    pub completed: usize,
+    pub runner_cpu_s: f64,
+    pub runner_rss_mb: f64,
+    pub sim_cpu_s: f64,
+    /// The longest and the 99th-percentile task wall time: a starved task shows here.
+    pub max_task_s: f64,
+    pub p99_task_s: f64,
+    /// Mean request body size, from the transcripts' request events.
+    pub mean_request_kb: f64,
+    pub dir: PathBuf,
+}
+
+impl LoadReport {
+    pub fn cpu_per_1000_turns(&self) -> f64 {
+        self.runner_cpu_s / (self.turns.max(1) as f64) * 1000.0
+    }
+}
+
+impl fmt::Display for LoadReport {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        let l = &self.load;
+        let ideal = l.ideal().as_secs_f64();
+        writeln!(
+            f,
+            "{}: {} tasks x {} requests, {} ms latency, {} in flight{}",
+            l.name,
+            l.tasks,
+            l.rounds + 1,
+            l.latency.as_millis(),
+            l.concurrency,
+            if l.tool_output > 0 {
+                format!(", {} B tool output per call", l.tool_output)
+            } else {
+                String::new()
+            }
+        )?;
+        writeln!(
+            f,
+            "  wall {:.2} s vs ideal {:.2} s ({:+.1}%); tasks completed {}/{}; turns {} of {}",
+            self.wall.as_secs_f64(),
+            ideal,
+            (self.wall.as_secs_f64() / ideal - 1.0) * 100.0,
+            self.completed,
+            l.tasks,
+            self.turns,
+            l.requests()
+        )?;
+        writeln!(
+            f,
+            "  runner: {:.2} CPU-s = {:.3} CPU-s per 1,000 turns, peak RSS {:.0} MB; simulator (separate process): {:.2} CPU-s",
+            self.runner_cpu_s,
+            self.cpu_per_1000_turns(),
+            self.runner_rss_mb,
+            self.sim_cpu_s
+        )?;
+        write!(
+            f,
+            "  task wall: max {:.2} s, p99 {:.2} s; mean request {:.1} KB; reports: {}",
+            self.max_task_s,
+            self.p99_task_s,
+            self.mean_request_kb,
+            self.dir.display()
+        )
+    }
+}
+
+/// CPU seconds a live process has used (utime + stime from /proc).
+fn proc_cpu_s(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // Fields after the parenthesised command name; utime and stime are the 12th and
+    // 13th of those.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100) as f64;
+    (ticks(11) + ticks(12)) / hz
+}
+
+/// Runs one workload: simulator and runner as separate processes.
+pub async fn run_load(load: &Load, out: &Path) -> anyhow::Result<LoadReport> {
+    let dir = bench_dir(out, load.name);
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let dir = dir.canonicalize()?;
+    let repo = if load.tool_output > 0 {
+        let r = dir.join("repo");
+        std::fs::create_dir_all(&r)?;
+        let line =
+            "0123456789abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ quick brown fox\n";
+        let text: String = line.repeat(load.tool_output / line.len() + 1);
+        std::fs::write(r.join("data.txt"), &text[..load.tool_output])?;
+        Some(r)
+    } else {
+        None
+    };
+    let job = dir.join("job.yaml");
+    std::fs::write(&job, load.job("http://127.0.0.1:1", repo.as_deref()))?;
+    let exe = std::env::current_exe().context("cannot find the agentbatch binary")?;
+
+    let mut sim = Command::new(&exe)
+        .args(["sim", "--port", "0", "--job"])
+        .arg(&job)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .context("cannot start the simulator process")?;
+    let stdout = sim.stdout.take().context("no simulator output")?;
+    let mut first = String::new();
+    tokio::time::timeout(
+        Duration::from_secs(120),
+        BufReader::new(stdout).read_line(&mut first),
+    )
+    .await
+    .context("the simulator did not start within 2 minutes")??;
+    let Some(url) = first
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .map(str::to_string)
+    else {
+        bail!("unexpected simulator output: {first}");
+    };
+    std::fs::write(&job, load.job(&url, repo.as_deref()))?;
+
+    let started = Instant::now();
+    let status = Command::new(&exe)
+        .arg("run")
+        .arg(&job)
+        .arg("--out")
+        .arg(&dir)
+        .args(["--run-id", "run", "--quiet"])
+        .stdout(Stdio::null())
+        .status()
+        .await
+        .context("cannot start the runner process")?;
+    let wall = started.elapsed();
+    let sim_cpu_s = sim.id().map_or(0.0, proc_cpu_s);
+    let _ = sim.kill().await;
+    if !status.success() {
+        bail!("the runner failed ({status}); see {}", dir.display());
+    }
+
+    let run_dir = dir.join("run");
+    let run_json: Value =
+        serde_json::from_str(&std::fs::read_to_string(run_dir.join("run.json"))?)?;
+    let res = &run_json["resources"];
+    let f = |k: &str| res[k].as_f64().unwrap_or(0.0);
+    let mut r = csv::Reader::from_path(run_dir.join("results.csv"))?;
+    let h = r.headers()?.clone();
+    let col = |n: &str| {
+        h.iter()
+            .position(|c| c == n)
+            .context("results.csv lacks a column")
+    };
+    let (turns_c, stop_c, wall_c, transcript_c) = (
+        col("turns")?,
+        col("stop_reason")?,
+        col("wall_ms")?,
+        col("transcript")?,
+    );
+    let expected_stop = if repo.is_some() {
+        "max_turns"
+    } else {
+        "completed"
+    };
+    let (mut turns, mut completed, mut walls) = (0u64, 0usize, Vec::new());
+    let mut sample = None;
+    for rec in r.records() {
+        let rec = rec?;
+        turns += rec[turns_c].parse::<u64>().unwrap_or(0);
+        if &rec[stop_c] == expected_stop || (&rec[stop_c] == "completed") {
+            completed += 1;
+        }
+        walls.push(rec[wall_c].parse::<u64>().unwrap_or(0));
+        sample.get_or_insert_with(|| rec[transcript_c].to_string());
+    }
+    walls.sort_unstable();
+    let p99 = walls
+        .get((walls.len() * 99 / 100).min(walls.len().saturating_sub(1)))
+        .copied()
+        .unwrap_or(0);
+    let mean_request_kb = sample
+        .and_then(|t| std::fs::read_to_string(run_dir.join(t)).ok())
+        .map(|text| {
+            let sizes: Vec<f64> = text
+                .lines()
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .filter(|v| v["event"] == "request")
+                .filter_map(|v| v["bytes"].as_f64())
+                .collect();
+            sizes.iter().sum::<f64>() / sizes.len().max(1) as f64 / 1024.0
+        })
+        .unwrap_or(0.0);
+    Ok(LoadReport {
+        load: load.clone(),
+        wall,
+        turns,
+        completed,
+        runner_cpu_s: f("cpu_user_s") + f("cpu_sys_s"),
+        runner_rss_mb: f("max_rss_mb"),
+        sim_cpu_s,
+        max_task_s: walls.last().copied().unwrap_or(0) as f64 / 1000.0,
+        p99_task_s: p99 as f64 / 1000.0,
+        mean_request_kb,
+        dir: run_dir,
+    })
+}
+
+/// How the runner's CPU per turn grows with the conversation's length (W3 at several
+/// lengths): linear growth per turn is the one serialization each request needs.
+pub fn history_growth(runs: &[LoadReport]) -> String {
+    let Some(base) = runs.first() else {
+        return String::new();
+    };
+    let per_turn = |r: &LoadReport| r.runner_cpu_s / r.turns.max(1) as f64 * 1000.0;
+    let mut s = String::from(
+        "w3 growth: turns per task -> runner CPU-ms per turn, mean request KB (x vs the first)\n",
+    );
+    for r in runs {
+        s.push_str(&format!(
+            "  {:>4} turns: {:.3} CPU-ms/turn (x{:.2}), {:.0} KB/request (x{:.2})\n",
+            r.load.rounds + 1,
+            per_turn(r),
+            per_turn(r) / per_turn(base).max(1e-9),
+            r.mean_request_kb,
+            r.mean_request_kb / base.mean_request_kb.max(1e-9)
+        ));
+    }
+    s.pop();
+    s
+}
