@@ -9,23 +9,23 @@ use serde_json::{json, Map, Value};
 use super::{ModelStop, Params, Parsed, ToolCall, ToolResult, Usage, WireError};
 
 #[derive(Serialize)]
-struct Body<'a> {
+struct Body<'a, M> {
     model: &'a str,
     max_tokens: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
     system: Option<&'a str>,
     #[serde(skip_serializing_if = "<[Value]>::is_empty")]
     tools: &'a [Value],
-    messages: &'a [Value],
+    messages: &'a [M],
     #[serde(flatten)]
     extra: &'a Map<String, Value>,
 }
 
 /// The request body.
-pub(super) fn body(
+pub(super) fn body<M: serde::Serialize>(
     params: &Params,
     tools: &[Value],
-    history: &[Value],
+    history: &[M],
     max_tokens: u32,
 ) -> Vec<u8> {
     let body = Body {

@@ -15,12 +15,12 @@ use super::{
 };
 
 /// The system prompt, then the history.
-struct Messages<'a> {
+struct Messages<'a, M> {
     system: Option<&'a str>,
-    history: &'a [Value],
+    history: &'a [M],
 }
 
-impl Serialize for Messages<'_> {
+impl<M: Serialize> Serialize for Messages<'_, M> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut seq = s.serialize_seq(Some(self.history.len() + 1))?;
         if let Some(system) = self.system {
@@ -34,9 +34,9 @@ impl Serialize for Messages<'_> {
 }
 
 #[derive(Serialize)]
-struct Body<'a> {
+struct Body<'a, M: Serialize> {
     model: &'a str,
-    messages: Messages<'a>,
+    messages: Messages<'a, M>,
     #[serde(skip_serializing_if = "<[Value]>::is_empty")]
     tools: &'a [Value],
     /// The output limit under the endpoint's field name.
@@ -47,10 +47,10 @@ struct Body<'a> {
 }
 
 /// The request body; `max_tokens_field` is `max_tokens` or `max_completion_tokens`.
-pub(super) fn body(
+pub(super) fn body<M: Serialize>(
     params: &Params,
     tools: &[Value],
-    history: &[Value],
+    history: &[M],
     max_tokens_field: &str,
     max_tokens: u32,
 ) -> Vec<u8> {

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
 use reqwest::{Client, Url};
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
 use super::http::post_once;
@@ -93,6 +94,9 @@ pub struct Conversation {
     tools: Vec<Value>,
     /// The native history: messages (Anthropic, Chat) or input items (Responses).
     history: Vec<Value>,
+    /// The same entries already encoded, up to the first one not encoded yet: each
+    /// request copies them instead of serializing the whole history again.
+    encoded: Vec<Box<RawValue>>,
     /// History entries already written to the transcript in an earlier event.
     logged: usize,
     /// Prompt tokens of the last answered request, the base of the next estimate.
@@ -101,13 +105,13 @@ pub struct Conversation {
     bytes_since: u64,
 }
 
-/// The request body of `protocol` for a history.
-fn body(
+/// The request body of `protocol` for a history (values, or entries already encoded).
+fn body<M: serde::Serialize>(
     protocol: Protocol,
     max_tokens_field: &str,
     params: &Params,
     tools: &[Value],
-    history: &[Value],
+    history: &[M],
     max_tokens: u32,
 ) -> Vec<u8> {
     match protocol {
@@ -149,6 +153,7 @@ impl Conversation {
         let tools = declarations(endpoint.protocol, &params.tools);
         Ok(Conversation {
             history: vec![first_message(endpoint.protocol, prompt)],
+            encoded: Vec::new(),
             client,
             headers,
             params,
@@ -172,6 +177,29 @@ impl Conversation {
             &self.params,
             &self.tools,
             &self.history,
+            max_tokens,
+        )
+    }
+
+    /// The request body from the encoded history, encoding the entries added since
+    /// the last request (once each).
+    fn encoded_body(&mut self, max_tokens: u32) -> Vec<u8> {
+        for entry in &self.history[self.encoded.len()..] {
+            // Encoding a JSON value cannot fail.
+            if let Ok(raw) = serde_json::value::to_raw_value(entry) {
+                self.encoded.push(raw);
+            }
+        }
+        if self.encoded.len() != self.history.len() {
+            self.encoded.clear();
+            return self.body(max_tokens);
+        }
+        body(
+            self.endpoint.protocol,
+            &self.endpoint.max_tokens_field,
+            &self.params,
+            &self.tools,
+            &self.encoded,
             max_tokens,
         )
     }
@@ -219,7 +247,7 @@ impl Conversation {
         turn: u32,
         attempt: u32,
     ) -> Result<Turn, SendError> {
-        let body = self.body(max_tokens);
+        let body = self.encoded_body(max_tokens);
         let sent_bytes = body.len() as u64;
         let mut ev = json!({
             "turn": turn,
@@ -360,6 +388,9 @@ impl Conversation {
             Protocol::OpenaiResponses => responses::append_user_text(&mut self.history, text),
             Protocol::OpenaiChat => chat::append_user_text(&mut self.history, text),
         };
+        // The last entry may have changed in place: encode it again.
+        self.encoded
+            .truncate(self.history.len().saturating_sub(1).min(self.encoded.len()));
         match added {
             Some(bytes) => {
                 self.bytes_since = self.bytes_since.saturating_add(bytes);
@@ -402,5 +433,56 @@ impl Conversation {
         };
         self.bytes_since = self.bytes_since.saturating_add(len_of(&items));
         self.history.extend(items);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn conversation(protocol: Protocol) -> Conversation {
+        let endpoint = Endpoint {
+            protocol,
+            url: Url::parse("http://127.0.0.1:9/v1/messages").unwrap(),
+            api_key: None,
+            anthropic_version: "2023-06-01".into(),
+            max_tokens_field: "max_tokens".into(),
+            timeout: Duration::from_secs(1),
+        };
+        let params = Params {
+            model: "m".into(),
+            tools: vec![
+                json!({"name": "t", "description": "d", "input_schema": {"type": "object"}}),
+            ],
+            ..Params::default()
+        };
+        Conversation::new(Client::new(), endpoint, params, "go \"quoted\" é").unwrap()
+    }
+
+    #[test]
+    fn the_encoded_history_sends_exactly_what_the_values_would() {
+        for protocol in [
+            Protocol::Anthropic,
+            Protocol::OpenaiResponses,
+            Protocol::OpenaiChat,
+        ] {
+            let mut c = conversation(protocol);
+            assert_eq!(c.encoded_body(100), c.body(100), "{protocol}");
+            let result = |id: &str| ToolResult {
+                id: id.into(),
+                content: "line\n\t\"x\"".into(),
+                is_error: false,
+                images: Vec::new(),
+            };
+            c.push_results(&[result("a"), result("b")]);
+            assert_eq!(c.encoded_body(100), c.body(100), "{protocol}");
+            // A note changes the last entry in place (Anthropic) or adds one: the
+            // encoded copy follows.
+            c.append_user_text("wrap up now");
+            assert_eq!(c.encoded_body(100), c.body(100), "{protocol}");
+            c.append_user_text("and again");
+            assert_eq!(c.encoded_body(100), c.body(100), "{protocol}");
+            assert_eq!(c.encoded.len(), c.history.len());
+        }
     }
 }

@@ -14,11 +14,11 @@ use super::{
 };
 
 #[derive(Serialize)]
-struct Body<'a> {
+struct Body<'a, M> {
     model: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     instructions: Option<&'a str>,
-    input: &'a [Value],
+    input: &'a [M],
     #[serde(skip_serializing_if = "<[Value]>::is_empty")]
     tools: &'a [Value],
     max_output_tokens: u32,
@@ -29,10 +29,10 @@ struct Body<'a> {
 }
 
 /// The request body.
-pub(super) fn body(
+pub(super) fn body<M: serde::Serialize>(
     params: &Params,
     tools: &[Value],
-    history: &[Value],
+    history: &[M],
     max_tokens: u32,
 ) -> Vec<u8> {
     let body = Body {
