@@ -156,6 +156,10 @@ enum Command {
         /// Burst allowance of those limits.
         #[arg(long, default_value = "1s", value_parser = parse_duration)]
         burst: Duration,
+        /// Keep only each request's metadata in GET /_sim/requests, not its body (for
+        /// long benchmark runs, which would otherwise hold every body sent).
+        #[arg(long)]
+        no_request_bodies: bool,
     },
     /// Measure rate-limit goodput and cap precision against the simulator.
     Bench {
@@ -223,6 +227,7 @@ fn main() -> ExitCode {
                 itpm,
                 otpm,
                 burst,
+                no_request_bodies,
             } => {
                 let limits = RateLimits {
                     rpm,
@@ -230,7 +235,10 @@ fn main() -> ExitCode {
                     otpm,
                     burst,
                 };
-                report_error("sim", sim_cmd(port, &host, job, script, limits).await)
+                report_error(
+                    "sim",
+                    sim_cmd(port, &host, job, script, limits, !no_request_bodies).await,
+                )
             }
             Command::Bench {
                 which,
@@ -507,6 +515,7 @@ async fn sim_cmd(
     job: Option<PathBuf>,
     script: Option<PathBuf>,
     limits: RateLimits,
+    keep_bodies: bool,
 ) -> anyhow::Result<()> {
     let addr: SocketAddr = format!("{host}:{port}")
         .parse()
@@ -515,6 +524,7 @@ async fn sim_cmd(
         .await
         .with_context(|| format!("cannot listen on {addr}"))?;
     sim.set_limits(Some(&limits));
+    sim.keep_request_bodies(keep_bodies);
     let mut registered = 0;
     if let Some(path) = &job {
         let plan = job::load(path, &Registry::builtin()).map_err(|e| anyhow::anyhow!("{e}"))?;

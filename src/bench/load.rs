@@ -218,7 +218,7 @@ pub async fn run_load(load: &Load, out: &Path) -> anyhow::Result<LoadReport> {
     let exe = std::env::current_exe().context("cannot find the agentbatch binary")?;
 
     let mut sim = Command::new(&exe)
-        .args(["sim", "--port", "0", "--job"])
+        .args(["sim", "--port", "0", "--no-request-bodies", "--job"])
         .arg(&job)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

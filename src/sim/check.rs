@@ -9,7 +9,7 @@ use super::SentTurn;
 
 /// Looks up what the simulator sent at a step of this conversation.
 pub trait History {
-    fn sent(&self, step: usize) -> Option<SentTurn>;
+    fn sent(&self, step: usize) -> Option<std::sync::Arc<SentTurn>>;
 }
 
 /// Checks the body of a Messages request. `version` is the anthropic-version header.
@@ -120,7 +120,12 @@ fn check_messages(messages: &[Value], history: &dyn History) -> Result<(), Strin
             }
             "assistant" => {
                 check_assistant(i, step, content, history)?;
-                check_answer(i, content, messages.get(i + 1), history.sent(step).as_ref())?;
+                check_answer(
+                    i,
+                    content,
+                    messages.get(i + 1),
+                    history.sent(step).as_deref(),
+                )?;
                 step += 1;
             }
             other => {
@@ -257,8 +262,8 @@ mod tests {
     #[derive(Default)]
     struct Map(HashMap<usize, SentTurn>);
     impl History for Map {
-        fn sent(&self, step: usize) -> Option<SentTurn> {
-            self.0.get(&step).cloned()
+        fn sent(&self, step: usize) -> Option<std::sync::Arc<SentTurn>> {
+            self.0.get(&step).cloned().map(std::sync::Arc::new)
         }
     }
 

@@ -79,9 +79,13 @@ struct SimState {
     started: std::time::Instant,
     limits: Mutex<Option<Arc<limits::ServerLimits>>>,
     scripts: Mutex<HashMap<String, Arc<Script>>>,
-    sent: Mutex<HashMap<Key, SentTurn>>,
+    /// Shared, so checking a long history's replays copies no answers.
+    sent: Mutex<HashMap<Key, Arc<SentTurn>>>,
     attempts: Mutex<HashMap<Key, usize>>,
     log: Mutex<Vec<RecordedRequest>>,
+    /// Keep each request's body in the log (tests read them; a long benchmark would
+    /// hold every body it was sent).
+    keep_bodies: std::sync::atomic::AtomicBool,
     request_ids: AtomicU64,
 }
 
@@ -95,7 +99,7 @@ struct ConversationHistory<'a> {
 }
 
 impl History for ConversationHistory<'_> {
-    fn sent(&self, step: usize) -> Option<SentTurn> {
+    fn sent(&self, step: usize) -> Option<Arc<SentTurn>> {
         lock(&self.state.sent)
             .get(&(self.conv.to_string(), step))
             .cloned()
@@ -125,6 +129,7 @@ impl Sim {
             sent: Mutex::default(),
             attempts: Mutex::default(),
             log: Mutex::default(),
+            keep_bodies: std::sync::atomic::AtomicBool::new(true),
             request_ids: AtomicU64::default(),
         });
         let mut app = Router::new();
@@ -197,6 +202,11 @@ impl Sim {
         *lock(&self.state.limits) = limits
             .filter(|l| !l.is_empty())
             .map(|l| Arc::new(limits::ServerLimits::new(l)));
+    }
+
+    /// Whether the request log keeps bodies (and rendered answers); on by default.
+    pub fn keep_request_bodies(&self, keep: bool) {
+        self.state.keep_bodies.store(keep, Ordering::Relaxed);
     }
 
     /// Requests received so far, answered or still being answered.
@@ -332,6 +342,7 @@ async fn messages(
         step: None,
         headers: recorded_headers(&headers),
         body: match &parsed {
+            _ if !state.keep_bodies.load(Ordering::Relaxed) => Value::Null,
             Ok(v) => v.clone(),
             Err(_) => Value::String(String::from_utf8_lossy(&body).into_owned()),
         },
@@ -348,6 +359,9 @@ async fn messages(
             error_response(protocol, &refusal, &request_id, &[])
         }
     };
+    if !state.keep_bodies.load(Ordering::Relaxed) {
+        rec.response = None;
+    }
     lock(&state.log).push(rec);
     resp
 }
@@ -525,7 +539,7 @@ async fn answer(
     {
         let mut map = lock(&state.sent);
         match replayable {
-            Some(t) => map.insert((conv.to_string(), step), t),
+            Some(t) => map.insert((conv.to_string(), step), Arc::new(t)),
             None => map.remove(&(conv.to_string(), step)),
         };
     }

@@ -415,8 +415,8 @@ mod tests {
     #[derive(Default)]
     struct Map(HashMap<usize, SentTurn>);
     impl History for Map {
-        fn sent(&self, step: usize) -> Option<SentTurn> {
-            self.0.get(&step).cloned()
+        fn sent(&self, step: usize) -> Option<std::sync::Arc<SentTurn>> {
+            self.0.get(&step).cloned().map(std::sync::Arc::new)
         }
     }
 
