@@ -123,6 +123,8 @@ pub struct LoadReport {
     pub p99_task_s: f64,
     /// Mean request body size, from the transcripts' request events.
     pub mean_request_kb: f64,
+    /// How tasks that did not end as planned ended: (stop reason, detail, count).
+    pub other_stops: Vec<(String, String, usize)>,
     pub dir: PathBuf,
 }
 
@@ -169,6 +171,9 @@ impl fmt::Display for LoadReport {
             self.runner_rss_mb,
             self.sim_cpu_s
         )?;
+        for (stop, detail, n) in &self.other_stops {
+            writeln!(f, "  NOT AS PLANNED: {n} task(s) {stop}: {detail}")?;
+        }
         write!(
             f,
             "  task wall: max {:.2} s, p99 {:.2} s; mean request {:.1} KB; reports: {}",
@@ -226,13 +231,18 @@ pub async fn run_load(load: &Load, out: &Path) -> anyhow::Result<LoadReport> {
         .spawn()
         .context("cannot start the simulator process")?;
     let stdout = sim.stdout.take().context("no simulator output")?;
+    let mut lines = BufReader::new(stdout);
     let mut first = String::new();
-    tokio::time::timeout(
-        Duration::from_secs(120),
-        BufReader::new(stdout).read_line(&mut first),
-    )
-    .await
-    .context("the simulator did not start within 2 minutes")??;
+    tokio::time::timeout(Duration::from_secs(120), lines.read_line(&mut first))
+        .await
+        .context("the simulator did not start within 2 minutes")??;
+    // Keep reading what it prints: a closed pipe would end the simulator mid-run.
+    tokio::spawn(async move {
+        let mut sink = String::new();
+        while matches!(lines.read_line(&mut sink).await, Ok(n) if n > 0) {
+            sink.clear();
+        }
+    });
     let Some(url) = first
         .split_whitespace()
         .find(|w| w.starts_with("http://"))
@@ -272,12 +282,14 @@ pub async fn run_load(load: &Load, out: &Path) -> anyhow::Result<LoadReport> {
             .position(|c| c == n)
             .context("results.csv lacks a column")
     };
-    let (turns_c, stop_c, wall_c, transcript_c) = (
+    let (turns_c, stop_c, wall_c, transcript_c, detail_c) = (
         col("turns")?,
         col("stop_reason")?,
         col("wall_ms")?,
         col("transcript")?,
+        col("stop_detail")?,
     );
+    let mut other_stops: Vec<(String, String, usize)> = Vec::new();
     let expected_stop = if repo.is_some() {
         "max_turns"
     } else {
@@ -290,6 +302,15 @@ pub async fn run_load(load: &Load, out: &Path) -> anyhow::Result<LoadReport> {
         turns += rec[turns_c].parse::<u64>().unwrap_or(0);
         if &rec[stop_c] == expected_stop || (&rec[stop_c] == "completed") {
             completed += 1;
+        } else {
+            let (stop, detail) = (rec[stop_c].to_string(), rec[detail_c].to_string());
+            match other_stops
+                .iter_mut()
+                .find(|(s, d, _)| *s == stop && *d == detail)
+            {
+                Some(o) => o.2 += 1,
+                None => other_stops.push((stop, detail, 1)),
+            }
         }
         walls.push(rec[wall_c].parse::<u64>().unwrap_or(0));
         sample.get_or_insert_with(|| rec[transcript_c].to_string());
@@ -322,6 +343,7 @@ pub async fn run_load(load: &Load, out: &Path) -> anyhow::Result<LoadReport> {
         max_task_s: walls.last().copied().unwrap_or(0) as f64 / 1000.0,
         p99_task_s: p99 as f64 / 1000.0,
         mean_request_kb,
+        other_stops,
         dir: run_dir,
     })
 }

@@ -9,6 +9,7 @@ mod conformance;
 mod faults;
 mod govern;
 mod limits;
+mod load;
 mod matrix;
 mod mcp;
 mod openai;
