@@ -140,7 +140,13 @@ pub(super) fn expand(
     let providers = resolve_providers(&job, &mut cx);
     let teams = resolve_teams(&job, &mut cx);
     let toolsets = resolve_toolsets(&job, registry, &mut cx);
-    let variants = match matrix::variants(&job.matrix, &job.defaults) {
+    // The file as written: the matrix is applied to `defaults` as the user wrote it.
+    let raw: serde_yaml::Value = serde_yaml::from_str(text).unwrap_or(serde_yaml::Value::Null);
+    let raw_defaults = raw
+        .get("defaults")
+        .cloned()
+        .unwrap_or(serde_yaml::Value::Null);
+    let variants = match matrix::variants(&job.matrix, &raw_defaults) {
         Ok(v) => v,
         Err(errors) => {
             for e in errors {
@@ -157,13 +163,22 @@ pub(super) fn expand(
     }
     let mut seen: HashMap<String, usize> = HashMap::new();
     for (i, t) in job.tasks.iter().enumerate() {
+        let raw_task = raw
+            .get("tasks")
+            .and_then(|ts| ts.get(i))
+            .unwrap_or(&serde_yaml::Value::Null);
         for axis in job.matrix.keys() {
-            if matrix::task_sets(t, axis) {
+            if let Some(field) = matrix::task_conflict(raw_task, axis) {
                 let mut at = vec![key("tasks"), Seg::Index(i)];
-                at.extend(axis.split('.').map(key));
+                at.extend(field.split('.').map(key));
+                let why = if field == axis.as_str() {
+                    String::new()
+                } else {
+                    format!(" (`{field}` set on the task would decide it)")
+                };
                 cx.err(
                     &at,
-                    format!("`{axis}` is a matrix axis, so the matrix decides it for every task: remove it here, or from `matrix`"),
+                    format!("`{axis}` is a matrix axis, so the matrix decides it for every task{why}: remove it here, or from `matrix`"),
                 );
             }
         }
@@ -206,6 +221,21 @@ pub(super) fn expand(
     // The same mistake in every variant is reported once.
     let mut once = std::collections::HashSet::new();
     cx.diags.retain(|d| once.insert(d.clone()));
+    // Keys name files and simulator routes: two runs of tasks must never share one (a
+    // task id with "--" could meet another task's variant key).
+    let mut keys: HashMap<String, usize> = HashMap::new();
+    for (i, row) in grid.iter().enumerate() {
+        for spec in row {
+            if let Some(other) = keys.insert(spec.id.clone(), i) {
+                if other != i {
+                    cx.err(
+                        &[key("tasks"), Seg::Index(i), key("id")],
+                        format!("this task's run \"{}\" has the same name as a run of tasks[{other}]: rename one of the tasks", spec.id),
+                    );
+                }
+            }
+        }
+    }
     // Epoch by epoch, task by task, every variant of a task next to each other: a run
     // cut short still holds comparable samples of each variant.
     let mut tasks = Vec::with_capacity(grid.len() * variants.len() * epochs as usize);

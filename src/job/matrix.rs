@@ -51,22 +51,31 @@ fn path_of(axis: &str) -> Vec<&str> {
     axis.split('.').collect()
 }
 
-/// Whether the task itself sets the field an axis names (then the matrix and the task
-/// disagree about who decides it).
-pub(super) fn task_sets(t: &TaskFields, axis: &str) -> bool {
-    let Ok(mut v) = serde_yaml::to_value(t) else {
-        return false;
-    };
-    for seg in path_of(axis) {
-        match v {
-            Value::Mapping(mut m) => match m.remove(seg) {
-                Some(next) => v = next,
-                None => return false,
-            },
-            _ => return false,
+/// Task fields merged with `defaults` key by key rather than replacing them whole.
+const MERGED_BY_KEY: [&str; 3] = ["limits", "env", "sandbox"];
+
+/// The field a task sets (as written in the job file) that would decide what an axis
+/// names, if any: the axis's own field, a parent of it that replaces the default whole
+/// (`reasoning` for `reasoning.effort`), or `tools` and `toolset`, which go together.
+/// Then the matrix and the task disagree about who decides it.
+pub(super) fn task_conflict(task: &Value, axis: &str) -> Option<String> {
+    let path = path_of(axis);
+    let top = path.first()?;
+    if matches!(*top, "tools" | "toolset") {
+        return ["tools", "toolset"]
+            .into_iter()
+            .find(|f| task.get(*f).is_some())
+            .map(str::to_string);
+    }
+    let mut v = task;
+    for (i, seg) in path.iter().enumerate() {
+        v = v.get(*seg)?;
+        let whole = i + 1 == path.len() || (i == 0 && !MERGED_BY_KEY.contains(top));
+        if whole {
+            return Some(path[..=i].join("."));
         }
     }
-    true
+    None
 }
 
 fn set_path(root: &mut Value, path: &[&str], value: Value) {
@@ -98,7 +107,7 @@ pub(super) struct MatrixError {
 /// one variant with the defaults as written.
 pub(super) fn variants(
     matrix: &BTreeMap<String, Vec<Value>>,
-    defaults: &TaskFields,
+    defaults: &Value,
 ) -> Result<Vec<Variant>, Vec<MatrixError>> {
     let mut errors = Vec::new();
     let err = |axis: &str, index: Option<usize>, message: String| MatrixError {
@@ -141,22 +150,20 @@ pub(super) fn variants(
     if !errors.is_empty() {
         return Err(errors);
     }
+    // The defaults as written in the file (re-encoding the parsed fields would not
+    // always read back the same).
+    let base = match defaults {
+        Value::Null => Value::Mapping(Mapping::new()),
+        v => v.clone(),
+    };
     if matrix.is_empty() {
+        let defaults = serde_yaml::from_value::<TaskFields>(base)
+            .map_err(|e| vec![err("", None, format!("cannot read `defaults`: {e}"))])?;
         return Ok(vec![Variant {
-            defaults: defaults.clone(),
+            defaults,
             ..Variant::default()
         }]);
     }
-    let base = match serde_yaml::to_value(defaults) {
-        Ok(v) => v,
-        Err(e) => {
-            return Err(vec![err(
-                "",
-                None,
-                format!("cannot apply the matrix to `defaults`: {e}"),
-            )])
-        }
-    };
     let axes: Vec<(&String, &Vec<Value>)> = matrix.iter().collect();
     let total: usize = axes.iter().map(|(_, v)| v.len()).product();
     let mut out = Vec::with_capacity(total);
@@ -215,10 +222,11 @@ pub(super) fn variants(
     }
     // Slugs name files: make them unique.
     for i in 0..out.len() {
-        if out[..i].iter().any(|o| o.slug == out[i].slug) || out[i].slug.is_empty() {
-            out[i].slug = format!("{}-v{}", out[i].slug, i + 1)
-                .trim_start_matches('-')
-                .to_string();
+        let base = out[i].slug.clone();
+        let mut n = i + 1;
+        while out[i].slug.is_empty() || out[..i].iter().any(|o| o.slug == out[i].slug) {
+            out[i].slug = format!("{base}-v{n}").trim_start_matches('-').to_string();
+            n += 1;
         }
     }
     Ok(out)
@@ -249,7 +257,7 @@ mod tests {
     fn every_combination_once_in_a_fixed_order() {
         let m =
             matrix("toolset: [coding, readonly]\nmodel: [claude-sonnet-4-5, claude-haiku-4-5]\n");
-        let d: TaskFields = serde_yaml::from_str("model: x\nlimits: { max_turns: 3 }").unwrap();
+        let d: Value = serde_yaml::from_str("model: x\nlimits: { max_turns: 3 }").unwrap();
         let v = variants(&m, &d).unwrap();
         let labels: Vec<&str> = v.iter().map(|v| v.label.as_str()).collect();
         assert_eq!(
@@ -274,21 +282,51 @@ mod tests {
     #[test]
     fn dotted_axes_set_one_field_and_keep_the_others() {
         let m = matrix("limits.max_turns: [2, 8]\n");
-        let d: TaskFields = serde_yaml::from_str("limits: { time_limit: 5m }").unwrap();
+        let d: Value = serde_yaml::from_str("limits: { time_limit: 5m }").unwrap();
         let v = variants(&m, &d).unwrap();
         let l = v[1].defaults.limits.as_ref().unwrap();
         assert_eq!(l.max_turns, Some(8));
         assert!(l.time_limit.is_some());
         assert_eq!(v[1].label, "limits.max_turns=8");
-        let t: TaskFields = serde_yaml::from_str("id: a\nlimits: { max_turns: 1 }").unwrap();
-        assert!(task_sets(&t, "limits.max_turns"));
-        assert!(!task_sets(&t, "limits.time_limit"));
-        assert!(!task_sets(&t, "model"));
+        let t: Value = serde_yaml::from_str("id: a\nlimits: { max_turns: 1 }").unwrap();
+        assert_eq!(
+            task_conflict(&t, "limits.max_turns").as_deref(),
+            Some("limits.max_turns")
+        );
+        assert_eq!(task_conflict(&t, "limits.time_limit"), None);
+        assert_eq!(task_conflict(&t, "model"), None);
+    }
+
+    #[test]
+    fn a_task_field_that_would_decide_an_axis_is_found() {
+        let t: Value = serde_yaml::from_str(
+            "id: a\ntools: [get_time]\nreasoning: { summary: auto }\nenv: { A: b }\n",
+        )
+        .unwrap();
+        // tools and toolset go together.
+        assert_eq!(task_conflict(&t, "toolset").as_deref(), Some("tools"));
+        // reasoning replaces the default whole, so it decides reasoning.effort.
+        assert_eq!(
+            task_conflict(&t, "reasoning.effort").as_deref(),
+            Some("reasoning")
+        );
+        // env is merged key by key: another key is no conflict, the same one is.
+        assert_eq!(task_conflict(&t, "env.B"), None);
+        assert_eq!(task_conflict(&t, "env.A").as_deref(), Some("env.A"));
+    }
+
+    #[test]
+    fn slugs_stay_unique_however_the_values_are_spelled() {
+        let m = matrix("system: [\"v2\", \"!\", \"?\"]\n");
+        let v = variants(&m, &Value::Null).unwrap();
+        let slugs: Vec<&str> = v.iter().map(|v| v.slug.as_str()).collect();
+        let unique: std::collections::BTreeSet<&&str> = slugs.iter().collect();
+        assert_eq!(unique.len(), 3, "{slugs:?}");
     }
 
     #[test]
     fn bad_axes_and_values_are_named() {
-        let d = TaskFields::default();
+        let d = Value::Null;
         let e = variants(&matrix("modle: [a]\n"), &d).unwrap_err();
         assert_eq!(e[0].axis, "modle");
         assert!(e[0].message.contains("unknown field"), "{e:?}");

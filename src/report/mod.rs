@@ -16,4 +16,4 @@ pub use summary::{RunTotals, Summary};
 pub use variants::{
     summarize, summary_columns, variants_table, write_summary_csv, VariantSummary, BUDGET_STOPS,
 };
-pub use writer::{ProgressMode, ReportError, Reporter, ReporterConfig};
+pub use writer::{write_run_json, ProgressMode, ReportError, Reporter, ReporterConfig};

@@ -1,6 +1,7 @@
 //! results.csv: one row per task, appended and flushed to disk as each task ends.
 
 use std::fs::{File, OpenOptions};
+use std::io::Write;
 use std::path::Path;
 
 use chrono::SecondsFormat;
@@ -52,10 +53,25 @@ pub fn axis_column(axis: &str) -> String {
     format!("matrix.{axis}")
 }
 
-/// The open results file.
+/// The open results file. Each row is encoded in memory and written with a single
+/// write, so a killed process never leaves half a row behind; [`ResultsCsv::sync`]
+/// makes the rows durable.
 pub struct ResultsCsv {
-    w: csv::Writer<File>,
+    file: File,
     axes: Vec<String>,
+    /// Rows written since the last sync.
+    unsynced: bool,
+}
+
+fn encode_row<I, T>(fields: I) -> std::io::Result<Vec<u8>>
+where
+    I: IntoIterator<Item = T>,
+    T: AsRef<[u8]>,
+{
+    let mut w = csv::Writer::from_writer(Vec::with_capacity(512));
+    w.write_record(fields)?;
+    w.into_inner()
+        .map_err(|e| std::io::Error::other(e.to_string()))
 }
 
 impl ResultsCsv {
@@ -67,15 +83,17 @@ impl ResultsCsv {
             .truncate(true)
             .open(path)?;
         let mut r = ResultsCsv {
-            w: csv::Writer::from_writer(file),
+            file,
             axes: axes.to_vec(),
+            unsynced: false,
         };
         let header: Vec<String> = COLUMNS
             .iter()
             .map(|c| c.to_string())
             .chain(axes.iter().map(|a| axis_column(a)))
             .collect();
-        r.w.write_record(&header)?;
+        r.file.write_all(&encode_row(&header)?)?;
+        r.unsynced = true;
         r.sync()?;
         Ok(r)
     }
@@ -84,8 +102,9 @@ impl ResultsCsv {
     pub fn append_to(path: &Path, axes: &[String]) -> std::io::Result<ResultsCsv> {
         let file = OpenOptions::new().append(true).open(path)?;
         Ok(ResultsCsv {
-            w: csv::Writer::from_writer(file),
+            file,
             axes: axes.to_vec(),
+            unsynced: false,
         })
     }
 
@@ -146,13 +165,18 @@ impl ResultsCsv {
                 .find(|(k, _)| k == a)
                 .map_or("", |(_, v)| v.as_str())
         });
-        self.w.write_record(fixed.iter().copied().chain(axes))?;
+        let row = encode_row(fixed.iter().copied().chain(axes))?;
+        self.file.write_all(&row)?;
+        self.unsynced = true;
         Ok(())
     }
 
-    /// Flushes and syncs what was appended.
+    /// Makes the rows appended so far durable (nothing to do if there are none).
     pub fn sync(&mut self) -> std::io::Result<()> {
-        self.w.flush()?;
-        self.w.get_ref().sync_data()
+        if self.unsynced {
+            self.file.sync_data()?;
+            self.unsynced = false;
+        }
+        Ok(())
     }
 }

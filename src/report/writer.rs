@@ -80,7 +80,8 @@ impl Reporter {
     /// Creates the run folder, results.csv (header only) and run.json, then starts the
     /// writer task.
     pub fn start(cfg: ReporterConfig) -> Result<Reporter, ReportError> {
-        if cfg.dir.exists() && !cfg.resume {
+        // The runner creates (and locks) the folder; a run's files must not exist yet.
+        if cfg.dir.join("results.csv").exists() && !cfg.resume {
             return Err(ReportError::Exists(cfg.dir));
         }
         let transcripts = cfg.dir.join("transcripts");
@@ -97,7 +98,7 @@ impl Reporter {
             m.remove("tasks");
         }
         run_json["status"] = json!("running");
-        write_json(&cfg.dir.join("run.json"), &run_json, &cfg.tasks_json)?;
+        write_run_json(&cfg.dir.join("run.json"), &run_json, &cfg.tasks_json)?;
         let (tx, rx) = unbounded_channel();
         let state = State {
             run_id: cfg.run_id.clone(),
@@ -167,7 +168,7 @@ impl Reporter {
         // What this process used, from the OS (the last attempt's, for a resumed run).
         run_json["resources"] =
             serde_json::to_value(crate::resources::own_usage()).unwrap_or(Value::Null);
-        write_json(&dir.join("run.json"), &run_json, &tasks_json)?;
+        write_run_json(&dir.join("run.json"), &run_json, &tasks_json)?;
         if let Some(e) = done.error {
             return Err(e);
         }
@@ -189,7 +190,8 @@ struct RunJson<'a> {
     tasks: &'a serde_json::value::RawValue,
 }
 
-fn write_json(
+/// Writes run.json (`head`'s fields, then the plan as `tasks`) atomically.
+pub fn write_run_json(
     path: &Path,
     head: &Value,
     tasks: &serde_json::value::RawValue,
@@ -251,6 +253,9 @@ impl State {
                     .get_or_insert(ReportError::Io { path, source: e });
             }
         }
+        if let Err(e) = self.commit() {
+            self.error.get_or_insert(e);
+        }
         self.progress.finish();
         Loop {
             results: self.results,
@@ -261,9 +266,6 @@ impl State {
     /// Syncs the transcripts of the tasks finished since the last commit, then
     /// results.csv.
     fn commit(&mut self) -> Result<(), ReportError> {
-        if self.to_sync.is_empty() {
-            return Ok(());
-        }
         for (f, path) in self.to_sync.drain(..) {
             f.sync_data().map_err(io_err(&path))?;
         }

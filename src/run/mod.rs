@@ -145,6 +145,47 @@ fn default_run_id(plan: &Plan) -> String {
     format!("{}-{}", name, Utc::now().format("%Y%m%d-%H%M%S"))
 }
 
+/// Holds `<run dir>/.lock` for as long as it lives: two processes in one run folder
+/// would replace each other's results and run tasks twice.
+pub struct RunLock {
+    #[cfg(unix)]
+    _lock: nix::fcntl::Flock<std::fs::File>,
+}
+
+/// Takes the run folder's lock, creating the folder if needed; refuses if another
+/// process holds it.
+fn lock_run_dir(dir: &std::path::Path) -> Result<RunLock, RunError> {
+    let unwritable = |path: &std::path::Path| {
+        let path = path.to_path_buf();
+        move |source| RunError::Report(ReportError::Io { path, source })
+    };
+    std::fs::create_dir_all(dir).map_err(unwritable(dir))?;
+    let path = dir.join(".lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(unwritable(&path))?;
+    #[cfg(unix)]
+    {
+        use nix::fcntl::{Flock, FlockArg};
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => Ok(RunLock { _lock: lock }),
+            Err((_, nix::errno::Errno::EWOULDBLOCK)) => Err(RunError::Invalid(format!(
+                "{} is in use by another agentbatch process: wait for it to end (or stop it) before resuming",
+                dir.display()
+            ))),
+            Err((_, e)) => Err(RunError::Invalid(format!("cannot lock {}: {e}", path.display()))),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = file;
+        Ok(RunLock {})
+    }
+}
+
 fn valid_run_id(id: &str) -> bool {
     !id.is_empty()
         && !id.starts_with('.')
@@ -167,6 +208,7 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunOutcome, RunError> {
                     "--run-id cannot be combined with --resume: the run keeps its id".into(),
                 ));
             }
+            let _lock = lock_run_dir(&r.dir)?;
             let all = selected.clone();
             let resumed = resume::prepare(r, &plan, selected, &resume::header_for(&plan))?;
             run_in(plan, opts, all, Some(resumed)).await
@@ -216,6 +258,11 @@ async fn run_in(
             out_dir.join(&run_id).display()
         )));
     }
+    // A resumed run's folder is locked by the caller, before it is changed.
+    let _lock = match resumed {
+        None => Some(lock_run_dir(&out_dir.join(&run_id))?),
+        Some(_) => None,
+    };
 
     if tasks.iter().any(|t| t.repo.is_some()) {
         crate::tools::sandbox::protect_runner();
@@ -304,6 +351,11 @@ async fn run_in(
         }
     };
     let already_done = resumed.as_ref().map_or(0, |r| r.kept);
+    if let Some(r) = &resumed {
+        let mut head = run_json.clone();
+        head["status"] = json!("running");
+        r.apply(&tasks, &head, &tasks_json)?;
+    }
     let reporter = Reporter::start(ReporterConfig {
         run_id: run_id.clone(),
         dir: out_dir.join(&run_id),

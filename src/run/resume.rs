@@ -51,6 +51,19 @@ pub(super) struct Resumed {
     pub killed_teams: HashMap<String, Decimal>,
     /// run.json as the earlier attempt left it.
     pub run_json: Value,
+    /// The run folder.
+    pub dir: PathBuf,
+    /// What [`Resumed::apply`] writes.
+    changes: Changes,
+}
+
+/// The file changes a resume makes, decided before any is made.
+struct Changes {
+    head: csv::StringRecord,
+    /// Rows that stand, for results.csv.
+    kept: Vec<csv::StringRecord>,
+    /// Rows replaced by this resume and not yet in superseded.csv.
+    superseded: Vec<csv::StringRecord>,
 }
 
 fn invalid(m: String) -> RunError {
@@ -78,7 +91,9 @@ fn read_rows(
         let keep = text.rfind('\n').map_or(0, |i| i + 1);
         text.truncate(keep);
     }
-    let mut r = csv::ReaderBuilder::new().from_reader(text.as_bytes());
+    let mut r = csv::ReaderBuilder::new()
+        .flexible(true)
+        .from_reader(text.as_bytes());
     let header = r
         .headers()
         .map_err(|e| invalid(format!("{}: {e}", path.display())))?
@@ -111,9 +126,24 @@ fn read_rows(
         )));
     };
     let mut rows = Vec::new();
-    for (n, rec) in r.records().enumerate() {
+    let records: Vec<_> = r.records().collect();
+    let last = records.len();
+    for (n, rec) in records.into_iter().enumerate() {
         let line = n + 2;
-        let rec = rec.map_err(|e| invalid(format!("{}:{line}: {e}", path.display())))?;
+        let rec = match rec {
+            Ok(rec) if rec.len() == header.len() => rec,
+            // A last row cut short (power loss before the sync): it never counted.
+            _ if n + 1 == last => break,
+            Ok(rec) => {
+                return Err(invalid(format!(
+                    "{}:{line}: {} fields where the header has {}: fix or delete the row",
+                    path.display(),
+                    rec.len(),
+                    header.len()
+                )))
+            }
+            Err(e) => return Err(invalid(format!("{}:{line}: {e}", path.display()))),
+        };
         let bad = |what: &str| {
             invalid(format!(
                 "{}:{line}: the {what} is not valid: fix or delete the row",
@@ -182,17 +212,33 @@ pub fn job_differences(old: &Value, new: &Value) -> Vec<String> {
     out
 }
 
-/// The last `spent_usd` a transcript recorded: what a task cut off by a kill had spent.
+/// What a task cut off by a kill had spent, from its transcript: the last running
+/// total (`spent_usd`), plus charges recorded after it, plus a reservation still in
+/// flight (it may be billed).
 fn spent_in_transcript(path: &Path) -> Decimal {
     let Ok(text) = std::fs::read_to_string(path) else {
         return Decimal::ZERO;
     };
-    text.lines()
-        .rev()
+    let usd = |v: &Value, k: &str| v[k].as_str().and_then(|s| s.parse::<Decimal>().ok());
+    let (mut spent, mut pending) = (Decimal::ZERO, Decimal::ZERO);
+    for v in text
+        .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .find(|v| v["event"] == "settle")
-        .and_then(|v| v["spent_usd"].as_str().and_then(|s| s.parse().ok()))
-        .unwrap_or(Decimal::ZERO)
+    {
+        if let Some(s) = usd(&v, "spent_usd") {
+            spent = s;
+        }
+        if let Some(c) = usd(&v, "charged_usd") {
+            spent += c;
+            pending = Decimal::ZERO;
+        }
+        match v["event"].as_str() {
+            Some("reserve") => pending = usd(&v, "reserved_usd").unwrap_or_default(),
+            Some("settle") => pending = Decimal::ZERO,
+            _ => {}
+        }
+    }
+    spent + pending
 }
 
 /// Moves a file aside as `<stem>.tryN.<ext>` (the lowest free N) so nothing an earlier
@@ -216,10 +262,8 @@ fn set_aside(path: &Path) -> std::io::Result<()> {
     }
 }
 
-/// Reads the earlier run, decides what runs again, and sets the folder up for it:
-/// results.csv keeps only the rows that stand, superseded rows go to superseded.csv,
-/// transcripts and patches of tasks that run again are set aside, and leftover
-/// workspaces of killed tasks are removed.
+/// Reads the earlier run and decides what runs again, without changing anything:
+/// [`Resumed::apply`] makes the changes once the run is sure to start.
 pub(super) fn prepare(
     opts: &ResumeOptions,
     plan: &Plan,
@@ -258,17 +302,25 @@ pub(super) fn prepare(
 
     let csv_path = dir.join("results.csv");
     let (rows, head) = read_rows(&csv_path, header)?;
+    let fields = |r: &csv::StringRecord| r.iter().map(str::to_string).collect::<Vec<_>>();
+    let current: HashSet<Vec<String>> = rows.iter().map(|r| fields(&r.fields)).collect();
     let mut spent_run = Decimal::ZERO;
     let mut spent_teams: HashMap<String, Decimal> = HashMap::new();
-    // Earlier resumes: the rows they replaced, and what killed tasks had spent then.
+    // Earlier resumes: the rows they replaced (a row also still in results.csv, left by
+    // a resume cut off between the two files, is counted there), and what killed tasks
+    // had spent then.
     let superseded_path = dir.join("superseded.csv");
+    let mut already_superseded: HashSet<Vec<String>> = HashSet::new();
     if superseded_path.exists() {
         let (old, _) = read_rows(&superseded_path, header)?;
         for row in old {
-            spent_run += row.cost;
-            if !row.team.is_empty() {
-                *spent_teams.entry(row.team).or_default() += row.cost;
+            if !current.contains(&fields(&row.fields)) {
+                spent_run += row.cost;
+                if !row.team.is_empty() {
+                    *spent_teams.entry(row.team).or_default() += row.cost;
+                }
             }
+            already_superseded.insert(fields(&row.fields));
         }
     }
     for r in run_json["resumes"].as_array().into_iter().flatten() {
@@ -284,6 +336,11 @@ pub(super) fn prepare(
             }
         }
     }
+    // Only the tasks this resume runs (`--only`) can have their rows replaced.
+    let selected_units: HashSet<(String, String, u32)> = selected
+        .iter()
+        .map(|t| (t.task.clone(), t.variant.clone(), t.epoch))
+        .collect();
     let mut stands: HashSet<(String, String, u32)> = HashSet::new();
     let mut kept = Vec::new();
     let mut superseded = Vec::new();
@@ -295,7 +352,8 @@ pub(super) fn prepare(
         let infra = INFRA_STOPS.contains(&row.stop_reason.as_str());
         // A task that never got to its first turn has nothing to keep.
         let never_ran = row.stop_reason == "cancelled" && row.turns == 0;
-        let again = never_ran || (infra && opts.retry_errors);
+        let again =
+            (never_ran || (infra && opts.retry_errors)) && selected_units.contains(&row.unit);
         if again || stands.contains(&row.unit) {
             superseded.push(row);
         } else {
@@ -308,74 +366,32 @@ pub(super) fn prepare(
         .filter(|t| !stands.contains(&(t.task.clone(), t.variant.clone(), t.epoch)))
         .collect();
 
-    // The folder is changed only from here on, after every check passed.
-    let io = |p: &Path| {
-        let p = p.to_path_buf();
-        move |e: std::io::Error| invalid(format!("cannot update {}: {e}", p.display()))
-    };
-    if !superseded.is_empty() {
-        let path = dir.join("superseded.csv");
-        let fresh = !path.exists();
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .map_err(io(&path))?;
-        let mut w = csv::Writer::from_writer(file);
-        if fresh {
-            w.write_record(&head)
-                .map_err(|e| invalid(format!("{}: {e}", path.display())))?;
-        }
-        for r in &superseded {
-            w.write_record(&r.fields)
-                .map_err(|e| invalid(format!("{}: {e}", path.display())))?;
-        }
-        w.flush().map_err(io(&path))?;
-    }
-    let tmp = dir.join("results.csv.tmp");
-    {
-        let mut w =
-            csv::Writer::from_path(&tmp).map_err(|e| invalid(format!("{}: {e}", tmp.display())))?;
-        w.write_record(&head)
-            .map_err(|e| invalid(format!("{}: {e}", tmp.display())))?;
-        for r in &kept {
-            w.write_record(&r.fields)
-                .map_err(|e| invalid(format!("{}: {e}", tmp.display())))?;
-        }
-        w.flush().map_err(io(&tmp))?;
-        w.get_ref().sync_data().map_err(io(&tmp))?;
-    }
-    std::fs::rename(&tmp, &csv_path).map_err(io(&csv_path))?;
-
+    // Tasks cut off by a kill: a transcript without a row; their spend counts.
     let superseded_keys: HashSet<&(String, String, u32)> =
         superseded.iter().map(|r| &r.unit).collect();
     let mut killed_spent = Decimal::ZERO;
     let mut killed_teams: HashMap<String, Decimal> = HashMap::new();
     for t in &tasks {
-        let transcript = dir.join("transcripts").join(format!("{}.jsonl", t.id));
-        // A transcript without a row is a task the kill cut off: its spend counts.
-        if !superseded_keys.contains(&(t.task.clone(), t.variant.clone(), t.epoch)) {
-            let spent = spent_in_transcript(&transcript);
-            spent_run += spent;
-            killed_spent += spent;
-            if let Some(team) = t.team_name() {
-                *spent_teams.entry(team.to_string()).or_default() += spent;
-                *killed_teams.entry(team.to_string()).or_default() += spent;
-            }
+        if superseded_keys.contains(&(t.task.clone(), t.variant.clone(), t.epoch)) {
+            continue;
         }
-        set_aside(&transcript).map_err(io(&transcript))?;
-        let patch = dir.join("patches").join(format!("{}.diff", t.id));
-        set_aside(&patch).map_err(io(&patch))?;
-        for sub in ["workspaces", "git", "tmp"] {
-            let p = dir.join(sub).join(&t.id);
-            if p.exists() {
-                std::fs::remove_dir_all(&p).map_err(io(&p))?;
-            }
+        let spent = spent_in_transcript(&dir.join("transcripts").join(format!("{}.jsonl", t.id)));
+        spent_run += spent;
+        killed_spent += spent;
+        if let Some(team) = t.team_name() {
+            *spent_teams.entry(team.to_string()).or_default() += spent;
+            *killed_teams.entry(team.to_string()).or_default() += spent;
         }
     }
+    let superseded_new: Vec<csv::StringRecord> = superseded
+        .iter()
+        .map(|r| r.fields.clone())
+        .filter(|f| !already_superseded.contains(&fields(f)))
+        .collect();
     Ok(Resumed {
         run_id,
         out_dir,
+        dir: dir.clone(),
         tasks,
         kept: kept.len(),
         superseded: superseded.len(),
@@ -384,7 +400,80 @@ pub(super) fn prepare(
         killed_spent,
         killed_teams,
         run_json,
+        changes: Changes {
+            head,
+            kept: kept.into_iter().map(|r| r.fields).collect(),
+            superseded: superseded_new,
+        },
     })
+}
+
+impl Resumed {
+    /// Sets the folder up for the tasks that run again, after everything that could
+    /// fail before the run has been done: run.json first (with this resume's record,
+    /// so what killed tasks spent is never forgotten), then superseded.csv, results.csv
+    /// (replaced whole), and the earlier transcripts, patches and workspaces of the
+    /// tasks that run again. Each step can be repeated after a crash.
+    pub(super) fn apply(
+        &self,
+        tasks: &[TaskSpec],
+        run_json: &Value,
+        tasks_json: &serde_json::value::RawValue,
+    ) -> Result<(), RunError> {
+        let dir = &self.dir;
+        let io = |p: &Path| {
+            let p = p.to_path_buf();
+            move |e: std::io::Error| invalid(format!("cannot update {}: {e}", p.display()))
+        };
+        crate::report::write_run_json(&dir.join("run.json"), run_json, tasks_json)
+            .map_err(|e| invalid(e.to_string()))?;
+        let c = &self.changes;
+        if !c.superseded.is_empty() {
+            let path = dir.join("superseded.csv");
+            let fresh = !path.exists();
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)
+                .map_err(io(&path))?;
+            let mut w = csv::Writer::from_writer(file);
+            let bad = |e: csv::Error| invalid(format!("{}: {e}", path.display()));
+            if fresh {
+                w.write_record(&c.head).map_err(bad)?;
+            }
+            for r in &c.superseded {
+                w.write_record(r).map_err(bad)?;
+            }
+            w.flush().map_err(io(&path))?;
+            w.get_ref().sync_data().map_err(io(&path))?;
+        }
+        let csv_path = dir.join("results.csv");
+        let tmp = dir.join("results.csv.tmp");
+        {
+            let bad = |e: csv::Error| invalid(format!("{}: {e}", tmp.display()));
+            let mut w = csv::Writer::from_path(&tmp).map_err(bad)?;
+            w.write_record(&c.head).map_err(bad)?;
+            for r in &c.kept {
+                w.write_record(r).map_err(bad)?;
+            }
+            w.flush().map_err(io(&tmp))?;
+            w.get_ref().sync_data().map_err(io(&tmp))?;
+        }
+        std::fs::rename(&tmp, &csv_path).map_err(io(&csv_path))?;
+        for t in tasks {
+            let transcript = dir.join("transcripts").join(format!("{}.jsonl", t.id));
+            set_aside(&transcript).map_err(io(&transcript))?;
+            let patch = dir.join("patches").join(format!("{}.diff", t.id));
+            set_aside(&patch).map_err(io(&patch))?;
+            for sub in ["workspaces", "git", "tmp"] {
+                let p = dir.join(sub).join(&t.id);
+                if p.exists() {
+                    std::fs::remove_dir_all(&p).map_err(io(&p))?;
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The header results.csv has for a plan.
@@ -427,5 +516,29 @@ mod tests {
         assert!(d.path().join("t.try1.jsonl").exists());
         assert!(d.path().join("t.try2.jsonl").exists());
         assert!(!p.exists());
+    }
+}
+
+#[cfg(test)]
+mod spend_tests {
+    use super::*;
+
+    #[test]
+    fn a_killed_tasks_spend_counts_charges_and_the_request_in_flight() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("t.jsonl");
+        let lines = [
+            r#"{"event":"reserve","reserved_usd":"0.05","spent_usd":"0"}"#,
+            r#"{"event":"settle","cost_usd":"0.01","spent_usd":"0.01"}"#,
+            r#"{"event":"reserve","reserved_usd":"0.05","spent_usd":"0.01"}"#,
+            r#"{"event":"attempt_failed","charged_usd":"0.05"}"#,
+            r#"{"event":"reserve","reserved_usd":"0.04","spent_usd":"0.06"}"#,
+            r#"{"event":"request"}"#,
+        ];
+        std::fs::write(&p, lines.join("\n")).unwrap();
+        // 0.06 spent (0.01 settled + 0.05 charged), and 0.04 in flight at the kill.
+        assert_eq!(spent_in_transcript(&p), "0.10".parse::<Decimal>().unwrap());
+        std::fs::write(&p, lines[..4].join("\n")).unwrap();
+        assert_eq!(spent_in_transcript(&p), "0.06".parse::<Decimal>().unwrap());
     }
 }

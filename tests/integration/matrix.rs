@@ -378,6 +378,23 @@ async fn infrastructure_failures_run_again_on_resume_unless_told_not_to() {
         before,
         "--no-retry-errors runs nothing here"
     );
+    // With --only t2, t1's row is not this resume's to replace.
+    {
+        let plan = agentbatch::job::load(&path, &registry).unwrap();
+        let mut opts = agentbatch::run::RunOptions::new(case.path("reports"));
+        opts.progress = agentbatch::report::ProgressMode::Quiet;
+        opts.sim = Some(ran.sim.clone());
+        opts.only = vec!["t2".into()];
+        opts.resume = Some(agentbatch::run::ResumeOptions {
+            dir: ran.dir.clone(),
+            retry_errors: true,
+            force: false,
+        });
+        agentbatch::run::run(plan, opts).await.unwrap();
+        assert_eq!(ran.sim.requests().len(), before);
+        assert_eq!(read_csv(&ran.dir.join("results.csv")).len(), 2);
+        assert!(!ran.dir.join("superseded.csv").exists());
+    }
     let out = resume(true).await.unwrap();
     assert_eq!(out.summary.rows.len(), 1);
     assert_eq!(out.summary.rows[0].task_id, "t1");
@@ -480,4 +497,60 @@ async fn a_resumed_run_counts_what_it_spent_before_against_its_cap() {
         before,
         "no request: the cap was already spent"
     );
+}
+
+#[test]
+fn the_matrix_reads_defaults_as_written_and_refuses_fields_that_would_override_it() {
+    let case = Case::new();
+    let registry = agentbatch::tools::Registry::builtin();
+    // An inline script in `defaults` survives the matrix.
+    let ok = "name: t\nmatrix:\n  model: [claude-sonnet-4-5, claude-haiku-4-5]\ndefaults:\n  provider: sim\n  sim: { turns: [ { content: [ { text: hi } ] } ] }\ntasks:\n  - { id: a, prompt: p }\n";
+    let plan = agentbatch::job::load(&case.write("ok.yaml", ok), &registry)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(plan.tasks.len(), 2);
+    // A task's `tools` would decide the `toolset` axis; its whole `reasoning` would
+    // decide `reasoning.effort`.
+    let bad = "name: t\nmatrix:\n  toolset: [coding, readonly]\n  reasoning.effort: [low, high]\nproviders:\n  o: { protocol: openai-responses, simulator: true }\ndefaults: { provider: o, model: gpt-5.4, sim: { turns: [ { content: [ { text: hi } ] } ] } }\ntasks:\n  - id: a\n    prompt: p\n    tools: [get_time]\n    reasoning: { summary: auto }\n";
+    let e = agentbatch::job::load(&case.write("bad.yaml", bad), &registry).unwrap_err();
+    let text = e.to_string();
+    assert!(
+        text.contains("tasks[0].tools: `toolset` is a matrix axis"),
+        "{text}"
+    );
+    assert!(
+        text.contains("tasks[0].reasoning: `reasoning.effort` is a matrix axis"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_run_folder_in_use_cannot_be_resumed() {
+    let case = Case::new();
+    case.write(
+        "job.yaml",
+        "name: x\ndefaults: { model: claude-sonnet-4-5 }\ntasks:\n  - id: slow\n    prompt: p\n    sim: { latency: 30s, turns: [ { content: [ { text: hi } ] } ] }\n",
+    );
+    let mut child = bin()
+        .args(["run", "job.yaml", "--run-id", "r", "--quiet"])
+        .current_dir(case.dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t = case.path("reports/r/transcripts/slow.jsonl");
+    wait_until("the request", Duration::from_secs(20), || {
+        std::fs::read_to_string(&t)
+            .unwrap_or_default()
+            .contains("\"request\"")
+    });
+    let out = bin()
+        .args(["run", "job.yaml", "--resume", "reports/r", "--quiet"])
+        .current_dir(case.dir.path())
+        .output()
+        .unwrap();
+    signal(child.id(), "KILL");
+    child.wait().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("in use by another agentbatch process"));
+    assert!(t.exists(), "the running task's transcript was left alone");
 }
