@@ -70,6 +70,20 @@ impl StopReason {
         }
     }
 
+    /// Whether a budget or limit ended the loop, rather than the agent, the model or the
+    /// infrastructure (summary.csv's `budget_decided`).
+    pub fn is_budget(self) -> bool {
+        matches!(
+            self,
+            StopReason::MaxTurns
+                | StopReason::TimeLimit
+                | StopReason::TokenLimit
+                | StopReason::CostLimit
+                | StopReason::TeamBudget
+                | StopReason::RunBudget
+        )
+    }
+
     /// The outcome of a task that stopped this way and has no check command: the run
     /// itself failed for the infrastructure stops, else there is no verdict.
     pub fn unchecked_outcome(self) -> Outcome {

@@ -13,7 +13,5 @@ mod writer;
 pub use event::{Event, TaskLog, TaskResult};
 pub use results::{axis_column, ResultsCsv, COLUMNS};
 pub use summary::{RunTotals, Summary};
-pub use variants::{
-    summarize, summary_columns, variants_table, write_summary_csv, VariantSummary, BUDGET_STOPS,
-};
+pub use variants::{summarize, summary_columns, variants_table, write_summary_csv, VariantSummary};
 pub use writer::{write_run_json, ProgressMode, ReportError, Reporter, ReporterConfig};

@@ -11,16 +11,6 @@ use super::results::axis_column;
 use crate::agent::stop::StopReason;
 use crate::stats::{median, median_u64, wilson95};
 
-/// Stop reasons set by a budget or limit rather than by the agent or the provider.
-pub const BUDGET_STOPS: [StopReason; 6] = [
-    StopReason::MaxTurns,
-    StopReason::TimeLimit,
-    StopReason::TokenLimit,
-    StopReason::CostLimit,
-    StopReason::TeamBudget,
-    StopReason::RunBudget,
-];
-
 /// One variant's figures.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct VariantSummary {
@@ -143,7 +133,10 @@ pub fn summarize(results: &Path, axes: &[String]) -> Result<Vec<VariantSummary>,
             _ => v.unchecked += 1,
         }
         *v.by_stop.entry(rec[stop].to_string()).or_default() += 1;
-        if BUDGET_STOPS.iter().any(|s| s.as_str() == &rec[stop]) {
+        if StopReason::ALL
+            .iter()
+            .any(|s| s.is_budget() && s.as_str() == &rec[stop])
+        {
             v.budget_decided += 1;
         }
         if !rec[cost].is_empty() {

@@ -2,21 +2,13 @@
 //! file:line:column, the demo, rows written as tasks finish, interruption, secrets.
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agentbatch::sim::Sim;
 
-use crate::common::{read_csv, Case};
-
-fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_agentbatch"));
-    c.env_remove("ANTHROPIC_API_KEY")
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("LOCAL_KEY");
-    c
-}
+use crate::common::{bin, read_csv, signal, Case};
 
 fn run(args: &[&str], cwd: &Path) -> Output {
     bin()
@@ -339,14 +331,6 @@ fn a_finished_task_is_in_the_csv_before_the_run_ends() {
     assert_eq!(rows[0]["stop_reason"], "completed");
     assert_eq!(child.wait().unwrap().code(), Some(0));
     assert_eq!(read_csv(&case.path("reports/r/results.csv")).len(), 2);
-}
-
-fn signal(pid: u32, sig: &str) {
-    let ok = Command::new("kill")
-        .args([&format!("-{sig}"), &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(ok.success());
 }
 
 #[test]

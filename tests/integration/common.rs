@@ -144,3 +144,63 @@ pub fn num(row: &HashMap<String, String>, col: &str) -> u64 {
         .parse()
         .unwrap_or_else(|_| panic!("{col} = {:?} is not a count", row[col]))
 }
+
+/// The built binary, without the API keys of whoever runs the tests.
+pub fn bin() -> std::process::Command {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_agentbatch"));
+    c.env_remove("ANTHROPIC_API_KEY")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("LOCAL_KEY");
+    c
+}
+
+/// Sends a signal (`INT`, `TERM`, `KILL`) to a process.
+pub fn signal(pid: u32, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(ok.success());
+}
+
+/// Polls `f` until it holds, failing the test after `limit`.
+pub fn wait_until(what: &str, limit: std::time::Duration, mut f: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !f() {
+        assert!(start.elapsed() < limit, "timed out waiting for {what}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+impl Case {
+    /// Runs the binary in the case's folder and waits for it.
+    pub fn agentbatch(&self, args: &[&str]) -> std::process::Output {
+        bin()
+            .args(args)
+            .current_dir(self.dir.path())
+            .output()
+            .expect("binary runs")
+    }
+
+    /// Resumes the run in `dir` in-process, with the test's simulator.
+    pub async fn resume(
+        &self,
+        dir: &Path,
+        sim: &Arc<Sim>,
+        retry_errors: bool,
+        only: &[&str],
+    ) -> RunOutcome {
+        let plan = job::load(&self.path("job.yaml"), &Registry::builtin())
+            .unwrap_or_else(|e| panic!("job should load:\n{e}"));
+        let mut opts = RunOptions::new(self.path("reports"));
+        opts.progress = ProgressMode::Quiet;
+        opts.sim = Some(sim.clone());
+        opts.only = only.iter().map(|s| s.to_string()).collect();
+        opts.resume = Some(run::ResumeOptions {
+            dir: dir.to_path_buf(),
+            retry_errors,
+            force: false,
+        });
+        run::run(plan, opts).await.expect("resume finishes")
+    }
+}

@@ -2,7 +2,7 @@
 //! kill -9), pacing to rate limits, 429 handling, retries, wrap-up.
 
 use std::collections::HashMap;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,7 +13,7 @@ use agentbatch::sim::Sim;
 use rust_decimal::Decimal;
 use serde_json::Value;
 
-use crate::common::{num, read_csv, Case, Ran};
+use crate::common::{bin, num, read_csv, Case, Ran};
 
 fn d(s: &str) -> Decimal {
     Decimal::from_str(s).unwrap()
@@ -143,10 +143,6 @@ async fn an_exhausted_run_pool_starts_no_new_task() {
             "{r:?}"
         );
     }
-}
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_agentbatch"))
 }
 
 #[test]

@@ -3,33 +3,10 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use crate::common::{job, read_csv, Case};
-
-fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_agentbatch"));
-    c.env_remove("ANTHROPIC_API_KEY")
-        .env_remove("OPENAI_API_KEY");
-    c
-}
-
-fn signal(pid: u32, sig: &str) {
-    let ok = Command::new("kill")
-        .args([&format!("-{sig}"), &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(ok.success());
-}
-
-fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !f() {
-        assert!(start.elapsed() < limit, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
+use crate::common::{bin, job, read_csv, signal, wait_until, Case};
 
 fn rows_in(path: &Path) -> usize {
     if path.exists() {
@@ -208,11 +185,7 @@ fn resume_after_kill_9_runs_only_what_is_missing() {
     let case = Case::new();
     case.write("job.yaml", &overnight_job("150ms"));
     // The reference: the same job, uninterrupted.
-    let full = bin()
-        .args(["run", "job.yaml", "--run-id", "full", "--quiet"])
-        .current_dir(case.dir.path())
-        .output()
-        .unwrap();
+    let full = case.agentbatch(&["run", "job.yaml", "--run-id", "full", "--quiet"]);
     assert_eq!(
         full.status.code(),
         Some(0),
@@ -251,11 +224,7 @@ fn resume_after_kill_9_runs_only_what_is_missing() {
         })
         .collect();
 
-    let out = bin()
-        .args(["run", "job.yaml", "--resume", "reports/r", "--quiet"])
-        .current_dir(case.dir.path())
-        .output()
-        .unwrap();
+    let out = case.agentbatch(&["run", "job.yaml", "--resume", "reports/r", "--quiet"]);
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -303,11 +272,7 @@ fn resume_after_kill_9_runs_only_what_is_missing() {
     assert!(summary.iter().all(|s| s["tasks"] == "6"), "{summary:?}");
 
     // Nothing left: a second resume runs nothing and keeps every row.
-    let again = bin()
-        .args(["run", "job.yaml", "--resume", "reports/r", "--quiet"])
-        .current_dir(case.dir.path())
-        .output()
-        .unwrap();
+    let again = case.agentbatch(&["run", "job.yaml", "--resume", "reports/r", "--quiet"]);
     assert_eq!(again.status.code(), Some(0));
     assert_eq!(read_csv(&csv).len(), 12);
 
@@ -316,29 +281,21 @@ fn resume_after_kill_9_runs_only_what_is_missing() {
         "job.yaml",
         &overnight_job("150ms").replace("concurrency: 2", "concurrency: 3"),
     );
-    let changed = bin()
-        .args(["run", "job.yaml", "--resume", "reports/r", "--quiet"])
-        .current_dir(case.dir.path())
-        .output()
-        .unwrap();
+    let changed = case.agentbatch(&["run", "job.yaml", "--resume", "reports/r", "--quiet"]);
     assert_eq!(changed.status.code(), Some(2));
     let err = String::from_utf8_lossy(&changed.stderr);
     assert!(
         err.contains("concurrency: 2 -> 3") && err.contains("--force"),
         "{err}"
     );
-    let forced = bin()
-        .args([
-            "run",
-            "job.yaml",
-            "--resume",
-            "reports/r",
-            "--force",
-            "--quiet",
-        ])
-        .current_dir(case.dir.path())
-        .output()
-        .unwrap();
+    let forced = case.agentbatch(&[
+        "run",
+        "job.yaml",
+        "--resume",
+        "reports/r",
+        "--force",
+        "--quiet",
+    ]);
     assert_eq!(
         forced.status.code(),
         Some(0),
@@ -357,22 +314,8 @@ async fn infrastructure_failures_run_again_on_resume_unless_told_not_to() {
     );
     let ran = case.run(&yaml).await;
     assert_eq!(ran.stop("t1"), "provider_error");
-    let path = case.path("job.yaml");
-    let registry = agentbatch::tools::Registry::builtin();
-    let resume = |retry_errors: bool| {
-        let plan = agentbatch::job::load(&path, &registry).unwrap();
-        let mut opts = agentbatch::run::RunOptions::new(case.path("reports"));
-        opts.progress = agentbatch::report::ProgressMode::Quiet;
-        opts.sim = Some(ran.sim.clone());
-        opts.resume = Some(agentbatch::run::ResumeOptions {
-            dir: ran.dir.clone(),
-            retry_errors,
-            force: false,
-        });
-        agentbatch::run::run(plan, opts)
-    };
     let before = ran.sim.requests().len();
-    resume(false).await.unwrap();
+    case.resume(&ran.dir, &ran.sim, false, &[]).await;
     assert_eq!(
         ran.sim.requests().len(),
         before,
@@ -380,22 +323,12 @@ async fn infrastructure_failures_run_again_on_resume_unless_told_not_to() {
     );
     // With --only t2, t1's row is not this resume's to replace.
     {
-        let plan = agentbatch::job::load(&path, &registry).unwrap();
-        let mut opts = agentbatch::run::RunOptions::new(case.path("reports"));
-        opts.progress = agentbatch::report::ProgressMode::Quiet;
-        opts.sim = Some(ran.sim.clone());
-        opts.only = vec!["t2".into()];
-        opts.resume = Some(agentbatch::run::ResumeOptions {
-            dir: ran.dir.clone(),
-            retry_errors: true,
-            force: false,
-        });
-        agentbatch::run::run(plan, opts).await.unwrap();
+        case.resume(&ran.dir, &ran.sim, true, &["t2"]).await;
         assert_eq!(ran.sim.requests().len(), before);
         assert_eq!(read_csv(&ran.dir.join("results.csv")).len(), 2);
         assert!(!ran.dir.join("superseded.csv").exists());
     }
-    let out = resume(true).await.unwrap();
+    let out = case.resume(&ran.dir, &ran.sim, true, &[]).await;
     assert_eq!(out.summary.rows.len(), 1);
     assert_eq!(out.summary.rows[0].task_id, "t1");
     assert_eq!(ran.sim.requests().len(), before + 1, "only t1 ran again");
@@ -471,21 +404,8 @@ async fn a_resumed_run_counts_what_it_spent_before_against_its_cap() {
     let ran = case.run(yaml).await;
     assert_eq!(ran.stop("t2"), "provider_error");
     assert_eq!(ran.row("t1")["cost_usd"], "0.00675");
-    let plan = agentbatch::job::load(
-        &case.path("job.yaml"),
-        &agentbatch::tools::Registry::builtin(),
-    )
-    .unwrap();
-    let mut opts = agentbatch::run::RunOptions::new(case.path("reports"));
-    opts.progress = agentbatch::report::ProgressMode::Quiet;
-    opts.sim = Some(ran.sim.clone());
-    opts.resume = Some(agentbatch::run::ResumeOptions {
-        dir: ran.dir.clone(),
-        retry_errors: true,
-        force: false,
-    });
     let before = ran.sim.requests().len();
-    let out = agentbatch::run::run(plan, opts).await.unwrap();
+    let out = case.resume(&ran.dir, &ran.sim, true, &[]).await;
     assert_eq!(
         out.summary.rows[0].stop_reason.as_str(),
         "run_budget",
@@ -543,11 +463,7 @@ fn a_run_folder_in_use_cannot_be_resumed() {
             .unwrap_or_default()
             .contains("\"request\"")
     });
-    let out = bin()
-        .args(["run", "job.yaml", "--resume", "reports/r", "--quiet"])
-        .current_dir(case.dir.path())
-        .output()
-        .unwrap();
+    let out = case.agentbatch(&["run", "job.yaml", "--resume", "reports/r", "--quiet"]);
     signal(child.id(), "KILL");
     child.wait().unwrap();
     assert_eq!(out.status.code(), Some(2));

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use agentbatch::tools::workspace::tree_digest;
 use serde_json::Value;
 
-use crate::common::{num, read_csv, Case, Ran};
+use crate::common::{bin, num, read_csv, Case, Ran};
 
 /// A small plain-folder repository with a failing test.
 fn fixture(case: &Case, name: &str) -> PathBuf {
@@ -195,10 +195,6 @@ fn running(cmdline: &str) -> Vec<String> {
         }
     }
     found
-}
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_agentbatch"))
 }
 
 /// Peak resident memory of a process, in kB, from /proc (None once it is gone).
