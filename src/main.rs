@@ -540,16 +540,23 @@ async fn sim_cmd(
         sim.register("", Arc::new(s));
         registered += 1;
     }
-    println!(
+    // Written, not println!'d: a reader that goes away (a pipe closed after the first
+    // line) must not stop the server.
+    use std::io::Write as _;
+    let mut out = std::io::stdout();
+    let _ = writeln!(
+        out,
         "simulator listening on {} ({registered} script(s)); Ctrl-C stops it",
         sim.base_url()
     );
     if job.is_some() {
-        println!(
+        let _ = writeln!(
+            out,
             "point a job at it with providers: {{ sim: {{ base_url: {} }} }}",
             sim.base_url()
         );
     }
+    let _ = out.flush();
     tokio::signal::ctrl_c()
         .await
         .context("cannot wait for Ctrl-C")?;
