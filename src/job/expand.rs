@@ -109,7 +109,7 @@ fn origin(task: usize, set_on_task: bool, field: &[&str]) -> Vec<Seg> {
 }
 
 pub(super) fn expand(
-    job: JobFile,
+    mut job: JobFile,
     text: &str,
     path: &Path,
     registry: &Registry,
@@ -141,12 +141,17 @@ pub(super) fn expand(
     let teams = resolve_teams(&job, &mut cx);
     let toolsets = resolve_toolsets(&job, registry, &mut cx);
     // The file as written: the matrix is applied to `defaults` as the user wrote it.
-    let raw: serde_yaml::Value = serde_yaml::from_str(text).unwrap_or(serde_yaml::Value::Null);
+    // Read a second time only for a matrix, which needs the file's own values.
+    let raw: serde_yaml::Value = if job.matrix.is_empty() {
+        serde_yaml::Value::Null
+    } else {
+        serde_yaml::from_str(text).unwrap_or(serde_yaml::Value::Null)
+    };
     let raw_defaults = raw
         .get("defaults")
         .cloned()
         .unwrap_or(serde_yaml::Value::Null);
-    let variants = match matrix::variants(&job.matrix, &raw_defaults) {
+    let variants = match matrix::variants(&job.matrix, &raw_defaults, &job.defaults) {
         Ok(v) => v,
         Err(errors) => {
             for e in errors {
@@ -203,8 +208,11 @@ pub(super) fn expand(
     };
     // grid[task][variant]
     let mut grid: Vec<Vec<TaskSpec>> = vec![Vec::with_capacity(variants.len()); job.tasks.len()];
+    // The job without its tasks, to carry each variant's defaults (the tasks are
+    // expanded from `job.tasks`).
+    let written = std::mem::take(&mut job.tasks);
     let mut vjob = job.clone();
-    vjob.tasks = Vec::new();
+    job.tasks = written;
     for v in &variants {
         cx.picks = v.picks.clone();
         vjob.defaults = v.defaults.clone();

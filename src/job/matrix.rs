@@ -108,6 +108,7 @@ pub(super) struct MatrixError {
 pub(super) fn variants(
     matrix: &BTreeMap<String, Vec<Value>>,
     defaults: &Value,
+    parsed: &TaskFields,
 ) -> Result<Vec<Variant>, Vec<MatrixError>> {
     let mut errors = Vec::new();
     let err = |axis: &str, index: Option<usize>, message: String| MatrixError {
@@ -157,10 +158,8 @@ pub(super) fn variants(
         v => v.clone(),
     };
     if matrix.is_empty() {
-        let defaults = serde_yaml::from_value::<TaskFields>(base)
-            .map_err(|e| vec![err("", None, format!("cannot read `defaults`: {e}"))])?;
         return Ok(vec![Variant {
-            defaults,
+            defaults: parsed.clone(),
             ..Variant::default()
         }]);
     }
@@ -258,7 +257,7 @@ mod tests {
         let m =
             matrix("toolset: [coding, readonly]\nmodel: [claude-sonnet-4-5, claude-haiku-4-5]\n");
         let d: Value = serde_yaml::from_str("model: x\nlimits: { max_turns: 3 }").unwrap();
-        let v = variants(&m, &d).unwrap();
+        let v = variants(&m, &d, &TaskFields::default()).unwrap();
         let labels: Vec<&str> = v.iter().map(|v| v.label.as_str()).collect();
         assert_eq!(
             labels,
@@ -283,7 +282,7 @@ mod tests {
     fn dotted_axes_set_one_field_and_keep_the_others() {
         let m = matrix("limits.max_turns: [2, 8]\n");
         let d: Value = serde_yaml::from_str("limits: { time_limit: 5m }").unwrap();
-        let v = variants(&m, &d).unwrap();
+        let v = variants(&m, &d, &TaskFields::default()).unwrap();
         let l = v[1].defaults.limits.as_ref().unwrap();
         assert_eq!(l.max_turns, Some(8));
         assert!(l.time_limit.is_some());
@@ -318,7 +317,7 @@ mod tests {
     #[test]
     fn slugs_stay_unique_however_the_values_are_spelled() {
         let m = matrix("system: [\"v2\", \"!\", \"?\"]\n");
-        let v = variants(&m, &Value::Null).unwrap();
+        let v = variants(&m, &Value::Null, &TaskFields::default()).unwrap();
         let slugs: Vec<&str> = v.iter().map(|v| v.slug.as_str()).collect();
         let unique: std::collections::BTreeSet<&&str> = slugs.iter().collect();
         assert_eq!(unique.len(), 3, "{slugs:?}");
@@ -327,12 +326,22 @@ mod tests {
     #[test]
     fn bad_axes_and_values_are_named() {
         let d = Value::Null;
-        let e = variants(&matrix("modle: [a]\n"), &d).unwrap_err();
+        let e = variants(&matrix("modle: [a]\n"), &d, &TaskFields::default()).unwrap_err();
         assert_eq!(e[0].axis, "modle");
         assert!(e[0].message.contains("unknown field"), "{e:?}");
-        let e = variants(&matrix("max_tokens: [100, lots]\n"), &d).unwrap_err();
+        let e = variants(
+            &matrix("max_tokens: [100, lots]\n"),
+            &d,
+            &TaskFields::default(),
+        )
+        .unwrap_err();
         assert_eq!((e[0].axis.as_str(), e[0].index), ("max_tokens", Some(1)));
-        let e = variants(&matrix("id: [a]\nmodel: []\ntoolset: [a, a]\n"), &d).unwrap_err();
+        let e = variants(
+            &matrix("id: [a]\nmodel: []\ntoolset: [a, a]\n"),
+            &d,
+            &TaskFields::default(),
+        )
+        .unwrap_err();
         assert_eq!(e.len(), 3, "{e:?}");
     }
 }
