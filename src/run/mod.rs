@@ -208,6 +208,12 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunOutcome, RunError> {
                     "--run-id cannot be combined with --resume: the run keeps its id".into(),
                 ));
             }
+            if !r.dir.join("run.json").is_file() {
+                return Err(RunError::Invalid(format!(
+                    "--resume {}: not a run folder (it has no run.json); give the folder of a run: <out>/<run-id>",
+                    r.dir.display()
+                )));
+            }
             let _lock = lock_run_dir(&r.dir)?;
             let all = selected.clone();
             let resumed = resume::prepare(r, &plan, selected, &resume::header_for(&plan))?;
