@@ -226,10 +226,16 @@ impl State {
     /// written since, so that `tail -f` on a transcript follows a task live without a
     /// write per line.
     fn run(mut self, mut rx: UnboundedReceiver<Event>) -> Loop {
+        // A batch ends when the queue runs dry, or after this many events, so that a
+        // run busy enough never to leave the queue empty still commits often.
+        const MAX_BATCH: usize = 2048;
         while let Some(ev) = rx.blocking_recv() {
             self.record(ev);
-            while let Ok(ev) = rx.try_recv() {
-                self.record(ev);
+            for _ in 1..MAX_BATCH {
+                match rx.try_recv() {
+                    Ok(ev) => self.record(ev),
+                    Err(_) => break,
+                }
             }
             // Group commit: the rows and transcripts of every task that finished in this
             // batch reach the disk before the writer waits for more.
