@@ -233,7 +233,7 @@ async fn run_in(
     let tasks_json = serde_json::value::to_raw_value(&selected)
         .map_err(|e| RunError::Invalid(format!("cannot encode the plan: {e}")))?;
     let (tasks, out_dir) = match &mut resumed {
-        Some(r) => (std::mem::take(&mut r.tasks), r.out_dir.clone()),
+        Some(r) => (std::mem::take(&mut r.tasks), r.out_dir()),
         None => (selected, opts.out_dir.clone()),
     };
     let run_id = match (&resumed, &opts.run_id) {
@@ -337,7 +337,7 @@ async fn run_in(
             resumes.push(json!({
                 "at": now,
                 "agentbatch_version": crate::VERSION,
-                "kept_rows": r.kept,
+                "kept_rows": r.kept(),
                 "superseded_rows": r.superseded,
                 "tasks_to_run": tasks.len(),
                 "spent_before_usd": r.spent_run.normalize().to_string(),
@@ -356,7 +356,7 @@ async fn run_in(
             v
         }
     };
-    let already_done = resumed.as_ref().map_or(0, |r| r.kept);
+    let already_done = resumed.as_ref().map_or(0, |r| r.kept());
     if let Some(r) = &resumed {
         let mut head = run_json.clone();
         head["status"] = json!("running");

@@ -35,11 +35,8 @@ pub struct ResumeOptions {
 /// What the earlier attempts left, ready for the runner.
 pub(super) struct Resumed {
     pub run_id: String,
-    pub out_dir: PathBuf,
     /// The tasks still to run, in plan order.
     pub tasks: Vec<TaskSpec>,
-    /// Rows kept in results.csv.
-    pub kept: usize,
     /// Rows moved to superseded.csv.
     pub superseded: usize,
     /// Money spent by earlier attempts: counted against the run's and teams' caps.
@@ -298,7 +295,6 @@ pub(super) fn prepare(
         .map(str::to_string)
         .or_else(|| dir.file_name().map(|n| n.to_string_lossy().into_owned()))
         .ok_or_else(|| invalid(format!("{}: no run_id", run_json_path.display())))?;
-    let out_dir = dir.parent().map(Path::to_path_buf).unwrap_or_default();
 
     let csv_path = dir.join("results.csv");
     let (rows, head) = read_rows(&csv_path, header)?;
@@ -390,10 +386,8 @@ pub(super) fn prepare(
         .collect();
     Ok(Resumed {
         run_id,
-        out_dir,
         dir: dir.clone(),
         tasks,
-        kept: kept.len(),
         superseded: superseded.len(),
         spent_run,
         spent_teams,
@@ -409,6 +403,16 @@ pub(super) fn prepare(
 }
 
 impl Resumed {
+    /// Rows kept in results.csv.
+    pub(super) fn kept(&self) -> usize {
+        self.changes.kept.len()
+    }
+
+    /// Where the run folder is, as `--out` would name it.
+    pub(super) fn out_dir(&self) -> PathBuf {
+        self.dir.parent().map(Path::to_path_buf).unwrap_or_default()
+    }
+
     /// Sets the folder up for the tasks that run again, after everything that could
     /// fail before the run has been done: run.json first (with this resume's record,
     /// so what killed tasks spent is never forgotten), then superseded.csv, results.csv

@@ -395,15 +395,8 @@ pub fn replayable(sent: &Value) -> Option<SentTurn> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
 
-    #[derive(Default)]
-    struct Map(HashMap<usize, SentTurn>);
-    impl History for Map {
-        fn sent(&self, step: usize) -> Option<std::sync::Arc<SentTurn>> {
-            self.0.get(&step).cloned().map(std::sync::Arc::new)
-        }
-    }
+    use crate::sim::check::TestHistory as Map;
 
     fn req(messages: Value) -> Value {
         json!({"model": "m", "messages": messages})

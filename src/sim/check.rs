@@ -253,19 +253,25 @@ fn check_answer(
     Ok(())
 }
 
+/// Earlier answers held in a map, for the replay checks' unit tests (here and in the
+/// OpenAI protocol modules).
+#[cfg(test)]
+#[derive(Default)]
+pub(super) struct TestHistory(pub std::collections::HashMap<usize, SentTurn>);
+
+#[cfg(test)]
+impl History for TestHistory {
+    fn sent(&self, step: usize) -> Option<std::sync::Arc<SentTurn>> {
+        self.0.get(&step).cloned().map(std::sync::Arc::new)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
-    use std::collections::HashMap;
 
-    #[derive(Default)]
-    struct Map(HashMap<usize, SentTurn>);
-    impl History for Map {
-        fn sent(&self, step: usize) -> Option<std::sync::Arc<SentTurn>> {
-            self.0.get(&step).cloned().map(std::sync::Arc::new)
-        }
-    }
+    use super::TestHistory as Map;
 
     fn req(messages: Value) -> Value {
         json!({"model": "m", "max_tokens": 100, "messages": messages})

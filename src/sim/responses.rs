@@ -410,15 +410,8 @@ pub fn replayable(sent: &Value, request: &Value) -> Option<SentTurn> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
 
-    #[derive(Default)]
-    struct Map(HashMap<usize, SentTurn>);
-    impl History for Map {
-        fn sent(&self, step: usize) -> Option<std::sync::Arc<SentTurn>> {
-            self.0.get(&step).cloned().map(std::sync::Arc::new)
-        }
-    }
+    use crate::sim::check::TestHistory as Map;
 
     fn req(input: Value) -> Value {
         json!({"model": "m", "store": false, "input": input, "max_output_tokens": 100})

@@ -204,3 +204,32 @@ impl Case {
         run::run(plan, opts).await.expect("resume finishes")
     }
 }
+
+impl Case {
+    /// Starts `agentbatch run job.yaml --run-id r --quiet ARGS` in the case's folder,
+    /// stderr captured.
+    pub fn start_run(&self, extra: &[&str]) -> std::process::Child {
+        bin()
+            .args(["run", "job.yaml", "--run-id", "r", "--quiet"])
+            .args(extra)
+            .current_dir(self.dir.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("binary starts")
+    }
+
+    /// Waits until task `key` of run `r` has sent its first request.
+    pub fn wait_for_request(&self, key: &str) {
+        let t = self.path(&format!("reports/r/transcripts/{key}.jsonl"));
+        wait_until(
+            &format!("{key}'s first request"),
+            std::time::Duration::from_secs(20),
+            || {
+                std::fs::read_to_string(&t)
+                    .unwrap_or_default()
+                    .contains("\"request\"")
+            },
+        );
+    }
+}

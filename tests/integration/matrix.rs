@@ -349,21 +349,8 @@ fn sigterm_drains_and_the_grace_period_ends_in_cancellation() {
         "job.yaml",
         &format!("name: x\nconcurrency: 2\ndefaults: {{ model: claude-sonnet-4-5 }}\ntasks:\n  - id: quick\n    prompt: p\n{fast}  - id: stuck\n    prompt: p\n{slow}  - id: waiting\n    prompt: p\n{slow}"),
     );
-    let child = bin()
-        .args([
-            "run", "job.yaml", "--run-id", "r", "--quiet", "--grace", "3s",
-        ])
-        .current_dir(case.dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let t = case.path("reports/r/transcripts/stuck.jsonl");
-    wait_until("the requests", Duration::from_secs(20), || {
-        std::fs::read_to_string(&t)
-            .unwrap_or_default()
-            .contains("\"request\"")
-    });
+    let child = case.start_run(&["--grace", "3s"]);
+    case.wait_for_request("stuck");
     let sent = Instant::now();
     signal(child.id(), "TERM");
     let out = child.wait_with_output().unwrap();
@@ -450,19 +437,9 @@ fn a_run_folder_in_use_cannot_be_resumed() {
         "job.yaml",
         "name: x\ndefaults: { model: claude-sonnet-4-5 }\ntasks:\n  - id: slow\n    prompt: p\n    sim: { latency: 30s, turns: [ { content: [ { text: hi } ] } ] }\n",
     );
-    let mut child = bin()
-        .args(["run", "job.yaml", "--run-id", "r", "--quiet"])
-        .current_dir(case.dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = case.start_run(&[]);
+    case.wait_for_request("slow");
     let t = case.path("reports/r/transcripts/slow.jsonl");
-    wait_until("the request", Duration::from_secs(20), || {
-        std::fs::read_to_string(&t)
-            .unwrap_or_default()
-            .contains("\"request\"")
-    });
     let out = case.agentbatch(&["run", "job.yaml", "--resume", "reports/r", "--quiet"]);
     signal(child.id(), "KILL");
     child.wait().unwrap();
