@@ -27,6 +27,7 @@ use crate::govern::pricing;
 use crate::model::Protocol;
 use crate::sim::script::Script;
 use crate::tools::mcp::{McpServerSpec, Transport};
+use crate::tools::workspace::SourceKind;
 use crate::tools::Registry;
 use crate::tools::{Policy, RunLimits, SandboxConfig};
 
@@ -888,12 +889,19 @@ fn resolve_repo(i: usize, t: &TaskFields, d: &TaskFields, cx: &mut Ctx) -> Optio
         return None;
     };
     let path = cx.dir.join(&repo);
-    if !path.is_dir() {
-        cx.err(&origin(i, repo_on_task, &["repo"]), format!("no folder at {}: repo must be a local git repository or folder, relative to the job file", path.display()));
+    if !path.exists() {
+        cx.err(&origin(i, repo_on_task, &["repo"]), format!("nothing at {}: repo must be a local git repository, git bundle or folder, relative to the job file", path.display()));
         return None;
     }
+    let kind = match SourceKind::of(&path) {
+        Ok(k) => k,
+        Err(e) => {
+            cx.err(&origin(i, repo_on_task, &["repo"]), e);
+            return None;
+        }
+    };
     if let Some((r, on_task)) = &git_ref {
-        if !path.join(".git").exists() {
+        if !kind.is_git() {
             cx.err(
                 &origin(i, *on_task, &["ref"]),
                 format!(

@@ -356,6 +356,14 @@ async fn run_in(
             v
         }
     };
+    // Absolute: workspaces, temp folders and git run in other folders than this one.
+    let task_dir = out_dir.join(&run_id);
+    let task_dir = std::path::absolute(&task_dir).map_err(|source| {
+        RunError::Report(ReportError::Io {
+            path: task_dir.clone(),
+            source,
+        })
+    })?;
     let already_done = resumed.as_ref().map_or(0, |r| r.kept());
     if let Some(r) = &resumed {
         let mut head = run_json.clone();
@@ -380,7 +388,7 @@ async fn run_in(
         registry: opts.registry.clone(),
         sim_base: sim.as_ref().map(|s| s.base_url()),
         run_id: run_id.clone(),
-        work_dir: out_dir.join(&run_id),
+        work_dir: task_dir,
         ledger: ledger.clone(),
         gates,
         cancel: cancel.clone(),

@@ -199,8 +199,16 @@ impl Tool for WriteFile {
             if let Some(parent) = path.parent() {
                 std::fs::create_dir_all(parent)
                     .map_err(|e| format!("cannot create the folders of {p}: {e}"))?;
-                // The new folders must not have led outside (a symlink raced in).
-                resolve(root, &relative(root, parent)).map_err(|e| e.to_string())?;
+                // The new folders must not have led outside (a symlink raced in). The
+                // parent may be the root itself (a file at the top of the repository).
+                let real = parent
+                    .canonicalize()
+                    .map_err(|e| format!("cannot resolve the folder of {p}: {e}"))?;
+                if !real.starts_with(root) {
+                    return Err(format!(
+                        "\"{p}\" resolves outside the workspace (through a symbolic link); only files inside the repository can be written"
+                    ));
+                }
             }
             std::fs::write(&path, content).map_err(|e| format!("cannot write {p}: {e}"))?;
             Ok(format!(
@@ -368,6 +376,44 @@ mod tests {
             .call(json!({"path": "/etc/evil", "content": "x"}), &c)
             .await
             .is_err());
+        // Files at the top of the workspace, new and existing, by every spelling.
+        for (path, content) in [
+            ("newfile.py", "x = 1\n"),
+            (".gitignore", "*.pyc\n"),
+            ("./newfile.py", "x = 2\n"),
+            ("", ""),
+        ] {
+            let r = WriteFile
+                .call(json!({"path": path, "content": content}), &c)
+                .await;
+            if path.is_empty() {
+                assert!(r.unwrap_err().contains("empty"));
+                continue;
+            }
+            assert!(r.is_ok(), "{path}: {r:?}");
+            let name = path.trim_start_matches("./");
+            assert_eq!(std::fs::read_to_string(root.join(name)).unwrap(), content);
+        }
+        let abs = root.join("at_root.txt");
+        WriteFile
+            .call(json!({"path": abs.to_str().unwrap(), "content": "abs"}), &c)
+            .await
+            .unwrap();
+        assert_eq!(std::fs::read_to_string(&abs).unwrap(), "abs");
+        EditFile
+            .call(
+                json!({"path": "newfile.py", "old_string": "x = 2", "new_string": "x = 3"}),
+                &c,
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            ReadFile
+                .call(json!({"path": "newfile.py"}), &c)
+                .await
+                .unwrap(),
+            "x = 3\n"
+        );
         nix::unistd::mkfifo(&root.join("pipe"), nix::sys::stat::Mode::S_IRWXU).unwrap();
         for tool in [&ReadFile as &dyn Tool, &EditFile] {
             let e = tokio::time::timeout(

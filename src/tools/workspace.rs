@@ -1,7 +1,8 @@
-//! Per-task workspaces: a local clone at the requested ref for a git repository, a copy
-//! (made into a fresh git repository) for a plain folder, never the source itself; and
-//! the patch of what the agent changed, as `git diff` against the starting commit (new
-//! and deleted files included, .gitignore honoured).
+//! Per-task workspaces: a local clone at the requested ref for a git repository (a work
+//! tree, a bare repository or a bundle file), a copy (made into a fresh git repository)
+//! for a plain folder, never the source itself; and the patch of what the agent
+//! changed, as `git diff` against the starting commit (new and deleted files included,
+//! .gitignore honoured).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -87,22 +88,93 @@ fn copy_tree(source_root: &Path, from: &Path, dest_root: &Path, to: &Path) -> st
     Ok(())
 }
 
+/// What a task's `repo:` points at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceKind {
+    /// A git work tree (`.git` a folder, or a file as in linked work trees).
+    Repository,
+    /// A bare git repository (`HEAD`, `objects/` and `refs/` at its top).
+    Bare,
+    /// A git bundle file (`git bundle create`), which `git clone` reads like a remote.
+    Bundle,
+    /// Any other folder: copied.
+    Folder,
+}
+
+impl SourceKind {
+    /// Looks at `source` (which must exist) to decide how to make a workspace of it.
+    pub fn of(source: &Path) -> Result<SourceKind, String> {
+        let meta = std::fs::metadata(source)
+            .map_err(|e| format!("cannot read {}: {e}", source.display()))?;
+        if meta.is_file() {
+            return if is_bundle(source) {
+                Ok(SourceKind::Bundle)
+            } else {
+                Err(format!(
+                    "{} is a file but not a git bundle: repo must be a folder, a git repository or a bundle made with `git bundle create`",
+                    source.display()
+                ))
+            };
+        }
+        if !meta.is_dir() {
+            return Err(format!(
+                "{} is neither a folder nor a git bundle",
+                source.display()
+            ));
+        }
+        if source.join(".git").exists() {
+            Ok(SourceKind::Repository)
+        } else if source.join("HEAD").is_file()
+            && source.join("objects").is_dir()
+            && source.join("refs").is_dir()
+        {
+            Ok(SourceKind::Bare)
+        } else {
+            Ok(SourceKind::Folder)
+        }
+    }
+
+    /// Whether a workspace of it is a `git clone` (else a copy).
+    pub fn is_git(self) -> bool {
+        self != SourceKind::Folder
+    }
+}
+
+/// A bundle starts with `# v2 git bundle` or `# v3 git bundle`.
+fn is_bundle(path: &Path) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; 16];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut head))
+        .is_ok()
+        && (head.starts_with(b"# v2 git bundle") || head.starts_with(b"# v3 git bundle"))
+}
+
+/// `path` made absolute against the current folder, without resolving symlinks: git
+/// runs in other folders, so a relative path would point elsewhere.
+fn absolute(path: &Path) -> Result<PathBuf, String> {
+    std::path::absolute(path).map_err(|e| format!("cannot resolve {}: {e}", path.display()))
+}
+
 impl Workspace {
     /// Creates the workspace at `dest` (which must not exist) from `source`, checked out
     /// at `git_ref` for a git repository, with the runner's git directory at `shadow`.
-    /// On failure nothing is left behind. Blocking.
+    /// Relative paths are taken from the current folder. On failure nothing is left
+    /// behind. Blocking.
     pub fn create(
         source: &Path,
         git_ref: Option<&str>,
         dest: &Path,
         shadow: &Path,
     ) -> Result<Workspace, String> {
+        let (dest, shadow) = (absolute(dest)?, absolute(shadow)?);
         if dest.exists() || shadow.exists() {
             return Err(format!("{} already exists", dest.display()));
         }
         let source = source
             .canonicalize()
             .map_err(|e| format!("cannot resolve {}: {e}", source.display()))?;
+        let kind = SourceKind::of(&source)?;
         if let Some(parent) = dest.parent() {
             std::fs::create_dir_all(parent)
                 .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
@@ -117,26 +189,27 @@ impl Workspace {
                 ));
             }
         }
-        let made = Self::make(&source, git_ref, dest, shadow);
+        let made = Self::make(&source, kind, git_ref, &dest, &shadow);
         if made.is_err() {
-            let _ = std::fs::remove_dir_all(dest);
-            let _ = std::fs::remove_dir_all(shadow);
+            let _ = std::fs::remove_dir_all(&dest);
+            let _ = std::fs::remove_dir_all(&shadow);
         }
         made
     }
 
     fn make(
         source: &Path,
+        kind: SourceKind,
         git_ref: Option<&str>,
         dest: &Path,
         shadow: &Path,
     ) -> Result<Workspace, String> {
-        let cloned = source.join(".git").exists();
+        let cloned = kind.is_git();
         let dest_s = dest.to_string_lossy().into_owned();
         if cloned {
             let src = source.to_string_lossy().into_owned();
             git(
-                dest.parent().unwrap_or(Path::new(".")),
+                dest.parent().unwrap_or(Path::new("/")),
                 &["clone", "--quiet", "--no-hardlinks", &src, &dest_s],
             )?;
             if let Some(r) = git_ref {
@@ -428,6 +501,50 @@ mod tests {
             !dir.path().join("d").exists() && !dir.path().join("gd").exists(),
             "a failed workspace is removed"
         );
+        // A bare repository and a bundle are cloned like the work tree, refs included.
+        let bare = dir.path().join("bare.git");
+        git(
+            dir.path(),
+            &[
+                "clone",
+                "--quiet",
+                "--bare",
+                src.to_str().unwrap(),
+                bare.to_str().unwrap(),
+            ],
+        )
+        .unwrap();
+        let bundle = dir.path().join("repo.bundle");
+        git(
+            &src,
+            &["bundle", "create", bundle.to_str().unwrap(), "--all"],
+        )
+        .unwrap();
+        assert_eq!(SourceKind::of(&src).unwrap(), SourceKind::Repository);
+        assert_eq!(SourceKind::of(&bare).unwrap(), SourceKind::Bare);
+        assert_eq!(SourceKind::of(&bundle).unwrap(), SourceKind::Bundle);
+        assert!(
+            SourceKind::of(&src.join("f.txt")).is_err(),
+            "a plain file is no source"
+        );
+        for (n, from) in [bare, bundle].iter().enumerate() {
+            for (r, want) in [(None, "two\n"), (Some("v1"), "one\n")] {
+                let ws = Workspace::create(
+                    from,
+                    r,
+                    &dir.path().join(format!("k{n}{r:?}")),
+                    &dir.path().join(format!("gk{n}{r:?}")),
+                )
+                .unwrap();
+                assert!(ws.cloned);
+                assert_eq!(
+                    std::fs::read_to_string(ws.root.join("f.txt")).unwrap(),
+                    want
+                );
+                std::fs::write(ws.root.join("new.txt"), "x\n").unwrap();
+                assert!(ws.diff().unwrap().contains("+x"));
+            }
+        }
         let inside = Workspace::create(&src, None, &src.join("reports/ws"), &dir.path().join("ge"))
             .unwrap_err();
         assert!(inside.contains("inside the repository"), "{inside}");

@@ -36,34 +36,53 @@ fn tool_results(ran: &Ran, task: &str) -> Vec<Value> {
     ran.events(task, "tool_result")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_example_suite_passes_and_fails_with_patches_and_leaves_sources_untouched() {
+/// The shipped suite through the binary, from another folder and with the default
+/// `--out` (a relative `reports/`): three git repositories (bundles, one at a tag) and
+/// three plain folders, files created at the root and deep.
+#[test]
+fn the_example_suite_passes_and_fails_with_patches_and_leaves_sources_untouched() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let fixtures = root.join("jobs/fixtures/repos");
+    let fixtures = root.join("jobs/fixtures");
     let digest = |d: &Path| -> HashMap<String, u64> {
         std::fs::read_dir(d)
             .unwrap()
             .map(|e| e.unwrap().path())
-            .map(|p| (p.display().to_string(), tree_digest(&p).unwrap()))
+            .map(|p| {
+                let d = if p.is_dir() {
+                    tree_digest(&p).unwrap()
+                } else {
+                    std::fs::read(&p).unwrap().len() as u64
+                };
+                (p.display().to_string(), d)
+            })
             .collect()
     };
-    let before = digest(&fixtures);
+    let before = (
+        digest(&fixtures.join("repos")),
+        digest(&fixtures.join("git")),
+    );
     let case = Case::new();
-    let plan = agentbatch::job::load(
-        &root.join("jobs/repo-fix.yaml"),
-        &agentbatch::tools::Registry::builtin(),
-    )
-    .unwrap();
-    let mut opts = agentbatch::run::RunOptions::new(case.path("reports"));
-    opts.run_id = Some("suite".into());
-    opts.progress = agentbatch::report::ProgressMode::Quiet;
-    let outcome = agentbatch::run::run(plan, opts).await.unwrap();
+    let out = case.agentbatch(&[
+        "run",
+        root.join("jobs/repo-fix.yaml").to_str().unwrap(),
+        "--run-id",
+        "suite",
+        "--quiet",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(
-        digest(&fixtures),
+        (
+            digest(&fixtures.join("repos")),
+            digest(&fixtures.join("git"))
+        ),
         before,
         "a source repository was modified"
     );
-    let dir = outcome.summary.dir;
+    let dir = case.path("reports/suite");
     let rows = read_csv(&dir.join("results.csv"));
     let row = |id: &str| rows.iter().find(|r| r["task_id"] == id).unwrap().clone();
     for id in ["fix-dates", "fix-slugify", "fix-inventory", "fix-csvstats"] {
@@ -76,6 +95,7 @@ async fn the_example_suite_passes_and_fails_with_patches_and_leaves_sources_unto
             "a passing workspace is removed (on_failure)"
         );
         assert!(!dir.join("workspaces").join(id).exists());
+        assert_eq!(r["tool_errors"], "0", "{r:?}");
     }
     for id in ["fix-money", "fix-roman"] {
         let r = row(id);
@@ -91,6 +111,18 @@ async fn the_example_suite_passes_and_fails_with_patches_and_leaves_sources_unto
         assert_eq!(r["patch"], format!("patches/{}.diff", r["task_id"]));
         assert_eq!(r["denied_calls"], "0");
     }
+    let cloned = |id: &str| {
+        let text = std::fs::read_to_string(dir.join(format!("transcripts/{id}.jsonl"))).unwrap();
+        text.lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .find(|e| e["event"] == "workspace")
+            .unwrap()["cloned"]
+            .clone()
+    };
+    for id in ["fix-dates", "fix-slugify", "fix-inventory"] {
+        assert_eq!(cloned(id), true, "{id} works in a clone");
+    }
+    assert_eq!(cloned("fix-csvstats"), false);
     let patch = |id: &str| std::fs::read_to_string(dir.join(format!("patches/{id}.diff"))).unwrap();
     assert!(
         patch("fix-dates").contains("new file mode"),
@@ -101,8 +133,99 @@ async fn the_example_suite_passes_and_fails_with_patches_and_leaves_sources_unto
         "a deleted file is in the patch"
     );
     assert!(patch("fix-slugify").contains("\n-") && patch("fix-slugify").contains("\n+"));
+    assert!(
+        patch("fix-slugify").contains("+++ b/CHANGELOG.md"),
+        "a new file at the root of a git repository"
+    );
+    assert!(
+        patch("fix-csvstats").contains("+++ b/test_blank_cells.py"),
+        "a new file at the root of a folder"
+    );
     assert_eq!(patch("fix-roman"), "", "no change, empty patch");
     assert!(!patch("fix-dates").contains("__pycache__"));
+}
+
+/// Every bundle of the example suite holds exactly its folder: a change to one without
+/// rerunning jobs/fixtures/make-bundles.sh would make the suite test other code.
+#[test]
+fn the_git_fixtures_match_their_folders() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("jobs/fixtures");
+    let case = Case::new();
+    let mut seen = 0;
+    for e in std::fs::read_dir(root.join("git")).unwrap() {
+        let bundle = e.unwrap().path();
+        let name = bundle.file_stem().unwrap().to_str().unwrap().to_string();
+        let clone = case.path(&name);
+        let ok = Command::new("git")
+            .args(["clone", "-q", "--branch", "v1"])
+            .arg(&bundle)
+            .arg(&clone)
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(ok.success(), "git clone {}", bundle.display());
+        std::fs::remove_dir_all(clone.join(".git")).unwrap();
+        assert_eq!(
+            tree_digest(&clone).unwrap(),
+            tree_digest(&root.join("repos").join(&name)).unwrap(),
+            "{} differs from repos/{name}: run jobs/fixtures/make-bundles.sh",
+            bundle.display()
+        );
+        seen += 1;
+    }
+    assert_eq!(seen, 3);
+}
+
+/// A git repository with a relative `--out` (the clone once landed under
+/// `<out>/<run>/workspaces/<out>/<run>/...`), and a plain folder the same way.
+#[test]
+fn git_and_folder_repositories_work_with_relative_output_folders() {
+    let case = Case::new();
+    let src = fixture(&case, "calc");
+    let git = |args: &[&str]| {
+        let ok = Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+            .args(args)
+            .current_dir(&src)
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(ok.success(), "git {args:?}");
+    };
+    git(&["init", "-q", "-b", "main"]);
+    git(&["add", "-A"]);
+    git(&["commit", "-qm", "v1"]);
+    fixture(&case, "plain");
+    let turns = "        - content: [ { tool_use: { name: edit_file, input: { path: calc.py, old_string: 'a - b', new_string: 'a + b' } } } ]\n        - content: [ { tool_use: { name: write_file, input: { path: NEWS, content: fixed } } } ]\n";
+    let one = job("", "", turns);
+    let yaml = format!(
+        "{one}  - id: p\n    repo: plain\n    prompt: fix it\n    sim:\n      turns:\n{turns}        - content: [ {{ text: done }} ]\n"
+    );
+    case.write("job.yaml", &yaml);
+    for (n, out) in [None, Some("reports"), Some("./x/../out"), Some("out2/")]
+        .into_iter()
+        .enumerate()
+    {
+        let run_id = format!("r{n}");
+        let mut args = vec!["run", "job.yaml", "--run-id", &run_id, "--quiet"];
+        args.extend(out.iter().flat_map(|o| ["--out", *o]));
+        let done = case.agentbatch(&args);
+        assert!(
+            done.status.success(),
+            "{}",
+            String::from_utf8_lossy(&done.stderr)
+        );
+        let dir = case.path(out.unwrap_or("reports")).join(&run_id);
+        let rows = read_csv(&dir.join("results.csv"));
+        assert_eq!(rows.len(), 2);
+        for r in &rows {
+            assert_eq!(r["outcome"], "pass", "--out {out:?}: {r:?}");
+            let patch = std::fs::read_to_string(dir.join(format!("patches/{}.diff", r["task_id"])))
+                .unwrap();
+            assert!(patch.contains("+++ b/NEWS"), "{patch}");
+        }
+        assert!(!dir.join("workspaces").exists(), "no stray clone is left");
+    }
 }
 
 #[tokio::test]
@@ -539,7 +662,8 @@ fn repo_settings_are_checked_before_anything_runs() {
         ("name: v\ntoolsets:\n  c: { tools: [bash], policy: { deny: ['bash(git push*'] } }\ndefaults: { model: m, sim: { turns: [ { content: [ { text: x } ] } ] } }\ntasks:\n  - { id: a, prompt: p, repo: calc, toolset: c }\n", "toolsets.c.policy.deny[0]"),
         ("name: v\ndefaults: { model: m, sim: { turns: [ { content: [ { text: x } ] } ] } }\ntasks:\n  - { id: a, prompt: p, repo: calc, env: { ANTHROPIC_API_KEY: x } }\n", "API key variable"),
         ("name: v\ndefaults: { model: m, sim: { turns: [ { content: [ { text: x } ] } ] } }\ntasks:\n  - { id: a, prompt: p, repo: calc, ref: main }\n", "needs a git repository"),
-        ("name: v\ndefaults: { model: m, sim: { turns: [ { content: [ { text: x } ] } ] } }\ntasks:\n  - { id: a, prompt: p, repo: missing }\n", "no folder at"),
+        ("name: v\ndefaults: { model: m, sim: { turns: [ { content: [ { text: x } ] } ] } }\ntasks:\n  - { id: a, prompt: p, repo: missing }\n", "nothing at"),
+        ("name: v\ndefaults: { model: m, sim: { turns: [ { content: [ { text: x } ] } ] } }\ntasks:\n  - { id: a, prompt: p, repo: calc/calc.py }\n", "not a git bundle"),
         ("name: v\ndefaults: { model: m, sim: { turns: [ { content: [ { text: x } ] } ] } }\ntasks:\n  - { id: a, prompt: p, check: 'true' }\n", "give the task a `repo`"),
         ("name: v\ndefaults: { model: m, sim: { turns: [ { content: [ { text: x } ] } ] } }\ntasks:\n  - { id: a, prompt: p, repo: calc, tools: [bash], toolset: coding }\n", "either `tools` or `toolset`"),
     ];
