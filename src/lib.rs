@@ -18,6 +18,7 @@ pub mod resources;
 pub mod run;
 pub mod sim;
 pub mod stats;
+pub mod text;
 pub mod tools;
 
 /// The version recorded in run.json and sent as the user agent.

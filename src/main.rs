@@ -18,6 +18,7 @@ use agentbatch::job::{self, JobError, Plan, RateLimits};
 use agentbatch::report::ProgressMode;
 use agentbatch::run::{self, RunError, RunOptions};
 use agentbatch::sim::Sim;
+use agentbatch::text::clip_quotes;
 use agentbatch::tools::Registry;
 
 #[derive(Parser)]
@@ -302,7 +303,7 @@ fn report_error(cmd: &str, r: anyhow::Result<()>) -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("agentbatch {cmd}: {e:#}");
+            eprintln!("agentbatch {cmd}: {}", clip_quotes(&format!("{e:#}")));
             ExitCode::from(1)
         }
     }
@@ -363,11 +364,14 @@ async fn run_cmd(job: PathBuf, args: RunArgs) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(RunError::Invalid(msg)) => {
-            eprintln!("agentbatch: {msg}");
+            eprintln!("agentbatch: {}", clip_quotes(&msg));
             ExitCode::from(2)
         }
         Err(e) => {
-            eprintln!("agentbatch: the run failed: {e}");
+            eprintln!(
+                "agentbatch: the run failed: {}",
+                clip_quotes(&e.to_string())
+            );
             ExitCode::from(1)
         }
     }

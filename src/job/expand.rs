@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
+use super::bounds;
 use super::locate::{locate, path_string, Seg};
 use super::matrix;
 use super::schema::{
@@ -21,7 +22,7 @@ use super::spec::{
     ToolsetSpec,
 };
 use super::values::HumanDuration;
-use super::{yaml_diagnostic, Diagnostic, JobError};
+use super::{Diagnostic, JobError};
 use crate::govern::budget::Limits;
 use crate::govern::pricing;
 use crate::model::Protocol;
@@ -167,6 +168,20 @@ pub(super) fn expand(
     if epochs == 0 {
         cx.err(&[key("epochs")], "must be at least 1");
     }
+    if let Err(e) = bounds::plan_size(job.tasks.len(), variants.len(), u64::from(epochs)) {
+        // Nothing is expanded: the plan alone would not fit in memory.
+        let at = if epochs > 1 {
+            "epochs"
+        } else if variants.len() > 1 {
+            "matrix"
+        } else {
+            "tasks"
+        };
+        cx.err(&[key(at)], e);
+        return Err(JobError {
+            diagnostics: cx.diags,
+        });
+    }
     let mut seen: HashMap<String, usize> = HashMap::new();
     for (i, t) in job.tasks.iter().enumerate() {
         let raw_task = raw
@@ -258,6 +273,13 @@ pub(super) fn expand(
             }
         }
     }
+    let ledger_path = job.ledger.as_ref().map(|p| cx.dir.join(p));
+    if let Some(problem) = ledger_path
+        .as_deref()
+        .and_then(crate::govern::store::not_a_ledger_file)
+    {
+        cx.err(&[key("ledger")], problem);
+    }
     if !cx.diags.is_empty() {
         cx.diags
             .sort_by_key(|d| (d.line.unwrap_or(usize::MAX), d.column.unwrap_or(0)));
@@ -265,7 +287,6 @@ pub(super) fn expand(
             diagnostics: cx.diags,
         });
     }
-    let ledger_path = job.ledger.as_ref().map(|p| cx.dir.join(p));
     Ok(Plan {
         name: job.name.clone(),
         file: path.to_path_buf(),
@@ -763,7 +784,8 @@ fn resolve_mcp(f: &ToolsetFields, here: &[Seg], cx: &mut Ctx) -> Vec<Arc<McpServ
 /// shared with them.
 fn read_mcp_config(path: &Path) -> Result<Vec<(String, McpServerFields)>, String> {
     let shown = path.display();
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {shown}: {e}"))?;
+    let text = super::source::read_text(path, super::source::MAX_MCP_CONFIG, "the file")
+        .map_err(|e| format!("{shown}: {e}"))?;
     let doc: Value =
         serde_json::from_str(&text).map_err(|e| format!("{shown} is not valid JSON: {e}"))?;
     let servers = doc
@@ -989,10 +1011,20 @@ fn expand_task(
             cx.err(&here, "the task has no `id`");
             String::new()
         }
+        Some(id) if id.len() > MAX_ID => {
+            cx.err(
+                &origin(i, true, &["id"]),
+                format!(
+                    "the task id is {} characters long: at most {MAX_ID} (it names report files)",
+                    id.len()
+                ),
+            );
+            String::new()
+        }
         Some(id) if !valid_id(id) => {
             cx.err(
                 &origin(i, true, &["id"]),
-                format!("invalid task id \"{id}\": use letters, digits, '.', '_' and '-' (it names report files)"),
+                format!("invalid task id \"{id}\": use letters, digits, '.', '_' and '-', not starting with '.' (it names report files)"),
             );
             String::new()
         }
@@ -1443,9 +1475,13 @@ fn check_thinking(th: &ThinkingFields, max_tokens: u32) -> Result<Option<u32>, S
     }
 }
 
+/// The longest task id; with a matrix and epochs the name of its files may grow, up to
+/// `matrix::MAX_KEY`.
+const MAX_ID: usize = 200;
+
 fn valid_id(id: &str) -> bool {
     !id.is_empty()
-        && id.len() <= 200
+        && id.len() <= MAX_ID
         && !id.starts_with('.')
         && id
             .bytes()
@@ -1470,10 +1506,7 @@ fn load_script(src: &SimSource, at: &[Seg], cx: &mut Ctx) -> Option<Arc<Script>>
             let script = match loaded {
                 Ok(s) => Some(Arc::new(s)),
                 Err(ScriptError::Missing(e)) => {
-                    cx.err(
-                        at,
-                        format!("cannot read simulator script {}: {e}", full.display()),
-                    );
+                    cx.err(at, format!("simulator script {}: {e}", full.display()));
                     None
                 }
                 Err(ScriptError::Invalid(d)) => {
@@ -1488,15 +1521,16 @@ fn load_script(src: &SimSource, at: &[Seg], cx: &mut Ctx) -> Option<Arc<Script>>
 }
 
 enum ScriptError {
-    Missing(std::io::Error),
+    Missing(String),
     Invalid(Diagnostic),
 }
 
 fn read_script(path: &Path) -> Result<Script, ScriptError> {
-    let text = std::fs::read_to_string(path).map_err(ScriptError::Missing)?;
+    let text = super::source::read_text(path, super::source::MAX_JOB_FILE, "the file")
+        .map_err(ScriptError::Missing)?;
     let file = path.display().to_string();
-    let script: Script = serde_yaml::from_str(&text)
-        .map_err(|e| ScriptError::Invalid(yaml_diagnostic(&file, &e)))?;
+    let script: Script = super::parse_yaml(&file, &text)
+        .map_err(|mut e| ScriptError::Invalid(e.diagnostics.swap_remove(0)))?;
     script.check().map_err(|message| {
         ScriptError::Invalid(Diagnostic {
             file,
@@ -1516,7 +1550,7 @@ pub fn load_script_file(path: &Path) -> Result<Script, JobError> {
                 file: path.display().to_string(),
                 line: None,
                 column: None,
-                message: format!("cannot read simulator script: {io}"),
+                message: format!("simulator script: {io}"),
             }],
         },
         ScriptError::Invalid(d) => JobError {
@@ -1533,9 +1567,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("job.yaml");
         std::fs::write(&p, text).unwrap();
-        let job: JobFile = serde_yaml::from_str(text).map_err(|e| JobError {
-            diagnostics: vec![yaml_diagnostic("job.yaml", &e)],
-        })?;
+        let job: JobFile = super::super::parse_yaml("job.yaml", text)?;
         expand(job, text, &p, &Registry::builtin())
     }
 

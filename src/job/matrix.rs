@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use serde_yaml::{Mapping, Value};
 
+use super::bounds;
 use super::schema::TaskFields;
 
 /// One combination of axis values.
@@ -164,7 +165,22 @@ pub(super) fn variants(
         }]);
     }
     let axes: Vec<(&String, &Vec<Value>)> = matrix.iter().collect();
-    let total: usize = axes.iter().map(|(_, v)| v.len()).product();
+    let total = axes
+        .iter()
+        .try_fold(1usize, |n, (_, v)| n.checked_mul(v.len()))
+        .filter(|n| *n as u64 <= bounds::VARIANTS);
+    let Some(total) = total else {
+        let sizes: Vec<String> = axes.iter().map(|(_, v)| v.len().to_string()).collect();
+        return Err(vec![err(
+            axes[0].0,
+            None,
+            format!(
+                "the matrix has {} combinations: at most {} variants in one job",
+                sizes.join(" x "),
+                bounds::VARIANTS
+            ),
+        )]);
+    };
     let mut out = Vec::with_capacity(total);
     // An axis value that does not fit its field is reported once, not once per variant.
     let mut bad: BTreeMap<(String, usize), String> = BTreeMap::new();
@@ -220,18 +236,26 @@ pub(super) fn variants(
             .collect());
     }
     // Slugs name files: make them unique.
-    for i in 0..out.len() {
-        let base = out[i].slug.clone();
+    let mut taken = std::collections::HashSet::new();
+    for (i, v) in out.iter_mut().enumerate() {
+        let base = v.slug.clone();
         let mut n = i + 1;
-        while out[i].slug.is_empty() || out[..i].iter().any(|o| o.slug == out[i].slug) {
-            out[i].slug = format!("{base}-v{n}").trim_start_matches('-').to_string();
+        while v.slug.is_empty() || taken.contains(&v.slug) {
+            v.slug = format!("{base}-v{n}").trim_start_matches('-').to_string();
             n += 1;
         }
+        taken.insert(v.slug.clone());
     }
     Ok(out)
 }
 
-/// The run's unique name for one task in one variant and epoch.
+/// The longest key of a task run. Keys name files (`transcripts/<key>.jsonl.tryN`,
+/// `workspaces/<key>`), and a file name has at most 255 bytes on Linux filesystems.
+pub(super) const MAX_KEY: usize = 200;
+
+/// The run's unique name for one task in one variant and epoch. A name over [`MAX_KEY`]
+/// keeps its start and ends in a digest of the whole name, so it stays unique and is the
+/// same on every run (resume finds its files again).
 pub(super) fn instance_key(task: &str, variant: &Variant, epoch: u32, epochs: u32) -> String {
     let mut key = task.to_string();
     if !variant.slug.is_empty() {
@@ -241,7 +265,24 @@ pub(super) fn instance_key(task: &str, variant: &Variant, epoch: u32, epochs: u3
     if epochs > 1 {
         key.push_str(&format!("--e{epoch}"));
     }
+    if key.len() <= MAX_KEY {
+        return key;
+    }
+    let digest = format!("-{:016x}", fnv1a(key.as_bytes()));
+    let mut cut = MAX_KEY - digest.len();
+    while !key.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    key.truncate(cut);
+    key.push_str(&digest);
     key
+}
+
+/// FNV-1a: a digest that, unlike std's hasher, is the same in every build.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 #[cfg(test)]
@@ -276,6 +317,21 @@ mod tests {
             "t1--claude-haiku-4-5-readonly--e2"
         );
         assert_eq!(instance_key("t1", &Variant::default(), 1, 1), "t1");
+        let long = Variant {
+            slug: "v".repeat(300),
+            ..Variant::default()
+        };
+        let id = "i".repeat(200);
+        let a = instance_key(&id, &long, 1, 10);
+        let b = instance_key(&id, &long, 2, 10);
+        assert_eq!(a.len(), MAX_KEY);
+        assert_ne!(a, b, "the digest keeps long keys apart");
+        assert_eq!(a, instance_key(&id, &long, 1, 10), "and stable");
+        assert_eq!(
+            fnv1a(b"agentbatch"),
+            0x1e61_73df_10d2_7192,
+            "FNV-1a, the same in every build"
+        );
     }
 
     #[test]

@@ -2,11 +2,13 @@
 //! spending, and expand into a [`Plan`] of fully resolved tasks. Every error names the
 //! file, line and column, and the field.
 
+pub mod bounds;
 mod describe;
 mod expand;
 pub mod locate;
 mod matrix;
 pub mod schema;
+pub mod source;
 mod spec;
 pub mod values;
 
@@ -33,11 +35,14 @@ pub struct Diagnostic {
 }
 
 impl fmt::Display for Diagnostic {
+    /// Long values quoted in the message are cut (a 20 MB scalar, a file that is not a
+    /// job file), so one line stays one readable line.
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        let message = crate::text::clip_quotes(&self.message);
         match (self.line, self.column) {
-            (Some(l), Some(c)) => write!(f, "{}:{l}:{c}: {}", self.file, self.message),
-            (Some(l), None) => write!(f, "{}:{l}: {}", self.file, self.message),
-            _ => write!(f, "{}: {}", self.file, self.message),
+            (Some(l), Some(c)) => write!(f, "{}:{l}:{c}: {message}", self.file),
+            (Some(l), None) => write!(f, "{}:{l}: {message}", self.file),
+            _ => write!(f, "{}: {message}", self.file),
         }
     }
 }
@@ -102,10 +107,40 @@ pub(crate) fn yaml_diagnostic(file: &str, e: &serde_yaml::Error) -> Diagnostic {
 /// against.
 pub fn load(path: &Path, registry: &Registry) -> Result<Plan, JobError> {
     let file = path.display().to_string();
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| JobError::one(&file, None, None, format!("cannot read the job file: {e}")))?;
-    let job: schema::JobFile = serde_yaml::from_str(&text).map_err(|e| JobError {
-        diagnostics: vec![yaml_diagnostic(&file, &e)],
-    })?;
+    let text = source::read_text(path, source::MAX_JOB_FILE, "the job file")
+        .map_err(|e| JobError::one(&file, None, None, e))?;
+    let job: schema::JobFile = parse_yaml(&file, &text)?;
     expand::expand(job, &text, path, registry)
+}
+
+/// Parses a YAML document into `T`, refusing a key written twice in any map first:
+/// serde lets the last one win silently for maps, so a second `teams.platform` with a
+/// bigger cap would raise the cap without a word.
+pub(crate) fn parse_yaml<T: serde::de::DeserializeOwned>(
+    file: &str,
+    text: &str,
+) -> Result<T, JobError> {
+    if let Some(d) = locate::duplicate_key(text) {
+        let (line, column) = d.at.map_or((None, None), |(l, c)| (Some(l), Some(c)));
+        let name = match d.path.last() {
+            Some(locate::Seg::Key(k)) => k.clone(),
+            _ => String::new(),
+        };
+        let first = d
+            .first_line
+            .map(|l| format!(" (first at line {l})"))
+            .unwrap_or_default();
+        return Err(JobError::one(
+            file,
+            line,
+            column,
+            format!(
+                "{}: duplicate key \"{name}\"{first}; each key may appear once in a map: remove or rename one",
+                locate::path_string(&d.path)
+            ),
+        ));
+    }
+    serde_yaml::from_str(text).map_err(|e| JobError {
+        diagnostics: vec![yaml_diagnostic(file, &e)],
+    })
 }

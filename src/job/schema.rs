@@ -7,6 +7,7 @@ use std::fmt;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
+use super::bounds::{self, at_most};
 use super::values::{HumanDuration, Money};
 use crate::model::Protocol;
 use crate::sim::script::Script;
@@ -17,7 +18,7 @@ use crate::sim::script::Script;
 pub struct JobFile {
     pub name: String,
     /// Tasks in flight at once.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "at_most::<_, _, { bounds::CONCURRENCY }>")]
     pub concurrency: Option<usize>,
     /// Settings every task inherits unless it sets its own.
     #[serde(default)]
@@ -47,7 +48,11 @@ pub struct JobFile {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub matrix: BTreeMap<String, Vec<serde_yaml::Value>>,
     /// How many times each task runs per variant (default 1).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "at_most::<_, _, { bounds::EPOCHS }>"
+    )]
     pub epochs: Option<u32>,
     pub tasks: Vec<TaskFields>,
 }
@@ -131,7 +136,11 @@ pub struct BashFields {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<HumanDuration>,
     /// Bytes of output the model sees (default 30000; head and tail are kept).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "at_most::<_, _, { bounds::BASH_OUTPUT }>"
+    )]
     pub max_output: Option<usize>,
 }
 
@@ -167,13 +176,29 @@ pub struct TeamFields {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cap: Option<PeriodCapFields>,
     /// Tasks of this team in flight at once.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "at_most::<_, _, { bounds::CONCURRENCY }>"
+    )]
     pub concurrency: Option<usize>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "at_most::<_, _, { bounds::RPM }>"
+    )]
     pub rpm: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "at_most::<_, _, { bounds::TPM }>"
+    )]
     pub itpm: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "at_most::<_, _, { bounds::TPM }>"
+    )]
     pub otpm: Option<u32>,
     /// How much of the rate may be used at once (default 1s worth).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -201,11 +226,23 @@ pub enum Period {
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServerLimitFields {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "at_most::<_, _, { bounds::RPM }>"
+    )]
     pub rpm: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "at_most::<_, _, { bounds::TPM }>"
+    )]
     pub itpm: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "at_most::<_, _, { bounds::TPM }>"
+    )]
     pub otpm: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub burst: Option<HumanDuration>,
@@ -227,7 +264,11 @@ pub struct TaskFields {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
     /// Per request; the cost and token budgets may shrink it further.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "at_most::<_, _, { bounds::TOKENS_PER_REQUEST }>"
+    )]
     pub max_tokens: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system: Option<String>,
@@ -271,7 +312,11 @@ pub struct TaskFields {
     pub temperature: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub top_p: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "at_most::<_, _, { bounds::TOKENS_PER_REQUEST }>"
+    )]
     pub top_k: Option<u32>,
     /// Extended thinking, sent as given (`{type: enabled, budget_tokens: N}` or
     /// `{type: adaptive}`); Anthropic only.
@@ -287,21 +332,37 @@ pub struct TaskFields {
 #[serde(deny_unknown_fields)]
 pub struct LimitFields {
     /// Model requests per task.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "at_most::<_, _, { bounds::TURNS }>"
+    )]
     pub max_turns: Option<u32>,
     /// Wall clock for the whole task, tool runs included.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_limit: Option<HumanDuration>,
     /// Summed over the task's requests.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "at_most::<_, _, { bounds::TOKEN_BUDGET }>"
+    )]
     pub max_input_tokens: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "at_most::<_, _, { bounds::TOKEN_BUDGET }>"
+    )]
     pub max_output_tokens: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_cost_usd: Option<Money>,
     /// The smallest max_tokens worth sending when a budget shrinks a request; below it
     /// the task stops instead.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "at_most::<_, _, { bounds::TOKENS_PER_REQUEST }>"
+    )]
     pub min_max_tokens: Option<u32>,
     /// Send the last request the turn, time or cost budget allows with tools off and a
     /// note asking the model to finish and summarize.
@@ -347,18 +408,38 @@ pub struct ProviderFields {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<HumanDuration>,
     /// Retries of a retryable failure (5xx, 529, connection errors) per request.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "at_most::<_, _, { bounds::RETRIES }>"
+    )]
     pub max_retries: Option<u32>,
     /// Retries of a 429 per request (the whole provider pauses on one).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "at_most::<_, _, { bounds::RETRIES }>"
+    )]
     pub max_rate_limit_retries: Option<u32>,
     /// Requests, input tokens and output tokens per minute for all tasks on this
     /// provider together.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "at_most::<_, _, { bounds::RPM }>"
+    )]
     pub rpm: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "at_most::<_, _, { bounds::TPM }>"
+    )]
     pub itpm: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "at_most::<_, _, { bounds::TPM }>"
+    )]
     pub otpm: Option<u32>,
     /// How much of the rate may be used at once (default 1s worth).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -392,6 +473,7 @@ pub struct PriceFields {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct LongContextFields {
+    #[serde(deserialize_with = "bounds::required_at_most::<_, _, { bounds::TOKEN_BUDGET }>")]
     pub above_tokens: u64,
     pub input: Money,
     pub output: Money,
@@ -445,7 +527,11 @@ pub struct ReasoningFields {
 pub struct ThinkingFields {
     #[serde(rename = "type")]
     pub kind: ThinkingKind,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "at_most::<_, _, { bounds::TOKENS_PER_REQUEST }>"
+    )]
     pub budget_tokens: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub display: Option<String>,

@@ -130,10 +130,14 @@ fn select_tasks(plan: &Plan, only: &[String]) -> Result<Vec<TaskSpec>, RunError>
     Ok(picked)
 }
 
+/// The longest run id: it names a folder, next to the timestamp of a default id.
+const MAX_RUN_ID: usize = 128;
+
 fn default_run_id(plan: &Plan) -> String {
     let name: String = plan
         .name
         .chars()
+        .take(64)
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
                 c
@@ -188,6 +192,7 @@ fn lock_run_dir(dir: &std::path::Path) -> Result<RunLock, RunError> {
 
 fn valid_run_id(id: &str) -> bool {
     !id.is_empty()
+        && id.len() <= MAX_RUN_ID
         && !id.starts_with('.')
         && id
             .bytes()
@@ -200,6 +205,12 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunOutcome, RunError> {
     let concurrency = opts.concurrency.unwrap_or(plan.concurrency);
     if concurrency == 0 {
         return Err(RunError::Invalid("--concurrency must be at least 1".into()));
+    }
+    if concurrency as u64 > crate::job::bounds::CONCURRENCY {
+        return Err(RunError::Invalid(format!(
+            "--concurrency {concurrency} is too large: at most {}",
+            crate::job::bounds::CONCURRENCY
+        )));
     }
     match &opts.resume {
         Some(r) => {
@@ -241,7 +252,7 @@ async fn run_in(
         (None, id) => match id {
             Some(id) if !valid_run_id(id) => {
                 return Err(RunError::Invalid(format!(
-                    "--run-id \"{id}\": use letters, digits, '.', '_' and '-' (it names a folder)"
+                    "--run-id \"{id}\": use at most {MAX_RUN_ID} letters, digits, '.', '_' and '-' (it names a folder)"
                 )))
             }
             Some(id) => id.clone(),
@@ -264,6 +275,20 @@ async fn run_in(
             out_dir.join(&run_id).display()
         )));
     }
+    // Opened before the run folder is made: a ledger that cannot be opened leaves
+    // nothing behind.
+    let store: Option<Arc<dyn CapStore>> = if plan.teams.values().any(|t| t.cap.is_some()) {
+        let path = opts
+            .ledger
+            .clone()
+            .or_else(|| plan.ledger_path.clone())
+            .unwrap_or_else(|| out_dir.join("ledger.sqlite"));
+        Some(Arc::new(
+            SqliteStore::open(&path).map_err(RunError::Ledger)?,
+        ))
+    } else {
+        None
+    };
     // A resumed run's folder is locked by the caller, before it is changed.
     let _lock = match resumed {
         None => Some(lock_run_dir(&out_dir.join(&run_id))?),
@@ -297,18 +322,6 @@ async fn run_in(
         }
     }
 
-    let store: Option<Arc<dyn CapStore>> = if plan.teams.values().any(|t| t.cap.is_some()) {
-        let path = opts
-            .ledger
-            .clone()
-            .or_else(|| plan.ledger_path.clone())
-            .unwrap_or_else(|| out_dir.join("ledger.sqlite"));
-        Some(Arc::new(
-            SqliteStore::open(&path).map_err(RunError::Ledger)?,
-        ))
-    } else {
-        None
-    };
     let ledger = Arc::new(Ledger::new(&plan, &run_id, store));
     if let Some(r) = &resumed {
         ledger.carry_over(r.spent_run, &r.spent_teams);

@@ -68,7 +68,7 @@ fn broken_job_files_exit_2_naming_file_line_column_and_field() {
     assert_invalid(
         &case,
         "name: x\ndefaults: { model: m }\ntasks:\n  - id: a\n    prompt: p\n    sim: scripts/missing.yaml\n",
-        &["job.yaml:6:10: tasks[0].sim: cannot read simulator script", "missing.yaml"],
+        &["job.yaml:6:10: tasks[0].sim: simulator script", "missing.yaml", "cannot read"],
     );
     case.write(
         "scripts/bad.yaml",

@@ -8,6 +8,7 @@ mod compare;
 mod conformance;
 mod faults;
 mod govern;
+mod hostile;
 mod limits;
 mod load;
 mod matrix;
