@@ -44,14 +44,7 @@ const FOUND: &str = "agentbatch-locate-found";
 
 /// 1-based (line, column) of the node at `path`, or of its deepest existing ancestor.
 pub fn locate(text: &str, path: &[Seg]) -> Option<(usize, usize)> {
-    locate_nth(text, path, 0)
-}
-
-/// Like [`locate`], with the path's last key matched at its `nth` occurrence in its map
-/// (0: the first).
-
-fn locate_nth(text: &str, path: &[Seg], nth: usize) -> Option<(usize, usize)> {
-    locate_in(text, path, nth, false)
+    locate_in(text, path, 0, false)
 }
 
 /// The position of the key that ends `path` (not of its value), at its `nth`
