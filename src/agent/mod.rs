@@ -97,6 +97,7 @@ fn endpoint(spec: &TaskSpec, sim_base: Option<&str>, run_id: &str) -> Result<End
         anthropic_version: p.anthropic_version.clone(),
         max_tokens_field: p.max_tokens_field.clone(),
         timeout: p.timeout,
+        max_response_bytes: p.max_response_bytes,
     })
 }
 
@@ -468,6 +469,14 @@ fn hint(e: &ModelError, spec: &TaskSpec) -> Option<String> {
         }
         HttpError::Timeout(_) => format!(
             "raise providers.{}.timeout or lower max_tokens",
+            spec.provider.name
+        ),
+        HttpError::Redirect { .. } => format!(
+            "set providers.{}.base_url to the address the provider redirects to, if you trust it",
+            spec.provider.name
+        ),
+        HttpError::TooLarge { .. } => format!(
+            "an endless or oversized answer from the provider or a proxy; raise providers.{}.max_response_bytes if answers this large are expected",
             spec.provider.name
         ),
         _ => return None,

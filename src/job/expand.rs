@@ -43,6 +43,9 @@ const NO_SAMPLING_VERSION: &str = "2026-10-21";
 /// Largest max_tokens the SDKs allow without streaming (PROTOCOLS.md A12).
 const MAX_NON_STREAMING_TOKENS: u32 = 21_333;
 const DEFAULT_RATE_LIMIT_RETRIES: u32 = 8;
+/// The default `max_response_bytes`: far above any real answer (a 128k-token answer with
+/// its JSON framing is well under 2 MB), far below what would hurt the runner.
+const DEFAULT_RESPONSE_BYTES: u64 = 64 << 20;
 
 struct Ctx<'a> {
     file: String,
@@ -367,6 +370,7 @@ fn resolve_providers(job: &JobFile, cx: &mut Ctx) -> BTreeMap<String, Arc<Provid
         let ProviderFields {
             anthropic_version,
             timeout,
+            max_response_bytes,
             max_retries,
             max_rate_limit_retries,
             api_key_env,
@@ -457,6 +461,16 @@ fn resolve_providers(job: &JobFile, cx: &mut Ctx) -> BTreeMap<String, Arc<Provid
             None if on_openai => "max_completion_tokens",
             None => "max_tokens",
         };
+        if let Some(b) = max_response_bytes.filter(|b| b.0 > bounds::RESPONSE_BYTES) {
+            cx.err(
+                &at("max_response_bytes"),
+                format!(
+                    "{} bytes is too large: at most {}",
+                    b.0,
+                    bounds::RESPONSE_BYTES
+                ),
+            );
+        }
         let default_key_env = (kind == ProviderKind::Api).then(|| protocol.default_key_env());
         out.insert(
             name.to_string(),
@@ -477,6 +491,7 @@ fn resolve_providers(job: &JobFile, cx: &mut Ctx) -> BTreeMap<String, Arc<Provid
                     None => Some(true),
                 },
                 timeout: timeout.map_or(Duration::from_secs(600), |d| d.0),
+                max_response_bytes: max_response_bytes.map_or(DEFAULT_RESPONSE_BYTES, |b| b.0),
                 max_retries: max_retries.unwrap_or(2),
                 max_rate_limit_retries: max_rate_limit_retries
                     .unwrap_or(DEFAULT_RATE_LIMIT_RETRIES),

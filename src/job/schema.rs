@@ -8,7 +8,7 @@ use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
 use super::bounds::{self, at_most};
-use super::values::{HumanDuration, Money};
+use super::values::{ByteSize, HumanDuration, Money};
 use crate::model::Protocol;
 use crate::sim::script::Script;
 
@@ -407,6 +407,10 @@ pub struct ProviderFields {
     /// Per HTTP request (the task's time_limit still applies).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<HumanDuration>,
+    /// The largest response body read (default 64MiB); a longer one is abandoned, counted
+    /// at its worst case, and ends the task with `provider_error`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_response_bytes: Option<ByteSize>,
     /// Retries of a retryable failure (5xx, 529, connection errors) per request.
     #[serde(
         default,

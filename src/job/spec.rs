@@ -72,6 +72,8 @@ pub struct ProviderSpec {
     pub parallel_tool_calls: Option<bool>,
     #[serde(serialize_with = "human")]
     pub timeout: Duration,
+    /// The largest response body read; a longer one ends the task (`provider_error`).
+    pub max_response_bytes: u64,
     /// Retries of 408/409/5xx/529 and connection errors per request.
     pub max_retries: u32,
     /// Retries of 429s per request.

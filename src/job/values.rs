@@ -69,6 +69,73 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// A number of bytes: a whole number, or one with a unit (`64MB`, `512KiB`, `1GiB`;
+/// KB, MB and GB are powers of 1000, KiB, MiB and GiB of 1024).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ByteSize(pub u64);
+
+/// The units a size may be written in, longest first so that `KiB` is not read as `K`.
+const SIZE_UNITS: [(&str, u64); 8] = [
+    ("KiB", 1 << 10),
+    ("MiB", 1 << 20),
+    ("GiB", 1 << 30),
+    ("KB", 1_000),
+    ("MB", 1_000_000),
+    ("GB", 1_000_000_000),
+    ("B", 1),
+    ("", 1),
+];
+
+/// Parses `64MB`, `512 KiB`, `1048576`; zero is refused.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let unit = t[digits..].trim();
+    let bad = || {
+        format!("invalid size \"{s}\": write a number of bytes, or one with a unit such as \"64MB\" or \"512KiB\"")
+    };
+    let n: u64 = t[..digits].parse().map_err(|_| bad())?;
+    let (_, mult) = SIZE_UNITS
+        .iter()
+        .find(|(u, _)| u.eq_ignore_ascii_case(unit))
+        .ok_or_else(bad)?;
+    let bytes = n.checked_mul(*mult).ok_or_else(bad)?;
+    if bytes == 0 {
+        return Err(format!("invalid size \"{s}\": must be more than zero"));
+    }
+    Ok(bytes)
+}
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = ByteSize;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a size such as 1048576, \"64MB\" or \"512KiB\"")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<ByteSize, E> {
+                parse_size(s).map(ByteSize).map_err(E::custom)
+            }
+            fn visit_u64<E: de::Error>(self, n: u64) -> Result<ByteSize, E> {
+                parse_size(&n.to_string()).map(ByteSize).map_err(E::custom)
+            }
+            fn visit_i64<E: de::Error>(self, n: i64) -> Result<ByteSize, E> {
+                Err(E::custom(format!(
+                    "invalid size {n}: must be more than zero"
+                )))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl Serialize for ByteSize {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(self.0)
+    }
+}
+
 /// An amount of US dollars. YAML numbers are read through their shortest decimal
 /// spelling so that `1.10` is exactly 1.10, never 1.100000000000000088.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
@@ -186,6 +253,31 @@ mod tests {
         assert!(e.contains("invalid duration"), "{e}");
         assert!(serde_yaml::from_str::<D>("d: 0s").is_err());
         assert!(serde_yaml::from_str::<D>("d: 580000000000y").is_err());
+    }
+
+    #[test]
+    fn sizes_take_units() {
+        for (text, bytes) in [
+            ("1048576", 1_048_576),
+            ("64MB", 64_000_000),
+            ("64 MiB", 64 << 20),
+            ("512kib", 512 << 10),
+            ("2GB", 2_000_000_000),
+            ("10B", 10),
+        ] {
+            assert_eq!(parse_size(text), Ok(bytes), "{text}");
+        }
+        for bad in [
+            "",
+            "0",
+            "MB",
+            "1.5MB",
+            "-1",
+            "12 parsecs",
+            "99999999999999999999GiB",
+        ] {
+            assert!(parse_size(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

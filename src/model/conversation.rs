@@ -9,7 +9,7 @@ use reqwest::{Client, Url};
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
-use super::http::post_once;
+use super::http::{post_once, Post};
 use super::{
     anthropic, chat, responses, ModelError, Parsed, Protocol, SendError, ToolResult, Turn, Usage,
     WireError,
@@ -38,6 +38,8 @@ pub struct Endpoint {
     pub max_tokens_field: String,
     /// Per attempt, body included.
     pub timeout: Duration,
+    /// The largest response body read (`max_response_bytes`).
+    pub max_response_bytes: u64,
 }
 
 impl Endpoint {
@@ -273,15 +275,14 @@ impl Conversation {
         }
         log.emit("request", ev);
         self.logged = self.history.len();
-        let reply = post_once(
-            &self.client,
-            &self.endpoint.url,
-            &self.headers,
-            body,
-            self.endpoint.timeout,
-        )
-        .await
-        .map_err(SendError::from)?;
+        let post = Post {
+            client: &self.client,
+            url: &self.endpoint.url,
+            headers: &self.headers,
+            timeout: self.endpoint.timeout,
+            max_body: self.endpoint.max_response_bytes,
+        };
+        let reply = post_once(&post, body).await.map_err(SendError::from)?;
         let failed = |error: ModelError, retryable: bool| SendError {
             error,
             retryable,
@@ -448,6 +449,7 @@ mod tests {
             anthropic_version: "2023-06-01".into(),
             max_tokens_field: "max_tokens".into(),
             timeout: Duration::from_secs(1),
+            max_response_bytes: 1 << 20,
         };
         let params = Params {
             model: "m".into(),

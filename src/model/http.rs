@@ -12,14 +12,21 @@ use serde_json::Value;
 
 use crate::govern::backoff::{parse_retry_after, status_is_retryable};
 
-/// Builds the HTTP client a run shares (one connection pool for all its tasks).
+/// Builds the HTTP client a run shares (one connection pool for all its tasks). It
+/// follows no redirect: reqwest strips `Authorization` on a redirect to another origin
+/// but not `x-api-key`, and no provider API redirects its endpoints, so a redirect is
+/// reported (with its Location) instead of carrying a key elsewhere.
 pub fn client() -> reqwest::Result<Client> {
     Client::builder()
         .user_agent(concat!("agentbatch/", env!("CARGO_PKG_VERSION")))
         .connect_timeout(Duration::from_secs(5))
         .tcp_keepalive(Duration::from_secs(60))
+        .redirect(reqwest::redirect::Policy::none())
         .build()
 }
+
+/// The most of an error (non-2xx) body read: enough for any provider's error message.
+const MAX_ERROR_BODY: usize = 64 * 1024;
 
 /// A successful (2xx) reply.
 #[derive(Debug)]
@@ -143,6 +150,10 @@ pub enum HttpError {
     Transport(String),
     #[error("no answer within the provider timeout of {}", humantime::format_duration(*.0))]
     Timeout(Duration),
+    #[error("HTTP {status}: the provider redirects to {location}; redirects are not followed (the API key would go with them)")]
+    Redirect { status: u16, location: String },
+    #[error("the response body passed {limit} bytes (max_response_bytes) and was abandoned")]
+    TooLarge { limit: u64 },
 }
 
 fn rid(request_id: &Option<String>) -> String {
@@ -172,16 +183,22 @@ impl Failure {
     }
 }
 
-/// POSTs `body` to `url` once.
-pub async fn post_once(
-    client: &Client,
-    url: &Url,
-    headers: &HeaderMap,
-    body: Vec<u8>,
-    timeout: Duration,
-) -> Result<Reply, Failure> {
+/// One POST: where, with what, and how much time and answer it may take.
+pub struct Post<'a> {
+    pub client: &'a Client,
+    pub url: &'a Url,
+    pub headers: &'a HeaderMap,
+    /// Per attempt, body included.
+    pub timeout: Duration,
+    /// The largest answer body read; a longer one is abandoned (an endless body would
+    /// otherwise grow memory until the whole run dies).
+    pub max_body: u64,
+}
+
+/// POSTs `body` once.
+pub async fn post_once(post: &Post<'_>, body: Vec<u8>) -> Result<Reply, Failure> {
     let started = Instant::now();
-    let (body, request_id, rate) = once(client, url, headers, body, timeout).await?;
+    let (body, request_id, rate) = once(post, body).await?;
     Ok(Reply {
         body,
         request_id,
@@ -191,12 +208,10 @@ pub async fn post_once(
 }
 
 async fn once(
-    client: &Client,
-    url: &Url,
-    headers: &HeaderMap,
+    post: &Post<'_>,
     body: Vec<u8>,
-    timeout: Duration,
 ) -> Result<(Vec<u8>, Option<String>, RateHeaders), Failure> {
+    let timeout = post.timeout;
     let transport = |e: reqwest::Error| {
         let error = if e.is_timeout() {
             HttpError::Timeout(timeout)
@@ -212,9 +227,10 @@ async fn once(
             rate: RateHeaders::default(),
         }
     };
-    let resp = client
-        .post(url.clone())
-        .headers(headers.clone())
+    let mut resp = post
+        .client
+        .post(post.url.clone())
+        .headers(post.headers.clone())
         .timeout(timeout)
         .body(body)
         .send()
@@ -238,9 +254,51 @@ async fn once(
         header("retry-after").as_deref(),
     );
     let rate = RateHeaders::read(h);
-    let bytes = resp.bytes().await.map_err(transport)?;
-    if (200..300).contains(&status) {
-        return Ok((bytes.to_vec(), request_id, rate));
+    if (300..400).contains(&status) {
+        let location = header("location").unwrap_or_else(|| "(no Location header)".into());
+        return Err(Failure {
+            error: HttpError::Redirect {
+                status,
+                location: crate::text::prefix(&location, 200),
+            },
+            retryable: false,
+            server_wait: None,
+            maybe_billed: false,
+            rate,
+        });
+    }
+    let success = (200..300).contains(&status);
+    let limit = if success {
+        post.max_body
+    } else {
+        MAX_ERROR_BODY as u64
+    };
+    // An answer that is too large may still have been generated, and billed.
+    let too_large = || Failure {
+        error: HttpError::TooLarge { limit },
+        retryable: false,
+        server_wait: None,
+        maybe_billed: true,
+        rate: rate.clone(),
+    };
+    if success && resp.content_length().is_some_and(|n| n > limit) {
+        return Err(too_large());
+    }
+    let mut bytes: Vec<u8> = Vec::new();
+    while let Some(chunk) = resp.chunk().await.map_err(transport)? {
+        if (bytes.len() + chunk.len()) as u64 > limit {
+            if success {
+                return Err(too_large());
+            }
+            // An error body is only quoted: its start is enough.
+            let room = (limit as usize).saturating_sub(bytes.len());
+            bytes.extend_from_slice(&chunk[..room.min(chunk.len())]);
+            break;
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    if success {
+        return Ok((bytes, request_id, rate));
     }
     let (error_type, message) = error_body(&bytes);
     // OpenAI's quota 429 (no credit, a spend limit) never recovers by waiting.
@@ -286,7 +344,7 @@ fn error_body(bytes: &[u8]) -> (String, String) {
                 .unwrap_or("unknown_error")
         };
         match e["message"].as_str() {
-            Some(m) => return (t.to_string(), m.to_string()),
+            Some(m) => return (t.to_string(), crate::text::prefix(m, 1_000)),
             None if quota => return (t.to_string(), quoted()),
             None => {}
         }

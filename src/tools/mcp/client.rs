@@ -167,7 +167,13 @@ impl McpServer {
                 let cfg = StreamableHttpClientTransportConfig::with_uri(url.clone())
                     .custom_headers(map)
                     .reinit_on_expired_session(true);
-                let transport = StreamableHttpClientTransport::from_config(cfg);
+                // No redirects: the custom headers may carry credentials, and reqwest
+                // forwards them to whatever origin a redirect names.
+                let client = reqwest::Client::builder()
+                    .redirect(reqwest::redirect::Policy::none())
+                    .build()
+                    .map_err(|e| format!("cannot build an HTTP client: {e}"))?;
+                let transport = StreamableHttpClientTransport::with_client(client, cfg);
                 let served = tokio::time::timeout(timeout, handler.serve(transport)).await;
                 let service = match served {
                     Ok(Ok(s)) => s,
