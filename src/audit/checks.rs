@@ -229,7 +229,7 @@ fn check_segment(out: &mut Out, w: &Walked, seg: &Segment) {
                 ProblemKind::MalformedCall,
                 Severity::Warning,
                 seg.line,
-                "the call came without an id; the runner gave it this one".into(),
+                "the call came without an id, or with the id of an earlier call of the response; the runner gave it this one".into(),
             );
         }
         if let Some(n) = dup.get(id) {

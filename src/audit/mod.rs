@@ -237,10 +237,17 @@ pub enum AuditError {
 
 /// Audits the transcript at `path`.
 pub fn audit_file(path: &Path) -> Result<AuditReport, AuditError> {
-    let bytes = std::fs::read(path).map_err(|source| AuditError::Read {
+    let read = |source| AuditError::Read {
         path: path.to_path_buf(),
         source,
-    })?;
+    };
+    // A device or a pipe would be read forever.
+    if !std::fs::metadata(path).map_err(read)?.is_file() {
+        return Err(read(std::io::Error::other(
+            "not a regular file: give the path of a transcript (<run>/transcripts/<task>.jsonl)",
+        )));
+    }
+    let bytes = std::fs::read(path).map_err(read)?;
     audit_bytes(&bytes).map_err(|line| AuditError::Line {
         path: path.to_path_buf(),
         line,

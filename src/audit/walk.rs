@@ -228,24 +228,29 @@ fn calls_of(protocol: Protocol, body: &Value, turn: u32) -> Vec<Call> {
                 args: openai_args(i.get("arguments")),
             })
             .collect(),
-        Protocol::OpenaiChat => body
-            .pointer("/choices/0/message/tool_calls")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .enumerate()
-            .map(|(i, tc)| {
-                let own = str_of(tc, "id").map(str::to_string);
-                let f = tc.get("function").unwrap_or(&Value::Null);
-                Call {
-                    id_made_up: own.is_none(),
-                    // chat.rs names an id-less call after its turn and position.
-                    id: Some(own.unwrap_or_else(|| format!("call_agentbatch_{turn}_{i}"))),
-                    name: str_of(f, "name").map(str::to_string),
-                    args: openai_args(f.get("arguments")),
-                }
-            })
-            .collect(),
+        Protocol::OpenaiChat => {
+            let listed: Vec<&Value> = body
+                .pointer("/choices/0/message/tool_calls")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .collect();
+            // The adapter names an id-less or repeated call after its turn and position.
+            let ids = crate::model::chat::call_ids(listed.iter().map(|tc| str_of(tc, "id")), turn);
+            listed
+                .into_iter()
+                .zip(ids)
+                .map(|(tc, (id, made_up))| {
+                    let f = tc.get("function").unwrap_or(&Value::Null);
+                    Call {
+                        id_made_up: made_up,
+                        id: Some(id),
+                        name: str_of(f, "name").map(str::to_string),
+                        args: openai_args(f.get("arguments")),
+                    }
+                })
+                .collect()
+        }
     }
 }
 

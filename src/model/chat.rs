@@ -118,6 +118,20 @@ pub(super) fn results(results: &[ToolResult]) -> Vec<Value> {
 /// Reads a chat completion. Whether tools are wanted is decided by the presence of
 /// `tool_calls`, not by `finish_reason` (compatible servers often say `stop`).
 /// `turn` makes up ids for calls that came without one.
+/// The id each call of an answer goes by, and whether the runner made it up: a call
+/// without an id, or with the id of an earlier call of the same answer (their results
+/// could not be told apart), is named `call_agentbatch_<turn>_<position>`. The audit
+/// names calls by the same rule.
+pub fn call_ids<'a>(own: impl Iterator<Item = Option<&'a str>>, turn: u32) -> Vec<(String, bool)> {
+    let mut seen = std::collections::HashSet::new();
+    own.enumerate()
+        .map(|(i, id)| match id {
+            Some(id) if !id.is_empty() && seen.insert(id) => (id.to_string(), false),
+            _ => (format!("call_agentbatch_{turn}_{i}"), true),
+        })
+        .collect()
+}
+
 pub(super) fn parse(raw: &Value, turn: u32) -> Result<Parsed, WireError> {
     let obj = raw.as_object().ok_or("the body is not a JSON object")?;
     let choice = obj
@@ -140,21 +154,21 @@ pub(super) fn parse(raw: &Value, turn: u32) -> Result<Parsed, WireError> {
     };
     let mut calls = Vec::new();
     let mut kept_calls = Vec::new();
-    for (i, tc) in message
+    let listed: Vec<&Value> = message
         .get("tool_calls")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
-        .enumerate()
-    {
+        .collect();
+    let ids = call_ids(
+        listed.iter().map(|tc| tc.get("id").and_then(Value::as_str)),
+        turn,
+    );
+    for (tc, (id, _)) in listed.into_iter().zip(ids) {
         // A call without a function name still gets an answer (an error result the
         // model can correct), rather than failing the whole turn.
         let f = tc.get("function").unwrap_or(&Value::Null);
         let name = f.get("name").and_then(Value::as_str).unwrap_or_default();
-        let id = match tc.get("id").and_then(Value::as_str) {
-            Some(id) if !id.is_empty() => id.to_string(),
-            _ => format!("call_agentbatch_{turn}_{i}"),
-        };
         let (input, mut input_error) = parse_arguments(f.get("arguments"));
         if name.is_empty() {
             input_error = Some("the tool call names no function".into());

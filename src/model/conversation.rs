@@ -105,6 +105,9 @@ pub struct Conversation {
     last_prompt_tokens: Option<u64>,
     /// Bytes of history appended since the last answered request.
     bytes_since: u64,
+    /// Every tool-call id of the history (Anthropic and Responses refuse a conversation
+    /// that has one twice).
+    call_ids: std::collections::HashSet<String>,
 }
 
 /// The request body of `protocol` for a history (values, or entries already encoded).
@@ -164,6 +167,7 @@ impl Conversation {
             logged: 0,
             last_prompt_tokens: None,
             bytes_since: 0,
+            call_ids: Default::default(),
         })
     }
 
@@ -362,6 +366,17 @@ impl Conversation {
             output_tokens: (reply.body.len() as u64).min(u64::from(max_tokens)),
             ..Usage::default()
         });
+        if let Some(id) = self.repeated_call_id(&calls) {
+            // Answered and billed, but the next request would be refused: end here.
+            return Err(SendError {
+                usage: Some(usage),
+                ..malformed(format!(
+                    "the model gave two tool calls the id \"{}\"; the API refuses a conversation with a tool-call id twice, so the task cannot go on",
+                    crate::text::prefix(&id, 100)
+                ))
+            });
+        }
+        self.call_ids.extend(calls.iter().map(|c| c.id.clone()));
         // A replayed turn can count for more tokens than its bytes (hidden reasoning is
         // billed in full); its output count bounds that.
         self.bytes_since = answer_bytes.max(usage.output_tokens);
@@ -378,6 +393,21 @@ impl Conversation {
             rate: reply.rate,
             usage_estimated,
         })
+    }
+
+    /// A tool-call id of `calls` that the answer or the history already has. Chat
+    /// Completions is exempt: its adapter renames a repeat within an answer, and
+    /// compatible servers that number calls per turn (`call_0` every time) accept
+    /// their own ids again in later turns.
+    fn repeated_call_id(&self, calls: &[super::ToolCall]) -> Option<String> {
+        if self.endpoint.protocol == Protocol::OpenaiChat {
+            return None;
+        }
+        let mut seen = std::collections::HashSet::new();
+        calls
+            .iter()
+            .find(|c| self.call_ids.contains(&c.id) || !seen.insert(c.id.as_str()))
+            .map(|c| c.id.clone())
     }
 
     /// Adds a note from the harness after the last user input (after any tool results,

@@ -179,19 +179,21 @@ pub fn check_request(body: &Value, history: &dyn History) -> Result<(), String> 
                 check_answered(i, m, &msgs[i + 1..])?;
                 if let Some(sent) = history.sent(step) {
                     let mut replay = normalized(m);
-                    // A call the simulator sent without an id got its id from the client.
+                    // A call the simulator sent without an id, or with the id of an
+                    // earlier call, got its id from the client.
                     let sent_calls = sent.content["calls"]
                         .as_array()
                         .cloned()
                         .unwrap_or_default();
-                    for (c, s) in replay["calls"]
+                    for (j, (c, s)) in replay["calls"]
                         .as_array_mut()
                         .into_iter()
                         .flatten()
                         .zip(&sent_calls)
+                        .enumerate()
                     {
-                        if s[0].is_null() {
-                            c[0] = Value::Null;
+                        if s[0].is_null() || sent_calls[..j].iter().any(|e| e[0] == s[0]) {
+                            c[0] = s[0].clone();
                         }
                     }
                     if replay["content"] != sent.content["content"]

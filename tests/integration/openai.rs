@@ -411,3 +411,100 @@ async fn three_protocols_in_one_job_each_cost_from_their_own_usage_shape() {
         assert_eq!(num(&row, "usage_estimated_turns"), 0, "{task}");
     }
 }
+
+/// Duplicate tool-call ids from the model were once answered twice under one id and the
+/// task completed, although the API would refuse the next request. Anthropic and
+/// Responses end the task with a provider error (billed at its usage, nothing run);
+/// Chat Completions renames the repeat, as it names id-less calls, and goes on.
+#[tokio::test]
+async fn duplicate_tool_call_ids_never_reach_the_next_request() {
+    let twice = |id: &str| {
+        format!("[ {{ tool_use: {{ name: get_time, input: {{}}, id: {id} }} }}, {{ tool_use: {{ name: get_time, input: {{ timezone: UTC }}, id: {id} }} }} ]")
+    };
+    let mut tasks = String::new();
+    for (provider, model) in [
+        ("sim", "claude-sonnet-4-5"),
+        ("sim-responses", "gpt-5.4"),
+        ("sim-chat", "gpt-5.4"),
+    ] {
+        tasks.push_str(&format!(
+            "  - id: same-{provider}\n    prompt: p\n    provider: {provider}\n    model: {model}\n    sim: {{ turns: [ {{ content: {} }}, {{ content: [ {{ text: done }} ] }} ] }}\n",
+            twice("dup_1")
+        ));
+        // An id the history already has, from an earlier turn.
+        tasks.push_str(&format!(
+            "  - id: again-{provider}\n    prompt: p\n    provider: {provider}\n    model: {model}\n    sim: {{ turns: [ {{ content: [ {{ tool_use: {{ name: get_time, input: {{}}, id: dup_2 }} }} ] }}, {{ content: [ {{ tool_use: {{ name: get_time, input: {{}}, id: dup_2 }} }} ] }}, {{ content: [ {{ text: done }} ] }} ] }}\n"
+        ));
+    }
+    let case = Case::new();
+    let ran = case
+        .run(&job("", &tasks).replacen("name: test\n", &format!("name: test\n{PROVIDERS}"), 1))
+        .await;
+    for provider in ["sim", "sim-responses"] {
+        for (task, turns, ran_calls) in [
+            (format!("same-{provider}"), 1, 0),
+            (format!("again-{provider}"), 2, 1),
+        ] {
+            let row = ran.row(&task);
+            assert_eq!(row["stop_reason"], "provider_error", "{task}: {row:?}");
+            assert!(
+                row["stop_detail"].contains("two tool calls the id \"dup_"),
+                "{task}: {}",
+                row["stop_detail"]
+            );
+            assert_eq!(num(&row, "turns"), turns, "{task}");
+            assert_eq!(
+                num(&row, "tool_calls"),
+                ran_calls,
+                "{task}: nothing of the broken answer runs"
+            );
+            assert_eq!(
+                ran.requests(&task).len(),
+                turns as usize,
+                "{task}: no request after it"
+            );
+            assert_eq!(
+                ran.events(&task, "settle").len(),
+                turns as usize,
+                "{task}: billed at its usage"
+            );
+        }
+    }
+    for task in ["same-sim-chat", "again-sim-chat"] {
+        let row = ran.row(task);
+        assert_eq!(row["stop_reason"], "completed", "{task}: {row:?}");
+        for body in ok_requests(&ran, task).iter().skip(1) {
+            let msgs = body["messages"].as_array().unwrap();
+            for (i, m) in msgs.iter().enumerate() {
+                let Some(calls) = m["tool_calls"].as_array() else {
+                    continue;
+                };
+                let ids: Vec<&str> = calls.iter().map(|c| c["id"].as_str().unwrap()).collect();
+                let mut unique = ids.clone();
+                unique.dedup();
+                assert_eq!(
+                    unique.len(),
+                    ids.len(),
+                    "{task}: ids in one message: {ids:?}"
+                );
+                let answered: Vec<&str> = msgs[i + 1..i + 1 + ids.len()]
+                    .iter()
+                    .map(|t| t["tool_call_id"].as_str().unwrap())
+                    .collect();
+                assert_eq!(answered, ids, "{task}: one tool message per call, in order");
+            }
+        }
+    }
+    assert_eq!(num(&ran.row("same-sim-chat"), "tool_calls"), 2);
+    for row in ran.rows() {
+        let text = std::fs::read_to_string(ran.dir.join(&row["transcript"])).unwrap();
+        let report = agentbatch::audit::audit_lines(&text).unwrap();
+        assert_eq!(
+            report.violations(),
+            0,
+            "{}: {}",
+            row["task_id"],
+            report.render()
+        );
+    }
+}
