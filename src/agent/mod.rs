@@ -246,7 +246,7 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
     let (check, patch, kept, sandbox_level) = match &spec.repo {
         Some(repo) => {
             let patch = repo::patch(&prepared, &log).await;
-            let check = repo::check(repo, &prepared, &stop, &log, &env.cancel).await;
+            let check = repo::check(spec, repo, &prepared, &stop, &log, &env.cancel).await;
             let level = prepared
                 .sandbox
                 .as_ref()

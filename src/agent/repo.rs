@@ -13,7 +13,7 @@ use crate::job::schema::KeepWorkspaces;
 use crate::job::{RepoSpec, TaskSpec};
 use crate::report::TaskLog;
 use crate::tools::workspace::Workspace;
-use crate::tools::{RunLimits, Sandbox};
+use crate::tools::{Reach, RunLimits, Sandbox};
 
 /// Output of setup and check kept in the transcript.
 const COMMAND_OUTPUT: usize = 20_000;
@@ -102,7 +102,7 @@ pub async fn prepare(
             timeout: repo.setup_timeout,
             max_output: COMMAND_OUTPUT,
         };
-        match sandbox.run(setup, limits, cancel, true).await {
+        match sandbox.run(setup, limits, cancel, Reach::SETUP).await {
             Ok(out) => {
                 log.emit(
                     "setup",
@@ -167,6 +167,7 @@ pub struct CheckResult {
 /// Runs the check in the workspace, whatever the stop reason, unless the task never ran
 /// or the run is being cancelled (then there is no verdict).
 pub async fn check(
+    spec: &TaskSpec,
     repo: &RepoSpec,
     p: &Prepared,
     stop: &Stop,
@@ -182,7 +183,17 @@ pub async fn check(
         timeout: repo.check_timeout,
         max_output: COMMAND_OUTPUT,
     };
-    match sandbox.run(command, limits, cancel, true).await {
+    // The check runs over what the agent wrote: by default with no more power than
+    // the agent had.
+    let reach = if repo.check_sandbox {
+        Reach {
+            network: spec.sandbox.network,
+            distrust_git: true,
+        }
+    } else {
+        Reach::SETUP
+    };
+    match sandbox.run(command, limits, cancel, reach).await {
         Ok(out) if out.cancelled => {
             log.emit(
                 "check",
@@ -193,7 +204,7 @@ pub async fn check(
         Ok(out) => {
             log.emit(
                 "check",
-                json!({"command": command, "exit_code": out.exit_code, "timed_out": out.timed_out, "ms": out.ms, "passed": out.success(), "output": out.output}),
+                json!({"command": command, "exit_code": out.exit_code, "timed_out": out.timed_out, "ms": out.ms, "passed": out.success(), "sandboxed": repo.check_sandbox, "network": reach.network, "output": out.output}),
             );
             Some(CheckResult {
                 passed: out.success(),

@@ -914,8 +914,14 @@ fn resolve_repo(i: usize, t: &TaskFields, d: &TaskFields, cx: &mut Ctx) -> Optio
     let git_ref = pick(|x| x.git_ref.clone());
     let setup = pick(|x| x.setup.clone());
     let check = pick(|x| x.check.clone());
+    let check_sandbox = pick(|x| x.check_sandbox.map(|b| b.to_string()));
     let Some((repo, repo_on_task)) = repo else {
-        for (field, v) in [("check", &check), ("setup", &setup), ("ref", &git_ref)] {
+        for (field, v) in [
+            ("check", &check),
+            ("setup", &setup),
+            ("ref", &git_ref),
+            ("check_sandbox", &check_sandbox),
+        ] {
             if let Some((_, on_task)) = v {
                 cx.err(
                     &origin(i, *on_task, &[field]),
@@ -966,6 +972,7 @@ fn resolve_repo(i: usize, t: &TaskFields, d: &TaskFields, cx: &mut Ctx) -> Optio
         setup_timeout: dur(|x| x.setup_timeout),
         check: check.map(|(c, _)| c),
         check_timeout: dur(|x| x.check_timeout),
+        check_sandbox: t.check_sandbox.or(d.check_sandbox).unwrap_or(true),
         keep_workspaces: t
             .keep_workspaces
             .or(d.keep_workspaces)

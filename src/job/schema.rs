@@ -294,6 +294,11 @@ pub struct TaskFields {
     pub check: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub check_timeout: Option<HumanDuration>,
+    /// Run `check` under the task's confinement (default true): the same network rule
+    /// as `bash`, and git that runs no hook or fsmonitor from what the agent wrote.
+    /// `false` runs it like `setup`, with the network: only for checks that need it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check_sandbox: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keep_workspaces: Option<KeepWorkspaces>,
     /// Variables added to the scrubbed environment of the task's commands.

@@ -119,6 +119,8 @@ pub struct RepoSpec {
     pub check: Option<String>,
     #[serde(serialize_with = "human")]
     pub check_timeout: Duration,
+    /// The check runs confined like the agent's bash (else like setup, networked).
+    pub check_sandbox: bool,
     pub keep_workspaces: KeepWorkspaces,
 }
 

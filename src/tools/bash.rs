@@ -5,7 +5,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use serde_json::{json, Value};
 
-use super::{Tool, ToolContext};
+use super::{Reach, Tool, ToolContext};
 
 pub struct Bash;
 
@@ -47,7 +47,15 @@ impl Tool for Bash {
                 .as_ref()
                 .ok_or("bash needs a workspace, and this task has no repo")?;
             let out = sandbox
-                .run(command, ctx.bash, &ctx.cancel, ctx.network)
+                .run(
+                    command,
+                    ctx.bash,
+                    &ctx.cancel,
+                    Reach {
+                        network: ctx.network,
+                        distrust_git: false,
+                    },
+                )
                 .await?;
             let text = format!("[{}]\n{}", out.status(ctx.bash.timeout), out.output);
             if out.success() {

@@ -27,7 +27,7 @@ pub use files::{EditFile, ReadFile, WriteFile};
 pub use get_time::GetTime;
 pub use mcp::McpServer;
 pub use policy::{Policy, Verdict};
-pub use sandbox::{RunLimits, Sandbox, SandboxConfig};
+pub use sandbox::{Reach, RunLimits, Sandbox, SandboxConfig};
 pub use search::{Grep, ListFiles};
 
 use crate::model::{ToolCall, ToolResult};

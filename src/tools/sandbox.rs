@@ -45,6 +45,39 @@ pub struct RunLimits {
     pub max_output: usize,
 }
 
+/// How much a command may do besides writing its workspace (Landlock applies to every
+/// command a sandbox runs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reach {
+    /// May reach the network (else it gets an empty network namespace, where the
+    /// machine allows one).
+    pub network: bool,
+    /// Runs over files the agent wrote: any git it calls reads no system configuration
+    /// and runs no hook and no fsmonitor command from the workspace's `.git/config`.
+    pub distrust_git: bool,
+}
+
+impl Reach {
+    /// Before the agent has written anything (setup): the network, git as configured.
+    pub const SETUP: Reach = Reach {
+        network: true,
+        distrust_git: false,
+    };
+}
+
+/// Git settings in the environment, which take precedence over every configuration
+/// file: what an agent writes into `.git/config` (`core.fsmonitor = "curl ..."`, a
+/// hooks path) must not run when the check calls `git status`.
+const DISTRUSTED_GIT: [(&str, &str); 7] = [
+    ("GIT_CONFIG_NOSYSTEM", "1"),
+    ("GIT_CONFIG_COUNT", "2"),
+    ("GIT_CONFIG_KEY_0", "core.fsmonitor"),
+    ("GIT_CONFIG_VALUE_0", "false"),
+    ("GIT_CONFIG_KEY_1", "core.hooksPath"),
+    ("GIT_CONFIG_VALUE_1", "/dev/null"),
+    ("GIT_TERMINAL_PROMPT", "0"),
+];
+
 /// What a command did.
 #[derive(Debug, Clone)]
 pub struct CommandOutput {
@@ -378,16 +411,16 @@ impl Sandbox {
         &self.env
     }
 
-    /// Runs `command` with `bash -c` in the workspace. `network` false keeps it off the
-    /// network even when the task allows it for `bash` (setup and check may need it, so
-    /// callers choose).
+    /// Runs `command` with `bash -c` in the workspace, as far as `reach` lets it (the
+    /// agent's bash, setup and check differ).
     pub async fn run(
         &self,
         command: &str,
         limits: RunLimits,
         cancel: &CancellationToken,
-        network: bool,
+        reach: Reach,
     ) -> Result<CommandOutput, String> {
+        let network = reach.network;
         let started = Instant::now();
         let (reader, writer) = io::pipe().map_err(|e| format!("cannot create a pipe: {e}"))?;
         let shell = if Path::new("/bin/bash").exists() {
@@ -400,7 +433,13 @@ impl Sandbox {
             .arg(command)
             .current_dir(&self.workspace)
             .env_clear()
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .envs(
+                DISTRUSTED_GIT
+                    .iter()
+                    .filter(|_| reach.distrust_git)
+                    .copied(),
+            )
             .stdin(Stdio::null())
             .stdout(
                 writer
@@ -648,7 +687,7 @@ mod tests {
         };
         let none = CancellationToken::new();
         let out = sb
-            .run("echo hi; echo err >&2; exit 3", limits, &none, true)
+            .run("echo hi; echo err >&2; exit 3", limits, &none, Reach::SETUP)
             .await
             .unwrap();
         assert_eq!(out.exit_code, Some(3));
@@ -657,7 +696,11 @@ mod tests {
             "{}",
             out.output
         );
-        let env_out = sb.run("env", limits, &none, true).await.unwrap().output;
+        let env_out = sb
+            .run("env", limits, &none, Reach::SETUP)
+            .await
+            .unwrap()
+            .output;
         assert!(
             env_out.contains("EXTRA=1") && env_out.contains("LANG=C.UTF-8"),
             "{env_out}"
@@ -672,7 +715,7 @@ mod tests {
         };
         let started = Instant::now();
         let out = sb
-            .run("sleep 30 & sleep 30", short, &none, true)
+            .run("sleep 30 & sleep 30", short, &none, Reach::SETUP)
             .await
             .unwrap();
         assert!(out.timed_out && out.exit_code.is_none());

@@ -680,3 +680,109 @@ fn repo_settings_are_checked_before_anything_runs() {
         assert!(err.contains("job.yaml:"), "{err}");
     }
 }
+
+/// The agent wrote `.git/config` with an fsmonitor command, and the check's `git
+/// status` once ran it with the network on (the check was not confined like bash). By
+/// default the check now has the agent's network rule and git runs no fsmonitor or
+/// hook; `check_sandbox: false` brings back the old behaviour, risk included.
+#[test]
+fn the_check_cannot_escape_the_sandbox_through_what_the_agent_wrote() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let case = Case::new();
+    let src = fixture(&case, "calc");
+    let git = |args: &[&str]| {
+        let ok = Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+            .args(args)
+            .current_dir(&src)
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(ok.success(), "git {args:?}");
+    };
+    git(&["init", "-q", "-b", "main"]);
+    git(&["add", "-A"]);
+    git(&["commit", "-qm", "v1"]);
+    // One listener per task: whatever connects to it ran inside that task's check.
+    let listen = || {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let reached = std::sync::Arc::new(AtomicUsize::new(0));
+        let counter = reached.clone();
+        std::thread::spawn(move || {
+            for c in listener.incoming() {
+                if c.is_ok() {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        });
+        (port, reached)
+    };
+    let script = |port: u16| {
+        let hook = format!(
+            "python3 -c \\\"import socket; socket.create_connection(('127.0.0.1', {port}), 2)\\\"; touch fsmonitor-ran; false"
+        );
+        let config = format!(
+            "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n\tfsmonitor = \"{hook}\"\n"
+        );
+        format!(
+            "      turns:\n        - content: [ {{ tool_use: {{ name: write_file, input: {{ path: .git/config, content: {} }} }} }} ]\n        - content: [ {{ text: done }} ]\n",
+            serde_json::to_string(&config).unwrap()
+        )
+    };
+    let (confined_port, confined_reached) = listen();
+    let (open_port, open_reached) = listen();
+    let tasks = format!(
+        "  - id: confined\n    repo: calc\n    prompt: p\n    sandbox: {{ network: false }}\n    keep_workspaces: always\n    sim:\n{}  - id: unconfined\n    repo: calc\n    prompt: p\n    sandbox: {{ network: false }}\n    keep_workspaces: always\n    check_sandbox: false\n    sim:\n{}",
+        script(confined_port),
+        script(open_port)
+    );
+    case.write(
+        "job.yaml",
+        &format!("name: repo\ndefaults:\n  model: claude-sonnet-4-5\n  toolset: coding\n  check: 'git status --porcelain'\ntasks:\n{tasks}"),
+    );
+    let out = case.agentbatch(&["run", "job.yaml", "--run-id", "r", "--quiet"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows = read_csv(&case.path("reports/r/results.csv"));
+    let row = |id: &str| rows.iter().find(|r| r["task_id"] == id).unwrap().clone();
+    let confined = row("confined");
+    assert!(confined["sandbox"].contains("no network"), "{confined:?}");
+    assert_eq!(confined["outcome"], "pass", "{confined:?}");
+    assert!(
+        !Path::new(&confined["workspace"])
+            .join("fsmonitor-ran")
+            .exists(),
+        "the agent's fsmonitor command ran in the check"
+    );
+    assert_eq!(
+        confined_reached.load(Ordering::SeqCst),
+        0,
+        "the confined check reached the network"
+    );
+    let unconfined = row("unconfined");
+    assert!(
+        Path::new(&unconfined["workspace"])
+            .join("fsmonitor-ran")
+            .exists(),
+        "with check_sandbox: false the check runs git as configured (the documented risk)"
+    );
+    assert!(
+        open_reached.load(Ordering::SeqCst) > 0,
+        "and with the network"
+    );
+    let checks: Vec<Value> =
+        std::fs::read_to_string(case.path("reports/r/transcripts/confined.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .filter(|e| e["event"] == "check")
+            .collect();
+    assert_eq!(
+        (checks[0]["sandboxed"].clone(), checks[0]["network"].clone()),
+        (Value::Bool(true), Value::Bool(false))
+    );
+}
