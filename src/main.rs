@@ -353,6 +353,9 @@ async fn run_cmd(job: PathBuf, args: RunArgs) -> ExitCode {
                 println!();
                 print!("{}", agentbatch::report::variants_table(&s.variants));
             }
+            if let Some(line) = agentbatch::report::whole_run_cost(&s.variants) {
+                println!("{line}");
+            }
             println!(
                 "reports: {} (per variant: summary.csv)",
                 s.dir.join("results.csv").display()

@@ -29,10 +29,12 @@ pub enum StopReason {
     LedgerError,
     ToolSetupError,
     Cancelled,
+    /// A bug in agentbatch (the task's code panicked): never mistaken for a Ctrl-C.
+    InternalError,
 }
 
 impl StopReason {
-    pub const ALL: [StopReason; 15] = [
+    pub const ALL: [StopReason; 16] = [
         StopReason::Completed,
         StopReason::MaxTurns,
         StopReason::TimeLimit,
@@ -48,6 +50,7 @@ impl StopReason {
         StopReason::LedgerError,
         StopReason::ToolSetupError,
         StopReason::Cancelled,
+        StopReason::InternalError,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -67,7 +70,27 @@ impl StopReason {
             StopReason::LedgerError => "ledger_error",
             StopReason::ToolSetupError => "tool_setup_error",
             StopReason::Cancelled => "cancelled",
+            StopReason::InternalError => "internal_error",
         }
+    }
+
+    /// The stop reason written as `s` in a report, if it is one.
+    pub fn parse(s: &str) -> Option<StopReason> {
+        StopReason::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+
+    /// Whether the run, not the agent or the model's answer, failed the task: the
+    /// outcome is `error`, and `run --resume` runs it again.
+    pub fn is_infra(self) -> bool {
+        matches!(
+            self,
+            StopReason::ProviderError
+                | StopReason::RateLimited
+                | StopReason::LedgerError
+                | StopReason::ToolSetupError
+                | StopReason::Cancelled
+                | StopReason::InternalError
+        )
     }
 
     /// Whether a budget or limit ended the loop, rather than the agent, the model or the
@@ -87,13 +110,10 @@ impl StopReason {
     /// The outcome of a task that stopped this way and has no check command: the run
     /// itself failed for the infrastructure stops, else there is no verdict.
     pub fn unchecked_outcome(self) -> Outcome {
-        match self {
-            StopReason::ProviderError
-            | StopReason::RateLimited
-            | StopReason::LedgerError
-            | StopReason::ToolSetupError
-            | StopReason::Cancelled => Outcome::Error,
-            _ => Outcome::Unchecked,
+        if self.is_infra() {
+            Outcome::Error
+        } else {
+            Outcome::Unchecked
         }
     }
 }

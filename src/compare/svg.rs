@@ -27,7 +27,7 @@ fn reason_colour(reason: &str) -> &'static str {
 }
 
 /// In the order of `StopReason::ALL`.
-const REASON_COLOURS: [&str; 15] = [
+const REASON_COLOURS: [&str; StopReason::ALL.len()] = [
     "#2e7d32", // completed
     "#f9a825", // max_turns
     "#ef6c00", // time_limit
@@ -43,6 +43,7 @@ const REASON_COLOURS: [&str; 15] = [
     "#37474f", // ledger_error
     "#880e4f", // tool_setup_error
     "#757575", // cancelled
+    "#000000", // internal_error
 ];
 
 /// Labels longer than this are cut in the charts (the full label is in the tooltip).

@@ -78,6 +78,11 @@ pub trait CapStore: Send + Sync {
     fn settle(&self, id: EntryId, actual: Decimal) -> Result<(), StoreError>;
     /// Drops a reservation whose request was never billed.
     fn release(&self, id: EntryId) -> Result<(), StoreError>;
+    /// Marks every reservation still open for `run_id` as stale now: its process is
+    /// known dead (a resume holds the run folder's lock), so nobody may wait for it to
+    /// settle; it stays spent, since the provider may have billed it. Returns the
+    /// amount so marked.
+    fn abandon_run(&self, run_id: &str, now: DateTime<Utc>) -> Result<Decimal, StoreError>;
     fn report(&self, team: Option<&str>, now: DateTime<Utc>) -> Result<Vec<PeriodRow>, StoreError>;
 }
 
@@ -354,6 +359,28 @@ impl CapStore for SqliteStore {
         })
     }
 
+    fn abandon_run(&self, run_id: &str, now: DateTime<Utc>) -> Result<Decimal, StoreError> {
+        self.with(|c| {
+            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let now = ts(now);
+            let mut total = Decimal::ZERO;
+            {
+                let mut stmt = tx.prepare(
+                    "SELECT amount FROM entries WHERE run_id = ?1 AND state = 'reserved' AND expires_at > ?2",
+                )?;
+                for a in stmt.query_map(params![run_id, now], |r| r.get::<_, String>(0))? {
+                    total += dec(a?)?;
+                }
+            }
+            tx.execute(
+                "UPDATE entries SET expires_at = ?2 WHERE run_id = ?1 AND state = 'reserved' AND expires_at > ?2",
+                params![run_id, now],
+            )?;
+            tx.commit()?;
+            Ok(total)
+        })
+    }
+
     fn report(&self, team: Option<&str>, now: DateTime<Utc>) -> Result<Vec<PeriodRow>, StoreError> {
         self.with(|c| {
             let mut stmt = c.prepare(
@@ -444,6 +471,44 @@ mod tests {
         assert_eq!(rows.len(), 1);
         assert_eq!(rows[0].cap, Some(cap));
         assert_eq!(rows[0].entries, 1);
+    }
+
+    #[test]
+    fn a_dead_runs_reservations_are_stale_at_once_and_stay_spent() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = SqliteStore::open(&dir.path().join("l.sqlite")).unwrap();
+        let now = Utc::now();
+        let mine = s
+            .try_reserve("t", "day:x", d("10"), d("0.4"), &meta(3600))
+            .unwrap()
+            .unwrap();
+        let other = EntryMeta {
+            run_id: "other".into(),
+            ..meta(3600)
+        };
+        s.try_reserve("t", "day:x", d("10"), d("0.2"), &other)
+            .unwrap()
+            .unwrap();
+        let settled = s
+            .try_reserve("t", "day:x", d("10"), d("0.1"), &meta(3600))
+            .unwrap()
+            .unwrap();
+        s.settle(settled, d("0.05")).unwrap();
+        assert_eq!(s.totals("t", "day:x", now).unwrap().stale, d("0"));
+        assert_eq!(s.abandon_run("r", now).unwrap(), d("0.4"));
+        let t = s.totals("t", "day:x", now).unwrap();
+        assert_eq!(
+            (t.settled, t.reserved, t.stale),
+            (d("0.05"), d("0.6"), d("0.4"))
+        );
+        assert_eq!(s.abandon_run("r", now).unwrap(), d("0"), "once");
+        // A late settle of an abandoned reservation still counts it once.
+        s.settle(mine, d("0.3")).unwrap();
+        let t = s.totals("t", "day:x", now).unwrap();
+        assert_eq!(
+            (t.settled, t.reserved, t.stale),
+            (d("0.35"), d("0.2"), d("0"))
+        );
     }
 
     #[test]

@@ -13,5 +13,7 @@ mod writer;
 pub use event::{Event, TaskLog, TaskResult};
 pub use results::{axis_column, ResultsCsv, COLUMNS};
 pub use summary::{RunTotals, Summary};
-pub use variants::{summarize, summary_columns, variants_table, write_summary_csv, VariantSummary};
+pub use variants::{
+    summarize, summary_columns, variants_table, whole_run_cost, write_summary_csv, VariantSummary,
+};
 pub use writer::{write_run_json, ProgressMode, ReportError, Reporter, ReporterConfig};

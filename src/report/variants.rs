@@ -29,6 +29,11 @@ pub struct VariantSummary {
     pub turns: Vec<u64>,
     pub wall_ms: Vec<u64>,
     pub budget_decided: u64,
+    /// What earlier attempts replaced by a resume spent (their rows are in
+    /// superseded.csv).
+    pub superseded_cost: Decimal,
+    /// What attempts cut off by a kill spent (no row anywhere; run.json's resumes).
+    pub killed_cost: Decimal,
 }
 
 impl VariantSummary {
@@ -39,6 +44,12 @@ impl VariantSummary {
 
     pub fn pass_rate(&self) -> Option<f64> {
         (self.graded() > 0).then(|| self.pass as f64 / self.graded() as f64)
+    }
+
+    /// Everything the variant's tasks were charged, over every attempt: what the
+    /// ledger counted against the caps.
+    pub fn total_cost(&self) -> Decimal {
+        self.cost + self.superseded_cost + self.killed_cost
     }
 }
 
@@ -63,6 +74,9 @@ pub fn summary_columns(axes: &[String]) -> Vec<String> {
     for s in [
         "budget_decided",
         "cost_usd",
+        "superseded_cost_usd",
+        "killed_cost_usd",
+        "total_cost_usd",
         "median_cost_usd",
         "input_tokens",
         "output_tokens",
@@ -152,6 +166,79 @@ pub fn summarize(results: &Path, axes: &[String]) -> Result<Vec<VariantSummary>,
     Ok(out)
 }
 
+/// Adds what earlier attempts of a resumed run spent: rows a resume replaced
+/// (superseded.csv, except a row still in results.csv, left by a resume cut off between
+/// the two files) and attempts a kill cut off (run.json's `resumes`).
+fn add_earlier_attempts(dir: &Path, variants: &mut Vec<VariantSummary>) -> Result<(), String> {
+    fn entry<'a>(variants: &'a mut Vec<VariantSummary>, variant: &str) -> &'a mut VariantSummary {
+        let i = match variants.iter().position(|v| v.variant == variant) {
+            Some(i) => i,
+            None => {
+                variants.push(VariantSummary {
+                    variant: variant.to_string(),
+                    ..Default::default()
+                });
+                variants.len() - 1
+            }
+        };
+        &mut variants[i]
+    }
+    let superseded = dir.join("superseded.csv");
+    if superseded.exists() {
+        let fields = |r: &csv::StringRecord| r.iter().map(str::to_string).collect::<Vec<_>>();
+        let standing: std::collections::HashSet<Vec<String>> =
+            read_records(&dir.join("results.csv"))?
+                .1
+                .iter()
+                .map(fields)
+                .collect();
+        let (header, rows) = read_records(&superseded)?;
+        let col = |name: &str| header.iter().position(|h| h == name);
+        if let (Some(variant), Some(cost)) = (col("variant"), col("cost_usd")) {
+            for rec in rows.iter().filter(|r| !standing.contains(&fields(r))) {
+                if let Ok(c) = rec[cost].parse::<Decimal>() {
+                    entry(variants, &rec[variant]).superseded_cost += c;
+                }
+            }
+        }
+    }
+    let run_json = dir.join("run.json");
+    if let Ok(text) = std::fs::read_to_string(&run_json) {
+        let v: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| format!("{}: {e}", run_json.display()))?;
+        for r in v["resumes"].as_array().into_iter().flatten() {
+            for (variant, usd) in r["killed_spent_by_variant"]
+                .as_object()
+                .into_iter()
+                .flatten()
+            {
+                if let Some(c) = usd.as_str().and_then(|s| s.parse::<Decimal>().ok()) {
+                    entry(variants, variant).killed_cost += c;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A results-format file's header and rows.
+fn read_records(path: &Path) -> Result<(csv::StringRecord, Vec<csv::StringRecord>), String> {
+    let mut r = csv::ReaderBuilder::new()
+        .flexible(true)
+        .from_path(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let header = r
+        .headers()
+        .map_err(|e| format!("{}: {e}", path.display()))?
+        .clone();
+    let rows = r
+        .records()
+        .filter_map(Result::ok)
+        .filter(|rec| rec.len() == header.len())
+        .collect();
+    Ok((header, rows))
+}
+
 /// Writes summary.csv beside results.csv, variants in `order` (the plan's), any others
 /// after them.
 pub fn write_summary_csv(
@@ -160,6 +247,7 @@ pub fn write_summary_csv(
     order: &[String],
 ) -> Result<Vec<VariantSummary>, String> {
     let mut variants = summarize(&dir.join("results.csv"), axes)?;
+    add_earlier_attempts(dir, &mut variants)?;
     variants.sort_by_key(|v| {
         order
             .iter()
@@ -195,6 +283,9 @@ pub fn write_summary_csv(
         row.extend([
             v.budget_decided.to_string(),
             v.cost.normalize().to_string(),
+            v.superseded_cost.normalize().to_string(),
+            v.killed_cost.normalize().to_string(),
+            v.total_cost().normalize().to_string(),
             median(&mut v.costs.clone()).map_or(String::new(), |m| m.normalize().to_string()),
             v.input_tokens.to_string(),
             v.output_tokens.to_string(),
@@ -210,6 +301,26 @@ pub fn write_summary_csv(
     drop(w);
     std::fs::rename(&tmp, &path).map_err(|x| e(&x))?;
     Ok(variants)
+}
+
+/// The line printed after a resumed run whose earlier attempts spent money that no row
+/// of results.csv shows; None when there is none.
+pub fn whole_run_cost(variants: &[VariantSummary]) -> Option<String> {
+    let sum = |f: fn(&VariantSummary) -> Decimal| variants.iter().map(f).sum::<Decimal>();
+    let (rows, superseded, killed) = (
+        sum(|v| v.cost),
+        sum(|v| v.superseded_cost),
+        sum(|v| v.killed_cost),
+    );
+    (superseded + killed > Decimal::ZERO).then(|| {
+        format!(
+            "whole run, every attempt: ${:.4} charged = ${:.4} in results.csv + ${:.4} in attempts a resume replaced (superseded.csv) + ${:.4} in attempts cut off by a kill",
+            rows + superseded + killed,
+            rows,
+            superseded,
+            killed
+        )
+    })
 }
 
 /// The per-variant table printed at the end of a run with a matrix or epochs.

@@ -1,7 +1,9 @@
 //! The scheduler: runs a plan's tasks with at most `concurrency` in flight, starts the
-//! simulator when tasks need it, and handles interruption (the first Ctrl-C drains: no
-//! new task starts; the second, or SIGTERM, cancels the running ones, which end as
-//! `cancelled`). Every task of the plan gets a row, started or not.
+//! simulator when tasks need it, and handles interruption (the first Ctrl-C or SIGTERM
+//! drains: no new task starts, running ones get the grace period; the second signal, or
+//! the end of the grace period, cancels them, and they end as `cancelled`). Every task
+//! of the plan gets a row, started or not; a task whose code panicked gets
+//! `internal_error`.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -30,7 +32,7 @@ use crate::sim::Sim;
 use crate::tools::Registry;
 
 mod resume;
-pub use resume::{job_differences, ResumeOptions, INFRA_STOPS};
+pub use resume::{job_differences, ResumeOptions};
 
 /// How long running tasks may go on after the first Ctrl-C / SIGTERM by default.
 pub const DEFAULT_GRACE: std::time::Duration = std::time::Duration::from_secs(60);
@@ -294,6 +296,14 @@ async fn run_in(
         None => Some(lock_run_dir(&out_dir.join(&run_id))?),
         Some(_) => None,
     };
+    // The lock proves the earlier process of this run is dead: its open period-cap
+    // reservations can never settle. They stay spent, and nobody waits for them.
+    let abandoned = match (&resumed, &store) {
+        (Some(_), Some(store)) => store
+            .abandon_run(&run_id, Utc::now())
+            .map_err(RunError::Ledger)?,
+        _ => rust_decimal::Decimal::ZERO,
+    };
 
     if tasks.iter().any(|t| t.repo.is_some()) {
         crate::tools::sandbox::protect_runner();
@@ -355,7 +365,11 @@ async fn run_in(
                 "tasks_to_run": tasks.len(),
                 "spent_before_usd": r.spent_run.normalize().to_string(),
                 "killed_spent_usd": r.killed_spent.normalize().to_string(),
+                "abandoned_reservations_usd": abandoned.normalize().to_string(),
                 "killed_spent_by_team": r.killed_teams.iter()
+                    .map(|(k, v)| (k.clone(), json!(v.normalize().to_string())))
+                    .collect::<serde_json::Map<String, serde_json::Value>>(),
+                "killed_spent_by_variant": r.killed_variants.iter()
                     .map(|(k, v)| (k.clone(), json!(v.normalize().to_string())))
                     .collect::<serde_json::Map<String, serde_json::Value>>(),
                 "retry_errors": opts.resume.as_ref().is_some_and(|o| o.retry_errors),
@@ -557,14 +571,36 @@ impl Feeder {
         while let Some(joined) = set.join_next_with_id().await {
             if let Err(e) = joined {
                 if let Some(spec) = running.get(&e.id()) {
-                    let detail = format!(
-                        "internal error (a bug, please report it): the task failed: {e}; what it spent is not known, see its transcript"
-                    );
-                    self.send(unrun(spec, &detail));
+                    self.send(crashed(spec, e));
                 }
             }
         }
     }
+}
+
+/// The row of a task whose code panicked (a bug), with the panic's message. What it
+/// spent is in its transcript; its shared reservations were charged in full.
+fn crashed(spec: &TaskSpec, e: tokio::task::JoinError) -> TaskResult {
+    let why = if e.is_panic() {
+        let payload = e.into_panic();
+        let message = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "(no message)".into());
+        format!("panicked: {}", crate::text::prefix(&message, 500))
+    } else {
+        format!("ended: {e}")
+    };
+    let mut row = unrun(
+        spec,
+        &format!(
+            "internal error (a bug in agentbatch, please report it): the task {why}; what it spent is not known, see its transcript"
+        ),
+    );
+    row.stop_reason = StopReason::InternalError;
+    row.outcome = StopReason::InternalError.unchecked_outcome();
+    row
 }
 
 /// The row of a task that was never started: nothing spent.
@@ -674,5 +710,50 @@ async fn watch_signals(
         )));
         drain.cancel();
         deadline = Some(tokio::time::Instant::now() + grace);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> TaskSpec {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("job.yaml");
+        std::fs::write(
+            &path,
+            "name: x\ntasks:\n  - { id: a, prompt: p, model: m, sim: { turns: [ { content: [ { text: hi } ] } ] } }\n",
+        )
+        .unwrap();
+        crate::job::load(&path, &Registry::builtin()).unwrap().tasks[0].clone()
+    }
+
+    #[tokio::test]
+    async fn a_task_that_panics_is_an_internal_error_with_its_message_not_a_cancel() {
+        let spec = spec();
+        let e = tokio::spawn(async { panic!("index out of bounds: the len is 3") })
+            .await
+            .unwrap_err();
+        let row = crashed(&spec, e);
+        assert_eq!(row.stop_reason, StopReason::InternalError);
+        assert_eq!(row.outcome, crate::agent::stop::Outcome::Error);
+        assert!(
+            row.stop_detail
+                .contains("panicked: index out of bounds: the len is 3"),
+            "{}",
+            row.stop_detail
+        );
+        let owned = tokio::spawn(async { std::panic::panic_any(format!("owned {}", 7)) })
+            .await
+            .unwrap_err();
+        assert!(crashed(&spec, owned)
+            .stop_detail
+            .contains("panicked: owned 7"));
+        assert!(StopReason::InternalError.is_infra(), "resume runs it again");
+        assert!(StopReason::LedgerError.is_infra(), "and ledger errors too");
+        assert_eq!(
+            StopReason::parse("internal_error"),
+            Some(StopReason::InternalError)
+        );
     }
 }

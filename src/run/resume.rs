@@ -10,16 +10,9 @@ use rust_decimal::Decimal;
 use serde_json::Value;
 
 use super::RunError;
+use crate::agent::stop::StopReason;
 use crate::job::{Plan, TaskSpec};
 use crate::report::COLUMNS;
-
-/// Stop reasons that say the run, not the agent, failed: re-run on resume.
-pub const INFRA_STOPS: [&str; 4] = [
-    "provider_error",
-    "rate_limited",
-    "tool_setup_error",
-    "cancelled",
-];
 
 /// How to resume.
 #[derive(Debug, Clone)]
@@ -46,6 +39,7 @@ pub(super) struct Resumed {
     /// per team.
     pub killed_spent: Decimal,
     pub killed_teams: HashMap<String, Decimal>,
+    pub killed_variants: HashMap<String, Decimal>,
     /// run.json as the earlier attempt left it.
     pub run_json: Value,
     /// The run folder.
@@ -345,7 +339,7 @@ pub(super) fn prepare(
         if !row.team.is_empty() {
             *spent_teams.entry(row.team.clone()).or_default() += row.cost;
         }
-        let infra = INFRA_STOPS.contains(&row.stop_reason.as_str());
+        let infra = StopReason::parse(&row.stop_reason).is_some_and(StopReason::is_infra);
         // A task that never got to its first turn has nothing to keep.
         let never_ran = row.stop_reason == "cancelled" && row.turns == 0;
         let again =
@@ -367,6 +361,7 @@ pub(super) fn prepare(
         superseded.iter().map(|r| &r.unit).collect();
     let mut killed_spent = Decimal::ZERO;
     let mut killed_teams: HashMap<String, Decimal> = HashMap::new();
+    let mut killed_variants: HashMap<String, Decimal> = HashMap::new();
     for t in &tasks {
         if superseded_keys.contains(&(t.task.clone(), t.variant.clone(), t.epoch)) {
             continue;
@@ -374,6 +369,9 @@ pub(super) fn prepare(
         let spent = spent_in_transcript(&dir.join("transcripts").join(format!("{}.jsonl", t.id)));
         spent_run += spent;
         killed_spent += spent;
+        if !spent.is_zero() {
+            *killed_variants.entry(t.variant.clone()).or_default() += spent;
+        }
         if let Some(team) = t.team_name() {
             *spent_teams.entry(team.to_string()).or_default() += spent;
             *killed_teams.entry(team.to_string()).or_default() += spent;
@@ -393,6 +391,7 @@ pub(super) fn prepare(
         spent_teams,
         killed_spent,
         killed_teams,
+        killed_variants,
         run_json,
         changes: Changes {
             head,

@@ -602,3 +602,137 @@ async fn giving_up_while_waiting_for_money_leaves_nothing_reserved() {
         .sum();
     assert_eq!(totals[0].totals.settled, spent);
 }
+
+/// After kill -9, a resume once waited for the dead process's period-cap reservations
+/// (which can never settle) until its tasks hit `time_limit`, and summary.csv and the
+/// printed totals left out what the killed attempts spent. Now the reservations count as
+/// spent at once (nobody waits for them), and every report shows the killed spend, so
+/// the totals a user reads are what the ledger charged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_never_waits_for_a_dead_runs_reservations_and_reports_what_they_cost() {
+    let case = Case::new();
+    let sim = Arc::new(Sim::start_local().await.unwrap());
+    let script: agentbatch::sim::script::Script = serde_yaml::from_str(
+        "turns:\n  - content: [ { tool_use: { name: get_time, input: {} } } ]\n  - latency: 60s\n    content: [ { text: never } ]\n",
+    )
+    .unwrap();
+    let script = Arc::new(script);
+    for i in 0..4 {
+        sim.register(&format!("t{i:03}"), script.clone());
+    }
+    let job = |cap: Decimal| {
+        format!(
+            "name: killed\nconcurrency: 4\nledger: ledger.sqlite\nproviders:\n  sim: {{ base_url: \"{}\" }}\nteams:\n  platform: {{ cap: {{ usd: {cap}, period: month }} }}\ndefaults:\n  team: platform\n  model: claude-sonnet-4-5\n  tools: [get_time]\n  limits: {{ time_limit: 20s }}\ntasks:\n{}",
+            sim.base_url(),
+            tasks(4)
+        )
+    };
+    case.write("job.yaml", &job(d("10")));
+    let mut child = bin()
+        .args(["run", "job.yaml", "--quiet", "--run-id", "r"])
+        .current_dir(case.dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while sim.received() < 8 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "only {} requests",
+            sim.received()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    use agentbatch::govern::store::CapStore;
+    let ledger = || {
+        let store =
+            agentbatch::govern::store::SqliteStore::open(&case.path("ledger.sqlite")).unwrap();
+        store.report(Some("platform"), chrono::Utc::now()).unwrap()[0]
+            .totals
+            .clone()
+    };
+    let dead = ledger();
+    assert!(
+        dead.reserved > Decimal::ZERO && dead.stale.is_zero(),
+        "{dead:?}"
+    );
+    // Room for less than one more request: the dead reservations hold the rest.
+    case.write("job.yaml", &job(dead.settled + dead.reserved + d("0.001")));
+    let started = Instant::now();
+    let out = tokio::task::spawn_blocking({
+        let dir = case.dir.path().to_path_buf();
+        move || {
+            bin()
+                .args([
+                    "run",
+                    "job.yaml",
+                    "--resume",
+                    "reports/r",
+                    "--force",
+                    "--quiet",
+                ])
+                .current_dir(dir)
+                .output()
+                .unwrap()
+        }
+    })
+    .await
+    .unwrap();
+    let took = started.elapsed();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(took < Duration::from_secs(15), "the resume waited {took:?}");
+    let rows = read_csv(&case.path("reports/r/results.csv"));
+    assert_eq!(rows.len(), 4);
+    for r in &rows {
+        assert_eq!(
+            r["stop_reason"], "team_budget",
+            "no waiting, no time_limit: {r:?}"
+        );
+    }
+    let after = ledger();
+    assert_eq!(
+        after.stale, dead.reserved,
+        "the dead reservations are stale, still spent"
+    );
+    assert_eq!(
+        (after.settled, after.reserved),
+        (dead.settled, dead.reserved)
+    );
+    let run: Value =
+        serde_json::from_str(&std::fs::read_to_string(case.path("reports/r/run.json")).unwrap())
+            .unwrap();
+    let resume = &run["resumes"][0];
+    assert_eq!(
+        resume["abandoned_reservations_usd"],
+        dead.reserved.normalize().to_string()
+    );
+    let killed = d(resume["killed_spent_usd"].as_str().unwrap());
+    assert_eq!(
+        killed,
+        dead.settled + dead.reserved,
+        "the killed attempts spent what the ledger holds"
+    );
+    let summary = read_csv(&case.path("reports/r/summary.csv"));
+    assert_eq!(summary.len(), 1);
+    let s = &summary[0];
+    assert_eq!(d(&s["killed_cost_usd"]), killed);
+    assert_eq!(d(&s["cost_usd"]), Decimal::ZERO);
+    assert_eq!(
+        d(&s["total_cost_usd"]),
+        dead.settled + dead.reserved,
+        "{s:?}"
+    );
+    assert!(
+        stdout.contains(&format!("${:.4} charged", killed)) && stdout.contains("cut off by a kill"),
+        "{stdout}"
+    );
+}
