@@ -25,6 +25,25 @@ fn fixture(case: &Case, name: &str) -> PathBuf {
     case.path(name)
 }
 
+/// Runs git in `dir` with a throwaway identity, failing the test if git fails.
+fn git_in(dir: &Path, args: &[&str]) {
+    let ok = Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+        .args(args)
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(ok.success(), "git {args:?}");
+}
+
+/// Makes the folder `dir` a git repository with everything in one commit on `main`.
+fn make_git_repository(dir: &Path) {
+    git_in(dir, &["init", "-q", "-b", "main"]);
+    git_in(dir, &["add", "-A"]);
+    git_in(dir, &["commit", "-qm", "v1"]);
+}
+
 /// A job of one repo task with the given script turns (YAML list items, indented 8).
 fn job(toolsets: &str, task: &str, turns: &str) -> String {
     format!(
@@ -182,19 +201,7 @@ fn the_git_fixtures_match_their_folders() {
 fn git_and_folder_repositories_work_with_relative_output_folders() {
     let case = Case::new();
     let src = fixture(&case, "calc");
-    let git = |args: &[&str]| {
-        let ok = Command::new("git")
-            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
-            .args(args)
-            .current_dir(&src)
-            .stdout(Stdio::null())
-            .status()
-            .unwrap();
-        assert!(ok.success(), "git {args:?}");
-    };
-    git(&["init", "-q", "-b", "main"]);
-    git(&["add", "-A"]);
-    git(&["commit", "-qm", "v1"]);
+    make_git_repository(&src);
     fixture(&case, "plain");
     let turns = "        - content: [ { tool_use: { name: edit_file, input: { path: calc.py, old_string: 'a - b', new_string: 'a + b' } } } ]\n        - content: [ { tool_use: { name: write_file, input: { path: NEWS, content: fixed } } } ]\n";
     let one = job("", "", turns);
@@ -232,16 +239,7 @@ fn git_and_folder_repositories_work_with_relative_output_folders() {
 async fn a_git_source_is_cloned_at_its_ref_and_left_untouched() {
     let case = Case::new();
     let src = fixture(&case, "calc");
-    let git = |args: &[&str]| {
-        let ok = Command::new("git")
-            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
-            .args(args)
-            .current_dir(&src)
-            .stdout(Stdio::null())
-            .status()
-            .unwrap();
-        assert!(ok.success(), "git {args:?}");
-    };
+    let git = |args: &[&str]| git_in(&src, args);
     std::fs::write(src.join("VERSION"), "1\n").unwrap();
     git(&["init", "-q", "-b", "main"]);
     git(&["add", "-A"]);
@@ -690,19 +688,7 @@ fn the_check_cannot_escape_the_sandbox_through_what_the_agent_wrote() {
     use std::sync::atomic::{AtomicUsize, Ordering};
     let case = Case::new();
     let src = fixture(&case, "calc");
-    let git = |args: &[&str]| {
-        let ok = Command::new("git")
-            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
-            .args(args)
-            .current_dir(&src)
-            .stdout(Stdio::null())
-            .status()
-            .unwrap();
-        assert!(ok.success(), "git {args:?}");
-    };
-    git(&["init", "-q", "-b", "main"]);
-    git(&["add", "-A"]);
-    git(&["commit", "-qm", "v1"]);
+    make_git_repository(&src);
     // One listener per task: whatever connects to it ran inside that task's check.
     let listen = || {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
