@@ -27,6 +27,29 @@ fn tasks(n: usize) -> String {
         .collect()
 }
 
+/// Runs `job.yaml` of `case` as run `r` through the binary and kills it (SIGKILL) once
+/// the simulator has received `requests` requests.
+async fn run_and_kill_9_after(case: &Case, sim: &Sim, requests: u64) {
+    let mut child = bin()
+        .args(["run", "job.yaml", "--quiet", "--run-id", "r"])
+        .current_dir(case.dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while sim.received() < requests {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "only {} requests arrived",
+            sim.received()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
 fn cost(row: &HashMap<String, String>) -> Decimal {
     d(&row["cost_usd"])
 }
@@ -226,24 +249,7 @@ async fn a_killed_runner_leaves_every_settled_and_in_flight_reservation_in_the_l
             tasks(8)
         ),
     );
-    let mut child = bin()
-        .args(["run", "job.yaml", "--quiet", "--run-id", "r"])
-        .current_dir(case.dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    while sim.received() < 16 {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "only {} requests arrived",
-            sim.received()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    child.kill().unwrap(); // SIGKILL
-    child.wait().unwrap();
+    run_and_kill_9_after(&case, &sim, 16).await;
     let store = agentbatch::govern::store::SqliteStore::open(&case.path("ledger.sqlite")).unwrap();
     use agentbatch::govern::store::CapStore;
     let rows = store.report(Some("platform"), chrono::Utc::now()).unwrap();
@@ -628,24 +634,7 @@ async fn a_resume_never_waits_for_a_dead_runs_reservations_and_reports_what_they
         )
     };
     case.write("job.yaml", &job(d("10")));
-    let mut child = bin()
-        .args(["run", "job.yaml", "--quiet", "--run-id", "r"])
-        .current_dir(case.dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    while sim.received() < 8 {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "only {} requests",
-            sim.received()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    child.kill().unwrap();
-    child.wait().unwrap();
+    run_and_kill_9_after(&case, &sim, 8).await;
     use agentbatch::govern::store::CapStore;
     let ledger = || {
         let store =
