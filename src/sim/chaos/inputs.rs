@@ -199,7 +199,8 @@ fn shell_target(r: &mut Rng, c: &Chaos) -> String {
     }
 }
 
-/// `ln -s <somewhere outside> chaos_link_<k>`: the link's name and the command.
+/// `ln -sfn <somewhere outside> chaos_link_<k>`: the link's name and the command (`-fn`
+/// replaces a link the model made before, so the write that follows goes through it).
 pub(super) fn make_link(r: &mut Rng, c: &Chaos) -> (String, String) {
     let k = r.below(3);
     let target = match c.outside.as_deref() {
@@ -207,7 +208,7 @@ pub(super) fn make_link(r: &mut Rng, c: &Chaos) -> (String, String) {
         _ => "..".to_string(),
     };
     let link = format!("chaos_link_{k}");
-    (link.clone(), format!("ln -s {} {link}", q(&target)))
+    (link.clone(), format!("ln -sfn {} {link}", q(&target)))
 }
 
 /// A command line from the harmless vocabulary.
@@ -238,7 +239,7 @@ fn command(r: &mut Rng, c: &Chaos) -> String {
                 format!("mkdir -p {}", q(&t))
             }
             7 => make_link(r, c).1,
-            8 => "ln -s /etc ro_link".into(),
+            8 => "ln -sfn /etc ro_link".into(),
             9 => "sleep 0.1".into(),
             10 => "head -c 200000 /dev/zero | tr '\\0' a".into(),
             11 => "git status".into(),

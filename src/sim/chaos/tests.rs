@@ -219,7 +219,7 @@ fn inputs_cover_every_category() {
         .collect();
     assert!(commands
         .iter()
-        .any(|c| c.starts_with("ln -s '/tmp/chaos-outside' chaos_link_")));
+        .any(|c| c.starts_with("ln -sfn '/tmp/chaos-outside' chaos_link_")));
     assert!(commands
         .iter()
         .any(|c| c.contains("> '/tmp/chaos-outside/sh_abs_")));
