@@ -9,10 +9,11 @@
 //!
 //! Default size: `DEFAULT_SEEDS` seeds from 0. A larger sweep, and replaying one seed:
 //!
-//!     AGENTBATCH_CHAOS_SEEDS=2000 cargo test --release --test integration chaos -- --nocapture
+//!     AGENTBATCH_CHAOS_SEEDS=2000 cargo test --test integration chaos -- --nocapture
 //!     AGENTBATCH_CHAOS_BASE=137 AGENTBATCH_CHAOS_SEEDS=1 cargo test --test integration chaos -- --nocapture
 //!
-//! (`AGENTBATCH_CHAOS_KEEP=1` keeps the run folders and prints where they are.) A seed
+//! (`AGENTBATCH_CHAOS_ONLY=3,17,240` runs just those seeds, `AGENTBATCH_CHAOS_ALL=1`
+//! lists every finding, `AGENTBATCH_CHAOS_KEEP=1` keeps the run folders.) A seed
 //! replays its own conversation exactly; what it shares with others (team and run
 //! pools, the provider pauses of 429s) depends on the batch it runs in.
 
@@ -369,7 +370,7 @@ fn check_transcript(
 }
 
 /// Runs one batch of seeds and checks every invariant; returns what failed.
-fn run_batch(seeds: std::ops::Range<u64>) -> Vec<Finding> {
+fn run_batch(seeds: &[u64]) -> Vec<Finding> {
     let case = Case::new();
     let repos: Vec<PathBuf> = REPOS.iter().map(|r| write_repo(&case, r)).collect();
     git(&repos[0], &["init", "-q", "-b", "main"]);
@@ -381,7 +382,7 @@ fn run_batch(seeds: std::ops::Range<u64>) -> Vec<Finding> {
         .iter()
         .map(|r| tree_digest(r).expect("digest"))
         .collect();
-    let tasks: Vec<Task> = seeds.clone().map(Task::new).collect();
+    let tasks: Vec<Task> = seeds.iter().copied().map(Task::new).collect();
     let caps = Caps::for_batch(tasks.len() as u64);
     case.write("job.yaml", &job(&tasks, &outside, &caps));
     let out = case.path("out");
@@ -632,9 +633,9 @@ fn run_batch(seeds: std::ops::Range<u64>) -> Vec<Finding> {
         }
     }
     eprintln!(
-        "chaos: seeds {}..{} ran in {:.1}s (sandbox: {sandbox}); spent ${total} of ${} (teams {team_spend:?}); stops: {stops:?}; {stats:?}",
-        seeds.start,
-        seeds.end,
+        "chaos: {} seeds from {} ran in {:.1}s (sandbox: {sandbox}); spent ${total} of ${} (teams {team_spend:?}); stops: {stops:?}; {stats:?}",
+        seeds.len(),
+        seeds.first().copied().unwrap_or_default(),
         took.as_secs_f64(),
         caps.run
     );
@@ -658,9 +659,10 @@ fn report(found: &[Finding]) -> String {
             fs.len(),
             seeds
         ));
+        let all = std::env::var_os("AGENTBATCH_CHAOS_ALL").is_some();
         let mut shown = BTreeSet::new();
         for f in fs {
-            if shown.insert(f.seed) && shown.len() <= 12 {
+            if shown.insert(f.seed) && (all || shown.len() <= 12) {
                 s.push_str(&format!(
                     "  seed {} (task s{}): {}\n",
                     f.seed, f.seed, f.detail
@@ -669,9 +671,15 @@ fn report(found: &[Finding]) -> String {
         }
     }
     if let Some(f) = found.first() {
+        let seeds: BTreeSet<u64> = found.iter().map(|f| f.seed).collect();
         s.push_str(&format!(
-            "\nreplay one seed: AGENTBATCH_CHAOS_BASE={} AGENTBATCH_CHAOS_SEEDS=1 AGENTBATCH_CHAOS_KEEP=1 cargo test --test integration chaos -- --nocapture\n",
-            f.seed
+            "\n(AGENTBATCH_CHAOS_ALL=1 lists every seed's finding)\nreplay one seed: AGENTBATCH_CHAOS_BASE={} AGENTBATCH_CHAOS_SEEDS=1 AGENTBATCH_CHAOS_KEEP=1 cargo test --test integration chaos -- --nocapture\nreplay the failing seeds together: AGENTBATCH_CHAOS_ONLY={} cargo test --test integration chaos -- --nocapture\n",
+            f.seed,
+            seeds
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
         ));
     }
     s
@@ -679,14 +687,23 @@ fn report(found: &[Finding]) -> String {
 
 #[test]
 fn chaos_seeds_keep_every_invariant() {
-    let base = env_u64("AGENTBATCH_CHAOS_BASE", 0);
-    let count = env_u64("AGENTBATCH_CHAOS_SEEDS", DEFAULT_SEEDS);
+    let seeds: Vec<u64> = match std::env::var("AGENTBATCH_CHAOS_ONLY") {
+        Ok(list) => list
+            .split(',')
+            .map(|s| {
+                s.trim()
+                    .parse()
+                    .unwrap_or_else(|_| panic!("AGENTBATCH_CHAOS_ONLY: {s:?} is not a seed"))
+            })
+            .collect(),
+        Err(_) => {
+            let base = env_u64("AGENTBATCH_CHAOS_BASE", 0);
+            (base..base + env_u64("AGENTBATCH_CHAOS_SEEDS", DEFAULT_SEEDS)).collect()
+        }
+    };
     let mut found = Vec::new();
-    let mut start = base;
-    while start < base + count {
-        let end = (start + BATCH).min(base + count);
-        found.extend(run_batch(start..end));
-        start = end;
+    for batch in seeds.chunks(BATCH as usize) {
+        found.extend(run_batch(batch));
     }
     assert!(
         found.is_empty(),
@@ -694,4 +711,79 @@ fn chaos_seeds_keep_every_invariant() {
         found.len(),
         report(&found)
     );
+}
+
+#[test]
+fn chaos_scripts_load_from_files_and_every_bound_is_enforced_before_anything_runs() {
+    let case = Case::new();
+    write_repo(&case, "plain");
+    case.write(
+        "sim/chaos.yaml",
+        "chaos: { seed: 3, max_turns: 2, fault_percent: 0, misbehave_percent: 0 }\n",
+    );
+    case.write(
+        "job.yaml",
+        "name: files\ndefaults: { model: claude-sonnet-4-5, toolset: coding, repo: plain }\ntasks:\n  - { id: from-file, prompt: p, sim: sim/chaos.yaml }\n  - { id: inline, prompt: p, sim: { chaos: { seed: 4, max_turns: 2, fault_percent: 0, misbehave_percent: 0 } } }\n",
+    );
+    let out = case.path("out");
+    let ran = bin()
+        .args(["run", "job.yaml", "--run-id", "r", "--quiet", "--out"])
+        .arg(&out)
+        .current_dir(case.dir.path())
+        .output()
+        .expect("the binary runs");
+    assert_eq!(
+        ran.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
+    let rows = read_csv(&out.join("r/results.csv"));
+    for r in &rows {
+        assert_eq!(r["stop_reason"], "completed", "{r:?}");
+        assert_eq!(
+            r["turns"], "2",
+            "one turn of calls, then the final answer: {r:?}"
+        );
+    }
+    let cases = [
+        (
+            "sim: { chaos: { seed: 1, max_calls: 65 } }",
+            "chaos.max_calls: 65 is over the upper bound of 64",
+        ),
+        (
+            "sim: { chaos: { seed: 1, max_string: 9000000 } }",
+            "chaos.max_string: 9000000 is over the upper bound of 8388608",
+        ),
+        (
+            "sim: { chaos: { seed: 1, outside: relative } }",
+            "chaos.outside",
+        ),
+        ("sim: { chaos: { seed: 1 }, turns: [ {} ] }", "not both"),
+        (
+            "sim: { turns: [ { latency: 2h } ] }",
+            "turns[0].latency: 2h is over the upper bound of 10m",
+        ),
+        (
+            "sim: { turns: [ { usage: { output_tokens: 1000000001 } } ] }",
+            "turns[0].usage.output_tokens: 1000000001 is over the upper bound of 1000000000",
+        ),
+    ];
+    for (sim, expected) in cases {
+        case.write(
+            "bad.yaml",
+            &format!("name: bad\ndefaults: {{ model: claude-sonnet-4-5 }}\ntasks:\n  - {{ id: a, prompt: p, {sim} }}\n"),
+        );
+        let out = bin()
+            .args(["validate", "bad.yaml"])
+            .current_dir(case.dir.path())
+            .output()
+            .expect("the binary runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{sim}: {err}");
+        assert!(
+            err.contains(expected),
+            "{sim}: expected {expected:?} in {err}"
+        );
+    }
 }
