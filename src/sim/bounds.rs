@@ -151,9 +151,9 @@ fn check_chaos(c: &Chaos) -> Result<(), String> {
                 "chaos.outside: \"{o}\" is not an absolute path (the model writes there by absolute path)"
             ));
         }
-        if o.contains('\'') || o.contains('\0') || o.contains('\n') {
+        if o.chars().any(|ch| "'\"$`\\\0\n".contains(ch)) {
             return Err(format!(
-                "chaos.outside: \"{}\" holds a quote, NUL or newline (it goes into shell commands in single quotes)",
+                "chaos.outside: \"{}\" holds a quote, `$`, a backquote, a backslash, NUL or newline (it goes into shell commands)",
                 o.escape_debug()
             ));
         }
@@ -233,6 +233,10 @@ mod tests {
                 "not an absolute path",
             ),
             ("chaos: { seed: 1, max_turns: 0 }\n", "lower bound of 1"),
+            (
+                "chaos: { seed: 1, outside: '/tmp/a$b' }\n",
+                "holds a quote, `$`",
+            ),
         ];
         for (yaml, expected) in cases {
             let e = parse(yaml).check().expect_err(yaml);

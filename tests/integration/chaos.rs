@@ -159,7 +159,7 @@ fn job(tasks: &[Task], outside: &Path, caps: &Caps) -> String {
         "providers:\n  sim: { max_retries: 2, max_rate_limit_retries: 3, timeout: 30s }\n  sim-responses: { protocol: openai-responses, simulator: true, max_retries: 2, max_rate_limit_retries: 3, timeout: 30s }\n  sim-chat: { protocol: openai-chat, simulator: true, max_retries: 2, max_rate_limit_retries: 3, timeout: 30s }\n",
     );
     y.push_str(
-        "defaults:\n  model: claude-sonnet-4-5\n  max_tokens: 2048\n  toolset: coding\n  check: 'test -f calc.py && grep -q return calc.py'\n  check_timeout: 30s\n  sandbox: { network: false }\n  keep_workspaces: never\n  limits: { max_turns: 12, time_limit: 90s }\ntasks:\n",
+        "defaults:\n  model: claude-sonnet-4-5\n  max_tokens: 2048\n  toolset: coding\n  check: 'python3 -m unittest -q'\n  check_timeout: 30s\n  sandbox: { network: false }\n  keep_workspaces: never\n  limits: { max_turns: 12, time_limit: 90s }\ntasks:\n",
     );
     for t in tasks {
         y.push_str(&format!(
@@ -538,11 +538,12 @@ fn run_batch(seeds: &[u64]) -> Vec<Finding> {
             );
         }
     }
-    // Nothing written outside a workspace. Without Landlock `bash` is not confined, so
-    // what its commands write (`sh_*`, and `hook_*` from a planted git hook it ran) may
-    // land anywhere it aimed; the file tools' `ft_*` never may.
+    // Nothing written outside a workspace. Without Landlock no command is confined, so
+    // what `bash` writes (`sh_*`, `hook_*` from a planted git hook it ran) and what the
+    // check writes when it imports a planted test file (`ck_*`) may land where they
+    // aimed; the file tools' `ft_*` never may.
     let tolerated =
-        |name: &str| !landlock && (name.starts_with("sh_") || name.starts_with("hook_"));
+        |name: &str| !landlock && ["sh_", "hook_", "ck_"].iter().any(|p| name.starts_with(p));
     for f in &files_under(&outside) {
         let name = Path::new(f)
             .iter()

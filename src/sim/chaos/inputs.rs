@@ -7,8 +7,9 @@
 //! runs: commands only list, read, print, sleep, make folders and links, and write new
 //! files; writes outside the workspace go only into `outside` (the folder the test
 //! gives) or a few `..` levels up (the run's own folders), never to system paths. Files
-//! the file tools aim outside are named `ft_*`, those of `bash` `sh_*`, and those a
-//! planted git hook or config would make `hook_*`, so a test can tell which escaped.
+//! the file tools aim outside are named `ft_*`, those of `bash` `sh_*`, those a planted
+//! git hook or config would make `hook_*`, and the one a planted test file makes when a
+//! check imports it `ck_unittest`, so a test can tell which escaped.
 
 use serde_json::{json, Map, Value};
 
@@ -165,7 +166,7 @@ fn path(r: &mut Rng, c: &Chaos, writer: bool) -> String {
             "d1/../d1/./x.txt",
         ]))
         .to_string(),
-        _ => (*r.pick(&["calc.py", "test_calc.py", "README.md"])).to_string(),
+        _ => (*r.pick(&["calc.py", "test_calc.py", "test_chaos.py", "README.md"])).to_string(),
     }
 }
 
@@ -255,7 +256,14 @@ fn command(r: &mut Rng, c: &Chaos) -> String {
                 None => "ls -la ..".into(),
             },
             20 => "wc -c calc.py".into(),
-            21 => "chmod +x .git/hooks/pre-commit 2>&1; true".into(),
+            21 => match c.outside.as_deref() {
+                // a test file the check imports (see `planted`), written where write_file
+                // might not reach
+                Some(o) => format!(
+                    "printf '%s\\n' 'import pathlib' \"pathlib.Path('{o}/ck_unittest').write_text('x')\" > test_chaos.py"
+                ),
+                None => "chmod +x .git/hooks/pre-commit 2>&1; true".into(),
+            },
             22 => "seq 1 20000".into(),
             _ => {
                 let t = shell_target(r, c);
@@ -272,7 +280,8 @@ fn command(r: &mut Rng, c: &Chaos) -> String {
 }
 
 /// Content for a planted git config or hook that, if anything ever ran it outside the
-/// sandbox, would leave `hook_*` in `outside`.
+/// sandbox, would leave `hook_*` in `outside`; or a planted test file that leaves
+/// `ck_unittest` there when a check command imports it unconfined.
 fn planted(path: &str, outside: &str) -> Option<String> {
     let marker = |name: &str| q(&format!("{outside}/hook_{name}"));
     match path {
@@ -282,6 +291,11 @@ fn planted(path: &str, outside: &str) -> Option<String> {
             marker("diff")
         )),
         ".git/hooks/pre-commit" => Some(format!("#!/bin/sh\ntouch {}\n", marker("pre_commit"))),
+        // a test file that a check command such as `python3 -m unittest` would import
+        "test_calc.py" | "test_chaos.py" => Some(format!(
+            "import pathlib\npathlib.Path({:?}).write_text('the check ran this unconfined')\n",
+            format!("{outside}/ck_unittest")
+        )),
         _ => None,
     }
 }

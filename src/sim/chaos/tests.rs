@@ -200,6 +200,7 @@ fn inputs_cover_every_category() {
         .iter()
         .all(|s| s.len() as u64 <= chaos(0).max_string));
     assert!(contents.iter().any(|s| s.contains("hook_fsmonitor")));
+    assert!(contents.iter().any(|s| s.contains("ck_unittest")));
     // writes never aim at system paths
     for (tool, input) in &all {
         if let (true, Some(p)) = (
@@ -224,6 +225,9 @@ fn inputs_cover_every_category() {
         .iter()
         .any(|c| c.contains("> '/tmp/chaos-outside/sh_abs_")));
     assert!(commands.iter().any(|c| c.contains("head -c 200000")));
+    assert!(commands
+        .iter()
+        .any(|c| c.contains("ck_unittest') ") || c.contains("ck_unittest').write_text")));
     assert!(commands.iter().any(|c| c.is_empty()));
     // the vocabulary is harmless
     for c in &commands {
