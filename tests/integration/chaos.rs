@@ -82,20 +82,31 @@ struct Task {
     wrap_up: bool,
 }
 
+/// An index in 0..k for one attribute of a seed's task, independent of the others
+/// (a SplitMix64 step over the seed and the attribute's number).
+fn choose(seed: u64, attribute: u64, k: usize) -> usize {
+    let mut z = seed
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        .wrapping_add(attribute.wrapping_mul(0xbf58_476d_1ce4_e5b9));
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    ((z ^ (z >> 31)) % k as u64) as usize
+}
+
 impl Task {
     fn new(seed: u64) -> Task {
-        let at = |n: u64, k: usize| (n % k as u64) as usize;
         Task {
             seed,
-            provider: PROVIDERS[at(seed, 3)],
-            repo: REPOS[at(seed / 3, 2)],
-            team: TEAMS[at(seed / 6, 3)],
-            cap: Decimal::from_str(TASK_CAPS[at(seed / 2, 3)]).expect("a price"),
-            max_string: MAX_STRINGS[at(seed / 5, 3)],
-            misbehave: MISBEHAVE[at(seed / 7, 3)],
-            faults: FAULTS[at(seed / 11, 2)],
-            turns: TURNS[at(seed / 13, 3)],
-            wrap_up: at(seed / 17, 2) == 0,
+            // every protocol in turn, so any three consecutive seeds cover them all
+            provider: PROVIDERS[(seed % 3) as usize],
+            repo: REPOS[choose(seed, 1, 2)],
+            team: TEAMS[choose(seed, 2, 3)],
+            cap: Decimal::from_str(TASK_CAPS[choose(seed, 3, 3)]).expect("a price"),
+            max_string: MAX_STRINGS[choose(seed, 4, 3)],
+            misbehave: MISBEHAVE[choose(seed, 5, 3)],
+            faults: FAULTS[choose(seed, 6, 2)],
+            turns: TURNS[choose(seed, 7, 3)],
+            wrap_up: choose(seed, 8, 2) == 0,
         }
     }
 
@@ -304,7 +315,9 @@ fn check_transcript(
     for e in events {
         let error = e["error"].as_str().unwrap_or("");
         let refused = e["event"] == "attempt_failed"
-            && (error.contains(" 400") || error.contains(" 404") || error.contains(" 401"))
+            && ["HTTP 400 ", "HTTP 401 ", "HTTP 404 "]
+                .iter()
+                .any(|s| error.contains(s))
             && !error.contains("chaos:");
         if refused {
             add(
@@ -428,8 +441,9 @@ fn run_batch(seeds: &[u64]) -> Vec<Finding> {
         Vec::new()
     };
     let sandbox = rows
-        .first()
+        .iter()
         .map(|r| r["sandbox"].clone())
+        .find(|s| !s.is_empty())
         .unwrap_or_default();
     let landlock = sandbox.contains("landlock");
     let mut by_id: BTreeMap<String, Vec<&BTreeMap<String, String>>> = BTreeMap::new();
