@@ -3,9 +3,10 @@
 //! no network, a check command, and task, team and run cost caps, through the built
 //! binary. After each run it checks the invariants of docs/ARCHITECTURE.md: no panic,
 //! exit 0, one row per task, `agentbatch audit` clean on every transcript, no file
-//! written outside a workspace, an unexpected stop never a success, the simulator never
-//! refusing what the runner sent, each task's cost equal to its settled costs plus its
-//! worst-case charges, the run's total equal to its rows, and no cap exceeded.
+//! written outside a workspace, valid writes at the workspace root working, an
+//! unexpected stop never a success, the simulator never refusing what the runner sent,
+//! each task's cost equal to its settled costs plus its worst-case charges, the run's
+//! total equal to its rows, and no cap exceeded.
 //!
 //! Default size: `DEFAULT_SEEDS` seeds from 0. A larger sweep, and replaying one seed:
 //!
@@ -351,6 +352,31 @@ fn check_transcript(
         }
         if path.starts_with("chaos_link_") && result["is_error"] == true {
             *stats.entry("writes through links refused").or_default() += 1;
+        }
+        // A valid write to a plain file at the root must work (the generator never
+        // makes these names folders or links).
+        const ROOT_FILES: [&str; 8] = [
+            "newfile.py",
+            ".gitignore",
+            "calc.py",
+            "README.md",
+            "notes.txt",
+            ".env",
+            "test_calc.py",
+            "test_chaos.py",
+        ];
+        let valid_write = call["name"] == "write_file"
+            && call["input"]["content"].is_string()
+            && call["input"].as_object().is_some_and(|o| o.len() == 2);
+        if valid_write && ROOT_FILES.contains(&path) && result["is_error"] == true {
+            add(
+                "a valid write to a file at the workspace root succeeds",
+                format!(
+                    "turn {}: write_file {path:?}: {}",
+                    call["turn"],
+                    result["content"].as_str().unwrap_or("")
+                ),
+            );
         }
         if file_tool && outside && result["is_error"] == false {
             add(
