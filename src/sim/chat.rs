@@ -179,8 +179,9 @@ pub fn check_request(body: &Value, history: &dyn History) -> Result<(), String> 
                 check_answered(i, m, &msgs[i + 1..])?;
                 if let Some(sent) = history.sent(step) {
                     let mut replay = normalized(m);
-                    // A call the simulator sent without an id, or with the id of an
-                    // earlier call, got its id from the client.
+                    // A call the simulator sent without an id (or with an empty one,
+                    // which clients treat alike), or with the id of an earlier call, got
+                    // its id from the client.
                     let sent_calls = sent.content["calls"]
                         .as_array()
                         .cloned()
@@ -192,7 +193,10 @@ pub fn check_request(body: &Value, history: &dyn History) -> Result<(), String> 
                         .zip(&sent_calls)
                         .enumerate()
                     {
-                        if s[0].is_null() || sent_calls[..j].iter().any(|e| e[0] == s[0]) {
+                        if s[0].is_null()
+                            || s[0] == ""
+                            || sent_calls[..j].iter().any(|e| e[0] == s[0])
+                        {
                             c[0] = s[0].clone();
                         }
                     }
@@ -432,6 +436,15 @@ mod tests {
             {"id": "call_x", "type": "function", "function": {"name": "t", "arguments": "{}"}}]});
         let tool = json!({"role": "tool", "tool_call_id": "call_x", "content": "1"});
         assert_eq!(check_request(&req(json!([user, back, tool])), &h), Ok(()));
+        // An empty id is no id: the client gives the call its own.
+        let mut h_empty = Map::default();
+        let mut sent_empty = sent.clone();
+        sent_empty["choices"][0]["message"]["tool_calls"][0]["id"] = json!("");
+        h_empty.0.insert(0, replayable(&sent_empty).unwrap());
+        assert_eq!(
+            check_request(&req(json!([user, back, tool])), &h_empty),
+            Ok(())
+        );
         let mut edited = back.clone();
         edited["tool_calls"][0]["function"]["arguments"] = json!("{\"a\":1}");
         assert!(check_request(&req(json!([user, edited, tool])), &h).is_err());

@@ -13,6 +13,8 @@
 //! plays the script registered under the empty key; `GET /_sim/requests` returns the
 //! request log.
 
+mod bounds;
+pub mod chaos;
 mod chat;
 mod check;
 mod limits;
@@ -485,13 +487,16 @@ async fn answer(
         Protocol::OpenaiChat => chat::step(&request),
     };
     rec.step = Some(step);
-    let turn = script.turn(step).ok_or_else(|| {
-        Refusal::bad_request(format!(
-            "simulator script for \"{key}\" has {} turn(s) and no repeat_last; this request asks for turn {}",
-            script.turns.len(),
-            step + 1
-        ))
-    })?;
+    let played = script
+        .turn_for(step, protocol, &request, key)
+        .ok_or_else(|| {
+            Refusal::bad_request(format!(
+                "simulator script for \"{key}\" has {} turn(s) and no repeat_last; this request asks for turn {}",
+                script.turns.len(),
+                step + 1
+            ))
+        })?;
+    let turn: &script::ScriptTurn = &played;
     let attempt = {
         let mut a = lock(&state.attempts);
         let n = a.entry((conv.to_string(), step)).or_insert(0);

@@ -1,0 +1,271 @@
+//! The upper bound of every number a simulator script may hold. A script is test input,
+//! and a typo in it (`latency: 2000h`, `output_tokens: 1e19`) should be an error naming
+//! the field, not a run that hangs for months or a sum that overflows in the renderer.
+//! Each bound sits far above any value a real provider or test needs.
+
+use std::time::Duration;
+
+use super::chaos::Chaos;
+use super::script::{Fault, Script, ScriptTurn, UsageScript};
+use crate::job::values::HumanDuration;
+
+/// Latency and `body_delay`, which the simulator really sleeps: longer than any client
+/// timeout worth testing.
+pub const MAX_DELAY: Duration = Duration::from_secs(600);
+/// `retry_after` and `reset_after`, which only go into headers (a server may ask for
+/// hours, and a client must cope): a week.
+pub const MAX_HEADER_WAIT: Duration = Duration::from_secs(7 * 24 * 3600);
+/// Any usage figure: above every model's context and output, and small enough that the
+/// renderers' sums (prompt + output) never overflow.
+pub const MAX_TOKENS: u64 = 1_000_000_000;
+/// Turns of a script.
+pub const MAX_TURNS: usize = 100_000;
+/// Faults before one turn's answer (each is one attempt; no client retries more).
+pub const MAX_FAULTS: usize = 100;
+/// Error statuses a fault may play.
+pub const STATUSES: std::ops::RangeInclusive<u16> = 400..=599;
+/// Chaos: turns before the final answer.
+pub const MAX_CHAOS_TURNS: u32 = 1_000;
+/// Chaos: tool calls in one turn.
+pub const MAX_CHAOS_CALLS: u32 = 64;
+/// Chaos: every `*_percent` knob.
+pub const MAX_PERCENT: u32 = 100;
+/// Chaos: the longest generated string, in bytes (8 MiB): a history resent every turn
+/// must still fit in memory many times over.
+pub const MAX_STRING: u64 = 8 * 1024 * 1024;
+/// Chaos: the longest generated latency, slow body or retry-after.
+pub const MAX_CHAOS_DELAY: Duration = Duration::from_secs(10);
+/// Chaos: the length of `outside` (PATH_MAX).
+pub const MAX_PATH: usize = 4096;
+
+/// `field: value is over the upper bound of bound`, or Ok.
+pub fn at_most(field: &str, value: u64, bound: u64) -> Result<(), String> {
+    if value > bound {
+        return Err(format!(
+            "{field}: {value} is over the upper bound of {bound}"
+        ));
+    }
+    Ok(())
+}
+
+fn delay_at_most(field: &str, d: Option<HumanDuration>, bound: Duration) -> Result<(), String> {
+    match d {
+        Some(HumanDuration(d)) if d > bound => Err(format!(
+            "{field}: {} is over the upper bound of {}",
+            humantime::format_duration(d),
+            humantime::format_duration(bound)
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Checks every number of a script against its bound.
+pub fn check(script: &Script) -> Result<(), String> {
+    delay_at_most("latency", script.latency, MAX_DELAY)?;
+    at_most("turns", script.turns.len() as u64, MAX_TURNS as u64)?;
+    for (i, t) in script.turns.iter().enumerate() {
+        check_turn(&format!("turns[{i}]"), t)?;
+    }
+    if let Some(c) = &script.chaos {
+        check_chaos(c)?;
+    }
+    Ok(())
+}
+
+fn check_turn(at: &str, t: &ScriptTurn) -> Result<(), String> {
+    delay_at_most(&format!("{at}.latency"), t.latency, MAX_DELAY)?;
+    delay_at_most(&format!("{at}.body_delay"), t.body_delay, MAX_DELAY)?;
+    if let Some(u) = &t.usage {
+        check_usage(&format!("{at}.usage"), u)?;
+    }
+    at_most(
+        &format!("{at}.faults (how many)"),
+        t.faults.len() as u64,
+        MAX_FAULTS as u64,
+    )?;
+    for (j, f) in t.faults.iter().enumerate() {
+        check_fault(&format!("{at}.faults[{j}]"), f)?;
+    }
+    Ok(())
+}
+
+fn check_usage(at: &str, u: &UsageScript) -> Result<(), String> {
+    for (name, v) in [
+        ("input_tokens", u.input_tokens),
+        ("output_tokens", u.output_tokens),
+        ("cache_read_input_tokens", u.cache_read_input_tokens),
+        ("cache_creation_input_tokens", u.cache_creation_input_tokens),
+        ("reasoning_tokens", u.reasoning_tokens),
+    ] {
+        if let Some(v) = v {
+            at_most(&format!("{at}.{name}"), v, MAX_TOKENS)?;
+        }
+    }
+    Ok(())
+}
+
+fn check_fault(at: &str, f: &Fault) -> Result<(), String> {
+    if let Some(s) = f.status {
+        if !STATUSES.contains(&s) {
+            return Err(format!(
+                "{at}.status: {s} is not an error status ({}-{})",
+                STATUSES.start(),
+                STATUSES.end()
+            ));
+        }
+    }
+    delay_at_most(&format!("{at}.retry_after"), f.retry_after, MAX_HEADER_WAIT)?;
+    delay_at_most(&format!("{at}.reset_after"), f.reset_after, MAX_HEADER_WAIT)
+}
+
+fn check_chaos(c: &Chaos) -> Result<(), String> {
+    at_most(
+        "chaos.max_turns",
+        u64::from(c.max_turns),
+        u64::from(MAX_CHAOS_TURNS),
+    )?;
+    if c.max_turns == 0 {
+        return Err(
+            "chaos.max_turns: 0 is under the lower bound of 1 (the final answer is a turn)".into(),
+        );
+    }
+    at_most(
+        "chaos.max_calls",
+        u64::from(c.max_calls),
+        u64::from(MAX_CHAOS_CALLS),
+    )?;
+    for (name, v) in [
+        ("fault_percent", c.fault_percent),
+        ("misbehave_percent", c.misbehave_percent),
+        ("invalid_percent", c.invalid_percent),
+    ] {
+        at_most(
+            &format!("chaos.{name}"),
+            u64::from(v),
+            u64::from(MAX_PERCENT),
+        )?;
+    }
+    at_most("chaos.max_string", c.max_string, MAX_STRING)?;
+    delay_at_most("chaos.max_delay", Some(c.max_delay), MAX_CHAOS_DELAY)?;
+    if let Some(o) = &c.outside {
+        at_most("chaos.outside (length)", o.len() as u64, MAX_PATH as u64)?;
+        if !o.starts_with('/') {
+            return Err(format!(
+                "chaos.outside: \"{o}\" is not an absolute path (the model writes there by absolute path)"
+            ));
+        }
+        if o.chars().any(|ch| "'\"$`\\\0\n".contains(ch)) {
+            return Err(format!(
+                "chaos.outside: \"{}\" holds a quote, `$`, a backquote, a backslash, NUL or newline (it goes into shell commands)",
+                o.escape_debug()
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(yaml: &str) -> Script {
+        serde_yaml::from_str(yaml).expect("script parses")
+    }
+
+    #[test]
+    fn every_number_over_its_bound_is_refused_by_field_value_and_bound() {
+        let cases = [
+            (
+                "latency: 11m\nturns: [ {} ]\n",
+                "latency: 11m is over the upper bound of 10m",
+            ),
+            (
+                "turns: [ { usage: { output_tokens: 1000000001 } } ]\n",
+                "turns[0].usage.output_tokens: 1000000001 is over the upper bound of 1000000000",
+            ),
+            (
+                "turns: [ {}, { usage: { input_tokens: 18446744073709551615 } } ]\n",
+                "turns[1].usage.input_tokens: 18446744073709551615 is over",
+            ),
+            (
+                "turns: [ { faults: [ { status: 429, retry_after: 8days } ] } ]\n",
+                "turns[0].faults[0].retry_after: 8days is over the upper bound of 7days",
+            ),
+            (
+                "turns: [ { faults: [ { status: 429, reset_after: 169h } ] } ]\n",
+                "turns[0].faults[0].reset_after",
+            ),
+            (
+                "turns: [ { body_delay: 601s } ]\n",
+                "turns[0].body_delay: 10m 1s is over",
+            ),
+            (
+                "turns: [ { faults: [ { status: 600 } ] } ]\n",
+                "turns[0].faults[0].status: 600 is not an error status (400-599)",
+            ),
+            (
+                "chaos: { seed: 1, max_turns: 1001 }\n",
+                "chaos.max_turns: 1001 is over the upper bound of 1000",
+            ),
+            (
+                "chaos: { seed: 1, max_calls: 65 }\n",
+                "chaos.max_calls: 65 is over the upper bound of 64",
+            ),
+            (
+                "chaos: { seed: 1, fault_percent: 101 }\n",
+                "chaos.fault_percent: 101 is over the upper bound of 100",
+            ),
+            (
+                "chaos: { seed: 1, misbehave_percent: 500 }\n",
+                "chaos.misbehave_percent: 500",
+            ),
+            (
+                "chaos: { seed: 1, invalid_percent: 101 }\n",
+                "chaos.invalid_percent: 101",
+            ),
+            (
+                "chaos: { seed: 1, max_string: 8388609 }\n",
+                "chaos.max_string: 8388609 is over the upper bound of 8388608",
+            ),
+            (
+                "chaos: { seed: 1, max_delay: 11s }\n",
+                "chaos.max_delay: 11s is over the upper bound of 10s",
+            ),
+            (
+                "chaos: { seed: 1, outside: rel/dir }\n",
+                "not an absolute path",
+            ),
+            ("chaos: { seed: 1, max_turns: 0 }\n", "lower bound of 1"),
+            (
+                "chaos: { seed: 1, outside: '/tmp/a$b' }\n",
+                "holds a quote, `$`",
+            ),
+        ];
+        for (yaml, expected) in cases {
+            let e = parse(yaml).check().expect_err(yaml);
+            assert!(
+                e.contains(expected),
+                "{yaml}: expected {expected:?} in {e:?}"
+            );
+        }
+        let many = format!(
+            "turns: [ {{ faults: [{}] }} ]\n",
+            vec!["{status: 500}"; 101].join(", ")
+        );
+        let e = parse(&many).check().unwrap_err();
+        assert!(
+            e.contains("turns[0].faults (how many): 101 is over the upper bound of 100"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn values_at_their_bounds_pass() {
+        let s = parse(
+            "latency: 10m\nturns: [ { usage: { output_tokens: 1000000000 }, faults: [ { status: 599, retry_after: 7days, reset_after: 2h } ] } ]\n",
+        );
+        assert_eq!(s.check(), Ok(()));
+        let s = parse("chaos: { seed: 18446744073709551615, max_turns: 1000, max_calls: 64, fault_percent: 100, misbehave_percent: 100, invalid_percent: 100, max_string: 8388608, max_delay: 10s, outside: /tmp/x }\n");
+        assert_eq!(s.check(), Ok(()));
+    }
+}

@@ -1,0 +1,350 @@
+//! The chaos model's misbehaviours: the server failing first (faults), and answers
+//! that are odd for the protocol (stops of every kind, duplicate, missing or empty call
+//! ids, broken arguments, undeclared tools, missing usage, damaged bodies).
+
+use serde_json::json;
+
+use super::{call, delay, Chaos, Declared, Rng};
+use crate::model::Protocol;
+use crate::sim::script::{
+    Block, Fault, ResponseErrorScript, ScriptTurn, ToolUseScript, UsageScript,
+};
+
+/// One failed attempt of the kinds the simulator plays, with short waits.
+pub(super) fn fault(r: &mut Rng, c: &Chaos, protocol: Protocol) -> Fault {
+    let mut f = Fault {
+        status: None,
+        retry_after: None,
+        error_type: None,
+        message: None,
+        disconnect: false,
+        should_retry: None,
+        code: None,
+        reset_after: None,
+    };
+    let kinds: &[u8] = match protocol {
+        Protocol::Anthropic => &[0, 0, 1, 2, 2, 3, 3, 4, 5, 6, 7, 8],
+        _ => &[0, 0, 1, 2, 2, 3, 4, 5, 6, 7, 8, 9],
+    };
+    match r.pick(kinds) {
+        0 => {
+            f.status = Some(429);
+            f.retry_after = Some(delay(r, c));
+        }
+        1 => {
+            f.status = Some(429);
+            f.reset_after = Some(delay(r, c));
+        }
+        2 => {
+            f.status = Some(*r.pick(&[500, 502, 503]));
+            // without a retry-after the runner backs off half a second: keep it rare
+            if r.percent(70) {
+                f.retry_after = Some(delay(r, c));
+            }
+        }
+        3 => {
+            f.status = Some(529);
+            f.retry_after = Some(delay(r, c));
+        }
+        4 => f.disconnect = true,
+        5 => {
+            f.status = Some(500);
+            f.should_retry = Some(false);
+        }
+        6 => {
+            f.status = Some(*r.pick(&[400, 401, 403, 404, 413]));
+            f.message = Some("chaos: a request the server refuses".into());
+        }
+        7 => {
+            f.status = Some(408);
+            f.retry_after = Some(delay(r, c));
+        }
+        8 => {
+            f.status = Some(429);
+        }
+        _ => {
+            f.status = Some(429);
+            f.error_type = Some("insufficient_quota".into());
+            f.code = Some("insufficient_quota".into());
+        }
+    }
+    f
+}
+
+/// The misbehaviours, weighted: odd stops are the most common.
+#[derive(Debug, Clone, Copy)]
+enum Mis {
+    Stop,
+    DuplicateIds,
+    MissingId,
+    EmptyId,
+    BrokenArguments,
+    UndeclaredTool,
+    OmitUsage,
+    RawBody,
+    TruncateBody,
+    SlowBody,
+    Usage,
+    OddBlocks,
+}
+
+const MISBEHAVIOURS: [Mis; 15] = [
+    Mis::Stop,
+    Mis::Stop,
+    Mis::Stop,
+    Mis::Stop,
+    Mis::DuplicateIds,
+    Mis::MissingId,
+    Mis::EmptyId,
+    Mis::BrokenArguments,
+    Mis::UndeclaredTool,
+    Mis::OmitUsage,
+    Mis::RawBody,
+    Mis::TruncateBody,
+    Mis::SlowBody,
+    Mis::Usage,
+    Mis::OddBlocks,
+];
+
+fn tool_uses(t: &mut ScriptTurn) -> Vec<&mut ToolUseScript> {
+    t.content
+        .iter_mut()
+        .filter_map(|b| match b {
+            Block::ToolUse(u) => Some(u),
+            _ => None,
+        })
+        .collect()
+}
+
+fn drop_calls(t: &mut ScriptTurn) {
+    t.content.retain(|b| !matches!(b, Block::ToolUse(_)));
+    if t.content.is_empty() {
+        t.content.push(Block::Text("Hmm.".into()));
+    }
+}
+
+/// A made-up call id in the protocol's style.
+fn made_id(r: &mut Rng, protocol: Protocol) -> String {
+    let prefix = match protocol {
+        Protocol::Anthropic => "toolu_chaos_",
+        _ => "call_chaos_",
+    };
+    format!("{prefix}{:012x}", r.next() & 0xffff_ffff_ffff)
+}
+
+pub(super) fn misbehave(
+    r: &mut Rng,
+    c: &Chaos,
+    protocol: Protocol,
+    tools: &[Declared],
+    t: &mut ScriptTurn,
+) {
+    match *r.pick(&MISBEHAVIOURS) {
+        Mis::Stop => odd_stop(r, protocol, t),
+        Mis::DuplicateIds => {
+            let id = made_id(r, protocol);
+            let single = match tool_uses(t).as_slice() {
+                [only] => Some((*only).clone()),
+                _ => None,
+            };
+            if let Some(twin) = single {
+                t.content.push(Block::ToolUse(twin));
+            }
+            for u in tool_uses(t).into_iter().take(2) {
+                u.id = Some(id.clone());
+            }
+        }
+        Mis::MissingId => {
+            if protocol == Protocol::OpenaiChat && r.percent(50) {
+                t.omit_call_ids = true;
+                return;
+            }
+            let Some(i) = t
+                .content
+                .iter()
+                .position(|b| matches!(b, Block::ToolUse(_)))
+            else {
+                return;
+            };
+            if let Block::ToolUse(u) = &t.content[i] {
+                let raw = match protocol {
+                    Protocol::Anthropic => {
+                        json!({"type": "tool_use", "name": u.name, "input": u.input})
+                    }
+                    Protocol::OpenaiResponses => json!({
+                        "type": "function_call", "id": format!("fc_chaos_{i}"), "name": u.name,
+                        "arguments": u.input.to_string(), "status": "completed",
+                    }),
+                    Protocol::OpenaiChat => json!({
+                        "type": "function",
+                        "function": {"name": u.name, "arguments": u.input.to_string()},
+                    }),
+                };
+                t.content[i] = Block::Raw(raw);
+            }
+        }
+        Mis::EmptyId => {
+            if let Some(u) = tool_uses(t).into_iter().next() {
+                u.id = Some(String::new());
+            }
+        }
+        Mis::BrokenArguments => {
+            let broken = *r.pick(&[
+                "{\"path\": ",
+                "",
+                "not json",
+                "[1, 2]",
+                "null",
+                "\"a string\"",
+                "{\"a\": 1}}",
+                "{'single': 'quotes'}",
+            ]);
+            if let Some(u) = tool_uses(t).into_iter().next() {
+                u.arguments = Some(broken.to_string());
+                if protocol == Protocol::Anthropic {
+                    // Anthropic sends input as JSON: a non-object one is its broken kind
+                    u.input = json!([broken]);
+                }
+            }
+        }
+        Mis::UndeclaredTool => {
+            if t.stop_reason.as_deref() == Some("pause_turn") {
+                return;
+            }
+            let name = *r.pick(&["chaos_undeclared", "Bash", "read-file", "", "bash "]);
+            t.content.push(call(name, json!({"x": 1})));
+        }
+        Mis::OmitUsage => t.omit_usage = true,
+        Mis::RawBody => t.raw_body = Some(raw_body(r, protocol)),
+        Mis::TruncateBody => t.truncate_body = true,
+        Mis::SlowBody => t.body_delay = Some(delay(r, c)),
+        Mis::Usage => {
+            let huge_output = r.percent(40);
+            t.usage = Some(UsageScript {
+                input_tokens: None,
+                output_tokens: huge_output.then_some(r.between(100_000, 10_000_000)),
+                cache_read_input_tokens: Some(r.between(0, 4000)),
+                cache_creation_input_tokens: Some(r.between(0, 4000)),
+                reasoning_tokens: Some(r.between(0, 100)),
+            });
+        }
+        Mis::OddBlocks => {
+            if tools.is_empty() || protocol != Protocol::Anthropic {
+                t.content.push(Block::Text(String::new()));
+                return;
+            }
+            let id = format!("srvtoolu_chaos_{}", r.below(1000));
+            t.content.push(Block::Raw(json!({
+                "type": "server_tool_use", "id": id, "name": "web_search", "input": {"query": "chaos"},
+            })));
+            t.content.push(Block::Raw(json!({
+                "type": "web_search_tool_result", "tool_use_id": id, "content": [],
+            })));
+            if r.percent(50) {
+                t.content.push(Block::Raw(
+                    json!({"type": "chaos_future_block", "data": {"n": 1}}),
+                ));
+            }
+        }
+    }
+}
+
+/// A stop the protocol documents (or an unknown one), sometimes at odds with the
+/// content: `end_turn` with calls, `tool_use` without.
+fn odd_stop(r: &mut Rng, protocol: Protocol, t: &mut ScriptTurn) {
+    match protocol {
+        Protocol::Anthropic => match r.below(9) {
+            0 => t.stop_reason = Some("end_turn".into()),
+            1 => {
+                drop_calls(t);
+                t.stop_reason = Some("tool_use".into());
+            }
+            2 => t.stop_reason = Some("max_tokens".into()),
+            3 => {
+                t.stop_reason = Some("stop_sequence".into());
+                t.stop_sequence = Some("\n\nHuman:".into());
+            }
+            4 | 5 => {
+                // a paused turn is sent back as it is: it carries no client calls
+                drop_calls(t);
+                t.stop_reason = Some("pause_turn".into());
+            }
+            6 => {
+                t.stop_reason = Some("refusal".into());
+                t.stop_details =
+                    Some(json!({"type": "refusal", "category": "cyber", "explanation": "chaos"}));
+            }
+            7 => t.stop_reason = Some("model_context_window_exceeded".into()),
+            _ => t.stop_reason = Some((*r.pick(&["compaction_needed", "", "END_TURN"])).into()),
+        },
+        Protocol::OpenaiResponses => match r.below(10) {
+            0 => drop_calls(t),
+            1 => t.stop_reason = Some("max_tokens".into()),
+            2 => {
+                t.status = Some("incomplete".into());
+                t.incomplete_reason = Some("content_filter".into());
+            }
+            3 => {
+                t.status = Some("incomplete".into());
+                t.incomplete_reason = Some("chaos_reason".into());
+            }
+            4 => {
+                drop_calls(t);
+                t.stop_reason = Some("refusal".into());
+            }
+            5..=7 => {
+                t.status = Some("failed".into());
+                let code = match r.below(3) {
+                    0 => "server_error",
+                    1 => "rate_limit_exceeded",
+                    _ => "invalid_prompt",
+                };
+                t.error = Some(ResponseErrorScript {
+                    code: code.into(),
+                    message: Some(format!("chaos: {code}")),
+                });
+                t.omit_usage = r.percent(50);
+            }
+            8 => t.status = Some((*r.pick(&["queued", "in_progress", "cancelled"])).into()),
+            _ => t.stop_reason = Some("stop_sequence".into()),
+        },
+        Protocol::OpenaiChat => match r.below(8) {
+            0 => t.finish_reason = Some("stop".into()),
+            1 => t.finish_reason = Some("length".into()),
+            2 => {
+                drop_calls(t);
+                t.finish_reason = Some("tool_calls".into());
+            }
+            3 => t.finish_reason = Some("content_filter".into()),
+            4 => t.finish_reason = Some("null".into()),
+            5 => t.finish_reason = Some("function_call".into()),
+            6 => t.stop_reason = Some("max_tokens".into()),
+            _ => t.finish_reason = Some((*r.pick(&["eos", "", "STOP"])).into()),
+        },
+    }
+}
+
+/// A 200 body that is not the answer: not JSON, the wrong JSON, or the protocol's shape
+/// with a part missing.
+fn raw_body(r: &mut Rng, protocol: Protocol) -> String {
+    let shaped = match protocol {
+        Protocol::Anthropic => {
+            r#"{"type":"message","role":"assistant","content":[{"type":"text","text":"no usage"}],"stop_reason":"end_turn"}"#
+        }
+        Protocol::OpenaiResponses => {
+            r#"{"object":"response","status":"completed","output":"oops"}"#
+        }
+        Protocol::OpenaiChat => r#"{"object":"chat.completion","choices":[]}"#,
+    };
+    (*r.pick(&[
+        "not json at all",
+        "",
+        "[]",
+        "null",
+        r#"{"not": "a message"}"#,
+        "{\"truncated\": ",
+        shaped,
+        shaped,
+    ]))
+    .to_string()
+}
