@@ -92,19 +92,26 @@ impl Loop<'_> {
                 }
                 Ok(Err(f)) => f,
             };
-            let charged = match (failure.usage, failure.maybe_billed) {
+            // `charged`: a worst case counted as spent (logged below); `billed`: the cost
+            // of a failed answer that said what it used (logged by its settle event).
+            let (charged, billed) = match (failure.usage, failure.maybe_billed) {
                 // A failed answer that says what it used is billed that, not the
                 // worst case.
-                (Some(usage), _) => self.settle(&usage, false, &plan, held, turn_no).await,
+                (Some(usage), _) => (None, self.settle(&usage, false, &plan, held, turn_no).await),
                 (None, true) => {
                     let charged = self.meter.charge_unsettled(&plan);
                     self.give_back(held, true).await;
-                    charged
+                    (charged, None)
                 }
                 (None, false) => {
                     self.give_back(held, false).await;
-                    None
+                    (None, None)
                 }
+            };
+            let spent_note = match (charged, billed) {
+                (Some(c), _) => format!("; ${} reserved for it is counted as spent", c.normalize()),
+                (None, Some(b)) => format!("; billed ${} at the usage it reported", b.normalize()),
+                (None, None) => String::new(),
             };
             self.note_rate_headers(&failure.rate);
             if failure.rate_limited {
@@ -132,6 +139,7 @@ impl Loop<'_> {
                     json!({
                         "turn": turn_no, "attempt": attempt, "error": failure.error.to_string(),
                         "retryable": !give_up, "rate_limited": true,
+                        "charged_usd": charged.map(|c| c.normalize().to_string()),
                         "provider_paused_ms": (!give_up).then_some(wait.as_millis() as u64),
                     }),
                 );
@@ -146,7 +154,7 @@ impl Loop<'_> {
                     };
                     return Err(Stop::new(
                         StopReason::RateLimited,
-                        format!("{} ({why})", failure.error),
+                        format!("{} ({why}){spent_note}", failure.error),
                     ));
                 }
                 // Everyone on this provider waits, not just this task; the next admit
@@ -185,12 +193,7 @@ impl Loop<'_> {
                 if retries > 0 {
                     detail.push_str(&format!(" (after {retries} retries)"));
                 }
-                if let Some(c) = charged {
-                    detail.push_str(&format!(
-                        "; ${} reserved for it is counted as spent",
-                        c.normalize()
-                    ));
-                }
+                detail.push_str(&spent_note);
                 return Err(Stop::new(StopReason::ProviderError, detail));
             }
             if let Err(interrupt) =

@@ -125,8 +125,13 @@ fn parse_message(raw: &Value) -> Result<Message, String> {
                         .map(str::to_string)
                         .ok_or_else(|| format!("content[{i}] (tool_use) has no string `{f}`"))
                 };
+                let id = field("id")?;
+                if id.is_empty() {
+                    // No result could be matched to it, and the API refuses it back.
+                    return Err(format!("content[{i}] (tool_use) has an empty `id`").into());
+                }
                 calls.push(ToolCall {
-                    id: field("id")?,
+                    id,
                     name: field("name")?,
                     input: b.get("input").cloned().unwrap_or_else(|| json!({})),
                     input_error: None,

@@ -255,6 +255,9 @@ impl Conversation {
     ) -> Result<Turn, SendError> {
         let body = self.encoded_body(max_tokens);
         let sent_bytes = body.len() as u64;
+        // What the budgets reserved for this prompt: an answer without usage is never
+        // counted above it.
+        let prompt_bound = self.estimate_prompt_tokens();
         let mut ev = json!({
             "turn": turn,
             "attempt": attempt,
@@ -362,7 +365,9 @@ impl Conversation {
         // answer, reasoning fields a server adds included) plus the framing a chat
         // template adds: never fewer than the real figures.
         let usage = usage.unwrap_or(Usage {
-            input_tokens: sent_bytes.saturating_add(FIRST_REQUEST_OVERHEAD),
+            input_tokens: sent_bytes
+                .saturating_add(FIRST_REQUEST_OVERHEAD)
+                .min(prompt_bound),
             output_tokens: (reply.body.len() as u64).min(u64::from(max_tokens)),
             ..Usage::default()
         });

@@ -34,13 +34,16 @@ async fn malformed_responses_fail_their_task_while_the_others_complete() {
   - id: tool-use-without-id
     prompt: p
     sim: {{ turns: [ {{ raw_body: '{{"type":"message","content":[{{"type":"tool_use","name":"get_time","input":{{}}}}],"stop_reason":"tool_use","usage":{{"input_tokens":1,"output_tokens":1}}}}' }} ] }}
+  - id: tool-use-empty-id
+    prompt: p
+    sim: {{ turns: [ {{ raw_body: '{{"type":"message","content":[{{"type":"tool_use","id":"","name":"get_time","input":{{}}}}],"stop_reason":"tool_use","usage":{{"input_tokens":1,"output_tokens":1}}}}' }} ] }}
   - id: good-2
     prompt: p
 {GOOD}"#
             ),
         ))
         .await;
-    assert_eq!(ran.rows().len(), 7);
+    assert_eq!(ran.rows().len(), 8);
     for good in ["good-1", "good-2"] {
         assert_eq!(ran.stop(good), "completed");
     }
@@ -50,6 +53,7 @@ async fn malformed_responses_fail_their_task_while_the_others_complete() {
         ("no-stop-reason", "stop_reason"),
         ("no-usage", "usage"),
         ("tool-use-without-id", "id"),
+        ("tool-use-empty-id", "empty `id`"),
     ] {
         let row = ran.row(task);
         assert_eq!(row["stop_reason"], "provider_error", "{task}");

@@ -17,6 +17,23 @@ fn openai_job(provider: &str, model: &str, tasks: &str) -> String {
     .replacen("name: test\n", &format!("name: test\n{PROVIDERS}"), 1)
 }
 
+/// What a task's transcript says it spent: every settled cost plus every worst case
+/// charged for an attempt that brought no usable answer.
+fn transcript_money(ran: &Ran, task: &str) -> rust_decimal::Decimal {
+    let usd = |e: &Value, k: &str| {
+        e[k].as_str()
+            .map_or(rust_decimal::Decimal::ZERO, |s| s.parse().unwrap())
+    };
+    ran.transcript(task)
+        .iter()
+        .map(|e| match e["event"].as_str() {
+            Some("settle") => usd(e, "cost_usd"),
+            Some("attempt_failed" | "request_aborted") => usd(e, "charged_usd"),
+            _ => rust_decimal::Decimal::ZERO,
+        })
+        .sum()
+}
+
 fn ok_requests(ran: &Ran, task: &str) -> Vec<Value> {
     ran.requests(task)
         .into_iter()
@@ -242,6 +259,30 @@ async fn a_failed_server_error_is_retried_and_tool_calls_under_stop_still_run() 
         })
         .sum();
     assert_eq!(flaky["cost_usd"], billed.normalize().to_string());
+    // Logged once each (as settled), not again as a worst-case charge.
+    assert_eq!(transcript_money(&ran, "flaky"), billed);
+    assert!(
+        flaky["stop_detail"].contains("at the usage it reported")
+            && !flaky["stop_detail"].contains("counted as spent"),
+        "{}",
+        flaky["stop_detail"]
+    );
+
+    // A failed answer for the rate limit without usage: its worst case is charged, and
+    // the transcript says so (resume adds up what a killed task spent from it).
+    let case = Case::new();
+    let ran = case
+        .run(&openai_job(
+            "sim-responses",
+            "gpt-5.4",
+            "  - id: limited\n    prompt: p\n    sim:\n      turns:\n        - content: [ { text: hi } ]\n          status: failed\n          error: { code: rate_limit_exceeded }\n          omit_usage: true\n",
+        ))
+        .await;
+    let limited = ran.row("limited");
+    assert_eq!(limited["stop_reason"], "rate_limited", "{limited:?}");
+    let cost: rust_decimal::Decimal = limited["cost_usd"].parse().unwrap();
+    assert!(cost > rust_decimal::Decimal::ZERO);
+    assert_eq!(transcript_money(&ran, "limited"), cost);
 
     let case = Case::new();
     let ran = case
@@ -346,6 +387,32 @@ async fn missing_usage_and_missing_call_ids_are_absorbed_and_counted_at_an_upper
     let row = ran.row("r");
     assert_eq!(row["stop_reason"], "completed");
     assert_eq!(num(&row, "usage_estimated_turns"), 1);
+
+    // An answer without usage after answers with it is never counted above what the
+    // budgets reserved for its request (it once broke a task's cost cap).
+    let case = Case::new();
+    let ran = case
+        .run(&openai_job(
+            "sim-chat",
+            "gpt-5.4",
+            "  - id: mixed\n    prompt: p\n    limits: { max_cost_usd: 1 }\n    sim:\n      turns:\n        - content: [ { tool_use: { name: get_time, input: {} } } ]\n        - content: [ { tool_use: { name: get_time, input: {} } } ]\n          omit_usage: true\n        - content: [ { text: done } ]\n",
+        ))
+        .await;
+    assert_eq!(num(&ran.row("mixed"), "usage_estimated_turns"), 1);
+    let reserves = ran.events("mixed", "reserve");
+    let settles = ran.events("mixed", "settle");
+    assert_eq!((reserves.len(), settles.len()), (3, 3));
+    for (r, s) in reserves.iter().zip(&settles) {
+        let bound = r["prompt_tokens_upper_bound"].as_u64().unwrap();
+        assert!(
+            s["usage"]["input_tokens"].as_u64().unwrap() <= bound,
+            "counted above the reservation's bound: {s} vs {r}"
+        );
+        let reserved: rust_decimal::Decimal = r["reserved_usd"].as_str().unwrap().parse().unwrap();
+        let cost: rust_decimal::Decimal = s["cost_usd"].as_str().unwrap().parse().unwrap();
+        assert!(cost <= reserved, "{cost} > {reserved}");
+    }
+    assert!(ran.events("mixed", "reservation_exceeded").is_empty());
 }
 
 #[tokio::test]
