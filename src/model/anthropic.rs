@@ -128,7 +128,7 @@ fn parse_message(raw: &Value) -> Result<Message, String> {
                 let id = field("id")?;
                 if id.is_empty() {
                     // No result could be matched to it, and the API refuses it back.
-                    return Err(format!("content[{i}] (tool_use) has an empty `id`").into());
+                    return Err(format!("content[{i}] (tool_use) has an empty `id`"));
                 }
                 calls.push(ToolCall {
                     id,
