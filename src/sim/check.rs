@@ -101,7 +101,40 @@ fn blocks(content: &Value) -> &[Value] {
     content.as_array().map(Vec::as_slice).unwrap_or(&[])
 }
 
+/// Every `tool_use` id of the conversation is unique and well formed, as the API
+/// requires (it answers `messages.N.content.M: tool_use ids must be unique`).
+fn check_tool_use_ids(messages: &[Value]) -> Result<(), String> {
+    let mut seen = std::collections::HashSet::new();
+    for (i, m) in messages.iter().enumerate() {
+        if m.get("role").and_then(Value::as_str) != Some("assistant") {
+            continue;
+        }
+        for (j, b) in blocks(&m["content"]).iter().enumerate() {
+            if b.get("type").and_then(Value::as_str) != Some("tool_use") {
+                continue;
+            }
+            let id = b.get("id").and_then(Value::as_str).unwrap_or("");
+            let valid = !id.is_empty()
+                && id
+                    .bytes()
+                    .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-');
+            if !valid {
+                return Err(format!(
+                    "messages.{i}.content.{j}.tool_use.id: String should match pattern '^[a-zA-Z0-9_-]+$'"
+                ));
+            }
+            if !seen.insert(id) {
+                return Err(format!(
+                    "messages.{i}.content.{j}: `tool_use` ids must be unique"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 fn check_messages(messages: &[Value], history: &dyn History) -> Result<(), String> {
+    check_tool_use_ids(messages)?;
     let mut step = 0usize;
     for (i, m) in messages.iter().enumerate() {
         let role = m.get("role").and_then(Value::as_str).unwrap_or("");
@@ -279,6 +312,23 @@ mod tests {
 
     fn tool_turn() -> Value {
         json!([{"type": "tool_use", "id": "a", "name": "t", "input": {}}, {"type": "tool_use", "id": "b", "name": "t", "input": {}}])
+    }
+
+    #[test]
+    fn tool_use_ids_are_unique_across_the_conversation_and_well_formed() {
+        let call = |id: &str| json!({"role": "assistant", "content": [{"type": "tool_use", "id": id, "name": "t", "input": {}}]});
+        let result = |id: &str| json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": id, "content": "x"}]});
+        let user = json!({"role": "user", "content": "hi"});
+        let ok = [user.clone(), call("a"), result("a"), call("b"), result("b")];
+        assert_eq!(check_tool_use_ids(&ok), Ok(()));
+        let again = [user.clone(), call("a"), result("a"), call("a"), result("a")];
+        assert!(check_tool_use_ids(&again)
+            .unwrap_err()
+            .contains("messages.3.content.0: `tool_use` ids must be unique"));
+        let odd = [user, call("a b")];
+        assert!(check_tool_use_ids(&odd)
+            .unwrap_err()
+            .contains("should match pattern"));
     }
 
     #[test]

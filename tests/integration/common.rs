@@ -233,3 +233,23 @@ impl Case {
         );
     }
 }
+
+/// Runs git in `dir` with a throwaway identity, failing the test if git fails.
+pub fn git_in(dir: &Path, args: &[&str]) {
+    let ok = std::process::Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+        .args(args)
+        .current_dir(dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("git runs");
+    assert!(ok.success(), "git {args:?} in {}", dir.display());
+}
+
+/// Makes the folder `dir` a git repository with everything in one commit on `main`.
+pub fn make_git_repository(dir: &Path) {
+    git_in(dir, &["init", "-q", "-b", "main"]);
+    git_in(dir, &["add", "-A"]);
+    git_in(dir, &["commit", "-qm", "v1"]);
+}

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use agentbatch::tools::workspace::tree_digest;
 use serde_json::Value;
 
-use crate::common::{bin, num, read_csv, Case, Ran};
+use crate::common::{bin, git_in, make_git_repository, num, read_csv, Case, Ran};
 
 /// A small plain-folder repository with a failing test.
 fn fixture(case: &Case, name: &str) -> PathBuf {
@@ -23,25 +23,6 @@ fn fixture(case: &Case, name: &str) -> PathBuf {
     );
     case.write(&format!("{name}/.gitignore"), "__pycache__/\n");
     case.path(name)
-}
-
-/// Runs git in `dir` with a throwaway identity, failing the test if git fails.
-fn git_in(dir: &Path, args: &[&str]) {
-    let ok = Command::new("git")
-        .args(["-c", "user.name=t", "-c", "user.email=t@t"])
-        .args(args)
-        .current_dir(dir)
-        .stdout(Stdio::null())
-        .status()
-        .unwrap();
-    assert!(ok.success(), "git {args:?}");
-}
-
-/// Makes the folder `dir` a git repository with everything in one commit on `main`.
-fn make_git_repository(dir: &Path) {
-    git_in(dir, &["init", "-q", "-b", "main"]);
-    git_in(dir, &["add", "-A"]);
-    git_in(dir, &["commit", "-qm", "v1"]);
 }
 
 /// A job of one repo task with the given script turns (YAML list items, indented 8).

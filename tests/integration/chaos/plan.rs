@@ -1,0 +1,140 @@
+//! What one batch of the chaos property test runs: a task per seed (its protocol,
+//! repository, team, cap and knobs drawn from the seed), the fixture repositories, and
+//! the job file over them with task, team and run caps.
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use rust_decimal::Decimal;
+
+use crate::common::Case;
+
+pub(super) const SENTINEL: &str = "sentinel.txt";
+pub(super) const SENTINEL_TEXT: &str = "the outside world; nothing may change me\n";
+pub(super) const PROVIDERS: [&str; 3] = ["sim", "sim-responses", "sim-chat"];
+pub(super) const REPOS: [&str; 2] = ["gitrepo", "plain"];
+pub(super) const TEAMS: [Option<&str>; 3] = [Some("red"), Some("blue"), None];
+/// A task's own cap, by seed.
+pub(super) const TASK_CAPS: [&str; 3] = ["0.05", "0.20", "1.00"];
+/// Longest generated string, by seed.
+pub(super) const MAX_STRINGS: [u64; 3] = [4096, 65_536, 1_048_576];
+/// How often the model misbehaves and the server fails, and how long it talks, by seed.
+pub(super) const MISBEHAVE: [u32; 3] = [5, 15, 30];
+pub(super) const FAULTS: [u32; 2] = [5, 15];
+pub(super) const TURNS: [u32; 3] = [4, 8, 16];
+
+/// What a seed's task is made of: its protocol, repository, team, cap.
+pub(super) struct Task {
+    pub seed: u64,
+    pub provider: &'static str,
+    pub repo: &'static str,
+    pub team: Option<&'static str>,
+    pub cap: Decimal,
+    max_string: u64,
+    misbehave: u32,
+    faults: u32,
+    turns: u32,
+    /// wrap_up and show_budget: the last affordable request goes with tools off.
+    wrap_up: bool,
+}
+
+/// An index in 0..k for one attribute of a seed's task, independent of the others
+/// (a SplitMix64 step over the seed and the attribute's number).
+fn choose(seed: u64, attribute: u64, k: usize) -> usize {
+    let mut z = seed
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        .wrapping_add(attribute.wrapping_mul(0xbf58_476d_1ce4_e5b9));
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    ((z ^ (z >> 31)) % k as u64) as usize
+}
+
+impl Task {
+    pub fn new(seed: u64) -> Task {
+        Task {
+            seed,
+            // every protocol in turn, so any three consecutive seeds cover them all
+            provider: PROVIDERS[(seed % 3) as usize],
+            repo: REPOS[choose(seed, 1, 2)],
+            team: TEAMS[choose(seed, 2, 3)],
+            cap: Decimal::from_str(TASK_CAPS[choose(seed, 3, 3)]).expect("a price"),
+            max_string: MAX_STRINGS[choose(seed, 4, 3)],
+            misbehave: MISBEHAVE[choose(seed, 5, 3)],
+            faults: FAULTS[choose(seed, 6, 2)],
+            turns: TURNS[choose(seed, 7, 3)],
+            wrap_up: choose(seed, 8, 2) == 0,
+        }
+    }
+
+    pub fn id(&self) -> String {
+        format!("s{}", self.seed)
+    }
+}
+
+/// The fixture repository: a failing test, a .gitignore and a subfolder.
+pub(super) fn write_repo(case: &Case, name: &str) -> PathBuf {
+    case.write(
+        &format!("{name}/calc.py"),
+        "def add(a, b):\n    return a - b\n",
+    );
+    case.write(
+        &format!("{name}/test_calc.py"),
+        "import unittest\nfrom calc import add\n\nclass T(unittest.TestCase):\n    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n",
+    );
+    case.write(&format!("{name}/.gitignore"), "__pycache__/\n");
+    case.write(&format!("{name}/sub/mod.py"), "X = 1\n");
+    case.path(name)
+}
+
+/// Team and run caps for a batch: red binds, blue rarely, the run near the end.
+pub(super) struct Caps {
+    pub red: Decimal,
+    pub blue: Decimal,
+    pub run: Decimal,
+}
+
+impl Caps {
+    pub fn for_batch(n: u64) -> Caps {
+        // in tenths of a cent per task of the batch
+        let per = |mills: u64| Decimal::new((n * mills) as i64, 3);
+        Caps {
+            red: per(15),
+            blue: per(200),
+            run: per(52),
+        }
+    }
+}
+
+pub(super) fn job(tasks: &[Task], outside: &Path, caps: &Caps) -> String {
+    let mut y = format!(
+        "name: chaos\nconcurrency: 8\nmax_cost_usd: {}\nteams:\n  red: {{ max_cost_usd: {} }}\n  blue: {{ max_cost_usd: {} }}\n",
+        caps.run, caps.red, caps.blue
+    );
+    y.push_str(
+        "providers:\n  sim: { max_retries: 2, max_rate_limit_retries: 3, timeout: 30s }\n  sim-responses: { protocol: openai-responses, simulator: true, max_retries: 2, max_rate_limit_retries: 3, timeout: 30s }\n  sim-chat: { protocol: openai-chat, simulator: true, max_retries: 2, max_rate_limit_retries: 3, timeout: 30s }\n",
+    );
+    y.push_str(
+        "defaults:\n  model: claude-sonnet-4-5\n  max_tokens: 2048\n  toolset: coding\n  check: 'python3 -m unittest -q'\n  check_timeout: 30s\n  sandbox: { network: false }\n  keep_workspaces: never\n  limits: { max_turns: 12, time_limit: 90s }\ntasks:\n",
+    );
+    for t in tasks {
+        y.push_str(&format!(
+            "  - id: {}\n    prompt: Fix the failing test.\n    provider: {}\n    repo: {}\n    limits: {{ max_cost_usd: {}, wrap_up: {}, show_budget: {} }}\n    sim: {{ chaos: {{ seed: {}, outside: '{}', max_string: {}, misbehave_percent: {}, fault_percent: {}, max_turns: {} }} }}\n",
+            t.id(),
+            t.provider,
+            t.repo,
+            t.cap,
+            t.wrap_up,
+            t.wrap_up,
+            t.seed,
+            outside.display(),
+            t.max_string,
+            t.misbehave,
+            t.faults,
+            t.turns
+        ));
+        if let Some(team) = t.team {
+            y.push_str(&format!("    team: {team}\n"));
+        }
+    }
+    y
+}

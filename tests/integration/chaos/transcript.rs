@@ -1,0 +1,206 @@
+//! The invariants one task's transcript must keep: its money adds up, the file tools
+//! stayed in the workspace, valid writes at the root worked, the simulator refused
+//! nothing the runner sent, and `completed` follows a documented end.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::str::FromStr;
+
+use rust_decimal::Decimal;
+use serde_json::Value;
+
+use super::plan::Task;
+use super::Finding;
+
+pub(super) fn decimal(v: &Value) -> Option<Decimal> {
+    v.as_str().and_then(|s| Decimal::from_str(s).ok())
+}
+
+pub(super) fn read_events(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// Whether a relative path leaves its root lexically (`..` below the top).
+fn escapes(path: &str) -> bool {
+    let mut depth = 0i32;
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                depth -= 1;
+                if depth < 0 {
+                    return true;
+                }
+            }
+            _ => depth += 1,
+        }
+    }
+    false
+}
+
+/// The money of one transcript: settled costs plus worst-case charges.
+fn transcript_money(events: &[Value]) -> Decimal {
+    events
+        .iter()
+        .map(|e| match e["event"].as_str() {
+            Some("settle") => decimal(&e["cost_usd"]).unwrap_or_default(),
+            Some(_) => decimal(&e["charged_usd"]).unwrap_or_default(),
+            None => Decimal::ZERO,
+        })
+        .sum()
+}
+
+/// A documented end of a conversation in the last response the runner accepted.
+fn ended_properly(events: &[Value]) -> Result<(), String> {
+    let Some(body) = events
+        .iter()
+        .rev()
+        .find(|e| e["event"] == "response")
+        .map(|e| &e["body"])
+    else {
+        return Err("completed without any response".into());
+    };
+    let fine = body["stop_reason"] == "end_turn"
+        || body["stop_reason"] == "stop_sequence"
+        || (body["object"] == "response" && body["status"] == "completed")
+        || body.pointer("/choices/0/finish_reason") == Some(&Value::from("stop"));
+    if fine {
+        Ok(())
+    } else {
+        Err(format!(
+            "completed after a response that ends with stop_reason {} / status {} / finish_reason {}",
+            body["stop_reason"],
+            body["status"],
+            body.pointer("/choices/0/finish_reason").unwrap_or(&Value::Null)
+        ))
+    }
+}
+
+/// The invariants of one task's transcript: money, confinement of the file tools, the
+/// simulator's refusals, the stop.
+pub(super) fn check_transcript(
+    t: &Task,
+    row: &BTreeMap<String, String>,
+    events: &[Value],
+    found: &mut Vec<Finding>,
+    stats: &mut BTreeMap<&'static str, usize>,
+) {
+    let mut add = |invariant: &'static str, detail: String| {
+        found.push(Finding {
+            seed: t.seed,
+            invariant,
+            detail,
+        })
+    };
+    let cost = Decimal::from_str(&row["cost_usd"]).unwrap_or_default();
+    let money = transcript_money(events);
+    if cost != money {
+        add(
+            "spend equals settled usage plus worst-case charges",
+            format!("results.csv says ${cost}, the transcript's settle and charge events add up to ${money}"),
+        );
+    }
+    if cost > t.cap {
+        add(
+            "no task over its own cap",
+            format!("spent ${cost}, its cap is ${}", t.cap),
+        );
+    }
+    for e in events {
+        let error = e["error"].as_str().unwrap_or("");
+        let refused = e["event"] == "attempt_failed"
+            && ["HTTP 400 ", "HTTP 401 ", "HTTP 404 "]
+                .iter()
+                .any(|s| error.contains(s))
+            && !error.contains("chaos:");
+        if refused {
+            add(
+                "the simulator never refuses what the runner sends",
+                format!("turn {}: {error}", e["turn"]),
+            );
+        }
+    }
+    // A file tool's call at an absolute path, up out of the workspace, or through the
+    // model's own link to /etc (once `ln -sfn /etc ro_link` worked) must fail.
+    let mut ro_link = false;
+    for pair in events.windows(2) {
+        let (call, result) = (&pair[0], &pair[1]);
+        if call["event"] != "tool_call" || result["event"] != "tool_result" {
+            continue;
+        }
+        let command = call["input"]["command"].as_str().unwrap_or("");
+        if command.contains("ln -sfn /etc ro_link") && result["is_error"] == false {
+            ro_link = true;
+        }
+        let Some(path) = call["input"]["path"].as_str() else {
+            continue;
+        };
+        let file_tool = ["read_file", "write_file", "edit_file", "list_files", "grep"]
+            .contains(&call["name"].as_str().unwrap_or(""));
+        let outside =
+            path.starts_with('/') || escapes(path) || (ro_link && path.starts_with("ro_link"));
+        *stats.entry("tool calls with a path").or_default() += 1;
+        if file_tool && outside && result["is_error"] == true {
+            *stats.entry("file-tool escapes refused").or_default() += 1;
+        }
+        if path.starts_with("chaos_link_") && result["is_error"] == true {
+            *stats.entry("writes through links refused").or_default() += 1;
+        }
+        // A valid write to a plain file at the root must work (the generator never
+        // makes these names folders or links).
+        const ROOT_FILES: [&str; 8] = [
+            "newfile.py",
+            ".gitignore",
+            "calc.py",
+            "README.md",
+            "notes.txt",
+            ".env",
+            "test_calc.py",
+            "test_chaos.py",
+        ];
+        let valid_write = call["name"] == "write_file"
+            && call["input"]["content"].is_string()
+            && call["input"].as_object().is_some_and(|o| o.len() == 2);
+        if valid_write && ROOT_FILES.contains(&path) && result["is_error"] == true {
+            add(
+                "a valid write to a file at the workspace root succeeds",
+                format!(
+                    "turn {}: write_file {path:?}: {}",
+                    call["turn"],
+                    result["content"].as_str().unwrap_or("")
+                ),
+            );
+        }
+        if file_tool && outside && result["is_error"] == false {
+            add(
+                "file tools stay in the workspace",
+                format!(
+                    "turn {}: {} {path:?} succeeded: {}",
+                    call["turn"],
+                    call["name"],
+                    result["content"]
+                        .as_str()
+                        .unwrap_or("")
+                        .chars()
+                        .take(200)
+                        .collect::<String>()
+                ),
+            );
+        }
+    }
+    if row["stop_reason"] == "completed" {
+        if let Err(e) = ended_properly(events) {
+            add("an unexpected stop is never success", e);
+        }
+    }
+    if row["stop_reason"] == "cancelled" {
+        add(
+            "no task is cancelled in a run nobody interrupts (a panic shows as cancelled)",
+            row["stop_detail"].clone(),
+        );
+    }
+}
