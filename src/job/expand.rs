@@ -1515,7 +1515,15 @@ fn load_script(src: &SimSource, at: &[Seg], cx: &mut Ctx) -> Option<Arc<Script>>
         SimSource::Inline(s) => match s.check() {
             Ok(()) => Some(Arc::new(s.clone())),
             Err(e) => {
-                cx.err(at, e);
+                // At the field inside the script that the message names, if any.
+                match super::locate::split_path_prefix(&e) {
+                    Some((inner, rest)) => {
+                        let mut full = at.to_vec();
+                        full.extend(inner);
+                        cx.err(&full, rest.to_string());
+                    }
+                    None => cx.err(at, e),
+                }
                 None
             }
         },
@@ -1532,7 +1540,7 @@ fn load_script(src: &SimSource, at: &[Seg], cx: &mut Ctx) -> Option<Arc<Script>>
                     None
                 }
                 Err(ScriptError::Invalid(d)) => {
-                    cx.diags.push(d);
+                    cx.diags.extend(d);
                     None
                 }
             };
@@ -1544,22 +1552,25 @@ fn load_script(src: &SimSource, at: &[Seg], cx: &mut Ctx) -> Option<Arc<Script>>
 
 enum ScriptError {
     Missing(String),
-    Invalid(Diagnostic),
+    Invalid(Vec<Diagnostic>),
 }
 
 fn read_script(path: &Path) -> Result<Script, ScriptError> {
     let text = super::source::read_text(path, super::source::MAX_JOB_FILE, "the file")
         .map_err(ScriptError::Missing)?;
     let file = path.display().to_string();
-    let script: Script = super::parse_yaml(&file, &text)
-        .map_err(|mut e| ScriptError::Invalid(e.diagnostics.swap_remove(0)))?;
+    let script: Script =
+        super::parse_yaml(&file, &text).map_err(|e| ScriptError::Invalid(e.diagnostics))?;
     script.check().map_err(|message| {
-        ScriptError::Invalid(Diagnostic {
+        // Placed at the field the message names, when it names one.
+        let at = super::locate::split_path_prefix(&message)
+            .and_then(|(path, _)| super::locate::locate(&text, &path));
+        ScriptError::Invalid(vec![Diagnostic {
             file,
-            line: None,
-            column: None,
+            line: at.map(|(l, _)| l),
+            column: at.map(|(_, c)| c),
             message,
-        })
+        }])
     })?;
     Ok(script)
 }
@@ -1575,9 +1586,7 @@ pub fn load_script_file(path: &Path) -> Result<Script, JobError> {
                 message: format!("simulator script: {io}"),
             }],
         },
-        ScriptError::Invalid(d) => JobError {
-            diagnostics: vec![d],
-        },
+        ScriptError::Invalid(diagnostics) => JobError { diagnostics },
     })
 }
 

@@ -40,6 +40,38 @@ pub fn path_string(path: &[Seg]) -> String {
     s
 }
 
+/// Splits a message that starts with a field path (`turns[0].usage.output_tokens: ...`,
+/// the way checks after parsing write them) into the path and the rest, so the message
+/// can be placed at its line. None when it does not start with one.
+pub fn split_path_prefix(message: &str) -> Option<(Vec<Seg>, &str)> {
+    let (head, rest) = message.split_once(": ")?;
+    let mut path = Vec::new();
+    for part in head.split('.') {
+        let (name, mut indexes) = match part.find('[') {
+            Some(i) => (&part[..i], &part[i..]),
+            None => (part, ""),
+        };
+        let word = |s: &str| {
+            !s.is_empty()
+                && s.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        };
+        if !word(name) {
+            return None;
+        }
+        path.push(Seg::Key(name.to_string()));
+        while let Some(inner) = indexes.strip_prefix('[') {
+            let (n, after) = inner.split_once(']')?;
+            path.push(Seg::Index(n.parse().ok()?));
+            indexes = after;
+        }
+        if !indexes.is_empty() {
+            return None;
+        }
+    }
+    Some((path, rest))
+}
+
 const FOUND: &str = "agentbatch-locate-found";
 
 /// 1-based (line, column) of the node at `path`, or of its deepest existing ancestor.
@@ -412,6 +444,29 @@ mod tests {
             duplicate_key("1: a\n1: b\n").is_some(),
             "keys that are not strings"
         );
+    }
+
+    #[test]
+    fn reads_a_path_at_the_start_of_a_message() {
+        let (p, rest) = split_path_prefix("turns[0].faults[2].status: 700 is not").unwrap();
+        assert_eq!(
+            p,
+            vec![
+                k("turns"),
+                Seg::Index(0),
+                k("faults"),
+                Seg::Index(2),
+                k("status")
+            ]
+        );
+        assert_eq!(rest, "700 is not");
+        assert_eq!(
+            split_path_prefix("chaos.max_calls: x").unwrap().0,
+            vec![k("chaos"), k("max_calls")]
+        );
+        for bad in ["no path here", "a b: c", "x[: y", "x[a]: y", "x]: y", ": y"] {
+            assert!(split_path_prefix(bad).is_none(), "{bad}");
+        }
     }
 
     #[test]

@@ -121,6 +121,13 @@ fn numbers_past_their_bounds_are_refused_where_they_are_written() {
         ),
         &["providers.sim.max_retries:", "at most 1000"],
     );
+    // Numbers in a simulator script too, placed at their line in the script file.
+    case.write("slow.yaml", "turns:\n  - content: []\n  - latency: 2h\n");
+    refused(
+        &case,
+        "name: x\ntasks:\n  - { id: a, prompt: p, model: m, sim: slow.yaml }\n",
+        &["slow.yaml:3:14: turns[1].latency: 2h is over the upper bound of 10m"],
+    );
     case.write("job.yaml", &format!("name: x\ntasks:\n{t}"));
     let out = run_within(
         case.dir.path(),
