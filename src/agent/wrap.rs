@@ -49,7 +49,10 @@ impl Loop<'_> {
         if let (Some(cap), Some(price)) = (l.max_cost_usd, self.spec.price.as_ref()) {
             let prompt = conv.estimate_prompt_tokens();
             let this = price.worst_case(prompt, u64::from(self.spec.max_tokens));
-            let next_prompt = prompt + u64::from(self.spec.max_tokens) + 64;
+            // The prompt bound rests on the provider's usage figures: saturate.
+            let next_prompt = prompt
+                .saturating_add(u64::from(self.spec.max_tokens))
+                .saturating_add(64);
             let floor = l.min_max_tokens.min(self.spec.max_tokens);
             let next = price.worst_case(next_prompt, u64::from(floor));
             if cap - self.meter.cost - this < next {

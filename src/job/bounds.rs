@@ -26,8 +26,8 @@ pub const TOKEN_BUDGET: u64 = 1_000_000_000_000;
 pub const RETRIES: u64 = 1_000;
 /// Requests per minute.
 pub const RPM: u64 = 100_000_000;
-/// Tokens per minute.
-pub const TPM: u64 = 1_000_000_000_000;
+/// Tokens per minute (the fields are 32-bit).
+pub const TPM: u64 = u32::MAX as u64;
 /// Bytes of a bash command's output the model sees.
 pub const BASH_OUTPUT: u64 = 100_000_000;
 /// Bytes of one provider response body (`max_response_bytes`).
@@ -91,6 +91,10 @@ impl<'de, T: TryFrom<u64>, const MAX: u64> Visitor<'de> for Bounded<T, MAX> {
         d.deserialize_u64(self)
     }
 }
+
+/// Bytes of text (prompts, system prompts, variables, commands) all the task runs of a
+/// plan hold together: every run carries its own copy, in memory and in run.json.
+pub const PLAN_TEXT: u64 = 512 * 1024 * 1024;
 
 /// Refuses a number of task runs over [`PLAN_TASKS`], saying where they come from.
 pub fn plan_size(tasks: usize, variants: usize, epochs: u64) -> Result<u64, String> {

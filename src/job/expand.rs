@@ -171,8 +171,26 @@ pub(super) fn expand(
     if epochs == 0 {
         cx.err(&[key("epochs")], "must be at least 1");
     }
-    if let Err(e) = bounds::plan_size(job.tasks.len(), variants.len(), u64::from(epochs)) {
-        // Nothing is expanded: the plan alone would not fit in memory.
+    // Nothing is expanded when the plan alone would not fit in memory: too many task
+    // runs, or too much text copied into each.
+    let too_big = bounds::plan_size(job.tasks.len(), variants.len(), u64::from(epochs))
+        .err()
+        .or_else(|| {
+            // Counted only for a plan of bounded size.
+            let plan_text: u64 = job
+                .tasks
+                .iter()
+                .map(|t| variants.iter().map(|v| text_bytes(t, &v.defaults)).sum::<u64>())
+                .sum::<u64>()
+                .saturating_mul(u64::from(epochs));
+            (plan_text > bounds::PLAN_TEXT).then(|| {
+                format!(
+                    "the task runs would hold {plan_text} bytes of prompts, system prompts, variables and commands: at most {} in one run; shorten them, or use fewer epochs or variants",
+                    bounds::PLAN_TEXT
+                )
+            })
+        });
+    if let Some(e) = too_big {
         let at = if epochs > 1 {
             "epochs"
         } else if variants.len() > 1 {
@@ -301,6 +319,24 @@ pub(super) fn expand(
         axes: job.matrix.keys().cloned().collect(),
         job,
     })
+}
+
+/// The text a task run copies from its task and defaults: what makes a plan large.
+fn text_bytes(t: &TaskFields, d: &TaskFields) -> u64 {
+    let len = |f: fn(&TaskFields) -> Option<&String>| f(t).or_else(|| f(d)).map_or(0, String::len);
+    let env = |f: &TaskFields| {
+        f.env
+            .iter()
+            .flatten()
+            .map(|(k, v)| k.len() + v.len())
+            .sum::<usize>()
+    };
+    (len(|x| x.prompt.as_ref())
+        + len(|x| x.system.as_ref())
+        + len(|x| x.setup.as_ref())
+        + len(|x| x.check.as_ref())
+        + env(t)
+        + env(d)) as u64
 }
 
 /// The built-in providers: (name, protocol, simulated).

@@ -159,7 +159,7 @@ impl<'de> Deserialize<'de> for Money {
                 non_negative(v)
             }
             fn visit_u64<E: de::Error>(self, n: u64) -> Result<Money, E> {
-                Ok(Money(Decimal::from(n)))
+                non_negative(Decimal::from(n))
             }
             fn visit_i64<E: de::Error>(self, n: i64) -> Result<Money, E> {
                 non_negative(Decimal::from(n))

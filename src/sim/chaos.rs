@@ -147,7 +147,11 @@ impl Rng {
         if hi <= lo {
             return lo;
         }
-        lo + self.next() % (hi - lo + 1)
+        match (hi - lo).checked_add(1) {
+            Some(span) => lo + self.next() % span,
+            // The whole range of u64.
+            None => self.next(),
+        }
     }
 
     fn percent(&mut self, p: u32) -> bool {

@@ -92,6 +92,19 @@ fn numbers_past_their_bounds_are_refused_where_they_are_written() {
         &format!("name: x\nepochs: 10000\ntasks:\n{many}"),
         &["epochs:", "2000000 task runs", "at most 1000000"],
     );
+    // Money written as a whole number has its bound too.
+    refused(
+        &case,
+        &format!("name: x\nmax_cost_usd: 18446744073709551615\npricing:\n  m: {{ input: 18446744073709551615, output: 1 }}\ntasks:\n{t}"),
+        &["job.yaml:2:15: max_cost_usd:", "at most 1000000000 dollars"],
+    );
+    // ... nor the text every run of the plan copies (it once aborted validate).
+    let prompt = "p".repeat(1_000_000);
+    refused(
+        &case,
+        &format!("name: x\nepochs: 10000\ntasks:\n  - {{ id: a, prompt: {prompt}, model: m, sim: {SCRIPT} }}\n"),
+        &["job.yaml:2:9: epochs: the task runs would hold 10000000000 bytes"],
+    );
     let values: Vec<String> = (0..100).map(|i| i.to_string()).collect();
     let axis = values.join(", ");
     refused(

@@ -15,6 +15,9 @@ use serde_json::{json, Map, Value};
 
 use super::{Chaos, Rng};
 
+/// The most items a generated array has, whatever the schema's `minItems` says.
+const MAX_ITEMS: u64 = 16;
+
 const WORDS: [&str; 24] = [
     "the", "model", "reads", "a", "file", "and", "then", "writes", "another", "one", "chaos",
     "agent", "batch", "tool", "call", "result", "fix", "test", "path", "maybe", "retry", "budget",
@@ -336,7 +339,13 @@ fn value(r: &mut Rng, c: &Chaos, tool: &str, field: &str, schema: &Value, depth:
         "null" => Value::Null,
         "array" if depth < 4 => {
             let items = schema.get("items").cloned().unwrap_or(json!({}));
-            let lo = schema.get("minItems").and_then(Value::as_u64).unwrap_or(0);
+            // The schema is outside data (an MCP server's, a client's): a huge minItems
+            // must neither overflow nor fill memory.
+            let lo = schema
+                .get("minItems")
+                .and_then(Value::as_u64)
+                .unwrap_or(0)
+                .min(MAX_ITEMS);
             let hi = schema
                 .get("maxItems")
                 .and_then(Value::as_u64)

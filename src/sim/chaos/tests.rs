@@ -485,3 +485,34 @@ fn a_script_holds_turns_or_chaos_and_chaos_parses_inline() {
     let unknown = serde_yaml::from_str::<Script>("chaos: { seed: 1, sead: 2 }\n");
     assert!(unknown.is_err());
 }
+
+/// Tool schemas are outside data (an MCP server's, any client's of `agentbatch sim`):
+/// extreme bounds neither panic nor fill memory.
+#[test]
+fn hostile_schemas_neither_panic_nor_grow_without_bound() {
+    let schema = json!({"type": "object", "properties": {
+        "xs": {"type": "array", "minItems": u64::MAX, "maxItems": u64::MAX, "items": {"type": "string"}},
+        "n": {"type": "integer", "minimum": i64::MIN, "maximum": i64::MAX},
+        "m": {"type": "number", "minimum": i64::MAX, "maximum": i64::MIN},
+        "deep": {"type": "array", "minItems": 100000000u64, "items": {"type": "array", "minItems": 100000000u64}},
+    }, "required": ["xs", "n", "m", "deep"]});
+    let req = json!({"model": "m", "max_tokens": 1024, "messages": [],
+        "tools": [{"name": "odd", "description": "d", "input_schema": schema}]});
+    for seed in 0..200 {
+        let c = Chaos {
+            misbehave_percent: 0,
+            fault_percent: 0,
+            invalid_percent: 0,
+            max_string: 1024,
+            ..chaos(seed)
+        };
+        for step in 0..3 {
+            let t = turn(&c, Protocol::Anthropic, &req, "k", step);
+            // At most 4 calls of 16 + 16 x 16 values of 1 KiB each.
+            assert!(
+                as_json(&t).to_string().len() < 4 << 20,
+                "seed {seed} step {step}"
+            );
+        }
+    }
+}
