@@ -353,8 +353,10 @@ async fn run_cmd(job: PathBuf, args: RunArgs) -> ExitCode {
                 println!();
                 print!("{}", agentbatch::report::variants_table(&s.variants));
             }
-            if let Some(line) = agentbatch::report::whole_run_cost(&s.variants) {
-                println!("{line}");
+            match agentbatch::report::whole_run_cost(&s.dir) {
+                Ok(Some(lines)) => println!("{lines}"),
+                Ok(None) => {}
+                Err(e) => eprintln!("agentbatch: cannot add up the earlier attempts: {e}"),
             }
             println!(
                 "reports: {} (per variant: summary.csv)",
@@ -363,6 +365,16 @@ async fn run_cmd(job: PathBuf, args: RunArgs) -> ExitCode {
             if !outcome.complete {
                 eprintln!("agentbatch: the run was interrupted; unfinished tasks are recorded as cancelled");
                 return ExitCode::from(130);
+            }
+            let crashed = s
+                .rows
+                .iter()
+                .filter(|r| r.stop_reason == agentbatch::agent::stop::StopReason::InternalError)
+                .count();
+            if crashed > 0 {
+                // A bug must not look like a clean run to a script or a CI job.
+                eprintln!("agentbatch: {crashed} task(s) ended with internal_error, a bug in agentbatch (see stop_detail; please report it); the reports are complete, and --resume runs them again");
+                return ExitCode::from(1);
             }
             ExitCode::SUCCESS
         }

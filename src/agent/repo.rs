@@ -204,7 +204,7 @@ pub async fn check(
         Ok(out) => {
             log.emit(
                 "check",
-                json!({"command": command, "exit_code": out.exit_code, "timed_out": out.timed_out, "ms": out.ms, "passed": out.success(), "sandboxed": repo.check_sandbox, "network": reach.network, "output": out.output}),
+                json!({"command": command, "exit_code": out.exit_code, "timed_out": out.timed_out, "ms": out.ms, "passed": out.success(), "sandboxed": repo.check_sandbox, "network": reach.network || !sandbox.can_cut_network(), "output": out.output}),
             );
             Some(CheckResult {
                 passed: out.success(),

@@ -837,6 +837,16 @@ fn read_mcp_config(path: &Path) -> Result<Vec<(String, McpServerFields)>, String
     let shown = path.display();
     let text = super::source::read_text(path, super::source::MAX_MCP_CONFIG, "the file")
         .map_err(|e| format!("{shown}: {e}"))?;
+    // JSON objects may repeat a key too (the last would win): JSON is YAML, so the same
+    // walk finds it.
+    if let Some(d) = super::locate::duplicate_key(&text) {
+        let line = d.at.map(|(l, _)| format!(":{l}")).unwrap_or_default();
+        return Err(format!(
+            "{shown}{line}: {}: a key written twice (first at line {}); remove or rename one",
+            super::locate::path_string(&d.path),
+            d.first_line.map_or("?".to_string(), |l| l.to_string())
+        ));
+    }
     let doc: Value =
         serde_json::from_str(&text).map_err(|e| format!("{shown} is not valid JSON: {e}"))?;
     let servers = doc

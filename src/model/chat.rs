@@ -115,9 +115,6 @@ pub(super) fn results(results: &[ToolResult]) -> Vec<Value> {
         .collect()
 }
 
-/// Reads a chat completion. Whether tools are wanted is decided by the presence of
-/// `tool_calls`, not by `finish_reason` (compatible servers often say `stop`).
-/// `turn` makes up ids for calls that came without one.
 /// The id each call of an answer goes by, and whether the runner made it up: a call
 /// without an id, or with the id of an earlier call of the same answer (their results
 /// could not be told apart), is named `call_agentbatch_<turn>_<position>`. The audit
@@ -132,6 +129,9 @@ pub fn call_ids<'a>(own: impl Iterator<Item = Option<&'a str>>, turn: u32) -> Ve
         .collect()
 }
 
+/// Reads a chat completion. Whether tools are wanted is decided by the presence of
+/// `tool_calls`, not by `finish_reason` (compatible servers often say `stop`).
+/// `turn` makes up ids for calls that came without one, or with a repeated one.
 pub(super) fn parse(raw: &Value, turn: u32) -> Result<Parsed, WireError> {
     let obj = raw.as_object().ok_or("the body is not a JSON object")?;
     let choice = obj

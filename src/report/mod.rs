@@ -3,17 +3,19 @@
 //! (flushed at once, so a killed run keeps every finished task), keeps the progress
 //! display, and writes run.json at the start and the end.
 
+mod attempts;
 mod event;
 mod progress;
 mod results;
+mod spend;
 mod summary;
 mod variants;
 mod writer;
 
+pub use attempts::{whole_run_cost, EarlierAttempts, Spend};
 pub use event::{Event, TaskLog, TaskResult};
 pub use results::{axis_column, ResultsCsv, COLUMNS};
+pub use spend::spent_in_transcript;
 pub use summary::{RunTotals, Summary};
-pub use variants::{
-    summarize, summary_columns, variants_table, whole_run_cost, write_summary_csv, VariantSummary,
-};
+pub use variants::{summarize, summary_columns, variants_table, write_summary_csv, VariantSummary};
 pub use writer::{write_run_json, ProgressMode, ReportError, Reporter, ReporterConfig};

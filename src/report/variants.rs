@@ -7,6 +7,7 @@ use std::path::Path;
 
 use rust_decimal::Decimal;
 
+use super::attempts::EarlierAttempts;
 use super::results::axis_column;
 use crate::agent::stop::StopReason;
 use crate::stats::{median, median_u64, wilson95};
@@ -166,9 +167,7 @@ pub fn summarize(results: &Path, axes: &[String]) -> Result<Vec<VariantSummary>,
     Ok(out)
 }
 
-/// Adds what earlier attempts of a resumed run spent: rows a resume replaced
-/// (superseded.csv, except a row still in results.csv, left by a resume cut off between
-/// the two files) and attempts a kill cut off (run.json's `resumes`).
+/// Adds what earlier attempts of a resumed run spent, per variant.
 fn add_earlier_attempts(dir: &Path, variants: &mut Vec<VariantSummary>) -> Result<(), String> {
     fn entry<'a>(variants: &'a mut Vec<VariantSummary>, variant: &str) -> &'a mut VariantSummary {
         let i = match variants.iter().position(|v| v.variant == variant) {
@@ -183,60 +182,14 @@ fn add_earlier_attempts(dir: &Path, variants: &mut Vec<VariantSummary>) -> Resul
         };
         &mut variants[i]
     }
-    let superseded = dir.join("superseded.csv");
-    if superseded.exists() {
-        let fields = |r: &csv::StringRecord| r.iter().map(str::to_string).collect::<Vec<_>>();
-        let standing: std::collections::HashSet<Vec<String>> =
-            read_records(&dir.join("results.csv"))?
-                .1
-                .iter()
-                .map(fields)
-                .collect();
-        let (header, rows) = read_records(&superseded)?;
-        let col = |name: &str| header.iter().position(|h| h == name);
-        if let (Some(variant), Some(cost)) = (col("variant"), col("cost_usd")) {
-            for rec in rows.iter().filter(|r| !standing.contains(&fields(r))) {
-                if let Ok(c) = rec[cost].parse::<Decimal>() {
-                    entry(variants, &rec[variant]).superseded_cost += c;
-                }
-            }
-        }
+    let earlier = EarlierAttempts::read(dir)?;
+    for (variant, c) in &earlier.superseded.by_variant {
+        entry(variants, variant).superseded_cost += *c;
     }
-    let run_json = dir.join("run.json");
-    if let Ok(text) = std::fs::read_to_string(&run_json) {
-        let v: serde_json::Value =
-            serde_json::from_str(&text).map_err(|e| format!("{}: {e}", run_json.display()))?;
-        for r in v["resumes"].as_array().into_iter().flatten() {
-            for (variant, usd) in r["killed_spent_by_variant"]
-                .as_object()
-                .into_iter()
-                .flatten()
-            {
-                if let Some(c) = usd.as_str().and_then(|s| s.parse::<Decimal>().ok()) {
-                    entry(variants, variant).killed_cost += c;
-                }
-            }
-        }
+    for (variant, c) in &earlier.killed.by_variant {
+        entry(variants, variant).killed_cost += *c;
     }
     Ok(())
-}
-
-/// A results-format file's header and rows.
-fn read_records(path: &Path) -> Result<(csv::StringRecord, Vec<csv::StringRecord>), String> {
-    let mut r = csv::ReaderBuilder::new()
-        .flexible(true)
-        .from_path(path)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    let header = r
-        .headers()
-        .map_err(|e| format!("{}: {e}", path.display()))?
-        .clone();
-    let rows = r
-        .records()
-        .filter_map(Result::ok)
-        .filter(|rec| rec.len() == header.len())
-        .collect();
-    Ok((header, rows))
 }
 
 /// Writes summary.csv beside results.csv, variants in `order` (the plan's), any others
@@ -301,26 +254,6 @@ pub fn write_summary_csv(
     drop(w);
     std::fs::rename(&tmp, &path).map_err(|x| e(&x))?;
     Ok(variants)
-}
-
-/// The line printed after a resumed run whose earlier attempts spent money that no row
-/// of results.csv shows; None when there is none.
-pub fn whole_run_cost(variants: &[VariantSummary]) -> Option<String> {
-    let sum = |f: fn(&VariantSummary) -> Decimal| variants.iter().map(f).sum::<Decimal>();
-    let (rows, superseded, killed) = (
-        sum(|v| v.cost),
-        sum(|v| v.superseded_cost),
-        sum(|v| v.killed_cost),
-    );
-    (superseded + killed > Decimal::ZERO).then(|| {
-        format!(
-            "whole run, every attempt: ${:.4} charged = ${:.4} in results.csv + ${:.4} in attempts a resume replaced (superseded.csv) + ${:.4} in attempts cut off by a kill",
-            rows + superseded + killed,
-            rows,
-            superseded,
-            killed
-        )
-    })
 }
 
 /// The per-variant table printed at the end of a run with a matrix or epochs.

@@ -16,6 +16,7 @@ pub use super::progress::ProgressMode;
 use super::results::ResultsCsv;
 use super::summary::{RunTotals, Summary};
 use super::{Event, TaskResult};
+use crate::agent::stop::StopReason;
 
 /// What the reporter needs to know up front.
 pub struct ReporterConfig {
@@ -337,7 +338,7 @@ impl State {
                 std::fs::write(&path, diff).map_err(io_err(&path))?;
                 self.patched.insert(task);
             }
-            Event::TaskFinished(r) => {
+            Event::TaskFinished(mut r) => {
                 let key: Arc<str> = Arc::from(r.key.as_str());
                 let rel = transcript_rel(&key);
                 let path = self.dir.join(&rel);
@@ -347,6 +348,11 @@ impl State {
                     if let Ok(f) = w.into_inner() {
                         self.to_sync.push((f, path.clone()));
                     }
+                }
+                // A task whose code panicked lost its own tally; its transcript, now
+                // complete, says what it spent (what the ledger charged).
+                if r.stop_reason == StopReason::InternalError && r.cost_usd.is_some() {
+                    r.cost_usd = Some(super::spent_in_transcript(&path));
                 }
                 let transcript = if path.exists() { rel } else { String::new() };
                 let patch = if self.patched.remove(&key) {

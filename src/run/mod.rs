@@ -595,11 +595,13 @@ fn crashed(spec: &TaskSpec, e: tokio::task::JoinError) -> TaskResult {
     let mut row = unrun(
         spec,
         &format!(
-            "internal error (a bug in agentbatch, please report it): the task {why}; what it spent is not known, see its transcript"
+            "internal error (a bug in agentbatch, please report it): the task {why}; its cost is what its transcript records"
         ),
     );
     row.stop_reason = StopReason::InternalError;
     row.outcome = StopReason::InternalError.unchecked_outcome();
+    // The reporter fills in what the transcript says it spent.
+    row.cost_usd = spec.price.as_ref().map(|_| Default::default());
     row
 }
 
@@ -717,15 +719,61 @@ async fn watch_signals(
 mod tests {
     use super::*;
 
-    fn spec() -> TaskSpec {
+    fn spec_of(model: &str) -> TaskSpec {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("job.yaml");
         std::fs::write(
             &path,
-            "name: x\ntasks:\n  - { id: a, prompt: p, model: m, sim: { turns: [ { content: [ { text: hi } ] } ] } }\n",
+            format!("name: x\ntasks:\n  - {{ id: a, prompt: p, model: {model}, sim: {{ turns: [ {{ content: [ {{ text: hi }} ] }} ] }} }}\n"),
         )
         .unwrap();
         crate::job::load(&path, &Registry::builtin()).unwrap().tasks[0].clone()
+    }
+
+    fn spec() -> TaskSpec {
+        spec_of("m")
+    }
+
+    /// The row of a task that panicked costs what its transcript recorded: its settled
+    /// requests and the reservation it held (which the ledger charged in full).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_panicked_tasks_row_costs_what_its_transcript_recorded() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = spec_of("claude-sonnet-4-5");
+        let reporter = Reporter::start(ReporterConfig {
+            run_id: "r".into(),
+            dir: dir.path().join("r"),
+            run_json: json!({}),
+            tasks_json: serde_json::value::to_raw_value(&[&spec]).unwrap(),
+            total_tasks: 1,
+            progress: ProgressMode::Quiet,
+            on_fatal: CancellationToken::new(),
+            axes: Vec::new(),
+            resume: false,
+            already_done: 0,
+        })
+        .unwrap();
+        let log = TaskLog::new(&spec.id, reporter.sender());
+        log.started();
+        log.emit("reserve", json!({"reserved_usd": "0.05", "spent_usd": "0"}));
+        log.emit("settle", json!({"cost_usd": "0.01", "spent_usd": "0.01"}));
+        log.emit(
+            "reserve",
+            json!({"reserved_usd": "0.04", "spent_usd": "0.01"}),
+        );
+        let e = tokio::spawn(async { panic!("boom") }).await.unwrap_err();
+        let _ = reporter
+            .sender()
+            .send(Event::TaskFinished(Box::new(crashed(&spec, e))));
+        drop(log);
+        let summary = reporter.finish("finished").await.unwrap();
+        assert_eq!(summary.rows[0].stop_reason, StopReason::InternalError);
+        let csv = std::fs::read_to_string(dir.path().join("r/results.csv")).unwrap();
+        assert!(csv.contains(",0.05,"), "0.01 settled + 0.04 held: {csv}");
+        // Without a price there is no cost to tell.
+        let unpriced = spec_of("m");
+        let e = tokio::spawn(async { panic!("x") }).await.unwrap_err();
+        assert_eq!(crashed(&unpriced, e).cost_usd, None);
     }
 
     #[tokio::test]

@@ -199,16 +199,8 @@ impl Tool for WriteFile {
             if let Some(parent) = path.parent() {
                 std::fs::create_dir_all(parent)
                     .map_err(|e| format!("cannot create the folders of {p}: {e}"))?;
-                // The new folders must not have led outside (a symlink raced in). The
-                // parent may be the root itself (a file at the top of the repository).
-                let real = parent
-                    .canonicalize()
-                    .map_err(|e| format!("cannot resolve the folder of {p}: {e}"))?;
-                if !real.starts_with(root) {
-                    return Err(format!(
-                        "\"{p}\" resolves outside the workspace (through a symbolic link); only files inside the repository can be written"
-                    ));
-                }
+                // The new folders must not have led outside (a symlink raced in).
+                resolve(root, &relative(root, parent))?;
             }
             std::fs::write(&path, content).map_err(|e| format!("cannot write {p}: {e}"))?;
             Ok(format!(

@@ -268,10 +268,9 @@ fn policy_view(call: &ToolCall, ctx: &ToolContext) -> Value {
         return call.input.clone();
     };
     let relative = |p: &str| {
-        paths::resolve(root, p).ok().map(|resolved| {
-            let rel = paths::relative(root, &resolved);
-            Value::String(if rel.is_empty() { ".".into() } else { rel })
-        })
+        paths::resolve(root, p)
+            .ok()
+            .map(|resolved| Value::String(paths::relative(root, &resolved)))
     };
     let mut view = call.input.clone();
     for key in ["path", "source", "destination"] {

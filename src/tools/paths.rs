@@ -69,11 +69,14 @@ fn outside(p: &str) -> String {
     format!("\"{p}\" is outside the workspace; use a path relative to the repository root")
 }
 
-/// The path relative to the workspace, for messages and policy rules.
+/// The path relative to the workspace, for messages and policy rules: `.` for the
+/// workspace itself, which [`resolve`] reads back (an empty path it refuses).
 pub fn relative(root: &Path, path: &Path) -> String {
-    path.strip_prefix(root)
-        .map(|r| r.to_string_lossy().into_owned())
-        .unwrap_or_else(|_| path.to_string_lossy().into_owned())
+    match path.strip_prefix(root) {
+        Ok(r) if r.as_os_str().is_empty() => ".".into(),
+        Ok(r) => r.to_string_lossy().into_owned(),
+        Err(_) => path.to_string_lossy().into_owned(),
+    }
 }
 
 #[cfg(test)]
@@ -119,5 +122,7 @@ mod tests {
         assert!(resolve(&root, "etc/new-file").is_err());
         assert_eq!(resolve(&root, "alias/f").unwrap(), root.join("in/f"));
         assert_eq!(relative(&root, &root.join("in/f")), "in/f");
+        assert_eq!(relative(&root, &root), ".");
+        assert_eq!(resolve(&root, &relative(&root, &root)).unwrap(), root);
     }
 }

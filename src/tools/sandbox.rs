@@ -406,6 +406,12 @@ impl Sandbox {
         })
     }
 
+    /// Whether a command asked to stay off the network gets an empty network namespace
+    /// here (else it keeps the network: the kernel cannot cut it).
+    pub fn can_cut_network(&self) -> bool {
+        self.netns.is_some()
+    }
+
     /// The environment commands get (for tests and the transcript).
     pub fn env(&self) -> &[(String, String)] {
         &self.env

@@ -253,3 +253,22 @@ pub fn make_git_repository(dir: &Path) {
     git_in(dir, &["add", "-A"]);
     git_in(dir, &["commit", "-qm", "v1"]);
 }
+
+/// What a transcript's events say the task spent, counted independently of the
+/// runner's own tally: every settled cost plus every worst case charged for an attempt
+/// that brought no usable answer.
+pub fn transcript_money(events: &[Value]) -> rust_decimal::Decimal {
+    let usd = |v: &Value| {
+        v.as_str()
+            .and_then(|s| s.parse::<rust_decimal::Decimal>().ok())
+            .unwrap_or_default()
+    };
+    events
+        .iter()
+        .map(|e| match e["event"].as_str() {
+            Some("settle") => usd(&e["cost_usd"]),
+            Some(_) => usd(&e["charged_usd"]),
+            None => rust_decimal::Decimal::ZERO,
+        })
+        .sum()
+}

@@ -307,19 +307,41 @@ async fn an_endless_or_oversized_body_is_abandoned_at_the_limit_and_charged_whol
         );
         std::thread::sleep(Duration::from_secs(5));
     });
+    // An endless error body: only its start is read and quoted; the 500 is retried.
+    let (failing, asked) = raw_server(|s| {
+        let _ = s
+            .write_all(b"HTTP/1.1 500 Internal Server Error\r\ntransfer-encoding: chunked\r\n\r\n");
+        let chunk = [b'e'; 65536];
+        while write!(s, "10000\r\n").is_ok()
+            && s.write_all(&chunk).is_ok()
+            && s.write_all(b"\r\n").is_ok()
+        {}
+    });
     let case = Case::new();
     let providers = format!(
-        "providers:\n  endless: {{ protocol: anthropic, base_url: \"http://127.0.0.1:{endless}\", api_key_env: AB_UNSET_KEY, api_key_optional: true, max_response_bytes: 1MiB }}\n  announced: {{ protocol: openai-chat, base_url: \"http://127.0.0.1:{announced}/v1\", api_key_env: AB_UNSET_KEY, api_key_optional: true }}\n"
+        "providers:\n  endless: {{ protocol: anthropic, base_url: \"http://127.0.0.1:{endless}\", api_key_env: AB_UNSET_KEY, api_key_optional: true, max_response_bytes: 1MiB }}\n  announced: {{ protocol: openai-chat, base_url: \"http://127.0.0.1:{announced}/v1\", api_key_env: AB_UNSET_KEY, api_key_optional: true }}\n  failing: {{ protocol: anthropic, base_url: \"http://127.0.0.1:{failing}\", api_key_env: AB_UNSET_KEY, api_key_optional: true, max_retries: 1 }}\n"
     );
     let yaml = job(
         "  limits: { max_cost_usd: 1 }\n",
-        &format!("  - {{ id: endless, prompt: p, provider: endless }}\n  - {{ id: announced, prompt: p, provider: announced, model: gpt-5.4 }}\n  - id: fine\n    prompt: p\n{GOOD}"),
+        &format!("  - {{ id: endless, prompt: p, provider: endless }}\n  - {{ id: announced, prompt: p, provider: announced, model: gpt-5.4 }}\n  - {{ id: failing, prompt: p, provider: failing }}\n  - id: fine\n    prompt: p\n{GOOD}"),
     )
     .replacen("defaults:", &format!("{providers}defaults:"), 1);
     let started = Instant::now();
     let ran = case.run(&yaml).await;
     assert!(started.elapsed() < Duration::from_secs(60));
     assert_eq!(ran.stop("fine"), "completed");
+    let failing = ran.row("failing");
+    assert_eq!(failing["stop_reason"], "provider_error", "{failing:?}");
+    assert!(
+        failing["stop_detail"].contains("HTTP 500") && failing["stop_detail"].contains("eeee"),
+        "{}",
+        failing["stop_detail"]
+    );
+    assert!(
+        failing["stop_detail"].len() < 2_000,
+        "only the start is quoted"
+    );
+    assert_eq!(asked.lock().unwrap().len(), 2, "retried once, as a 500 is");
     for (task, limit) in [("endless", "1048576"), ("announced", "67108864")] {
         let row = ran.row(task);
         assert_eq!(row["stop_reason"], "provider_error", "{row:?}");

@@ -724,4 +724,8 @@ async fn a_resume_never_waits_for_a_dead_runs_reservations_and_reports_what_they
         stdout.contains(&format!("${:.4} charged", killed)) && stdout.contains("cut off by a kill"),
         "{stdout}"
     );
+    assert!(
+        stdout.contains(&format!("by team, every attempt: platform ${killed:.4}")),
+        "the team's figure is what its cap counted: {stdout}"
+    );
 }

@@ -4,7 +4,7 @@
 
 use serde_json::{json, Value};
 
-use crate::common::{job, num, Case, Ran};
+use crate::common::{job, num, transcript_money, Case, Ran};
 
 const PROVIDERS: &str = "providers:\n  sim-responses: { protocol: openai-responses, simulator: true }\n  sim-chat: { protocol: openai-chat, simulator: true }\n";
 
@@ -15,23 +15,6 @@ fn openai_job(provider: &str, model: &str, tasks: &str) -> String {
         tasks,
     )
     .replacen("name: test\n", &format!("name: test\n{PROVIDERS}"), 1)
-}
-
-/// What a task's transcript says it spent: every settled cost plus every worst case
-/// charged for an attempt that brought no usable answer.
-fn transcript_money(ran: &Ran, task: &str) -> rust_decimal::Decimal {
-    let usd = |e: &Value, k: &str| {
-        e[k].as_str()
-            .map_or(rust_decimal::Decimal::ZERO, |s| s.parse().unwrap())
-    };
-    ran.transcript(task)
-        .iter()
-        .map(|e| match e["event"].as_str() {
-            Some("settle") => usd(e, "cost_usd"),
-            Some("attempt_failed" | "request_aborted") => usd(e, "charged_usd"),
-            _ => rust_decimal::Decimal::ZERO,
-        })
-        .sum()
 }
 
 fn ok_requests(ran: &Ran, task: &str) -> Vec<Value> {
@@ -260,7 +243,7 @@ async fn a_failed_server_error_is_retried_and_tool_calls_under_stop_still_run() 
         .sum();
     assert_eq!(flaky["cost_usd"], billed.normalize().to_string());
     // Logged once each (as settled), not again as a worst-case charge.
-    assert_eq!(transcript_money(&ran, "flaky"), billed);
+    assert_eq!(transcript_money(&ran.transcript("flaky")), billed);
     assert!(
         flaky["stop_detail"].contains("at the usage it reported")
             && !flaky["stop_detail"].contains("counted as spent"),
@@ -282,7 +265,7 @@ async fn a_failed_server_error_is_retried_and_tool_calls_under_stop_still_run() 
     assert_eq!(limited["stop_reason"], "rate_limited", "{limited:?}");
     let cost: rust_decimal::Decimal = limited["cost_usd"].parse().unwrap();
     assert!(cost > rust_decimal::Decimal::ZERO);
-    assert_eq!(transcript_money(&ran, "limited"), cost);
+    assert_eq!(transcript_money(&ran.transcript("limited")), cost);
 
     let case = Case::new();
     let ran = case

@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use super::plan::Task;
 use super::Finding;
+use crate::common::transcript_money;
 
 pub(super) fn decimal(v: &Value) -> Option<Decimal> {
     v.as_str().and_then(|s| Decimal::from_str(s).ok())
@@ -40,18 +41,6 @@ fn escapes(path: &str) -> bool {
         }
     }
     false
-}
-
-/// The money of one transcript: settled costs plus worst-case charges.
-fn transcript_money(events: &[Value]) -> Decimal {
-    events
-        .iter()
-        .map(|e| match e["event"].as_str() {
-            Some("settle") => decimal(&e["cost_usd"]).unwrap_or_default(),
-            Some(_) => decimal(&e["charged_usd"]).unwrap_or_default(),
-            None => Decimal::ZERO,
-        })
-        .sum()
 }
 
 /// A documented end of a conversation in the last response the runner accepted.
@@ -197,9 +186,9 @@ pub(super) fn check_transcript(
             add("an unexpected stop is never success", e);
         }
     }
-    if row["stop_reason"] == "cancelled" {
+    if row["stop_reason"] == "cancelled" || row["stop_reason"] == "internal_error" {
         add(
-            "no task is cancelled in a run nobody interrupts (a panic shows as cancelled)",
+            "no task is cancelled in a run nobody interrupts, nor ends in a bug",
             row["stop_detail"].clone(),
         );
     }

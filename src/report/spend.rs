@@ -1,0 +1,61 @@
+//! What a transcript says its task spent. A task that did not end on its own (killed
+//! with the process, or whose code panicked) has no trustworthy cost of its own; its
+//! transcript, written as it went, does.
+
+use std::path::Path;
+
+use rust_decimal::Decimal;
+use serde_json::Value;
+
+/// What a task cut off by a kill had spent, from its transcript: the last running
+/// total (`spent_usd`), plus charges recorded after it, plus a reservation still in
+/// flight (it may be billed).
+pub fn spent_in_transcript(path: &Path) -> Decimal {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Decimal::ZERO;
+    };
+    let usd = |v: &Value, k: &str| v[k].as_str().and_then(|s| s.parse::<Decimal>().ok());
+    let (mut spent, mut pending) = (Decimal::ZERO, Decimal::ZERO);
+    for v in text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+    {
+        if let Some(s) = usd(&v, "spent_usd") {
+            spent = s;
+        }
+        if let Some(c) = usd(&v, "charged_usd") {
+            spent += c;
+            pending = Decimal::ZERO;
+        }
+        match v["event"].as_str() {
+            Some("reserve") => pending = usd(&v, "reserved_usd").unwrap_or_default(),
+            Some("settle") => pending = Decimal::ZERO,
+            _ => {}
+        }
+    }
+    spent + pending
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_killed_tasks_spend_counts_charges_and_the_request_in_flight() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("t.jsonl");
+        let lines = [
+            r#"{"event":"reserve","reserved_usd":"0.05","spent_usd":"0"}"#,
+            r#"{"event":"settle","cost_usd":"0.01","spent_usd":"0.01"}"#,
+            r#"{"event":"reserve","reserved_usd":"0.05","spent_usd":"0.01"}"#,
+            r#"{"event":"attempt_failed","charged_usd":"0.05"}"#,
+            r#"{"event":"reserve","reserved_usd":"0.04","spent_usd":"0.06"}"#,
+            r#"{"event":"request"}"#,
+        ];
+        std::fs::write(&p, lines.join("\n")).unwrap();
+        // 0.06 spent (0.01 settled + 0.05 charged), and 0.04 in flight at the kill.
+        assert_eq!(spent_in_transcript(&p), "0.10".parse::<Decimal>().unwrap());
+        std::fs::write(&p, lines[..4].join("\n")).unwrap();
+        assert_eq!(spent_in_transcript(&p), "0.06".parse::<Decimal>().unwrap());
+    }
+}
