@@ -86,7 +86,8 @@ pub(super) fn write_repo(case: &Case, name: &str) -> PathBuf {
     case.path(name)
 }
 
-/// Team and run caps for a batch: red binds, blue rarely, the run near the end.
+/// Team and run caps for a batch: red binds, blue rarely (its per-run cap is also a
+/// daily cap in the ledger file), the run near the end.
 pub(super) struct Caps {
     pub red: Decimal,
     pub blue: Decimal,
@@ -107,8 +108,8 @@ impl Caps {
 
 pub(super) fn job(tasks: &[Task], outside: &Path, caps: &Caps) -> String {
     let mut y = format!(
-        "name: chaos\nconcurrency: 8\nmax_cost_usd: {}\nteams:\n  red: {{ max_cost_usd: {} }}\n  blue: {{ max_cost_usd: {} }}\n",
-        caps.run, caps.red, caps.blue
+        "name: chaos\nconcurrency: 8\nmax_cost_usd: {}\nteams:\n  red: {{ max_cost_usd: {} }}\n  blue: {{ max_cost_usd: {}, cap: {{ usd: {}, period: day }} }}\n",
+        caps.run, caps.red, caps.blue, caps.blue
     );
     y.push_str(
         "providers:\n  sim: { max_retries: 2, max_rate_limit_retries: 3, timeout: 30s }\n  sim-responses: { protocol: openai-responses, simulator: true, max_retries: 2, max_rate_limit_retries: 3, timeout: 30s }\n  sim-chat: { protocol: openai-chat, simulator: true, max_retries: 2, max_rate_limit_retries: 3, timeout: 30s }\n",
