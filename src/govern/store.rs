@@ -134,25 +134,6 @@ CREATE TABLE IF NOT EXISTS totals (
 );
 ";
 
-/// Why `path` cannot be a ledger file (it exists and is a folder, a device or a pipe),
-/// or None. Checked by validate too, before anything is created.
-pub fn not_a_ledger_file(path: &Path) -> Option<String> {
-    let meta = std::fs::metadata(path).ok()?;
-    if meta.is_file() {
-        return None;
-    }
-    let kind = if meta.is_dir() {
-        "a folder"
-    } else {
-        "not a regular file"
-    };
-    Some(format!(
-        "the ledger {} is {kind}: give the path of a SQLite file (it is created if missing), e.g. {}",
-        path.display(),
-        path.join("ledger.sqlite").display()
-    ))
-}
-
 impl SqliteStore {
     /// Opens (creating if needed) the ledger file.
     pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
@@ -160,7 +141,7 @@ impl SqliteStore {
             path: Some(path.to_path_buf()),
             detail: e.to_string(),
         };
-        if let Some(problem) = not_a_ledger_file(path) {
+        if let Some(problem) = crate::job::source::not_a_ledger_file(path) {
             return Err(err(&problem));
         }
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {

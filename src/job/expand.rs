@@ -297,7 +297,7 @@ pub(super) fn expand(
     let ledger_path = job.ledger.as_ref().map(|p| cx.dir.join(p));
     if let Some(problem) = ledger_path
         .as_deref()
-        .and_then(crate::govern::store::not_a_ledger_file)
+        .and_then(super::source::not_a_ledger_file)
     {
         cx.err(&[key("ledger")], problem);
     }

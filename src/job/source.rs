@@ -40,6 +40,26 @@ pub fn read_text(path: &Path, limit: u64, what: &str) -> Result<String, String> 
     String::from_utf8(bytes).map_err(|_| format!("{what} is not UTF-8 text"))
 }
 
+/// Why `path` cannot be a ledger file (it exists and is a folder, a device or a pipe),
+/// or None. Checked by validate, and again when the ledger opens (`--ledger` is not in
+/// the job), before anything is created.
+pub fn not_a_ledger_file(path: &Path) -> Option<String> {
+    let meta = std::fs::metadata(path).ok()?;
+    if meta.is_file() {
+        return None;
+    }
+    let kind = if meta.is_dir() {
+        "a folder"
+    } else {
+        "not a regular file"
+    };
+    Some(format!(
+        "the ledger {} is {kind}: give the path of a SQLite file (it is created if missing), e.g. {}",
+        path.display(),
+        path.join("ledger.sqlite").display()
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

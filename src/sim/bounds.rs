@@ -5,8 +5,7 @@
 
 use std::time::Duration;
 
-use super::chaos::Chaos;
-use super::script::{Fault, Script, ScriptTurn, UsageScript};
+use super::script::{Block, Chaos, Fault, Script, ScriptTurn, UsageScript};
 use crate::job::values::HumanDuration;
 
 /// Latency and `body_delay`, which the simulator really sleeps: longer than any client
@@ -38,6 +37,54 @@ pub const MAX_CHAOS_DELAY: Duration = Duration::from_secs(10);
 /// Chaos: the length of `outside` (PATH_MAX).
 pub const MAX_PATH: usize = 4096;
 
+impl Script {
+    /// Checks what serde cannot: a script needs turns or chaos (not both), faults need a
+    /// status, and every number stays under its bound (`bounds.rs`).
+    pub fn check(&self) -> Result<(), String> {
+        match (&self.chaos, self.turns.is_empty()) {
+            (None, true) => {
+                return Err(
+                    "a simulator script needs at least one entry in `turns`, or `chaos: {seed: N}`"
+                        .into(),
+                )
+            }
+            (Some(_), false) => {
+                return Err(
+                    "a simulator script has either `turns` or `chaos`, not both (the chaos model generates every turn)"
+                        .into(),
+                )
+            }
+            (Some(_), true) if self.repeat_last => {
+                return Err(
+                    "`repeat_last` has no meaning with `chaos`: the chaos model never runs out of turns"
+                        .into(),
+                )
+            }
+            _ => {}
+        }
+        for (i, t) in self.turns.iter().enumerate() {
+            for f in &t.faults {
+                if (f.status, f.disconnect) == (None, false) {
+                    return Err(format!(
+                        "turns[{i}].faults: a fault needs `status: <code>` or `disconnect: true`"
+                    ));
+                }
+            }
+            for b in &t.content {
+                if let Block::ToolUse(u) = b {
+                    if !u.input.is_object() {
+                        return Err(format!(
+                            "turns[{i}].content: tool_use `{}` input must be a map",
+                            u.name
+                        ));
+                    }
+                }
+            }
+        }
+        numbers(self)
+    }
+}
+
 /// `field: value is over the upper bound of bound`, or Ok.
 pub fn at_most(field: &str, value: u64, bound: u64) -> Result<(), String> {
     if value > bound {
@@ -60,7 +107,7 @@ fn delay_at_most(field: &str, d: Option<HumanDuration>, bound: Duration) -> Resu
 }
 
 /// Checks every number of a script against its bound.
-pub fn check(script: &Script) -> Result<(), String> {
+fn numbers(script: &Script) -> Result<(), String> {
     delay_at_most("latency", script.latency, MAX_DELAY)?;
     at_most("turns", script.turns.len() as u64, MAX_TURNS as u64)?;
     for (i, t) in script.turns.iter().enumerate() {

@@ -4,16 +4,13 @@
 //! any session state. Instead of turns, a script may ask for the chaos model
 //! (`chaos: {seed: N}`), which generates each turn from the request.
 
-use std::borrow::Cow;
 use std::fmt;
 
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::chaos::Chaos;
 use crate::job::values::HumanDuration;
-use crate::model::Protocol;
 
 /// One task's script.
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -226,53 +223,85 @@ pub struct Fault {
     pub reset_after: Option<HumanDuration>,
 }
 
-impl Script {
-    /// Checks what serde cannot: a script needs turns or chaos (not both), faults need a
-    /// status, and every number stays under its bound (`bounds.rs`).
-    pub fn check(&self) -> Result<(), String> {
-        match (&self.chaos, self.turns.is_empty()) {
-            (None, true) => {
-                return Err(
-                    "a simulator script needs at least one entry in `turns`, or `chaos: {seed: N}`"
-                        .into(),
-                )
-            }
-            (Some(_), false) => {
-                return Err(
-                    "a simulator script has either `turns` or `chaos`, not both (the chaos model generates every turn)"
-                        .into(),
-                )
-            }
-            (Some(_), true) if self.repeat_last => {
-                return Err(
-                    "`repeat_last` has no meaning with `chaos`: the chaos model never runs out of turns"
-                        .into(),
-                )
-            }
-            _ => {}
+/// `sim: {chaos: {...}}`: the seed and the knobs of the chaos model. Bounds are in
+/// `bounds.rs` and docs/simulator.md.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Chaos {
+    /// Every turn of every conversation follows from it (and the task's key).
+    pub seed: u64,
+    /// Turns before the final answer (default 8).
+    #[serde(default = "default_max_turns")]
+    pub max_turns: u32,
+    /// Tool calls in one turn at most (default 4).
+    #[serde(default = "default_max_calls")]
+    pub max_calls: u32,
+    /// Percent of turns whose first attempts fail on the server side (default 10).
+    #[serde(default = "default_fault_percent")]
+    pub fault_percent: u32,
+    /// Percent of turns with a misbehaviour: an odd stop, bad ids, a damaged body...
+    /// (default 20).
+    #[serde(default = "default_misbehave_percent")]
+    pub misbehave_percent: u32,
+    /// Percent of tool inputs that break their schema (default 20).
+    #[serde(default = "default_invalid_percent")]
+    pub invalid_percent: u32,
+    /// The longest generated string, in bytes (default 65536).
+    #[serde(default = "default_max_string")]
+    pub max_string: u64,
+    /// The longest latency, slow body, retry-after or rate-limit reset (default 20ms).
+    #[serde(default = "default_max_delay")]
+    pub max_delay: HumanDuration,
+    /// An absolute folder outside every workspace that the model tries to write into
+    /// (absolute paths, symlinks it makes); without it only `..` escapes are tried.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outside: Option<String>,
+}
+
+fn default_max_turns() -> u32 {
+    8
+}
+fn default_max_calls() -> u32 {
+    4
+}
+fn default_fault_percent() -> u32 {
+    10
+}
+fn default_misbehave_percent() -> u32 {
+    20
+}
+fn default_invalid_percent() -> u32 {
+    20
+}
+fn default_max_string() -> u64 {
+    65_536
+}
+fn default_max_delay() -> HumanDuration {
+    HumanDuration(std::time::Duration::from_millis(20))
+}
+
+impl Chaos {
+    /// The knobs' defaults with this seed.
+    pub fn with_seed(seed: u64) -> Chaos {
+        Chaos {
+            seed,
+            max_turns: default_max_turns(),
+            max_calls: default_max_calls(),
+            fault_percent: default_fault_percent(),
+            misbehave_percent: default_misbehave_percent(),
+            invalid_percent: default_invalid_percent(),
+            max_string: default_max_string(),
+            max_delay: default_max_delay(),
+            outside: None,
         }
-        for (i, t) in self.turns.iter().enumerate() {
-            for f in &t.faults {
-                if (f.status, f.disconnect) == (None, false) {
-                    return Err(format!(
-                        "turns[{i}].faults: a fault needs `status: <code>` or `disconnect: true`"
-                    ));
-                }
-            }
-            for b in &t.content {
-                if let Block::ToolUse(u) = b {
-                    if !u.input.is_object() {
-                        return Err(format!(
-                            "turns[{i}].content: tool_use `{}` input must be a map",
-                            u.name
-                        ));
-                    }
-                }
-            }
-        }
-        super::bounds::check(self)
     }
 
+    pub(super) fn max_delay_ms(&self) -> u64 {
+        self.max_delay.0.as_millis().max(1) as u64
+    }
+}
+
+impl Script {
     /// The scripted turn that answers a request with `step` assistant messages in its
     /// history.
     pub fn turn(&self, step: usize) -> Option<&ScriptTurn> {
@@ -280,24 +309,6 @@ impl Script {
             Some(t) => Some(t),
             None if self.repeat_last => self.turns.last(),
             None => None,
-        }
-    }
-
-    /// The turn that answers `request` at `step` of conversation `key`: scripted, or
-    /// generated by the chaos model from the tools the request declares (a pure
-    /// function of seed, key, step and those tools, so retries get the same answer).
-    pub fn turn_for(
-        &self,
-        step: usize,
-        protocol: Protocol,
-        request: &Value,
-        key: &str,
-    ) -> Option<Cow<'_, ScriptTurn>> {
-        match &self.chaos {
-            Some(c) => Some(Cow::Owned(super::chaos::turn(
-                c, protocol, request, key, step,
-            ))),
-            None => self.turn(step).map(Cow::Borrowed),
         }
     }
 }
