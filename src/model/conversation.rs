@@ -255,9 +255,6 @@ impl Conversation {
     ) -> Result<Turn, SendError> {
         let body = self.encoded_body(max_tokens);
         let sent_bytes = body.len() as u64;
-        // What the budgets reserved for this prompt: an answer without usage is never
-        // counted above it.
-        let prompt_bound = self.estimate_prompt_tokens();
         let mut ev = json!({
             "turn": turn,
             "attempt": attempt,
@@ -364,10 +361,12 @@ impl Conversation {
         // Without usage, count a token per byte of what went over the wire (the whole
         // answer, reasoning fields a server adds included) plus the framing a chat
         // template adds: never fewer than the real figures.
-        let usage = usage.unwrap_or(Usage {
+        // ... and never above the prompt bound the budgets reserved for this request
+        // (the history has not changed since it was planned).
+        let usage = usage.unwrap_or_else(|| Usage {
             input_tokens: sent_bytes
                 .saturating_add(FIRST_REQUEST_OVERHEAD)
-                .min(prompt_bound),
+                .min(self.estimate_prompt_tokens()),
             output_tokens: (reply.body.len() as u64).min(u64::from(max_tokens)),
             ..Usage::default()
         });
