@@ -272,3 +272,18 @@ pub fn transcript_money(events: &[Value]) -> rust_decimal::Decimal {
         })
         .sum()
 }
+
+/// A small plain-folder repository with a failing test (`calc.py`, `test_calc.py`, a
+/// `.gitignore`) in `name` under the case's folder.
+pub fn calc_fixture(case: &Case, name: &str) -> PathBuf {
+    case.write(
+        &format!("{name}/calc.py"),
+        "def add(a, b):\n    return a - b\n",
+    );
+    case.write(
+        &format!("{name}/test_calc.py"),
+        "import unittest\nfrom calc import add\n\nclass T(unittest.TestCase):\n    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n",
+    );
+    case.write(&format!("{name}/.gitignore"), "__pycache__/\n");
+    case.path(name)
+}

@@ -9,21 +9,9 @@ use std::time::{Duration, Instant};
 use agentbatch::tools::workspace::tree_digest;
 use serde_json::Value;
 
-use crate::common::{bin, git_in, make_git_repository, num, read_csv, Case, Ran};
-
-/// A small plain-folder repository with a failing test.
-fn fixture(case: &Case, name: &str) -> PathBuf {
-    case.write(
-        &format!("{name}/calc.py"),
-        "def add(a, b):\n    return a - b\n",
-    );
-    case.write(
-        &format!("{name}/test_calc.py"),
-        "import unittest\nfrom calc import add\n\nclass T(unittest.TestCase):\n    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n",
-    );
-    case.write(&format!("{name}/.gitignore"), "__pycache__/\n");
-    case.path(name)
-}
+use crate::common::{
+    bin, calc_fixture as fixture, git_in, make_git_repository, num, read_csv, Case, Ran,
+};
 
 /// A job of one repo task with the given script turns (YAML list items, indented 8).
 fn job(toolsets: &str, task: &str, turns: &str) -> String {

@@ -7,7 +7,7 @@ use std::str::FromStr;
 
 use rust_decimal::Decimal;
 
-use crate::common::Case;
+use crate::common::{calc_fixture, Case};
 
 pub(super) const SENTINEL: &str = "sentinel.txt";
 pub(super) const SENTINEL_TEXT: &str = "the outside world; nothing may change me\n";
@@ -73,17 +73,8 @@ impl Task {
 
 /// The fixture repository: a failing test, a .gitignore and a subfolder.
 pub(super) fn write_repo(case: &Case, name: &str) -> PathBuf {
-    case.write(
-        &format!("{name}/calc.py"),
-        "def add(a, b):\n    return a - b\n",
-    );
-    case.write(
-        &format!("{name}/test_calc.py"),
-        "import unittest\nfrom calc import add\n\nclass T(unittest.TestCase):\n    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n",
-    );
-    case.write(&format!("{name}/.gitignore"), "__pycache__/\n");
     case.write(&format!("{name}/sub/mod.py"), "X = 1\n");
-    case.path(name)
+    calc_fixture(case, name)
 }
 
 /// Team and run caps for a batch: red binds, blue rarely (its per-run cap is also a
