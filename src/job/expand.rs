@@ -612,7 +612,8 @@ fn resolve_teams(job: &JobFile, cx: &mut Ctx) -> BTreeMap<String, Arc<TeamSpec>>
 const DEFAULT_BASH_TIMEOUT: Duration = Duration::from_secs(120);
 const DEFAULT_BASH_OUTPUT: usize = 30_000;
 const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(600);
-const CODING_TOOLS: [&str; 6] = [
+/// The built-in `coding` tool set.
+pub(crate) const CODING_TOOLS: [&str; 6] = [
     "read_file",
     "write_file",
     "edit_file",

@@ -17,6 +17,8 @@ use std::path::Path;
 
 pub use describe::describe;
 pub use expand::load_script_file;
+#[cfg(test)]
+pub(crate) use expand::CODING_TOOLS;
 pub use spec::{
     PeriodCap, Plan, ProviderKind, ProviderSpec, RateLimits, RepoSpec, TaskSpec, TeamSpec,
     ToolsetSpec,

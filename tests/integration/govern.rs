@@ -30,13 +30,7 @@ fn tasks(n: usize) -> String {
 /// Runs `job.yaml` of `case` as run `r` through the binary and kills it (SIGKILL) once
 /// the simulator has received `requests` requests.
 async fn run_and_kill_9_after(case: &Case, sim: &Sim, requests: u64) {
-    let mut child = bin()
-        .args(["run", "job.yaml", "--quiet", "--run-id", "r"])
-        .current_dir(case.dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = case.start_run(&[]);
     let start = Instant::now();
     while sim.received() < requests {
         assert!(

@@ -8,14 +8,8 @@ use crate::sim::script::Script;
 use crate::tools::policy::Policy;
 use crate::tools::Registry;
 
-const CODING: [&str; 6] = [
-    "read_file",
-    "write_file",
-    "edit_file",
-    "list_files",
-    "grep",
-    "bash",
-];
+/// The tools of the built-in `coding` set, which the property test gives the model.
+const CODING: [&str; 6] = crate::job::CODING_TOOLS;
 
 /// A request declaring the coding tools in the protocol's own shape (made once: the
 /// registry compiles every schema).
