@@ -42,15 +42,19 @@ impl Loop<'_> {
             if attempt == 1 {
                 self.meter.turns = turn_no;
             }
-            self.log.emit(
-                "reserve",
-                json!({
-                    "turn": turn_no, "attempt": attempt, "max_tokens": plan.max_tokens,
-                    "prompt_tokens_upper_bound": plan.prompt_tokens,
-                    "reserved_usd": plan.reserved_usd.map(|d| d.normalize().to_string()),
-                    "spent_usd": self.meter.cost.normalize().to_string(),
-                }),
-            );
+            // Written out before the send: a resume after kill -9 counts this
+            // reservation from the transcript.
+            self.log
+                .emit_written(
+                    "reserve",
+                    json!({
+                        "turn": turn_no, "attempt": attempt, "max_tokens": plan.max_tokens,
+                        "prompt_tokens_upper_bound": plan.prompt_tokens,
+                        "reserved_usd": plan.reserved_usd.map(|d| d.normalize().to_string()),
+                        "spent_usd": self.meter.cost.normalize().to_string(),
+                    }),
+                )
+                .await;
             if let Err(stop) = self.admit(&plan).await {
                 self.give_back(held, false).await;
                 return Err(stop);

@@ -8,6 +8,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use rust_decimal::Decimal;
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::oneshot;
 
 use crate::agent::stop::{Outcome, StopReason};
 use crate::model::Usage;
@@ -69,6 +70,9 @@ pub enum Event {
     Transcript {
         task: Arc<str>,
         line: Value,
+        /// Answered once the line has reached the operating system (not the disk), so
+        /// a kill -9 after the answer cannot lose it.
+        written: Option<oneshot::Sender<()>>,
     },
     TaskFinished(Box<TaskResult>),
     /// The run is stopping (shown on the progress display).
@@ -106,6 +110,21 @@ impl TaskLog {
     /// Appends `{ts, t_ms, event, ...fields}` to the transcript. `fields` should be a
     /// JSON object; anything else is stored under `data`.
     pub fn emit(&self, event: &str, fields: Value) {
+        self.send_line(event, fields, None);
+    }
+
+    /// Like `emit`, and waits until the line has been written out of the process. A
+    /// reservation is logged this way before its request is sent: the transcript is
+    /// what a resume counts a killed task's spend from, so a request that may be
+    /// billed must never be missing from it.
+    pub async fn emit_written(&self, event: &str, fields: Value) {
+        let (tx, rx) = oneshot::channel();
+        self.send_line(event, fields, Some(tx));
+        // A dropped sender means the reporter has stopped; the run is ending anyway.
+        let _ = rx.await;
+    }
+
+    fn send_line(&self, event: &str, fields: Value, written: Option<oneshot::Sender<()>>) {
         let mut line = Map::new();
         line.insert(
             "ts".into(),
@@ -127,6 +146,7 @@ impl TaskLog {
         let _ = self.tx.send(Event::Transcript {
             task: self.task.clone(),
             line: Value::Object(line),
+            written,
         });
     }
 

@@ -238,11 +238,8 @@ impl State {
                     Err(_) => break,
                 }
             }
-            // Group commit: the rows and transcripts of every task that finished in this
-            // batch reach the disk before the writer waits for more.
-            if let Err(e) = self.commit() {
-                self.fail(e);
-            }
+            // Live transcripts first (cheap), so that a slow sync below never holds
+            // back what `tail -f` and a resume after kill -9 read.
             let dirty: Vec<Arc<str>> = self.dirty.drain().collect();
             for task in dirty {
                 if let Some(w) = self.open.get_mut(&task) {
@@ -251,6 +248,11 @@ impl State {
                         self.fail(ReportError::Io { path, source: e });
                     }
                 }
+            }
+            // Group commit: the rows and transcripts of every task that finished in this
+            // batch reach the disk before the writer waits for more.
+            if let Err(e) = self.commit() {
+                self.fail(e);
             }
         }
         for (task, mut w) in self.open.drain() {
@@ -319,7 +321,11 @@ impl State {
                 self.progress.started();
                 self.transcript(&task)?;
             }
-            Event::Transcript { task, line } => {
+            Event::Transcript {
+                task,
+                line,
+                written,
+            } => {
                 let path = self.dir.join(transcript_rel(&task));
                 let w = self.transcript(&task)?;
                 serde_json::to_writer(&mut *w, &line).map_err(|e| ReportError::Io {
@@ -327,7 +333,15 @@ impl State {
                     source: e.into(),
                 })?;
                 w.write_all(b"\n").map_err(io_err(&path))?;
-                self.dirty.insert(task);
+                match written {
+                    Some(ack) => {
+                        w.flush().map_err(io_err(&path))?;
+                        let _ = ack.send(());
+                    }
+                    None => {
+                        self.dirty.insert(task);
+                    }
+                }
             }
             Event::Stopping(what) => self.progress.stopping(what),
             Event::Patch { task, diff } => {
