@@ -9,6 +9,7 @@
 pub mod agent;
 pub mod audit;
 pub mod bench;
+pub mod commands;
 pub mod compare;
 pub mod govern;
 pub mod job;
@@ -20,6 +21,7 @@ pub mod sim;
 pub mod stats;
 pub mod text;
 pub mod tools;
+pub mod vocab;
 
 /// The version recorded in run.json and sent as the user agent.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -14,12 +14,13 @@ use clap::{Parser, Subcommand};
 
 use agentbatch::bench;
 use agentbatch::govern::store::{CapStore, SqliteStore};
-use agentbatch::job::{self, JobError, Plan, RateLimits};
+use agentbatch::job::{self, JobError, Plan};
 use agentbatch::report::ProgressMode;
 use agentbatch::run::{self, RunError, RunOptions};
 use agentbatch::sim::Sim;
 use agentbatch::text::clip_quotes;
 use agentbatch::tools::Registry;
+use agentbatch::vocab::limits::RateLimits;
 
 #[derive(Parser)]
 #[command(
@@ -181,7 +182,7 @@ enum Command {
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    agentbatch::job::values::parse_duration(s)
+    agentbatch::vocab::values::parse_duration(s)
 }
 
 fn main() -> ExitCode {
@@ -210,7 +211,7 @@ fn main() -> ExitCode {
                 schemas,
             } => tools_cmd(&job, toolset.as_deref(), schemas).await,
             Command::McpCheck { target, timeout } => {
-                match agentbatch::tools::mcp::inspect::check_server(&target, timeout).await {
+                match agentbatch::commands::inspect::check_server(&target, timeout).await {
                     Ok(()) => ExitCode::SUCCESS,
                     Err(e) => {
                         eprintln!("agentbatch mcp-check: {e}");
@@ -369,7 +370,7 @@ async fn run_cmd(job: PathBuf, args: RunArgs) -> ExitCode {
             let crashed = s
                 .rows
                 .iter()
-                .filter(|r| r.stop_reason == agentbatch::agent::stop::StopReason::InternalError)
+                .filter(|r| r.stop_reason == agentbatch::vocab::stop::StopReason::InternalError)
                 .count();
             if crashed > 0 {
                 // A bug must not look like a clean run to a script or a CI job.
@@ -445,7 +446,7 @@ async fn tools_cmd(job: &Path, only: Option<&str>, schemas: bool) -> ExitCode {
     for set in sets {
         let name = set.name.as_deref().unwrap_or("(the tasks' tools list)");
         println!("tool set {name}:");
-        match agentbatch::tools::mcp::inspect::list_toolset(set, &registry, Some(&scratch)).await {
+        match agentbatch::commands::inspect::list_toolset(set, &registry, Some(&scratch)).await {
             Ok(tools) => {
                 for t in tools {
                     let first_line = t.description.lines().next().unwrap_or_default();

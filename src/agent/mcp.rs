@@ -6,14 +6,14 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use super::stop::{Stop, StopReason};
 use super::{AgentEnv, Loop};
 use crate::job::TaskSpec;
 use crate::model::Conversation;
-use crate::report::TaskLog;
 use crate::tools::mcp::client::Log;
 use crate::tools::mcp::TaskServers;
 use crate::tools::Toolset;
+use crate::vocab::log::TaskLog;
+use crate::vocab::stop::{Stop, StopReason};
 
 /// Connects the task to its tool set's MCP servers and returns the tool set with their
 /// tools, or why the task cannot run.

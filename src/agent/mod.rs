@@ -23,10 +23,11 @@ use crate::govern::rate::Gates;
 use crate::job::{ProviderKind, TaskSpec};
 use crate::model::{Conversation, Endpoint, Params, Protocol};
 use crate::model::{HttpError, ModelError, ToolCall, ToolResult};
-use crate::report::{TaskLog, TaskResult};
 use crate::tools::mcp::{McpHub, TaskServers};
 use crate::tools::{Registry, ToolContext, Toolset};
-use stop::{after_response, check_turn_and_clock, Next, Stop, StopReason};
+use crate::vocab::log::{TaskLog, TaskResult};
+use crate::vocab::stop::{Outcome, Stop, StopReason};
+use stop::{after_response, check_turn_and_clock, Next};
 
 /// What every loop of a run shares.
 #[derive(Clone)]
@@ -205,7 +206,7 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
     let loop_start = Instant::now();
     let deadline = loop_start
         .checked_add(spec.limits.time_limit)
-        .unwrap_or_else(|| loop_start + crate::job::values::MAX_DURATION);
+        .unwrap_or_else(|| loop_start + crate::vocab::values::MAX_DURATION);
     let mut lp = Loop {
         spec,
         env,
@@ -309,10 +310,10 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
 }
 
 /// The verdict: the check's when one ran, else what the stop reason implies.
-fn outcome_of(stop: &Stop, check: Option<&repo::CheckResult>) -> stop::Outcome {
+fn outcome_of(stop: &Stop, check: Option<&repo::CheckResult>) -> Outcome {
     match check {
-        Some(c) if c.passed => stop::Outcome::Pass,
-        Some(_) => stop::Outcome::Fail,
+        Some(c) if c.passed => Outcome::Pass,
+        Some(_) => Outcome::Fail,
         None => stop.reason.unchecked_outcome(),
     }
 }
@@ -483,7 +484,7 @@ fn hint(e: &ModelError, spec: &TaskSpec) -> Option<String> {
     })
 }
 
-fn interrupted(interrupt: Interrupt, when: &str, limits: &crate::govern::budget::Limits) -> Stop {
+fn interrupted(interrupt: Interrupt, when: &str, limits: &crate::vocab::limits::Limits) -> Stop {
     match interrupt {
         Interrupt::Deadline => Stop::new(
             StopReason::TimeLimit,

@@ -8,12 +8,12 @@ use std::sync::Arc;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::stop::{Outcome, Stop, StopReason};
 use crate::job::schema::KeepWorkspaces;
 use crate::job::{RepoSpec, TaskSpec};
-use crate::report::TaskLog;
 use crate::tools::workspace::Workspace;
 use crate::tools::{Reach, RunLimits, Sandbox};
+use crate::vocab::log::TaskLog;
+use crate::vocab::stop::{Outcome, Stop, StopReason};
 
 /// Output of setup and check kept in the transcript.
 const COMMAND_OUTPUT: usize = 20_000;

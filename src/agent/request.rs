@@ -8,13 +8,13 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use serde_json::{json, Value};
 
-use super::stop::{Stop, StopReason};
 use super::{guarded, hint, interrupted, Loop};
-use crate::govern::backoff::{jitter, retry_delay};
 use crate::govern::budget::{floor, plan_request, RequestPlan};
 use crate::govern::ledger::{Need, Reservation};
+use crate::model::backoff::{jitter, retry_delay};
 use crate::model::Conversation;
 use crate::model::{RateHeaders, Turn, Usage};
+use crate::vocab::stop::{Stop, StopReason};
 use rust_decimal::Decimal;
 
 /// How long past a task's deadline its reservation may still count as in flight.

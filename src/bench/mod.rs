@@ -12,13 +12,13 @@ use anyhow::Context;
 use rust_decimal::Decimal;
 use serde_json::Value;
 
-use crate::govern::pricing;
 use crate::job;
 use crate::model::Usage;
 use crate::report::ProgressMode;
 use crate::run::{self, RunOptions};
 use crate::sim::Sim;
 use crate::tools::Registry;
+use crate::vocab::price;
 
 mod load;
 pub use load::{history_growth, run_load, Load, LoadReport};
@@ -217,7 +217,7 @@ pub async fn cap_precision(out: &Path) -> anyhow::Result<CapReport> {
     let spent: Decimal = rows.iter().filter_map(|r| r.cost_usd).sum();
     // What the provider billed, priced from its own usage figures, independently of the
     // runner's accounting.
-    let price = pricing::lookup(&Default::default(), "claude-sonnet-4-5")
+    let price = price::lookup(&Default::default(), "claude-sonnet-4-5")
         .context("no built-in price for claude-sonnet-4-5")?;
     let billed: Decimal = sim
         .requests()

@@ -7,8 +7,8 @@ use rust_decimal::Decimal;
 
 use super::group::{Group, Unit};
 use super::read::Row;
-use crate::agent::stop::StopReason;
 use crate::stats::{mcnemar_exact, median_u64, wilson95};
+use crate::vocab::stop::StopReason;
 
 /// One side of the comparison over all its rows (not only the paired ones).
 #[derive(Debug, Clone, PartialEq)]
@@ -285,7 +285,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::agent::stop::Outcome;
+    use crate::vocab::stop::Outcome;
 
     fn row(task: &str, outcome: Outcome, cost: Option<&str>, stop: &str) -> Row {
         Row {

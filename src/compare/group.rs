@@ -171,7 +171,7 @@ mod tests {
     use std::path::PathBuf;
 
     use super::*;
-    use crate::agent::stop::Outcome;
+    use crate::vocab::stop::Outcome;
 
     fn row(run_id: &str, task: &str, epoch: u32, axes: &[(&str, &str)], line: u64) -> Row {
         let axes: BTreeMap<String, String> = axes

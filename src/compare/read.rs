@@ -8,7 +8,7 @@ use std::str::FromStr;
 use rust_decimal::Decimal;
 
 use super::CompareError;
-use crate::agent::stop::Outcome;
+use crate::vocab::stop::Outcome;
 
 /// The prefix of the columns that hold one matrix axis each (`matrix.model`).
 const AXIS_PREFIX: &str = "matrix.";

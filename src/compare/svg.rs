@@ -9,7 +9,7 @@ use rust_decimal::prelude::ToPrimitive;
 use super::escape::html;
 use super::figures::GroupSummary;
 use super::format;
-use crate::agent::stop::StopReason;
+use crate::vocab::stop::StopReason;
 
 /// Point colours, one per group in order (repeating after ten).
 const PALETTE: [&str; 10] = [

@@ -3,40 +3,13 @@
 //! after it, record what it really used (settle). Because the reservation is an upper
 //! bound and max_tokens is shrunk to fit, no budget is overshot even by one request.
 
-use std::time::Duration;
-
 use rust_decimal::Decimal;
 use serde::Serialize;
 
-use super::pricing::Price;
-use crate::agent::stop::{Stop, StopReason};
 use crate::model::Usage;
-
-/// The limits of one task, resolved from the job file.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Limits {
-    pub max_turns: u32,
-    #[serde(with = "humantime_serde_compat")]
-    pub time_limit: Duration,
-    /// Prompt tokens (input, cache reads and cache writes) summed over the task.
-    pub max_input_tokens: Option<u64>,
-    pub max_output_tokens: Option<u64>,
-    pub max_cost_usd: Option<Decimal>,
-    /// Below this max_tokens a shrunk request is not worth sending.
-    pub min_max_tokens: u32,
-    /// Send the last request the budgets allow with tools off and a note to finish.
-    pub wrap_up: bool,
-    /// Tell the model its remaining budget before every request.
-    pub show_budget: bool,
-}
-
-mod humantime_serde_compat {
-    use serde::Serializer;
-    use std::time::Duration;
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&humantime::format_duration(*d).to_string())
-    }
-}
+use crate::vocab::limits::Limits;
+use crate::vocab::price::Price;
+use crate::vocab::stop::{Stop, StopReason};
 
 /// What a task has used so far.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -199,7 +172,7 @@ mod tests {
     fn limits() -> Limits {
         Limits {
             max_turns: 10,
-            time_limit: Duration::from_secs(60),
+            time_limit: std::time::Duration::from_secs(60),
             max_input_tokens: None,
             max_output_tokens: None,
             max_cost_usd: None,
@@ -210,7 +183,7 @@ mod tests {
     }
 
     fn sonnet() -> Price {
-        crate::govern::pricing::lookup(&BTreeMap::new(), "claude-sonnet-4-5").unwrap()
+        crate::vocab::price::lookup(&BTreeMap::new(), "claude-sonnet-4-5").unwrap()
     }
 
     #[test]

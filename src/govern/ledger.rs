@@ -23,12 +23,12 @@ use rust_decimal::Decimal;
 use serde_json::json;
 use tokio::sync::{oneshot, Notify};
 
-use super::pricing::Price;
 use super::store::{period_key, CapStore, EntryId, EntryMeta, PeriodTotals, StoreError};
-use crate::agent::stop::{Stop, StopReason};
-use crate::job::schema::Period;
 use crate::job::{Plan, TeamSpec};
-use crate::report::TaskLog;
+use crate::vocab::limits::Period;
+use crate::vocab::log::TaskLog;
+use crate::vocab::price::Price;
+use crate::vocab::stop::{Stop, StopReason};
 
 /// How often a request waiting on a period cap (money possibly held by another process)
 /// looks again, at first and at most.

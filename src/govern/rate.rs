@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 
-use crate::job::{Plan, RateLimits};
+use crate::job::Plan;
+use crate::vocab::limits::RateLimits;
 
 /// One per-minute limit.
 struct Limit {

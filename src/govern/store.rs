@@ -14,7 +14,7 @@ use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use rust_decimal::Decimal;
 use serde::Serialize;
 
-use crate::job::schema::Period;
+use crate::vocab::limits::Period;
 
 /// A ledger entry's id.
 pub type EntryId = i64;

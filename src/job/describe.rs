@@ -5,9 +5,10 @@ use std::fmt::Write as _;
 
 use rust_decimal::Decimal;
 
-use super::schema::{KeepWorkspaces, Period};
-use super::{Plan, ProviderKind, RateLimits, TaskSpec};
+use super::schema::KeepWorkspaces;
+use super::{Plan, ProviderKind, TaskSpec};
 use crate::model::Protocol;
+use crate::vocab::limits::{Period, RateLimits};
 
 fn or_dash<T: ToString>(v: Option<T>) -> String {
     v.map_or_else(|| "-".to_string(), |v| v.to_string())

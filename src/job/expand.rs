@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
-use super::bounds;
 use super::locate::{locate, path_string, Seg};
 use super::matrix;
 use super::schema::{
@@ -18,19 +17,19 @@ use super::schema::{
     ThinkingFields, ThinkingKind, ToolsetFields,
 };
 use super::spec::{
-    PeriodCap, Plan, ProviderKind, ProviderSpec, RateLimits, RepoSpec, TaskSpec, TeamSpec,
-    ToolsetSpec,
+    PeriodCap, Plan, ProviderKind, ProviderSpec, RepoSpec, TaskSpec, TeamSpec, ToolsetSpec,
 };
-use super::values::HumanDuration;
 use super::{Diagnostic, JobError};
-use crate::govern::budget::Limits;
-use crate::govern::pricing;
 use crate::model::Protocol;
 use crate::sim::script::Script;
 use crate::tools::mcp::{McpServerSpec, Transport};
 use crate::tools::workspace::SourceKind;
 use crate::tools::Registry;
 use crate::tools::{Policy, RunLimits, SandboxConfig};
+use crate::vocab::bounds;
+use crate::vocab::limits::{Limits, RateLimits};
+use crate::vocab::price;
+use crate::vocab::values::HumanDuration;
 
 const DEFAULT_CONCURRENCY: usize = 4;
 const DEFAULT_MAX_TOKENS: u32 = 4096;
@@ -612,16 +611,6 @@ fn resolve_teams(job: &JobFile, cx: &mut Ctx) -> BTreeMap<String, Arc<TeamSpec>>
 const DEFAULT_BASH_TIMEOUT: Duration = Duration::from_secs(120);
 const DEFAULT_BASH_OUTPUT: usize = 30_000;
 const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(600);
-/// The built-in `coding` tool set.
-pub(crate) const CODING_TOOLS: [&str; 6] = [
-    "read_file",
-    "write_file",
-    "edit_file",
-    "list_files",
-    "grep",
-    "bash",
-];
-const READONLY_TOOLS: [&str; 3] = ["read_file", "list_files", "grep"];
 
 /// The job's tool sets, with the built-in `coding` and `readonly` unless redefined.
 fn resolve_toolsets(
@@ -631,8 +620,8 @@ fn resolve_toolsets(
 ) -> BTreeMap<String, Arc<ToolsetSpec>> {
     let mut all: BTreeMap<String, ToolsetFields> = BTreeMap::new();
     for (name, tools) in [
-        ("coding", &CODING_TOOLS[..]),
-        ("readonly", &READONLY_TOOLS[..]),
+        ("coding", &crate::tools::CODING_TOOLS[..]),
+        ("readonly", &crate::tools::READONLY_TOOLS[..]),
     ] {
         all.insert(
             name.into(),
@@ -1271,7 +1260,7 @@ fn expand_task(
             found
         }
     };
-    let price = pricing::lookup_for(
+    let price = price::lookup_for(
         &job.pricing,
         &model,
         protocol.unwrap_or(Protocol::Anthropic),

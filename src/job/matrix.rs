@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use serde_yaml::{Mapping, Value};
 
-use super::bounds;
 use super::schema::TaskFields;
+use crate::vocab::bounds;
 
 /// One combination of axis values.
 #[derive(Debug, Clone, Default)]

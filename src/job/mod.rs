@@ -2,7 +2,6 @@
 //! spending, and expand into a [`Plan`] of fully resolved tasks. Every error names the
 //! file, line and column, and the field.
 
-pub mod bounds;
 mod describe;
 mod expand;
 pub mod locate;
@@ -10,18 +9,14 @@ mod matrix;
 pub mod schema;
 pub mod source;
 mod spec;
-pub mod values;
 
 use std::fmt;
 use std::path::Path;
 
 pub use describe::describe;
 pub use expand::load_script_file;
-#[cfg(test)]
-pub(crate) use expand::CODING_TOOLS;
 pub use spec::{
-    PeriodCap, Plan, ProviderKind, ProviderSpec, RateLimits, RepoSpec, TaskSpec, TeamSpec,
-    ToolsetSpec,
+    PeriodCap, Plan, ProviderKind, ProviderSpec, RepoSpec, TaskSpec, TeamSpec, ToolsetSpec,
 };
 
 use crate::tools::Registry;

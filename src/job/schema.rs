@@ -7,10 +7,12 @@ use std::fmt;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
-use super::bounds::{self, at_most};
-use super::values::{ByteSize, HumanDuration, Money};
 use crate::model::Protocol;
 use crate::sim::script::Script;
+use crate::vocab::bounds::{self, at_most};
+use crate::vocab::limits::Period;
+use crate::vocab::price::PriceFields;
+use crate::vocab::values::{ByteSize, HumanDuration, Money};
 
 /// The top level of a job file.
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -211,15 +213,6 @@ pub struct TeamFields {
 pub struct PeriodCapFields {
     pub usd: Money,
     pub period: Period,
-}
-
-/// Calendar periods of team caps, in UTC; weeks start on Monday.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Period {
-    Day,
-    Week,
-    Month,
 }
 
 /// Limits a simulator server enforces on its clients (`providers.sim.server_limits`).
@@ -456,42 +449,6 @@ pub struct ProviderFields {
     /// Only for `sim`: the limits the simulator itself enforces (429 + retry-after).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_limits: Option<ServerLimitFields>,
-}
-
-/// Prices in USD per million tokens.
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct PriceFields {
-    pub input: Money,
-    pub output: Money,
-    /// 5-minute cache writes; defaults to 1.25 x input.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache_write: Option<Money>,
-    /// 1-hour cache writes; defaults to 2 x input.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache_write_1h: Option<Money>,
-    /// Defaults to 0.1 x input.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache_read: Option<Money>,
-    /// Rates for the whole request once its prompt exceeds `above_tokens`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub long_context: Option<Box<LongContextFields>>,
-}
-
-/// A long-context price tier.
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct LongContextFields {
-    #[serde(deserialize_with = "bounds::required_at_most::<_, _, { bounds::TOKEN_BUDGET }>")]
-    pub above_tokens: u64,
-    pub input: Money,
-    pub output: Money,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache_write: Option<Money>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache_write_1h: Option<Money>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache_read: Option<Money>,
 }
 
 /// `parallel_tool_calls`: a value to send, or `omit`.

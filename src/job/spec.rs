@@ -10,13 +10,13 @@ use rust_decimal::Decimal;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::schema::{JobFile, KeepWorkspaces, Period};
-use crate::govern::budget::Limits;
-use crate::govern::pricing::Price;
+use super::schema::{JobFile, KeepWorkspaces};
 use crate::model::Protocol;
 use crate::sim::script::Script;
 use crate::tools::mcp::McpServerSpec;
 use crate::tools::{Policy, RunLimits, SandboxConfig};
+use crate::vocab::limits::{Limits, Period, RateLimits};
+use crate::vocab::price::Price;
 
 fn human<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&humantime::format_duration(*d).to_string())
@@ -31,24 +31,6 @@ pub enum ProviderKind {
     Sim,
     /// A real server: the vendor's API or a compatible one.
     Api,
-}
-
-/// Per-minute rate limits (requests, input tokens, output tokens) and how much of them
-/// may be used at once.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct RateLimits {
-    pub rpm: Option<u32>,
-    pub itpm: Option<u32>,
-    pub otpm: Option<u32>,
-    /// The burst allowance, as a span of the rate (1s: one second's worth).
-    #[serde(serialize_with = "human")]
-    pub burst: Duration,
-}
-
-impl RateLimits {
-    pub fn is_empty(&self) -> bool {
-        self.rpm.is_none() && self.itpm.is_none() && self.otpm.is_none()
-    }
 }
 
 /// A provider with every setting resolved.

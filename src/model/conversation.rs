@@ -14,7 +14,7 @@ use super::{
     anthropic, chat, responses, ModelError, Parsed, Protocol, SendError, ToolResult, Turn, Usage,
     WireError,
 };
-use crate::report::TaskLog;
+use crate::vocab::log::TaskLog;
 
 /// Tokens the API adds to a request for its tool-use instructions and message framing;
 /// added to the first request's estimate so that it stays an upper bound.

@@ -10,7 +10,7 @@ use reqwest::header::HeaderMap;
 use reqwest::{Client, Url};
 use serde_json::Value;
 
-use crate::govern::backoff::{parse_retry_after, status_is_retryable};
+use crate::model::backoff::{parse_retry_after, status_is_retryable};
 
 /// Builds the HTTP client a run shares (one connection pool for all its tasks). It
 /// follows no redirect: reqwest strips `Authorization` on a redirect to another origin

@@ -7,128 +7,20 @@
 //! `chat.rs` hold what differs (request bodies, parsing answers, returning results).
 
 pub mod anthropic;
+pub mod backoff;
 pub mod chat;
 mod conversation;
 mod http;
 pub mod responses;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::Value;
 
+pub use crate::vocab::protocol::Protocol;
+pub(crate) use crate::vocab::usage::openai_usage;
+pub use crate::vocab::usage::Usage;
 pub use conversation::{Conversation, Endpoint, Params};
 pub use http::{client, parse_go_duration, Failure, HttpError, RateHeaders};
-
-/// The wire protocol a provider speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Protocol {
-    /// Anthropic Messages (`POST {base}/v1/messages`).
-    Anthropic,
-    /// OpenAI Responses (`POST {base}/responses`), stateless.
-    OpenaiResponses,
-    /// OpenAI Chat Completions (`POST {base}/chat/completions`), also what vLLM,
-    /// llama.cpp, Ollama and LiteLLM serve.
-    OpenaiChat,
-}
-
-impl Protocol {
-    pub const ALL: [Protocol; 3] = [
-        Protocol::Anthropic,
-        Protocol::OpenaiResponses,
-        Protocol::OpenaiChat,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Protocol::Anthropic => "anthropic",
-            Protocol::OpenaiResponses => "openai-responses",
-            Protocol::OpenaiChat => "openai-chat",
-        }
-    }
-
-    /// The API root used when a provider sets no base_url.
-    pub fn default_base_url(self) -> &'static str {
-        match self {
-            Protocol::Anthropic => "https://api.anthropic.com",
-            Protocol::OpenaiResponses | Protocol::OpenaiChat => "https://api.openai.com/v1",
-        }
-    }
-
-    /// The variable the key is read from when a provider names none.
-    pub fn default_key_env(self) -> &'static str {
-        match self {
-            Protocol::Anthropic => "ANTHROPIC_API_KEY",
-            Protocol::OpenaiResponses | Protocol::OpenaiChat => "OPENAI_API_KEY",
-        }
-    }
-
-    /// The endpoint's URL under an API root, following each vendor's convention: an
-    /// Anthropic base is the host (`/v1/messages` is added), an OpenAI base ends in
-    /// `/v1` (`/responses` or `/chat/completions` is added).
-    pub fn url(self, base_url: &str) -> Result<reqwest::Url, String> {
-        let base = base_url.trim_end_matches('/');
-        let path = match self {
-            Protocol::Anthropic => "/v1/messages",
-            Protocol::OpenaiResponses => "/responses",
-            Protocol::OpenaiChat => "/chat/completions",
-        };
-        let url = reqwest::Url::parse(&format!("{base}{path}"))
-            .map_err(|e| format!("invalid base_url \"{base_url}\": {e}"))?;
-        if !matches!(url.scheme(), "http" | "https") {
-            return Err(format!(
-                "invalid base_url \"{base_url}\": use an http:// or https:// URL"
-            ));
-        }
-        Ok(url)
-    }
-}
-
-impl std::fmt::Display for Protocol {
-    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// Token counts of one response in one shape for every protocol: `input_tokens` are the
-/// uncached prompt tokens (Anthropic's own sense; OpenAI's counts are converted, since
-/// its input_tokens include cached ones), cache reads and writes apart.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct Usage {
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    pub cache_read_tokens: u64,
-    /// All cache writes, the 1-hour ones included.
-    pub cache_write_tokens: u64,
-    /// The part of `cache_write_tokens` written with the 1-hour lifetime.
-    pub cache_write_1h_tokens: u64,
-    /// The part of `output_tokens` spent on hidden reasoning (OpenAI reports it).
-    pub reasoning_tokens: u64,
-}
-
-impl Usage {
-    /// Every prompt token the request consumed, cached or not.
-    pub fn prompt_tokens(&self) -> u64 {
-        self.input_tokens
-            .saturating_add(self.cache_read_tokens)
-            .saturating_add(self.cache_write_tokens)
-    }
-
-    /// Adds another response's usage; saturating, since the figures come from outside.
-    pub fn add(&mut self, other: &Usage) {
-        self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
-        self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
-        self.cache_read_tokens = self
-            .cache_read_tokens
-            .saturating_add(other.cache_read_tokens);
-        self.cache_write_tokens = self
-            .cache_write_tokens
-            .saturating_add(other.cache_write_tokens);
-        self.cache_write_1h_tokens = self
-            .cache_write_1h_tokens
-            .saturating_add(other.cache_write_1h_tokens);
-        self.reasoning_tokens = self.reasoning_tokens.saturating_add(other.reasoning_tokens);
-    }
-}
 
 /// A tool call the model asked for.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -247,27 +139,6 @@ pub struct Parsed {
     pub stop: ModelStop,
     /// None when the answer carried no usage.
     pub usage: Option<Usage>,
-}
-
-/// OpenAI's usage in the neutral shape: its input (prompt) count includes the cached
-/// tokens and, presumably, the cache writes, which `Usage` keeps apart.
-pub(crate) fn openai_usage(
-    input: u64,
-    cached: u64,
-    written: u64,
-    output: u64,
-    reasoning: u64,
-) -> Usage {
-    let cached = cached.min(input);
-    let written = written.min(input - cached);
-    Usage {
-        input_tokens: input - cached - written,
-        cache_read_tokens: cached,
-        cache_write_tokens: written,
-        cache_write_1h_tokens: 0,
-        output_tokens: output,
-        reasoning_tokens: reasoning.min(output),
-    }
 }
 
 /// Reads a tool call's arguments written as a JSON string (both OpenAI protocols). An

@@ -4,7 +4,6 @@
 //! display, and writes run.json at the start and the end.
 
 mod attempts;
-mod event;
 mod progress;
 mod results;
 mod spend;
@@ -13,7 +12,6 @@ mod variants;
 mod writer;
 
 pub use attempts::{whole_run_cost, EarlierAttempts, Spend};
-pub use event::{Event, TaskLog, TaskResult};
 pub use results::{axis_column, ResultsCsv, COLUMNS};
 pub use spend::spent_in_transcript;
 pub use summary::{RunTotals, Summary};

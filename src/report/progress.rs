@@ -6,8 +6,8 @@ use std::io::IsTerminal;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rust_decimal::Decimal;
 
-use super::TaskResult;
-use crate::agent::stop::Outcome;
+use crate::vocab::log::TaskResult;
+use crate::vocab::stop::Outcome;
 
 /// How progress is shown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

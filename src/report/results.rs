@@ -6,7 +6,7 @@ use std::path::Path;
 
 use chrono::SecondsFormat;
 
-use super::TaskResult;
+use crate::vocab::log::TaskResult;
 
 /// The columns of results.csv, in order. Scripts read them by name; new columns are
 /// only ever added at the end.

@@ -6,9 +6,9 @@ use std::fmt::Write as _;
 use rust_decimal::Decimal;
 use serde::Serialize;
 
-use super::TaskResult;
-use crate::agent::stop::{Outcome, StopReason};
 use crate::model::Usage;
+use crate::vocab::log::TaskResult;
+use crate::vocab::stop::{Outcome, StopReason};
 
 /// Sums over finished tasks.
 #[derive(Debug, Clone, Default, Serialize)]

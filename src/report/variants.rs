@@ -9,8 +9,8 @@ use rust_decimal::Decimal;
 
 use super::attempts::EarlierAttempts;
 use super::results::axis_column;
-use crate::agent::stop::StopReason;
 use crate::stats::{median, median_u64, wilson95};
+use crate::vocab::stop::StopReason;
 
 /// One variant's figures.
 #[derive(Debug, Clone, Default, PartialEq)]

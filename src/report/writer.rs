@@ -15,8 +15,8 @@ use super::progress::Progress;
 pub use super::progress::ProgressMode;
 use super::results::ResultsCsv;
 use super::summary::{RunTotals, Summary};
-use super::{Event, TaskResult};
-use crate::agent::stop::StopReason;
+use crate::vocab::log::{Event, TaskResult};
+use crate::vocab::stop::StopReason;
 
 /// What the reporter needs to know up front.
 pub struct ReporterConfig {

@@ -17,19 +17,18 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::stop::StopReason;
 use crate::agent::{run_task, smallest_first_request, AgentEnv};
 use crate::govern::ledger::Ledger;
-use crate::govern::pricing;
 use crate::govern::rate::Gates;
 use crate::govern::store::{CapStore, SqliteStore, StoreError};
 use crate::job::{Plan, ProviderKind, TaskSpec};
 use crate::model::Usage;
-use crate::report::{
-    Event, ProgressMode, ReportError, Reporter, ReporterConfig, Summary, TaskLog, TaskResult,
-};
+use crate::report::{ProgressMode, ReportError, Reporter, ReporterConfig, Summary};
 use crate::sim::Sim;
 use crate::tools::Registry;
+use crate::vocab::log::{Event, TaskLog, TaskResult};
+use crate::vocab::price;
+use crate::vocab::stop::StopReason;
 
 mod resume;
 pub use resume::{job_differences, ResumeOptions};
@@ -208,10 +207,10 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunOutcome, RunError> {
     if concurrency == 0 {
         return Err(RunError::Invalid("--concurrency must be at least 1".into()));
     }
-    if concurrency as u64 > crate::job::bounds::CONCURRENCY {
+    if concurrency as u64 > crate::vocab::bounds::CONCURRENCY {
         return Err(RunError::Invalid(format!(
             "--concurrency {concurrency} is too large: at most {}",
-            crate::job::bounds::CONCURRENCY
+            crate::vocab::bounds::CONCURRENCY
         )));
     }
     match &opts.resume {
@@ -351,7 +350,7 @@ async fn run_in(
             "started_at": now,
             "concurrency": concurrency,
             "only": opts.only,
-            "pricing_as_of": pricing::builtin_as_of(),
+            "pricing_as_of": price::builtin_as_of(),
             "job": plan.job,
         }),
         Some(r) => {
@@ -784,7 +783,7 @@ mod tests {
             .unwrap_err();
         let row = crashed(&spec, e);
         assert_eq!(row.stop_reason, StopReason::InternalError);
-        assert_eq!(row.outcome, crate::agent::stop::Outcome::Error);
+        assert_eq!(row.outcome, crate::vocab::stop::Outcome::Error);
         assert!(
             row.stop_detail
                 .contains("panicked: index out of bounds: the len is 3"),

@@ -10,9 +10,9 @@ use rust_decimal::Decimal;
 use serde_json::Value;
 
 use super::RunError;
-use crate::agent::stop::StopReason;
 use crate::job::{Plan, TaskSpec};
 use crate::report::COLUMNS;
+use crate::vocab::stop::StopReason;
 
 /// How to resume.
 #[derive(Debug, Clone)]

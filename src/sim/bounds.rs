@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use super::script::{Block, Chaos, Fault, Script, ScriptTurn, UsageScript};
-use crate::job::values::HumanDuration;
+use crate::vocab::values::HumanDuration;
 
 /// Latency and `body_delay`, which the simulator really sleeps: longer than any client
 /// timeout worth testing.

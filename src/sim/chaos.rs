@@ -20,8 +20,8 @@ use std::borrow::Cow;
 use serde_json::{json, Value};
 
 use super::script::{Block, Chaos, Script, ScriptTurn, ToolUseScript, UsageScript};
-use crate::job::values::HumanDuration;
 use crate::model::Protocol;
+use crate::vocab::values::HumanDuration;
 
 impl Script {
     /// The turn that answers `request` at `step` of conversation `key`: scripted, or

@@ -14,8 +14,8 @@ use governor::middleware::StateInformationMiddleware;
 use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
 
-use crate::job::RateLimits;
 use crate::model::Protocol;
+use crate::vocab::limits::RateLimits;
 
 type Limiter = RateLimiter<NotKeyed, InMemoryState, DefaultClock, StateInformationMiddleware>;
 

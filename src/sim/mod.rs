@@ -200,7 +200,7 @@ impl Sim {
     }
 
     /// Enforces per-minute limits on every client from now on (None: no limits).
-    pub fn set_limits(&self, limits: Option<&crate::job::RateLimits>) {
+    pub fn set_limits(&self, limits: Option<&crate::vocab::limits::RateLimits>) {
         *lock(&self.state.limits) = limits
             .filter(|l| !l.is_empty())
             .map(|l| Arc::new(limits::ServerLimits::new(l)));

@@ -10,7 +10,7 @@ use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::job::values::HumanDuration;
+use crate::vocab::values::HumanDuration;
 
 /// One task's script.
 #[derive(Debug, Clone, Deserialize, Serialize)]

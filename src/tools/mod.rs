@@ -32,6 +32,18 @@ pub use search::{Grep, ListFiles};
 
 use crate::model::{ToolCall, ToolResult};
 
+/// The built-in `coding` tool set.
+pub const CODING_TOOLS: [&str; 6] = [
+    "read_file",
+    "write_file",
+    "edit_file",
+    "list_files",
+    "grep",
+    "bash",
+];
+/// The built-in `readonly` tool set.
+pub const READONLY_TOOLS: [&str; 3] = ["read_file", "list_files", "grep"];
+
 /// What a tool call may use: the task's workspace and sandbox, and the limits of its
 /// tool set.
 #[derive(Clone)]

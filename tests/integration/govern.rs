@@ -7,9 +7,9 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agentbatch::govern::pricing;
 use agentbatch::model::Usage;
 use agentbatch::sim::Sim;
+use agentbatch::vocab::price;
 use rust_decimal::Decimal;
 use serde_json::Value;
 
@@ -50,7 +50,7 @@ fn cost(row: &HashMap<String, String>) -> Decimal {
 
 /// Prices what the simulator itself reported as usage for one answered request.
 fn billed(ran: &Ran, model: &str) -> Decimal {
-    let price = pricing::lookup(&Default::default(), model).unwrap();
+    let price = price::lookup(&Default::default(), model).unwrap();
     ran.sim
         .requests()
         .iter()
@@ -251,7 +251,7 @@ async fn a_killed_runner_leaves_every_settled_and_in_flight_reservation_in_the_l
     let row = &rows[0];
     // every request that reached the provider has its entry: 8 settled, 8 in flight
     assert_eq!(row.entries, 16);
-    let price = pricing::lookup(&Default::default(), "claude-sonnet-4-5").unwrap();
+    let price = price::lookup(&Default::default(), "claude-sonnet-4-5").unwrap();
     let answered: Decimal = sim
         .requests()
         .iter()

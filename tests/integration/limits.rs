@@ -4,9 +4,9 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use agentbatch::govern::pricing;
 use agentbatch::model::Usage;
 use agentbatch::tools::{Registry, Tool, ToolContext};
+use agentbatch::vocab::price;
 use futures::future::BoxFuture;
 use rust_decimal::Decimal;
 use serde_json::{json, Value};
@@ -140,7 +140,7 @@ async fn cost_cap_is_never_exceeded_by_what_the_provider_billed() {
     // small ones, until the model runs into a shrunk max_tokens or nothing fits.
     assert_eq!(ran.stop("t"), "cost_limit");
     assert!(["cost_limit", "model_max_tokens"].contains(&ran.stop("shrinking").as_str()));
-    let price = pricing::lookup(
+    let price = price::lookup(
         &[(
             "pricey".to_string(),
             serde_yaml::from_str("{input: 30, output: 60}").unwrap(),

@@ -10,6 +10,7 @@ mod conformance;
 mod faults;
 mod govern;
 mod hostile;
+mod layers;
 mod limits;
 mod load;
 mod matrix;

@@ -228,7 +228,7 @@ async fn a_failed_server_error_is_retried_and_tool_calls_under_stop_still_run() 
     assert_eq!(flaky["stop_reason"], "provider_error");
     assert_eq!(num(&flaky, "retries"), 2, "{flaky:?}");
     // Each failed answer carried usage, so each is billed that, not its reservation.
-    let price = agentbatch::govern::pricing::lookup(&Default::default(), "gpt-5.4").unwrap();
+    let price = agentbatch::vocab::price::lookup(&Default::default(), "gpt-5.4").unwrap();
     let billed: rust_decimal::Decimal = ran
         .requests("flaky")
         .iter()

@@ -9,7 +9,7 @@ use crate::tools::policy::Policy;
 use crate::tools::Registry;
 
 /// The tools of the built-in `coding` set, which the property test gives the model.
-const CODING: [&str; 6] = crate::job::CODING_TOOLS;
+const CODING: [&str; 6] = crate::tools::CODING_TOOLS;
 
 /// A request declaring the coding tools in the protocol's own shape (made once: the
 /// registry compiles every schema).

@@ -4,7 +4,6 @@
 pub mod client;
 pub mod config;
 pub mod hub;
-pub mod inspect;
 pub mod tool;
 
 pub use client::{CallOutcome, McpServer, ServerTool};

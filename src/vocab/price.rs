@@ -7,9 +7,46 @@ use std::sync::OnceLock;
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 
-use crate::job::schema::{LongContextFields, PriceFields};
-use crate::job::values::Money;
-use crate::model::{Protocol, Usage};
+use crate::vocab::bounds;
+use crate::vocab::protocol::Protocol;
+use crate::vocab::usage::Usage;
+use crate::vocab::values::Money;
+
+/// Prices in USD per million tokens.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PriceFields {
+    pub input: Money,
+    pub output: Money,
+    /// 5-minute cache writes; defaults to 1.25 x input.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write: Option<Money>,
+    /// 1-hour cache writes; defaults to 2 x input.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write_1h: Option<Money>,
+    /// Defaults to 0.1 x input.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_read: Option<Money>,
+    /// Rates for the whole request once its prompt exceeds `above_tokens`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub long_context: Option<Box<LongContextFields>>,
+}
+
+/// A long-context price tier.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct LongContextFields {
+    #[serde(deserialize_with = "bounds::required_at_most::<_, _, { bounds::TOKEN_BUDGET }>")]
+    pub above_tokens: u64,
+    pub input: Money,
+    pub output: Money,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write: Option<Money>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write_1h: Option<Money>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_read: Option<Money>,
+}
 
 const MILLION: Decimal = Decimal::from_parts(1_000_000, 0, 0, false, 0);
 
@@ -242,7 +279,7 @@ mod tests {
     fn openai_cached_tokens_are_billed_at_the_cached_rate() {
         let p = lookup(&BTreeMap::new(), "gpt-5.4-2026-03-05").unwrap();
         // OpenAI usage: 1200 input of which 1000 cached, 300 output.
-        let u = crate::model::openai_usage(1200, 1000, 0, 300, 180);
+        let u = crate::vocab::usage::openai_usage(1200, 1000, 0, 300, 180);
         // 200*2.5 + 1000*0.25 + 300*15 = 500 + 250 + 4500 = 5250 per M
         assert_eq!(p.cost(&u), d("0.00525"));
         assert_eq!(p.max_input_rate(), d("2.50"));

@@ -10,8 +10,8 @@ use serde_json::{json, Map, Value};
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::oneshot;
 
-use crate::agent::stop::{Outcome, StopReason};
-use crate::model::Usage;
+use crate::vocab::stop::{Outcome, StopReason};
+use crate::vocab::usage::Usage;
 
 /// The final record of one task: one row of results.csv.
 #[derive(Debug, Clone)]

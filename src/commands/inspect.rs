@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
-use super::client::{CallOutcome, Log, McpServer};
-use super::config::{McpServerSpec, Transport};
-use super::hub::McpHub;
 use crate::job::ToolsetSpec;
+use crate::tools::mcp::client::{CallOutcome, Log, McpServer};
+use crate::tools::mcp::config::{McpServerSpec, Transport};
+use crate::tools::mcp::hub::McpHub;
 use crate::tools::Registry;
 
 /// One tool as the model sees it, and where it comes from.

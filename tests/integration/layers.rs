@@ -1,0 +1,137 @@
+//! The layer order of docs/ARCHITECTURE.md, enforced: a module of src may use only
+//! modules on layers below its own. An import that points up (or sideways, to another
+//! module of the same layer) fails this test with the file, the line and both layers.
+
+use std::path::{Path, PathBuf};
+
+/// Bottom first. Keep in step with the layer table in docs/ARCHITECTURE.md.
+const LAYERS: &[&[&str]] = &[
+    &["text", "stats", "resources"],
+    &["vocab"],
+    &["model"],
+    &["tools"],
+    &["sim"],
+    &["job"],
+    &["govern"],
+    &["agent"],
+    &["report"],
+    &["audit", "compare"],
+    &["run"],
+    &["commands", "bench"],
+];
+
+fn layer_of(module: &str) -> Option<usize> {
+    LAYERS.iter().position(|l| l.contains(&module))
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// Every `crate::<module>` named on a line (in `use` items and in paths alike).
+fn crate_paths(line: &str) -> Vec<&str> {
+    let mut found = Vec::new();
+    let mut rest = line;
+    while let Some(i) = rest.find("crate::") {
+        let before = &rest[..i];
+        rest = &rest[i + "crate::".len()..];
+        // `$crate::`, `agentbatch_crate::` and the like are not this crate's paths.
+        if before.ends_with(|c: char| c.is_alphanumeric() || c == '_' || c == '$') {
+            continue;
+        }
+        let end = rest
+            .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .unwrap_or(rest.len());
+        found.push(&rest[..end]);
+    }
+    found
+}
+
+fn violations(src: &Path) -> Vec<String> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    let mut found = Vec::new();
+    for file in files {
+        let rel = file.strip_prefix(src).unwrap();
+        let first = rel
+            .components()
+            .next()
+            .unwrap()
+            .as_os_str()
+            .to_string_lossy();
+        let module = first.trim_end_matches(".rs").to_string();
+        if module == "main" || module == "lib" {
+            continue;
+        }
+        let Some(own) = layer_of(&module) else {
+            found.push(format!(
+                "src/{}: module `{module}` has no layer in LAYERS",
+                rel.display()
+            ));
+            continue;
+        };
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            if line.trim_start().starts_with("//") {
+                continue;
+            }
+            for used in crate_paths(line) {
+                if used == module || used.is_empty() || used.chars().next().unwrap().is_uppercase()
+                {
+                    continue;
+                }
+                match layer_of(used) {
+                    Some(l) if l < own => {}
+                    Some(l) => found.push(format!(
+                        "src/{}:{}: `{module}` (layer {own}) uses `{used}` (layer {l}): {}",
+                        rel.display(),
+                        n + 1,
+                        line.trim()
+                    )),
+                    None => found.push(format!(
+                        "src/{}:{}: `{used}` has no layer in LAYERS",
+                        rel.display(),
+                        n + 1
+                    )),
+                }
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn every_import_points_down_the_layers() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let found = violations(&src);
+    assert!(
+        found.is_empty(),
+        "imports against the layers:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_layer_check_sees_an_import_that_points_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path();
+    std::fs::create_dir_all(src.join("model")).unwrap();
+    std::fs::write(src.join("vocab.rs"), "use crate::text::clip;\n").unwrap();
+    std::fs::write(
+        src.join("model/http.rs"),
+        "// crate::run in a comment is fine\nfn f() { crate::agent::go(); }\nuse crate::vocab::usage::Usage;\n",
+    )
+    .unwrap();
+    std::fs::write(src.join("text.rs"), "use crate::model::x;\n").unwrap();
+    let found = violations(src);
+    assert_eq!(found.len(), 2, "{found:#?}");
+    assert!(found.iter().any(|v| v.starts_with("src/model/http.rs:2:")));
+    assert!(found.iter().any(|v| v.starts_with("src/text.rs:1:")));
+}
