@@ -11,6 +11,7 @@ pub mod paths;
 pub mod policy;
 pub mod sandbox;
 mod search;
+mod shell;
 pub mod workspace;
 
 use std::collections::BTreeMap;

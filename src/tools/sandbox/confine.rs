@@ -1,0 +1,266 @@
+//! What the kernel lets a command be confined by, probed once per process, and the
+//! setup a child runs between fork and exec: its own process group, Landlock rules
+//! that allow writes only in the workspace and a private temp folder, and a fresh
+//! network namespace when the network is cut.
+
+use std::io;
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::{Mutex, OnceLock};
+
+use landlock::{
+    path_beneath_rules, Access, AccessFs, Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr,
+    RulesetStatus, Scope, ABI,
+};
+use nix::sched::CloneFlags;
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
+
+/// The Landlock ABI the rules are written for; older kernels get the best they support.
+const LANDLOCK_ABI: ABI = ABI::V5;
+
+/// What this machine can confine, found once per process.
+#[derive(Debug, Clone)]
+pub(super) struct Capabilities {
+    /// e.g. "landlock ABI 7", or None when Landlock does not enforce here.
+    pub(super) landlock: Option<String>,
+    /// The unshare flags that give a command its own empty network namespace.
+    pub(super) netns: Option<CloneFlags>,
+    /// Commands can get their own PID namespace and /proc (as root).
+    pub(super) pidns: bool,
+}
+
+pub(super) fn capabilities() -> &'static Capabilities {
+    static CAPS: OnceLock<Capabilities> = OnceLock::new();
+    CAPS.get_or_init(|| Capabilities {
+        landlock: probe_landlock(),
+        netns: probe_netns(),
+        pidns: probe(&ChildSetup {
+            pidns: true,
+            netns: None,
+            rules: Mutex::new(None),
+        }),
+    })
+}
+
+/// Restricts a throwaway thread (Landlock applies to the calling thread only), to learn
+/// whether rules are enforced here and at which ABI.
+pub(super) fn probe_landlock() -> Option<String> {
+    let dir = std::env::temp_dir();
+    std::thread::spawn(move || {
+        let status = ruleset(&dir, &dir).ok()?.restrict_self().ok()?;
+        let enforced = !matches!(status.ruleset, RulesetStatus::NotEnforced);
+        let abi = match status.landlock {
+            landlock::LandlockStatus::Available { effective_abi, .. } => {
+                format!("{effective_abi:?}")
+            }
+            other => format!("{other:?}"),
+        };
+        enforced.then(|| format!("landlock {}", abi.to_lowercase().replace('v', "ABI ")))
+    })
+    .join()
+    .ok()
+    .flatten()
+}
+
+/// Tries a child in a new network namespace, as root or through a user namespace.
+pub(super) fn probe_netns() -> Option<CloneFlags> {
+    [
+        CloneFlags::CLONE_NEWNET,
+        CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNET,
+    ]
+    .into_iter()
+    .find(|flags| {
+        probe(&ChildSetup {
+            pidns: false,
+            netns: Some(*flags),
+            rules: Mutex::new(None),
+        })
+    })
+}
+
+/// Whether `true` runs with this setup.
+pub(super) fn probe(setup: &ChildSetup) -> bool {
+    let setup = ChildSetup {
+        pidns: setup.pidns,
+        netns: setup.netns,
+        rules: Mutex::new(None),
+    };
+    let mut cmd = std::process::Command::new("true");
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    // SAFETY: see `child_setup`.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || child_setup(&setup));
+    }
+    cmd.status().is_ok_and(|s| s.success())
+}
+
+/// What a command's process does between fork and exec.
+pub(super) struct ChildSetup {
+    /// Its own PID and mount namespaces with a fresh /proc: it sees none of the runner's
+    /// processes (nor their environment), and everything it starts dies with it, even
+    /// what left its process group.
+    pub(super) pidns: bool,
+    /// Unshare flags for an empty network namespace (loopback only).
+    pub(super) netns: Option<CloneFlags>,
+    /// Landlock rules, built before the fork.
+    pub(super) rules: Mutex<Option<RulesetCreated>>,
+}
+
+/// Runs in the forked child before exec. Only system calls: unshare, mount, fork (whose
+/// parent then just waits for its child and exits with its status), prctl, ioctl, and
+/// landlock_restrict_self on a ruleset built before the first fork (its mutex is used
+/// by this process alone, so it is never held at fork time).
+pub(super) fn child_setup(s: &ChildSetup) -> io::Result<()> {
+    use nix::mount::{mount, MsFlags};
+    if s.pidns {
+        nix::sched::unshare(CloneFlags::CLONE_NEWPID | CloneFlags::CLONE_NEWNS)?;
+        mount(
+            None::<&str>,
+            "/",
+            None::<&str>,
+            MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+            None::<&str>,
+        )?;
+        // SAFETY: the process is single-threaded here (a child of fork).
+        match unsafe { nix::unistd::fork() }? {
+            nix::unistd::ForkResult::Parent { child } => wait_and_exit(child),
+            nix::unistd::ForkResult::Child => {
+                // PID 1 of the new namespace; if its waiting parent is killed, so is it
+                // (and with it every process of the namespace).
+                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
+                mount(
+                    Some("proc"),
+                    "/proc",
+                    Some("proc"),
+                    MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+                    None::<&str>,
+                )?;
+            }
+        }
+    }
+    if let Some(flags) = s.netns {
+        nix::sched::unshare(flags)?;
+        loopback_up();
+    }
+    let rules = s.rules.lock().map(|mut r| r.take()).unwrap_or(None);
+    if let Some(r) = rules {
+        r.restrict_self()
+            .map_err(|_| io::Error::from_raw_os_error(nix::errno::Errno::EPERM as i32))?;
+    }
+    Ok(())
+}
+
+/// The parent left outside a new PID namespace: waits for the namespace's first process
+/// and exits as it did.
+pub(super) fn wait_and_exit(child: Pid) -> ! {
+    use nix::sys::wait::{waitpid, WaitStatus};
+    // Close everything but stdio: among it the pipe on which the runner waits for this
+    // process to exec, which it never does; its closing tells the runner the command
+    // started (the namespace's first process execs and keeps the other end until then).
+    // SAFETY: close_range and close are plain system calls.
+    unsafe {
+        if nix::libc::syscall(nix::libc::SYS_close_range, 3u32, u32::MAX, 0u32) != 0 {
+            for fd in 3..4096 {
+                nix::libc::close(fd);
+            }
+        }
+    }
+    loop {
+        let code = match waitpid(child, None) {
+            Ok(WaitStatus::Exited(_, code)) => code,
+            Ok(WaitStatus::Signaled(_, sig, _)) => 128 + sig as i32,
+            Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => 127,
+        };
+        // SAFETY: _exit is async-signal-safe and ends the process without unwinding.
+        unsafe { nix::libc::_exit(code) }
+    }
+}
+
+/// Brings up the loopback interface of a fresh network namespace, so programs that talk
+/// to themselves over 127.0.0.1 still work.
+pub(super) fn loopback_up() {
+    use nix::libc;
+    // SAFETY: plain system calls on a zeroed ifreq and a socket closed right after.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0);
+        if fd < 0 {
+            return;
+        }
+        let mut ifr: libc::ifreq = std::mem::zeroed();
+        for (i, b) in b"lo".iter().enumerate() {
+            ifr.ifr_name[i] = *b as libc::c_char;
+        }
+        ifr.ifr_ifru.ifru_flags =
+            (libc::IFF_UP | libc::IFF_LOOPBACK | libc::IFF_RUNNING) as libc::c_short;
+        libc::ioctl(fd, libc::SIOCSIFFLAGS as _, &ifr);
+        libc::close(fd);
+    }
+}
+
+/// Read and execute everywhere; write, create and delete only under `workspace` and
+/// `tmp` (plus the usual device files).
+pub(super) fn ruleset(
+    workspace: &Path,
+    tmp: &Path,
+) -> Result<RulesetCreated, landlock::RulesetError> {
+    let all = AccessFs::from_all(LANDLOCK_ABI);
+    let devices = [
+        "/dev/null",
+        "/dev/zero",
+        "/dev/full",
+        "/dev/random",
+        "/dev/urandom",
+        "/dev/tty",
+    ];
+    Ruleset::default()
+        .handle_access(all)?
+        // no signals to processes outside (the runner, other tasks)
+        .scope(Scope::Signal)?
+        .create()?
+        .add_rules(path_beneath_rules(["/"], AccessFs::from_read(LANDLOCK_ABI)))?
+        .add_rules(path_beneath_rules(
+            devices.iter().filter(|d| Path::new(d).exists()),
+            AccessFs::from_read(LANDLOCK_ABI) | AccessFs::WriteFile,
+        ))?
+        .add_rules(path_beneath_rules(
+            [workspace, tmp, Path::new("/dev/shm")]
+                .into_iter()
+                .filter(|p| p.exists()),
+            all,
+        ))
+}
+
+/// Makes this process non-dumpable so that commands run as the same user cannot read
+/// its `/proc/<pid>/environ` or memory (where API keys live) even when neither a PID
+/// namespace nor Landlock is available to hide it. Children get the normal setting
+/// back when they exec, so tools are unaffected.
+pub fn protect_runner() {
+    if let Err(e) = nix::sys::prctl::set_dumpable(false) {
+        eprintln!("agentbatch: warning: could not mark this process non-dumpable ({e}); commands run by tasks may be able to read its environment");
+    }
+}
+
+/// What this machine provides, for tests and `agentbatch validate`.
+pub fn describe_capabilities() -> String {
+    let c = capabilities();
+    format!(
+        "{}; {}; {}",
+        c.landlock
+            .clone()
+            .unwrap_or_else(|| "Landlock not available (commands may write anywhere)".into()),
+        if c.pidns {
+            "PID namespaces available"
+        } else {
+            "PID namespaces not available"
+        },
+        if c.netns.is_some() {
+            "network namespaces available"
+        } else {
+            "network namespaces not available"
+        }
+    )
+}
