@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::job::schema::KeepWorkspaces;
 use crate::job::{RepoSpec, TaskSpec};
-use crate::tools::workspace::Workspace;
+use crate::tools::workspace::{Workspace, WorkspaceError};
 use crate::tools::{Reach, RunLimits, Sandbox};
 use crate::vocab::log::TaskLog;
 use crate::vocab::stop::{Outcome, Stop, StopReason};
@@ -40,13 +40,15 @@ fn tail(s: &str) -> String {
     lines[start..].join(" | ").chars().take(300).collect()
 }
 
-/// Runs blocking workspace work off the async workers.
+/// Runs blocking workspace work off the async workers; the error is what the task's
+/// stop detail says.
 async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, String> + Send + 'static,
+    f: impl FnOnce() -> Result<T, WorkspaceError> + Send + 'static,
 ) -> Result<T, String> {
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())
 }
 
 /// Creates the workspace (a clone or copy of the repository) and the sandbox, runs the
@@ -88,7 +90,7 @@ pub async fn prepare(
         Ok(s) => Arc::new(s),
         Err(e) => {
             p.workspace = Some(ws);
-            p.failed = Some(setup_error(e));
+            p.failed = Some(setup_error(e.to_string()));
             return p;
         }
     };
@@ -144,7 +146,12 @@ pub async fn prepare(
 /// it). None without a workspace.
 pub async fn patch(p: &Prepared, log: &TaskLog) -> Option<String> {
     let ws = p.workspace.clone()?;
-    match blocking(move || Ok((ws.diff(), ws.changed_files().unwrap_or_default()))).await {
+    // The diff stages the changes the file list then reads.
+    let diff = move || {
+        let patch = ws.diff().map_err(|e| e.to_string());
+        Ok((patch, ws.changed_files().unwrap_or_default()))
+    };
+    match blocking(diff).await {
         Ok((Ok(patch), files)) => {
             log.emit("patch", json!({"files": files, "bytes": patch.len()}));
             Some(patch)
@@ -193,7 +200,8 @@ pub async fn check(
     } else {
         Reach::SETUP
     };
-    match sandbox.run(command, limits, cancel, reach).await {
+    let ran = sandbox.run(command, limits, cancel, reach).await;
+    match ran.map_err(|e| e.to_string()) {
         Ok(out) if out.cancelled => {
             log.emit(
                 "check",

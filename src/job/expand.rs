@@ -664,7 +664,7 @@ fn resolve_toolsets(
             for (j, rule) in rules.iter().enumerate() {
                 let here = at(&[key("policy"), key(kind), Seg::Index(j)]);
                 match Policy::new(std::slice::from_ref(rule), &[], true) {
-                    Err(e) => cx.err(&here, e),
+                    Err(e) => cx.err(&here, e.to_string()),
                     Ok(one) => {
                         for (_, tool) in one.tools() {
                             let from_mcp = mcp.iter().any(|s| tool.starts_with(&s.prefix()));
@@ -975,7 +975,7 @@ fn resolve_repo(i: usize, t: &TaskFields, d: &TaskFields, cx: &mut Ctx) -> Optio
     let kind = match SourceKind::of(&path) {
         Ok(k) => k,
         Err(e) => {
-            cx.err(&origin(i, repo_on_task, &["repo"]), e);
+            cx.err(&origin(i, repo_on_task, &["repo"]), e.to_string());
             return None;
         }
     };

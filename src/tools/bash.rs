@@ -56,7 +56,8 @@ impl Tool for Bash {
                         distrust_git: false,
                     },
                 )
-                .await?;
+                .await
+                .map_err(|e| e.to_string())?;
             let text = format!("[{}]\n{}", out.status(ctx.bash.timeout), out.output);
             if out.success() {
                 Ok(text)

@@ -51,20 +51,32 @@ impl Default for Policy {
     }
 }
 
-fn parse_rule(text: &str) -> Result<Rule, String> {
+/// A permission rule that does not parse, named as written in the job file.
+#[derive(Debug, thiserror::Error)]
+pub enum RuleError {
+    #[error("rule \"{0}\": write tool(pattern), e.g. \"bash(git push*)\"")]
+    NotToolPattern(String),
+    #[error("rule \"{0}\" names no tool")]
+    NoTool(String),
+    #[error("rule \"{0}\": only bash, the file tools ({files}) and MCP tools take a pattern", files = PATH_TOOLS.join(", "))]
+    TakesNoPattern(String),
+    #[error("rule \"{rule}\": invalid pattern: {source}")]
+    BadPattern {
+        rule: String,
+        source: globset::Error,
+    },
+}
+
+fn parse_rule(text: &str) -> Result<Rule, RuleError> {
     let t = text.trim();
     let (tool, pattern) = match t.find('(') {
         Some(open) if t.ends_with(')') => (&t[..open], Some(&t[open + 1..t.len() - 1])),
-        Some(_) => {
-            return Err(format!(
-                "rule \"{text}\": write tool(pattern), e.g. \"bash(git push*)\""
-            ))
-        }
+        Some(_) => return Err(RuleError::NotToolPattern(text.to_string())),
         None => (t, None),
     };
     let tool = tool.trim();
     if tool.is_empty() {
-        return Err(format!("rule \"{text}\" names no tool"));
+        return Err(RuleError::NoTool(text.to_string()));
     }
     let pattern = match pattern.map(str::trim) {
         None => None,
@@ -75,16 +87,14 @@ fn parse_rule(text: &str) -> Result<Rule, String> {
         Some(p) if PATH_TOOLS.contains(&tool) || is_mcp(tool) => {
             Some(GlobBuilder::new(p).literal_separator(true).build())
         }
-        Some(_) => {
-            return Err(format!(
-                "rule \"{text}\": only bash, the file tools ({}) and MCP tools take a pattern",
-                PATH_TOOLS.join(", ")
-            ))
-        }
+        Some(_) => return Err(RuleError::TakesNoPattern(text.to_string())),
     };
     let pattern = pattern
         .transpose()
-        .map_err(|e| format!("rule \"{text}\": invalid pattern: {e}"))?
+        .map_err(|source| RuleError::BadPattern {
+            rule: text.to_string(),
+            source,
+        })?
         .map(|g| g.compile_matcher());
     Ok(Rule {
         text: t.to_string(),
@@ -95,7 +105,11 @@ fn parse_rule(text: &str) -> Result<Rule, String> {
 
 impl Policy {
     /// Builds a policy; an error names the rule that does not parse.
-    pub fn new(deny: &[String], allow: &[String], default_allow: bool) -> Result<Policy, String> {
+    pub fn new(
+        deny: &[String],
+        allow: &[String],
+        default_allow: bool,
+    ) -> Result<Policy, RuleError> {
         Ok(Policy {
             deny: deny
                 .iter()
@@ -201,7 +215,7 @@ impl Policy {
         }
         let commands = match split_commands(line) {
             Ok(c) => c,
-            Err(why) => return Verdict::Deny(why),
+            Err(why) => return Verdict::Deny(why.to_string()),
         };
         if commands.is_empty() {
             return self.default_verdict("bash", "an empty command");
@@ -410,12 +424,15 @@ mod tests {
         let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
         assert!(Policy::new(&s(&["bash(git push*"]), &[], true)
             .unwrap_err()
+            .to_string()
             .contains("bash(git push*"));
         assert!(Policy::new(&s(&["get_time(x)"]), &[], true)
             .unwrap_err()
+            .to_string()
             .contains("only bash"));
         assert!(Policy::new(&s(&["write_file([)"]), &[], true)
             .unwrap_err()
+            .to_string()
             .contains("invalid pattern"));
     }
 }

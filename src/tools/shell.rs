@@ -12,6 +12,17 @@ pub struct SimpleCommand {
     pub canonical: String,
 }
 
+/// A shell line the policy cannot be sure of, refused rather than guessed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Unreadable {
+    #[error(
+        "the command line is longer than {MAX_LINE} bytes, too long to check against the policy"
+    )]
+    TooLong,
+    #[error("the command line nests $( ) too deeply to check against the policy")]
+    TooDeep,
+}
+
 /// Deepest nesting of `$( )` and `<( )` that is checked; deeper lines are refused.
 const MAX_DEPTH: usize = 16;
 /// Longest command line that is checked.
@@ -22,9 +33,9 @@ const MAX_LINE: usize = 64 * 1024;
 /// added. An approximation of the shell's grammar that errs towards more, smaller
 /// commands; the sandbox, not this split, is what confines a command. Err when the line
 /// is too long or nested too deeply to check.
-pub fn split_commands(line: &str) -> Result<Vec<SimpleCommand>, String> {
+pub fn split_commands(line: &str) -> Result<Vec<SimpleCommand>, Unreadable> {
     if line.len() > MAX_LINE {
-        return Err(format!("the command line is longer than {MAX_LINE} bytes, too long to check against the policy"));
+        return Err(Unreadable::TooLong);
     }
     // A backslash before a newline joins the lines.
     let joined = line.replace("\\\n", "");
@@ -33,9 +44,9 @@ pub fn split_commands(line: &str) -> Result<Vec<SimpleCommand>, String> {
     Ok(out)
 }
 
-fn split_into(line: &str, depth: usize, out: &mut Vec<SimpleCommand>) -> Result<(), String> {
+fn split_into(line: &str, depth: usize, out: &mut Vec<SimpleCommand>) -> Result<(), Unreadable> {
     if depth > MAX_DEPTH {
-        return Err("the command line nests $( ) too deeply to check against the policy".into());
+        return Err(Unreadable::TooDeep);
     }
     let chars: Vec<char> = line.chars().collect();
     let mut cur = String::new();

@@ -37,8 +37,42 @@ const SAFE_CONFIG: [&str; 12] = [
     "core.quotePath=false",
 ];
 
+/// Why a workspace could not be made or read. Each names the path or the git command,
+/// so the task's `tool_setup_error` detail says what to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkspaceError {
+    #[error("cannot run git ({0}); install git to use repo tasks")]
+    NoGit(#[source] std::io::Error),
+    #[error("git {args} failed: {stderr}")]
+    Git { args: String, stderr: String },
+    #[error("cannot {what} {}: {source}", path.display())]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot copy {} to {}: {source}", from.display(), to.display())]
+    Copy {
+        from: PathBuf,
+        to: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{} already exists", .0.display())]
+    Exists(PathBuf),
+    #[error("the workspace {} would be inside the repository {} it copies: put the reports elsewhere (--out)", workspace.display(), repo.display())]
+    InsideRepository { workspace: PathBuf, repo: PathBuf },
+    #[error("ref \"{git_ref}\" is not a branch, tag or commit of {}", repo.display())]
+    UnknownRef { git_ref: String, repo: PathBuf },
+    #[error("ref is set but {} is not a git repository", .0.display())]
+    RefOnFolder(PathBuf),
+    #[error("{} is a file but not a git bundle: repo must be a folder, a git repository or a bundle made with `git bundle create`", .0.display())]
+    NotABundle(PathBuf),
+    #[error("{} is neither a folder nor a git bundle", .0.display())]
+    NotAFolder(PathBuf),
+}
+
 /// Runs git with neither the user's nor the system's configuration.
-fn git_in(dir: &Path, pre: &[&str], args: &[&str]) -> Result<String, String> {
+fn git_in(dir: &Path, pre: &[&str], args: &[&str]) -> Result<String, WorkspaceError> {
     let out = Command::new("git")
         .args(SAFE_CONFIG)
         .args(pre)
@@ -51,15 +85,18 @@ fn git_in(dir: &Path, pre: &[&str], args: &[&str]) -> Result<String, String> {
         .env_remove("GIT_DIR")
         .env_remove("GIT_WORK_TREE")
         .output()
-        .map_err(|e| format!("cannot run git ({e}); install git to use repo tasks"))?;
+        .map_err(WorkspaceError::NoGit)?;
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
-        return Err(format!("git {} failed: {}", args.join(" "), err.trim()));
+        return Err(WorkspaceError::Git {
+            args: args.join(" "),
+            stderr: err.trim().to_string(),
+        });
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-fn git(dir: &Path, args: &[&str]) -> Result<String, String> {
+fn git(dir: &Path, args: &[&str]) -> Result<String, WorkspaceError> {
     git_in(dir, &[], args)
 }
 
@@ -103,24 +140,17 @@ pub enum SourceKind {
 
 impl SourceKind {
     /// Looks at `source` (which must exist) to decide how to make a workspace of it.
-    pub fn of(source: &Path) -> Result<SourceKind, String> {
-        let meta = std::fs::metadata(source)
-            .map_err(|e| format!("cannot read {}: {e}", source.display()))?;
+    pub fn of(source: &Path) -> Result<SourceKind, WorkspaceError> {
+        let meta = std::fs::metadata(source).map_err(io("read", source))?;
         if meta.is_file() {
             return if is_bundle(source) {
                 Ok(SourceKind::Bundle)
             } else {
-                Err(format!(
-                    "{} is a file but not a git bundle: repo must be a folder, a git repository or a bundle made with `git bundle create`",
-                    source.display()
-                ))
+                Err(WorkspaceError::NotABundle(source.to_path_buf()))
             };
         }
         if !meta.is_dir() {
-            return Err(format!(
-                "{} is neither a folder nor a git bundle",
-                source.display()
-            ));
+            return Err(WorkspaceError::NotAFolder(source.to_path_buf()));
         }
         if source.join(".git").exists() {
             Ok(SourceKind::Repository)
@@ -152,8 +182,14 @@ fn is_bundle(path: &Path) -> bool {
 
 /// `path` made absolute against the current folder, without resolving symlinks: git
 /// runs in other folders, so a relative path would point elsewhere.
-fn absolute(path: &Path) -> Result<PathBuf, String> {
-    std::path::absolute(path).map_err(|e| format!("cannot resolve {}: {e}", path.display()))
+fn absolute(path: &Path) -> Result<PathBuf, WorkspaceError> {
+    std::path::absolute(path).map_err(io("resolve", path))
+}
+
+/// An I/O failure on `path` while doing `what`.
+fn io(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> WorkspaceError {
+    let path = path.to_path_buf();
+    move |source| WorkspaceError::Io { what, path, source }
 }
 
 impl Workspace {
@@ -166,27 +202,21 @@ impl Workspace {
         git_ref: Option<&str>,
         dest: &Path,
         shadow: &Path,
-    ) -> Result<Workspace, String> {
+    ) -> Result<Workspace, WorkspaceError> {
         let (dest, shadow) = (absolute(dest)?, absolute(shadow)?);
         if dest.exists() || shadow.exists() {
-            return Err(format!("{} already exists", dest.display()));
+            return Err(WorkspaceError::Exists(dest));
         }
-        let source = source
-            .canonicalize()
-            .map_err(|e| format!("cannot resolve {}: {e}", source.display()))?;
+        let source = source.canonicalize().map_err(io("resolve", source))?;
         let kind = SourceKind::of(&source)?;
         if let Some(parent) = dest.parent() {
-            std::fs::create_dir_all(parent)
-                .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
-            let parent = parent
-                .canonicalize()
-                .map_err(|e| format!("cannot resolve {}: {e}", parent.display()))?;
+            std::fs::create_dir_all(parent).map_err(io("create", parent))?;
+            let parent = parent.canonicalize().map_err(io("resolve", parent))?;
             if parent.starts_with(&source) {
-                return Err(format!(
-                    "the workspace {} would be inside the repository {} it copies: put the reports elsewhere (--out)",
-                    dest.display(),
-                    source.display()
-                ));
+                return Err(WorkspaceError::InsideRepository {
+                    workspace: dest,
+                    repo: source,
+                });
             }
         }
         let made = Self::make(&source, kind, git_ref, &dest, &shadow);
@@ -203,7 +233,7 @@ impl Workspace {
         git_ref: Option<&str>,
         dest: &Path,
         shadow: &Path,
-    ) -> Result<Workspace, String> {
+    ) -> Result<Workspace, WorkspaceError> {
         let cloned = kind.is_git();
         let dest_s = dest.to_string_lossy().into_owned();
         if cloned {
@@ -227,27 +257,20 @@ impl Workspace {
                         )
                         .ok()
                     })
-                    .ok_or_else(|| {
-                        format!(
-                            "ref \"{r}\" is not a branch, tag or commit of {}",
-                            source.display()
-                        )
+                    .ok_or_else(|| WorkspaceError::UnknownRef {
+                        git_ref: r.to_string(),
+                        repo: source.to_path_buf(),
                     })?;
                 git(dest, &["checkout", "--quiet", "--detach", commit.trim()])?;
             }
         } else {
             if git_ref.is_some() {
-                return Err(format!(
-                    "ref is set but {} is not a git repository",
-                    source.display()
-                ));
+                return Err(WorkspaceError::RefOnFolder(source.to_path_buf()));
             }
-            copy_tree(source, source, dest, dest).map_err(|e| {
-                format!(
-                    "cannot copy {} to {}: {e}",
-                    source.display(),
-                    dest.display()
-                )
+            copy_tree(source, source, dest, dest).map_err(|e| WorkspaceError::Copy {
+                from: source.to_path_buf(),
+                to: dest.to_path_buf(),
+                source: e,
             })?;
             // A repository of its own, for the agent's `git diff` and `git status`.
             git(dest, &["init", "--quiet"])?;
@@ -267,12 +290,9 @@ impl Workspace {
                 ],
             )?;
         }
-        let root = dest
-            .canonicalize()
-            .map_err(|e| format!("cannot resolve {}: {e}", dest.display()))?;
+        let root = dest.canonicalize().map_err(io("resolve", dest))?;
         if let Some(parent) = shadow.parent() {
-            std::fs::create_dir_all(parent)
-                .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+            std::fs::create_dir_all(parent).map_err(io("create", parent))?;
         }
         git(
             &root,
@@ -289,7 +309,7 @@ impl Workspace {
     }
 
     /// Git in the runner's own repository of this workspace.
-    fn shadow_git(&self, args: &[&str]) -> Result<String, String> {
+    fn shadow_git(&self, args: &[&str]) -> Result<String, WorkspaceError> {
         let gd = format!("--git-dir={}", self.shadow.display());
         let wt = format!("--work-tree={}", self.root.display());
         git_in(&self.root, &[&gd, &wt], args)
@@ -297,7 +317,7 @@ impl Workspace {
 
     /// Records the workspace as it is now as the starting point of the patch (after
     /// setup, so that what setup built is not the agent's change). Blocking.
-    pub fn snapshot(&mut self) -> Result<(), String> {
+    pub fn snapshot(&mut self) -> Result<(), WorkspaceError> {
         self.shadow_git(&["add", "-A"])?;
         self.shadow_git(&[
             "-c",
@@ -317,7 +337,7 @@ impl Workspace {
 
     /// The agent's change against the starting point, as a git patch (empty when
     /// nothing changed). Blocking.
-    pub fn diff(&self) -> Result<String, String> {
+    pub fn diff(&self) -> Result<String, WorkspaceError> {
         self.shadow_git(&["add", "-A"])?;
         self.shadow_git(&[
             "diff",
@@ -331,7 +351,7 @@ impl Workspace {
     }
 
     /// Files the patch touches, for the transcript.
-    pub fn changed_files(&self) -> Result<Vec<String>, String> {
+    pub fn changed_files(&self) -> Result<Vec<String>, WorkspaceError> {
         let out = self.shadow_git(&["diff", "--cached", "--name-status", &self.base])?;
         Ok(out.lines().map(str::to_string).collect())
     }
@@ -495,7 +515,8 @@ mod tests {
             &dir.path().join("d"),
             &dir.path().join("gd"),
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("not a branch, tag or commit"), "{e}");
         assert!(
             !dir.path().join("d").exists() && !dir.path().join("gd").exists(),
@@ -546,7 +567,8 @@ mod tests {
             }
         }
         let inside = Workspace::create(&src, None, &src.join("reports/ws"), &dir.path().join("ge"))
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(inside.contains("inside the repository"), "{inside}");
         assert_eq!(
             std::fs::read_to_string(src.join("f.txt")).unwrap(),

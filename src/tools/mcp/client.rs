@@ -99,7 +99,7 @@ impl McpServer {
         workspace: Option<&Path>,
         log: Log,
     ) -> Result<Arc<McpServer>, String> {
-        let transport = spec.expanded(workspace)?;
+        let transport = spec.expanded(workspace).map_err(|e| e.to_string())?;
         let handler = Handler;
         let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
         let timeout = spec.startup_timeout;

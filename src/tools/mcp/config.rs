@@ -84,7 +84,7 @@ impl McpServerSpec {
 
     /// The transport with `{workspace}` and `${VAR}` filled in. Values read from the
     /// environment stay in memory: nothing expanded is written to a report.
-    pub fn expanded(&self, workspace: Option<&Path>) -> Result<Transport, String> {
+    pub fn expanded(&self, workspace: Option<&Path>) -> Result<Transport, ExpandError> {
         let fill = |s: &str| expand(s, workspace, &|v| std::env::var(v).ok());
         Ok(match &self.transport {
             Transport::Stdio {
@@ -98,7 +98,7 @@ impl McpServerSpec {
                 env: env
                     .iter()
                     .map(|(k, v)| Ok((k.clone(), fill(v)?)))
-                    .collect::<Result<_, String>>()?,
+                    .collect::<Result<_, ExpandError>>()?,
                 cwd: cwd.as_deref().map(fill).transpose()?,
             },
             Transport::Http { url, headers } => Transport::Http {
@@ -106,10 +106,21 @@ impl McpServerSpec {
                 headers: headers
                     .iter()
                     .map(|(k, v)| Ok((k.clone(), fill(v)?)))
-                    .collect::<Result<_, String>>()?,
+                    .collect::<Result<_, ExpandError>>()?,
             },
         })
     }
+}
+
+/// A server setting that cannot be filled in for a task.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExpandError {
+    #[error("{{workspace}} is used but the task has no workspace (give it a `repo`)")]
+    NoWorkspace,
+    #[error("unclosed `${{` in \"{0}\"")]
+    Unclosed(String),
+    #[error("the environment variable {0} is not set (the MCP server settings use ${{{0}}})")]
+    Unset(String),
 }
 
 /// `${NAME}` and `${NAME:-default}` references in a string: (name, default).
@@ -135,11 +146,10 @@ fn expand(
     s: &str,
     workspace: Option<&Path>,
     var: &dyn Fn(&str) -> Option<String>,
-) -> Result<String, String> {
+) -> Result<String, ExpandError> {
     let mut s = s.to_string();
     if s.contains(WORKSPACE) {
-        let ws = workspace
-            .ok_or("{workspace} is used but the task has no workspace (give it a `repo`)")?;
+        let ws = workspace.ok_or(ExpandError::NoWorkspace)?;
         s = s.replace(WORKSPACE, &ws.to_string_lossy());
     }
     let mut out = String::with_capacity(s.len());
@@ -148,7 +158,7 @@ fn expand(
         out.push_str(&rest[..start]);
         let after = &rest[start + 2..];
         let Some(end) = after.find('}') else {
-            return Err(format!("unclosed `${{` in \"{s}\""));
+            return Err(ExpandError::Unclosed(s.clone()));
         };
         let inner = &after[..end];
         let (name, default) = match inner.split_once(":-") {
@@ -158,11 +168,7 @@ fn expand(
         match (var(name).filter(|v| !v.is_empty()), default) {
             (Some(v), _) => out.push_str(&v),
             (None, Some(d)) => out.push_str(d),
-            (None, None) => {
-                return Err(format!(
-                    "the environment variable {name} is not set (the MCP server settings use ${{{name}}})"
-                ))
-            }
+            (None, None) => return Err(ExpandError::Unset(name.to_string())),
         }
         rest = &after[end + 1..];
     }
@@ -235,9 +241,12 @@ mod tests {
         assert!(!stdio(&["/srv"]).per_task());
         assert_eq!(s.variables(), ["AB_TEST_MCP_TOKEN"]);
         let e = s.expanded(None).unwrap_err();
-        assert!(e.contains("no workspace"), "{e}");
+        assert!(e.to_string().contains("no workspace"), "{e}");
         let e = s.expanded(Some(Path::new("/ws"))).unwrap_err();
-        assert!(e.contains("AB_TEST_MCP_TOKEN is not set"), "{e}");
+        assert!(
+            e.to_string().contains("AB_TEST_MCP_TOKEN is not set"),
+            "{e}"
+        );
         let vars = |v: &str| (v == "SET").then(|| "yes".to_string());
         assert_eq!(
             expand(

@@ -25,6 +25,32 @@ use confine::{capabilities, child_setup, ruleset, ChildSetup};
 
 pub use confine::{describe_capabilities, protect_runner};
 
+/// Why a sandbox could not be made or a command could not be started in it (a command
+/// that ran and failed is a `CommandOutput`, not an error).
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("sandbox.require is set but this machine does not provide {0}; run elsewhere or drop `require`")]
+    Required(String),
+    #[error("cannot {what} {}: {source}", path.display())]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
+    #[error("cannot prepare the Landlock rules: {0}")]
+    Landlock(#[source] landlock::RulesetError),
+    #[error("cannot {what}: {source}")]
+    Start {
+        what: &'static str,
+        source: io::Error,
+    },
+}
+
+/// A failure to start a command, while doing `what`.
+fn start(what: &'static str) -> impl FnOnce(io::Error) -> SandboxError {
+    move |source| SandboxError::Start { what, source }
+}
+
 /// Time between SIGTERM and SIGKILL.
 const GRACE: Duration = Duration::from_secs(2);
 
@@ -133,7 +159,7 @@ impl Sandbox {
         tmp: &Path,
         task_env: &BTreeMap<String, String>,
         config: SandboxConfig,
-    ) -> Result<Sandbox, String> {
+    ) -> Result<Sandbox, SandboxError> {
         let caps = capabilities();
         let netns = if config.network { None } else { caps.netns };
         let mut missing = Vec::new();
@@ -144,17 +170,19 @@ impl Sandbox {
             missing.push("a network namespace (network: false)");
         }
         if config.require && !missing.is_empty() {
-            return Err(format!(
-                "sandbox.require is set but this machine does not provide {}; run elsewhere or drop `require`",
-                missing.join(" nor ")
-            ));
+            return Err(SandboxError::Required(missing.join(" nor ")));
         }
-        let tmp = &tmp
-            .canonicalize()
-            .map_err(|e| format!("cannot resolve {}: {e}", tmp.display()))?;
+        let tmp = &tmp.canonicalize().map_err(|e| SandboxError::Io {
+            what: "resolve",
+            path: tmp.to_path_buf(),
+            source: e,
+        })?;
         let home = tmp.join("home");
-        std::fs::create_dir_all(&home)
-            .map_err(|e| format!("cannot create {}: {e}", home.display()))?;
+        std::fs::create_dir_all(&home).map_err(|e| SandboxError::Io {
+            what: "create",
+            path: home.clone(),
+            source: e,
+        })?;
         let mut env: BTreeMap<String, String> = BTreeMap::new();
         env.insert(
             "PATH".into(),
@@ -213,10 +241,10 @@ impl Sandbox {
         limits: RunLimits,
         cancel: &CancellationToken,
         reach: Reach,
-    ) -> Result<CommandOutput, String> {
+    ) -> Result<CommandOutput, SandboxError> {
         let network = reach.network;
         let started = Instant::now();
-        let (reader, writer) = io::pipe().map_err(|e| format!("cannot create a pipe: {e}"))?;
+        let (reader, writer) = io::pipe().map_err(start("create a pipe"))?;
         let shell = if Path::new("/bin/bash").exists() {
             "/bin/bash"
         } else {
@@ -235,19 +263,12 @@ impl Sandbox {
                     .copied(),
             )
             .stdin(Stdio::null())
-            .stdout(
-                writer
-                    .try_clone()
-                    .map_err(|e| format!("cannot set up output: {e}"))?,
-            )
+            .stdout(writer.try_clone().map_err(start("set up output"))?)
             .stderr(writer)
             .process_group(0)
             .kill_on_drop(true);
         let rules = if self.landlock {
-            Some(
-                ruleset(&self.workspace, &self.tmp)
-                    .map_err(|e| format!("cannot prepare the Landlock rules: {e}"))?,
-            )
+            Some(ruleset(&self.workspace, &self.tmp).map_err(SandboxError::Landlock)?)
         } else {
             None
         };
@@ -260,15 +281,13 @@ impl Sandbox {
         unsafe {
             cmd.pre_exec(move || child_setup(&setup));
         }
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| format!("cannot start the command: {e}"))?;
+        let mut child = cmd.spawn().map_err(start("start the command"))?;
         drop(cmd);
         let pgid = child.id().map(|id| Pid::from_raw(id as i32));
         let guard = GroupGuard { pgid };
         let mut output = Capped::new(limits.max_output);
         let mut pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(reader))
-            .map_err(|e| format!("cannot read the command's output: {e}"))?;
+            .map_err(start("read the command's output"))?;
         let mut buf = vec![0u8; 64 * 1024];
         let deadline = tokio::time::sleep(limits.timeout);
         tokio::pin!(deadline);
