@@ -6,6 +6,7 @@ use futures::future::BoxFuture;
 use serde_json::{json, Value};
 
 use super::{Reach, Tool, ToolContext};
+use crate::tools::ToolError;
 
 pub struct Bash;
 
@@ -36,7 +37,7 @@ impl Tool for Bash {
         &'a self,
         input: Value,
         ctx: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<String, String>> {
+    ) -> BoxFuture<'a, Result<String, ToolError>> {
         Box::pin(async move {
             let command = input
                 .get("command")
@@ -62,7 +63,7 @@ impl Tool for Bash {
             if out.success() {
                 Ok(text)
             } else {
-                Err(text)
+                Err(ToolError(text))
             }
         })
     }

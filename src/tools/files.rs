@@ -7,6 +7,7 @@ use serde_json::{json, Value};
 
 use super::paths::{relative, resolve};
 use super::{Tool, ToolContext};
+use crate::tools::ToolError;
 
 /// Largest file read_file opens; larger ones are refused with a hint.
 const MAX_FILE_BYTES: u64 = 10 * 1024 * 1024;
@@ -18,7 +19,7 @@ pub(super) fn in_workspace<'a, F>(
     ctx: &'a ToolContext,
     tool: &'static str,
     f: F,
-) -> BoxFuture<'a, Result<String, String>>
+) -> BoxFuture<'a, Result<String, ToolError>>
 where
     F: FnOnce(&Path) -> Result<String, String> + Send + 'static,
 {
@@ -27,9 +28,10 @@ where
             .workspace
             .clone()
             .ok_or_else(|| format!("{tool} needs a workspace, and this task has no repo"))?;
-        tokio::task::spawn_blocking(move || f(&root))
+        let done = tokio::task::spawn_blocking(move || f(&root))
             .await
-            .map_err(|e| format!("{tool} failed: {e}"))?
+            .map_err(|e| format!("{tool} failed: {e}"))?;
+        Ok(done?)
     })
 }
 
@@ -79,7 +81,7 @@ impl Tool for ReadFile {
         &'a self,
         input: Value,
         ctx: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<String, String>> {
+    ) -> BoxFuture<'a, Result<String, ToolError>> {
         in_workspace(ctx, "read_file", move |root| {
             let p = str_field(&input, "path")?;
             let path = resolve(root, p)?;
@@ -185,7 +187,7 @@ impl Tool for WriteFile {
         &'a self,
         input: Value,
         ctx: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<String, String>> {
+    ) -> BoxFuture<'a, Result<String, ToolError>> {
         in_workspace(ctx, "write_file", move |root| {
             let p = str_field(&input, "path")?;
             let content = str_field(&input, "content")?;
@@ -241,7 +243,7 @@ impl Tool for EditFile {
         &'a self,
         input: Value,
         ctx: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<String, String>> {
+    ) -> BoxFuture<'a, Result<String, ToolError>> {
         in_workspace(ctx, "edit_file", move |root| {
             let p = str_field(&input, "path")?;
             let old = str_field(&input, "old_string")?;
@@ -338,7 +340,7 @@ mod tests {
             )
             .await
             .unwrap_err();
-        assert!(e.contains("occurs 2 times"), "{e}");
+        assert!(e.0.contains("occurs 2 times"), "{e}");
         let e = EditFile
             .call(
                 json!({"path": "pkg/m.py", "old_string": "c = 9", "new_string": "x"}),
@@ -346,7 +348,7 @@ mod tests {
             )
             .await
             .unwrap_err();
-        assert!(e.contains("not found"), "{e}");
+        assert!(e.0.contains("not found"), "{e}");
         EditFile
             .call(
                 json!({"path": "pkg/m.py", "old_string": "a = 1", "new_string": "a = 10"}),
@@ -363,6 +365,7 @@ mod tests {
             .call(json!({"path": "../outside"}), &c)
             .await
             .unwrap_err()
+            .0
             .contains("outside"));
         assert!(WriteFile
             .call(json!({"path": "/etc/evil", "content": "x"}), &c)
@@ -379,7 +382,7 @@ mod tests {
                 .call(json!({"path": path, "content": content}), &c)
                 .await;
             if path.is_empty() {
-                assert!(r.unwrap_err().contains("empty"));
+                assert!(r.unwrap_err().0.contains("empty"));
                 continue;
             }
             assert!(r.is_ok(), "{path}: {r:?}");
@@ -418,13 +421,14 @@ mod tests {
             .await
             .expect("a named pipe must be refused, not opened")
             .unwrap_err();
-            assert!(e.contains("not a regular file"), "{e}");
+            assert!(e.0.contains("not a regular file"), "{e}");
         }
         let none = ToolContext::default();
         assert!(ReadFile
             .call(json!({"path": "x"}), &none)
             .await
             .unwrap_err()
+            .0
             .contains("needs a workspace"));
     }
 }

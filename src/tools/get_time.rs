@@ -6,6 +6,7 @@ use futures::future::BoxFuture;
 use serde_json::{json, Value};
 
 use super::{Tool, ToolContext};
+use crate::tools::ToolError;
 
 pub struct GetTime;
 
@@ -35,7 +36,7 @@ impl Tool for GetTime {
         &'a self,
         input: Value,
         _ctx: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<String, String>> {
+    ) -> BoxFuture<'a, Result<String, ToolError>> {
         Box::pin(async move {
             let tz = input
                 .get("timezone")

@@ -33,6 +33,25 @@ pub use search::{Grep, ListFiles};
 
 use crate::model::{ToolCall, ToolResult};
 
+/// A tool call that failed in a way the model should read and may recover from (a
+/// missing file, a refused path, a command that exited non-zero): it goes back to the
+/// model as the call's result, marked as an error, never as a harness failure.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ToolError(pub String);
+
+impl From<String> for ToolError {
+    fn from(message: String) -> ToolError {
+        ToolError(message)
+    }
+}
+
+impl From<&str> for ToolError {
+    fn from(message: &str) -> ToolError {
+        ToolError(message.to_string())
+    }
+}
+
 /// The built-in `coding` tool set.
 pub const CODING_TOOLS: [&str; 6] = [
     "read_file",
@@ -97,7 +116,7 @@ pub trait Tool: Send + Sync {
         &'a self,
         input: Value,
         ctx: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<String, String>>;
+    ) -> BoxFuture<'a, Result<String, ToolError>>;
     /// Runs the tool for a result richer than text (images, structured content, a
     /// failure that must end the task); by default, `call`.
     fn run<'a>(&'a self, input: Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
@@ -567,7 +586,7 @@ mod tests {
             &'a self,
             _: Value,
             _: &'a ToolContext,
-        ) -> BoxFuture<'a, Result<String, String>> {
+        ) -> BoxFuture<'a, Result<String, ToolError>> {
             Box::pin(async {
                 tokio::time::sleep(Duration::from_secs(5)).await;
                 Ok("late".into())

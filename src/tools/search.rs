@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 use super::files::in_workspace;
 use super::paths::{relative, resolve};
 use super::{Tool, ToolContext};
+use crate::tools::ToolError;
 
 const MAX_LISTED: usize = 1000;
 const DEFAULT_MATCHES: usize = 100;
@@ -76,7 +77,7 @@ impl Tool for ListFiles {
         &'a self,
         input: Value,
         ctx: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<String, String>> {
+    ) -> BoxFuture<'a, Result<String, ToolError>> {
         in_workspace(ctx, "list_files", move |root| {
             let base = resolve(
                 root,
@@ -140,7 +141,7 @@ impl Tool for Grep {
         &'a self,
         input: Value,
         ctx: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<String, String>> {
+    ) -> BoxFuture<'a, Result<String, ToolError>> {
         in_workspace(ctx, "grep", move |root| {
             let pattern = input
                 .get("pattern")
@@ -247,6 +248,7 @@ mod tests {
             .call(json!({"pattern": "("}), &c)
             .await
             .unwrap_err()
+            .0
             .contains("invalid regular"));
         assert!(ListFiles.call(json!({"path": "/etc"}), &c).await.is_err());
     }

@@ -5,6 +5,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use agentbatch::model::Usage;
+use agentbatch::tools::ToolError;
 use agentbatch::tools::{Registry, Tool, ToolContext};
 use agentbatch::vocab::price;
 use futures::future::BoxFuture;
@@ -249,7 +250,11 @@ impl Tool for Sleepy {
     fn input_schema(&self) -> Value {
         json!({"type": "object"})
     }
-    fn call<'a>(&'a self, _: Value, _: &'a ToolContext) -> BoxFuture<'a, Result<String, String>> {
+    fn call<'a>(
+        &'a self,
+        _: Value,
+        _: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<String, ToolError>> {
         Box::pin(async {
             tokio::time::sleep(Duration::from_secs(30)).await;
             Ok("woke".into())

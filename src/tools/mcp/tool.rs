@@ -12,6 +12,7 @@ use serde_json::{Map, Value};
 
 use super::client::{CallOutcome, McpServer, ServerTool};
 use crate::model::Image;
+use crate::tools::ToolError;
 use crate::tools::{Tool, ToolContext, ToolOutput};
 
 /// Image types every provider that takes images in tool results accepts.
@@ -46,11 +47,11 @@ impl Tool for McpTool {
         &'a self,
         input: Value,
         ctx: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<String, String>> {
+    ) -> BoxFuture<'a, Result<String, ToolError>> {
         Box::pin(async move {
             let out = self.run(input, ctx).await;
             if out.is_error {
-                Err(out.text)
+                Err(ToolError(out.text))
             } else {
                 Ok(out.text)
             }
