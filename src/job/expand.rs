@@ -3,8 +3,8 @@
 //! expanded step by step, defaults merged field by field. Every check that needs no
 //! spending is done here, each error placed at the line of the field that caused it.
 //!
-//! Expansion reads no environment variable: it checks against the [`Environment`]
-//! snapshot it is given. The files a job names are read through [`Files`] only.
+//! Expansion reads no environment variable and no file: it checks against the
+//! [`Environment`] snapshot it is given and the [`Files`] read in its loading steps.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -65,7 +65,10 @@ pub(super) fn expand(
     let mut cx = Ctx {
         diags: Diagnostics::new(path.display().to_string(), text),
         env,
-        files: Files::new(path.parent().map(Path::to_path_buf).unwrap_or_default()),
+        files: Files::read_job_files(
+            path.parent().map(Path::to_path_buf).unwrap_or_default(),
+            &job,
+        ),
         scripts: scripts::Cache::new(),
     };
     check_job_fields(&job, &mut cx);
@@ -91,6 +94,7 @@ pub(super) fn expand(
         });
     }
     check_tasks(&job, &raw, &mut cx);
+    cx.files.read_task_files(&job, &variants);
     let shared = Shared {
         providers: &providers,
         teams: &teams,
@@ -120,10 +124,7 @@ pub(super) fn expand(
     check_run_names(&grid, &mut cx);
     let tasks = order_runs(&grid, &variants, epochs);
     let ledger_path = job.ledger.as_ref().map(|p| cx.files.join(p));
-    let ledger_problem = ledger_path
-        .as_deref()
-        .and_then(|p| cx.files.ledger_problem(p));
-    if let Some(problem) = ledger_problem {
+    if let Some(problem) = cx.files.ledger_problem().map(str::to_string) {
         cx.err(&[key("ledger")], problem);
     }
     if !cx.diags.is_empty() {

@@ -66,7 +66,7 @@ fn load_script(src: &SimSource, at: &[Seg], cx: &mut Ctx) -> Option<Arc<Script>>
             if let Some(cached) = cx.scripts.get(&full) {
                 return cached.clone();
             }
-            let loaded = parse_script(&full, cx.files.script_text(&full));
+            let loaded = parse_script(&full, cx.files.take_script_text(&full));
             let script = match loaded {
                 Ok(s) => Some(Arc::new(s)),
                 Err(ScriptError::Missing(e)) => {

@@ -4,6 +4,7 @@
 
 use std::io::Read;
 use std::path::Path;
+use std::sync::Arc;
 
 /// The largest job file or simulator script read.
 pub const MAX_JOB_FILE: u64 = 16 * 1024 * 1024;
@@ -11,13 +12,14 @@ pub const MAX_JOB_FILE: u64 = 16 * 1024 * 1024;
 pub const MAX_MCP_CONFIG: u64 = 1024 * 1024;
 
 /// Why a file a job names could not be read; `what` names the file as the message
-/// shows it ("the job file", "the file").
-#[derive(Debug, thiserror::Error)]
+/// shows it ("the job file", "the file"). Cloneable, so a file read once can answer
+/// every task that names it.
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum SourceError {
     #[error("cannot read {what}: {source}")]
     Io {
         what: String,
-        source: std::io::Error,
+        source: Arc<std::io::Error>,
     },
     #[error("{what} is {kind}: give the path of a YAML file")]
     NotAFile { what: String, kind: &'static str },
@@ -34,7 +36,7 @@ pub enum SourceError {
 pub fn read_text(path: &Path, limit: u64, what: &str) -> Result<String, SourceError> {
     let io = |source| SourceError::Io {
         what: what.to_string(),
-        source,
+        source: Arc::new(source),
     };
     let meta = std::fs::metadata(path).map_err(io)?;
     if !meta.is_file() {

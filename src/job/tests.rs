@@ -275,7 +275,7 @@ fn resolve_for_test(job: &JobFile) -> BTreeMap<String, Arc<ProviderSpec>> {
     let mut cx = Ctx {
         diags: Diagnostics::new("job.yaml".into(), ""),
         env: &env,
-        files: Files::new(PathBuf::from(".")),
+        files: Files::read_job_files(PathBuf::from("."), job),
         scripts: scripts::Cache::new(),
     };
     let out = resolve_providers(job, &mut cx);
@@ -376,4 +376,15 @@ fn api_keys_are_checked_against_the_environment_given() {
         "{e}"
     );
     assert!(load_with_env(&mcp, &Environment::with_set(["AB_MADE_UP_TOKEN"])).is_ok());
+}
+
+#[test]
+fn a_script_read_ahead_is_reported_only_when_a_simulated_provider_plays_it() {
+    let job = |provider: &str| {
+        format!("name: t\ndefaults: {{ model: claude-sonnet-4-5, provider: {provider}, sim: missing.yaml }}\ntasks:\n  - {{ id: a, prompt: p }}\n")
+    };
+    let env = Environment::with_set(["ANTHROPIC_API_KEY"]);
+    assert!(load_with_env(&job("anthropic"), &env).is_ok());
+    let e = load_with_env(&job("sim"), &env).unwrap_err().to_string();
+    assert!(e.contains("missing.yaml: cannot read the file"), "{e}");
 }
