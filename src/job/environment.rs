@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 /// the checks ask whether an API key or an MCP server's `${VAR}` is there, never what
 /// it is, so no key is copied into a second place.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Environment {
+pub(crate) struct Environment {
     set: BTreeSet<String>,
 }
 
@@ -23,8 +23,8 @@ impl Environment {
         }
     }
 
-    /// An environment in which exactly `names` are set: for tests and for callers that
-    /// check a job against another machine's environment.
+    /// An environment in which exactly `names` are set, whatever the process has.
+    #[cfg(test)]
     pub fn with_set<I, S>(names: I) -> Environment
     where
         I: IntoIterator<Item = S>,

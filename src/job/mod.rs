@@ -26,7 +26,7 @@ use std::fmt;
 use std::path::Path;
 
 pub use describe::describe;
-pub use environment::Environment;
+pub(crate) use environment::Environment;
 pub use scripts::load_script_file;
 pub use spec::{
     PeriodCap, Plan, ProviderKind, ProviderSpec, RepoSpec, TaskSpec, TeamSpec, ToolsetSpec,
@@ -122,7 +122,11 @@ pub fn load(path: &Path, registry: &Registry) -> Result<Plan, JobError> {
 
 /// [`load`] against a given environment snapshot instead of the process's: the same
 /// job gives the same answer for the same snapshot, whatever the process has set.
-pub fn load_in(path: &Path, registry: &Registry, env: &Environment) -> Result<Plan, JobError> {
+pub(crate) fn load_in(
+    path: &Path,
+    registry: &Registry,
+    env: &Environment,
+) -> Result<Plan, JobError> {
     let file = path.display().to_string();
     let text = source::read_text(path, source::MAX_JOB_FILE, "the job file")
         .map_err(|e| JobError::one(&file, None, None, e.to_string()))?;
