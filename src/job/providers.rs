@@ -45,186 +45,193 @@ pub(super) fn resolve_providers(
             continue;
         }
         let f = job.providers.get(name).cloned().unwrap_or_default();
-        let at = |field: &str| vec![key("providers"), key(name), key(field)];
-        let builtin = BUILTIN_PROVIDERS.iter().find(|(n, _, _)| *n == name);
-        let protocol = match (f.protocol, builtin) {
-            (Some(p), _) => p,
-            (None, Some((_, p, _))) => *p,
-            (None, None) => {
-                cx.err(
-                    &[key("providers"), key(name)],
-                    format!(
-                        "provider \"{name}\" needs a `protocol`: {}",
-                        Protocol::ALL.map(Protocol::as_str).join(", ")
-                    ),
-                );
-                Protocol::Anthropic
-            }
-        };
-        let simulated = match (f.simulator, builtin) {
-            (Some(false), Some((_, _, true))) => {
-                cx.err(
-                    &at("simulator"),
-                    "the built-in provider sim is always the simulator: define another provider for a real server",
-                );
-                true
-            }
-            (Some(s), _) => s,
-            (None, Some((_, _, s))) => *s,
-            (None, None) => false,
-        };
-        let kind = if simulated {
-            ProviderKind::Sim
-        } else {
-            ProviderKind::Api
-        };
-        if kind == ProviderKind::Sim && f.api_key_env.is_some() {
-            cx.err(&at("api_key_env"), "the simulator needs no API key");
-        }
-        let base_url = match (&f.base_url, kind) {
-            (Some(u), _) => Some(u.clone()),
-            (None, ProviderKind::Api) => Some(protocol.default_base_url().to_string()),
-            (None, ProviderKind::Sim) => None,
-        };
-        if let Some(u) = &base_url {
-            if let Err(e) = protocol.url(u) {
-                cx.err(&at("base_url"), e);
-            }
-        }
-        let ProviderFields {
-            anthropic_version,
-            timeout,
-            max_response_bytes,
-            max_retries,
-            max_rate_limit_retries,
-            api_key_env,
-            api_key_optional,
-            max_tokens_field,
-            parallel_tool_calls,
-            rpm,
-            itpm,
-            otpm,
-            burst,
-            server_limits,
-            ..
-        } = f;
-        let anthropic_only: [(&str, bool); 1] =
-            [("anthropic_version", anthropic_version.is_some())];
-        let openai_only = [
-            ("max_tokens_field", max_tokens_field.is_some()),
-            ("parallel_tool_calls", parallel_tool_calls.is_some()),
-        ];
-        for (field, set) in anthropic_only {
-            if set && protocol != Protocol::Anthropic {
-                cx.err(
-                    &at(field),
-                    format!("applies to the anthropic protocol only, not {protocol}"),
-                );
-            }
-        }
-        for (field, set) in openai_only {
-            let applies = match field {
-                "max_tokens_field" => protocol == Protocol::OpenaiChat,
-                _ => protocol != Protocol::Anthropic,
-            };
-            if set && !applies {
-                cx.err(
-                    &at(field),
-                    format!("does not apply to the {protocol} protocol"),
-                );
-            }
-        }
-        if api_key_optional.is_some() && kind == ProviderKind::Sim {
-            cx.err(&at("api_key_optional"), "the simulator needs no API key");
-        }
-        let base = vec![key("providers"), key(name)];
-        let rate = rate_limits(cx, &base, rpm, itpm, otpm, burst);
-        let server_limits = server_limits.map(|s| {
-            if kind != ProviderKind::Sim {
-                cx.err(
-                    &at("server_limits"),
-                    "only a simulated provider (providers.sim, or one with `simulator: true`) has server limits",
-                );
-            } else if base_url.is_some() {
-                cx.err(
-                    &at("server_limits"),
-                    "apply only to the simulator a run starts; start a standalone one with `agentbatch sim --rpm N --itpm N --otpm N`",
-                );
-            }
-            limited_sims.push(name.to_string());
-            let mut at = base.clone();
-            at.push(key("server_limits"));
-            rate_limits(cx, &at, s.rpm, s.itpm, s.otpm, s.burst)
-        });
-        if limited_sims.len() > 1 {
-            cx.err(
-                &at("server_limits"),
-                format!(
-                    "the run's simulator has one set of limits, already given by providers.{}",
-                    limited_sims[0]
-                ),
-            );
-        }
-        if let Some(v) = anthropic_version.as_deref() {
-            let header_safe = !v.trim().is_empty() && v.bytes().all(|b| b.is_ascii_graphic());
-            if !header_safe {
-                cx.err(
-                    &at("anthropic_version"),
-                    "must be a version such as \"2023-06-01\" (no spaces or special characters)",
-                );
-            }
-        }
-        // OpenAI's own endpoint wants max_completion_tokens (its reasoning models refuse
-        // max_tokens); compatible servers mostly know only max_tokens.
-        let on_openai = base_url
-            .as_deref()
-            .is_some_and(|u| u.contains("api.openai.com"));
-        let max_tokens_field = match max_tokens_field {
-            Some(MaxTokensField::MaxTokens) => "max_tokens",
-            Some(MaxTokensField::MaxCompletionTokens) => "max_completion_tokens",
-            None if on_openai => "max_completion_tokens",
-            None => "max_tokens",
-        };
-        if let Some(b) = max_response_bytes.filter(|b| b.0 > bounds::RESPONSE_BYTES) {
-            cx.err(
-                &at("max_response_bytes"),
-                format!(
-                    "{} bytes is too large: at most {}",
-                    b.0,
-                    bounds::RESPONSE_BYTES
-                ),
-            );
-        }
-        let default_key_env = (kind == ProviderKind::Api).then(|| protocol.default_key_env());
-        out.insert(
-            name.to_string(),
-            Arc::new(ProviderSpec {
-                name: name.to_string(),
-                kind,
-                protocol,
-                base_url,
-                api_key_env: api_key_env.or_else(|| default_key_env.map(str::to_string)),
-                api_key_optional: api_key_optional.unwrap_or(false),
-                anthropic_version: anthropic_version
-                    .unwrap_or_else(|| DEFAULT_ANTHROPIC_VERSION.into()),
-                max_tokens_field: max_tokens_field.to_string(),
-                parallel_tool_calls: match parallel_tool_calls {
-                    _ if protocol == Protocol::Anthropic => None,
-                    Some(ParallelToolCalls::Send(v)) => Some(v),
-                    Some(ParallelToolCalls::Omit(_)) => None,
-                    None => Some(true),
-                },
-                timeout: timeout.map_or(Duration::from_secs(600), |d| d.0),
-                max_response_bytes: max_response_bytes.map_or(DEFAULT_RESPONSE_BYTES, |b| b.0),
-                max_retries: max_retries.unwrap_or(2),
-                max_rate_limit_retries: max_rate_limit_retries
-                    .unwrap_or(DEFAULT_RATE_LIMIT_RETRIES),
-                rate,
-                server_limits,
-            }),
-        );
+        let spec = resolve_provider(name, f, &mut limited_sims, cx);
+        out.insert(name.to_string(), Arc::new(spec));
     }
     out
+}
+
+/// One provider, `f` as written (empty for a built-in one the job does not mention).
+/// `limited_sims` collects the simulated providers with `server_limits`, of which
+/// there may be one.
+fn resolve_provider(
+    name: &str,
+    f: ProviderFields,
+    limited_sims: &mut Vec<String>,
+    cx: &mut Ctx,
+) -> ProviderSpec {
+    let at = |field: &str| vec![key("providers"), key(name), key(field)];
+    let builtin = BUILTIN_PROVIDERS.iter().find(|(n, _, _)| *n == name);
+    let protocol = match (f.protocol, builtin) {
+        (Some(p), _) => p,
+        (None, Some((_, p, _))) => *p,
+        (None, None) => {
+            cx.err(
+                &[key("providers"), key(name)],
+                format!(
+                    "provider \"{name}\" needs a `protocol`: {}",
+                    Protocol::ALL.map(Protocol::as_str).join(", ")
+                ),
+            );
+            Protocol::Anthropic
+        }
+    };
+    let simulated = match (f.simulator, builtin) {
+        (Some(false), Some((_, _, true))) => {
+            cx.err(
+                &at("simulator"),
+                "the built-in provider sim is always the simulator: define another provider for a real server",
+            );
+            true
+        }
+        (Some(s), _) => s,
+        (None, Some((_, _, s))) => *s,
+        (None, None) => false,
+    };
+    let kind = if simulated {
+        ProviderKind::Sim
+    } else {
+        ProviderKind::Api
+    };
+    if kind == ProviderKind::Sim && f.api_key_env.is_some() {
+        cx.err(&at("api_key_env"), "the simulator needs no API key");
+    }
+    let base_url = match (&f.base_url, kind) {
+        (Some(u), _) => Some(u.clone()),
+        (None, ProviderKind::Api) => Some(protocol.default_base_url().to_string()),
+        (None, ProviderKind::Sim) => None,
+    };
+    if let Some(u) = &base_url {
+        if let Err(e) = protocol.url(u) {
+            cx.err(&at("base_url"), e);
+        }
+    }
+    let ProviderFields {
+        anthropic_version,
+        timeout,
+        max_response_bytes,
+        max_retries,
+        max_rate_limit_retries,
+        api_key_env,
+        api_key_optional,
+        max_tokens_field,
+        parallel_tool_calls,
+        rpm,
+        itpm,
+        otpm,
+        burst,
+        server_limits,
+        ..
+    } = f;
+    let anthropic_only: [(&str, bool); 1] = [("anthropic_version", anthropic_version.is_some())];
+    let openai_only = [
+        ("max_tokens_field", max_tokens_field.is_some()),
+        ("parallel_tool_calls", parallel_tool_calls.is_some()),
+    ];
+    for (field, set) in anthropic_only {
+        if set && protocol != Protocol::Anthropic {
+            cx.err(
+                &at(field),
+                format!("applies to the anthropic protocol only, not {protocol}"),
+            );
+        }
+    }
+    for (field, set) in openai_only {
+        let applies = match field {
+            "max_tokens_field" => protocol == Protocol::OpenaiChat,
+            _ => protocol != Protocol::Anthropic,
+        };
+        if set && !applies {
+            cx.err(
+                &at(field),
+                format!("does not apply to the {protocol} protocol"),
+            );
+        }
+    }
+    if api_key_optional.is_some() && kind == ProviderKind::Sim {
+        cx.err(&at("api_key_optional"), "the simulator needs no API key");
+    }
+    let base = vec![key("providers"), key(name)];
+    let rate = rate_limits(cx, &base, rpm, itpm, otpm, burst);
+    let server_limits = server_limits.map(|s| {
+        if kind != ProviderKind::Sim {
+            cx.err(
+                &at("server_limits"),
+                "only a simulated provider (providers.sim, or one with `simulator: true`) has server limits",
+            );
+        } else if base_url.is_some() {
+            cx.err(
+                &at("server_limits"),
+                "apply only to the simulator a run starts; start a standalone one with `agentbatch sim --rpm N --itpm N --otpm N`",
+            );
+        }
+        limited_sims.push(name.to_string());
+        let mut at = base.clone();
+        at.push(key("server_limits"));
+        rate_limits(cx, &at, s.rpm, s.itpm, s.otpm, s.burst)
+    });
+    if limited_sims.len() > 1 {
+        cx.err(
+            &at("server_limits"),
+            format!(
+                "the run's simulator has one set of limits, already given by providers.{}",
+                limited_sims[0]
+            ),
+        );
+    }
+    if let Some(v) = anthropic_version.as_deref() {
+        let header_safe = !v.trim().is_empty() && v.bytes().all(|b| b.is_ascii_graphic());
+        if !header_safe {
+            cx.err(
+                &at("anthropic_version"),
+                "must be a version such as \"2023-06-01\" (no spaces or special characters)",
+            );
+        }
+    }
+    // OpenAI's own endpoint wants max_completion_tokens (its reasoning models refuse
+    // max_tokens); compatible servers mostly know only max_tokens.
+    let on_openai = base_url
+        .as_deref()
+        .is_some_and(|u| u.contains("api.openai.com"));
+    let max_tokens_field = match max_tokens_field {
+        Some(MaxTokensField::MaxTokens) => "max_tokens",
+        Some(MaxTokensField::MaxCompletionTokens) => "max_completion_tokens",
+        None if on_openai => "max_completion_tokens",
+        None => "max_tokens",
+    };
+    if let Some(b) = max_response_bytes.filter(|b| b.0 > bounds::RESPONSE_BYTES) {
+        cx.err(
+            &at("max_response_bytes"),
+            format!(
+                "{} bytes is too large: at most {}",
+                b.0,
+                bounds::RESPONSE_BYTES
+            ),
+        );
+    }
+    let default_key_env = (kind == ProviderKind::Api).then(|| protocol.default_key_env());
+    ProviderSpec {
+        name: name.to_string(),
+        kind,
+        protocol,
+        base_url,
+        api_key_env: api_key_env.or_else(|| default_key_env.map(str::to_string)),
+        api_key_optional: api_key_optional.unwrap_or(false),
+        anthropic_version: anthropic_version.unwrap_or_else(|| DEFAULT_ANTHROPIC_VERSION.into()),
+        max_tokens_field: max_tokens_field.to_string(),
+        parallel_tool_calls: match parallel_tool_calls {
+            _ if protocol == Protocol::Anthropic => None,
+            Some(ParallelToolCalls::Send(v)) => Some(v),
+            Some(ParallelToolCalls::Omit(_)) => None,
+            None => Some(true),
+        },
+        timeout: timeout.map_or(Duration::from_secs(600), |d| d.0),
+        max_response_bytes: max_response_bytes.map_or(DEFAULT_RESPONSE_BYTES, |b| b.0),
+        max_retries: max_retries.unwrap_or(2),
+        max_rate_limit_retries: max_rate_limit_retries.unwrap_or(DEFAULT_RATE_LIMIT_RETRIES),
+        rate,
+        server_limits,
+    }
 }
 
 /// Checks and resolves per-minute limits set at `at`.
