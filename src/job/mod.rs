@@ -3,18 +3,31 @@
 //! file, line and column, and the field.
 
 mod describe;
+mod diagnostics;
+mod environment;
 mod expand;
-pub mod locate;
+mod files;
+mod limits;
+pub(crate) mod locate;
 mod matrix;
-pub mod schema;
-pub mod source;
+mod providers;
+mod repos;
+mod sampling;
+pub(crate) mod schema;
+mod scripts;
+pub(crate) mod source;
 mod spec;
+mod teams;
+#[cfg(test)]
+mod tests;
+mod toolsets;
 
 use std::fmt;
 use std::path::Path;
 
 pub use describe::describe;
-pub use expand::load_script_file;
+pub(crate) use environment::Environment;
+pub use scripts::load_script_file;
 pub use spec::{
     PeriodCap, Plan, ProviderKind, ProviderSpec, RepoSpec, TaskSpec, TeamSpec, ToolsetSpec,
 };
@@ -101,13 +114,24 @@ pub(crate) fn yaml_diagnostic(file: &str, e: &serde_yaml::Error) -> Diagnostic {
 }
 
 /// Reads, checks and expands a job file. `registry` is what tool names are checked
-/// against.
+/// against; API keys and MCP variables are checked against this process's environment
+/// as it is now.
 pub fn load(path: &Path, registry: &Registry) -> Result<Plan, JobError> {
+    load_in(path, registry, &Environment::from_process())
+}
+
+/// [`load`] against a given environment snapshot instead of the process's: the same
+/// job gives the same answer for the same snapshot, whatever the process has set.
+pub(crate) fn load_in(
+    path: &Path,
+    registry: &Registry,
+    env: &Environment,
+) -> Result<Plan, JobError> {
     let file = path.display().to_string();
     let text = source::read_text(path, source::MAX_JOB_FILE, "the job file")
-        .map_err(|e| JobError::one(&file, None, None, e))?;
+        .map_err(|e| JobError::one(&file, None, None, e.to_string()))?;
     let job: schema::JobFile = parse_yaml(&file, &text)?;
-    expand::expand(job, &text, path, registry)
+    expand::expand(job, &text, path, registry, env)
 }
 
 /// Parses a YAML document into `T`, refusing a key written twice in any map first:

@@ -1,0 +1,122 @@
+//! Collecting the problems expansion finds: each placed at the line and column of the
+//! field that caused it (or, for a default a matrix axis set, at that axis's value), in
+//! the order the checks found them, then deduplicated and sorted into file order.
+
+use super::locate::{locate, path_string, Seg};
+use super::Diagnostic;
+
+/// The diagnostics of one job file, and what is needed to place them.
+pub(super) struct Diagnostics<'a> {
+    file: String,
+    text: &'a str,
+    list: Vec<Diagnostic>,
+    /// The variant being expanded: (axis, value index). A default an axis set is
+    /// reported at that value under `matrix`.
+    pub picks: Vec<(String, usize)>,
+}
+
+impl<'a> Diagnostics<'a> {
+    /// None yet, for the job file named `file` (as shown in messages) whose text is
+    /// `text`.
+    pub fn new(file: String, text: &'a str) -> Diagnostics<'a> {
+        Diagnostics {
+            file,
+            text,
+            list: Vec::new(),
+            picks: Vec::new(),
+        }
+    }
+
+    /// The job file's text, to place a field by its path.
+    pub fn text(&self) -> &'a str {
+        self.text
+    }
+
+    /// How many have been found so far: a step compares before and after to know
+    /// whether it found anything.
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    /// Whether the job has no problem so far.
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    /// Diagnostics already placed (in another file, such as a simulator script).
+    pub fn extend(&mut self, more: impl IntoIterator<Item = Diagnostic>) {
+        self.list.extend(more);
+    }
+
+    /// Moves a path under `defaults` that a matrix axis decides to the axis's value.
+    fn remap(&self, path: &[Seg]) -> Option<Vec<Seg>> {
+        if path.first() != Some(&key("defaults")) {
+            return None;
+        }
+        self.picks.iter().find_map(|(axis, i)| {
+            let segs: Vec<Seg> = axis.split('.').map(key).collect();
+            let rest = path.get(1..)?;
+            if rest.len() >= segs.len() && rest[..segs.len()] == segs[..] {
+                let mut p = vec![key("matrix"), key(axis), Seg::Index(*i)];
+                p.extend(rest[segs.len()..].iter().cloned());
+                Some(p)
+            } else {
+                None
+            }
+        })
+    }
+
+    /// Records `message` about the field at `path`, prefixed with the field's name.
+    pub fn err(&mut self, path: &[Seg], message: impl Into<String>) {
+        let remapped = self.remap(path);
+        let path = remapped.as_deref().unwrap_or(path);
+        let (line, column) =
+            locate(self.text, path).map_or((None, None), |(l, c)| (Some(l), Some(c)));
+        let field = path_string(path);
+        let message = message.into();
+        let message = if field.is_empty() {
+            message
+        } else {
+            format!("{field}: {message}")
+        };
+        self.list.push(Diagnostic {
+            file: self.file.clone(),
+            line,
+            column,
+            message,
+        });
+    }
+
+    /// The same mistake in every variant is reported once.
+    pub fn dedup(&mut self) {
+        let mut once = std::collections::HashSet::new();
+        self.list.retain(|d| once.insert(d.clone()));
+    }
+
+    /// Everything found, as it was found.
+    pub fn into_vec(self) -> Vec<Diagnostic> {
+        self.list
+    }
+
+    /// Everything found, in file order.
+    pub fn into_sorted(mut self) -> Vec<Diagnostic> {
+        self.list
+            .sort_by_key(|d| (d.line.unwrap_or(usize::MAX), d.column.unwrap_or(0)));
+        self.list
+    }
+}
+
+pub(super) fn key(k: &str) -> Seg {
+    Seg::Key(k.to_string())
+}
+
+/// Where a merged field came from: the task itself or `defaults`.
+pub(super) fn origin(task: usize, set_on_task: bool, field: &[&str]) -> Vec<Seg> {
+    let mut p = if set_on_task {
+        vec![key("tasks"), Seg::Index(task)]
+    } else {
+        vec![key("defaults")]
+    };
+    p.extend(field.iter().map(|f| key(f)));
+    p
+}

@@ -1,0 +1,55 @@
+//! The part of the process environment a job is checked against, read once when the
+//! job is loaded: expansion never calls `std::env`, so it gives the same answer for the
+//! same snapshot and can be tested with a made-up one.
+
+use std::collections::BTreeSet;
+
+/// Which environment variables are set (to something non-empty). Only names are kept:
+/// the checks ask whether an API key or an MCP server's `${VAR}` is there, never what
+/// it is, so no key is copied into a second place.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Environment {
+    set: BTreeSet<String>,
+}
+
+impl Environment {
+    /// The variables of this process, now.
+    pub fn from_process() -> Environment {
+        Environment {
+            set: std::env::vars_os()
+                .filter(|(_, v)| !v.is_empty())
+                .filter_map(|(k, _)| k.into_string().ok())
+                .collect(),
+        }
+    }
+
+    /// An environment in which exactly `names` are set, whatever the process has.
+    #[cfg(test)]
+    pub fn with_set<I, S>(names: I) -> Environment
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Environment {
+            set: names.into_iter().map(Into::into).collect(),
+        }
+    }
+
+    /// Whether `name` is set to a non-empty value (an empty key is no key).
+    pub fn is_set(&self, name: &str) -> bool {
+        self.set.contains(name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_made_up_environment_answers_for_itself() {
+        let env = Environment::with_set(["ANTHROPIC_API_KEY"]);
+        assert!(env.is_set("ANTHROPIC_API_KEY"));
+        assert!(!env.is_set("OPENAI_API_KEY"));
+        assert!(!Environment::default().is_set("ANTHROPIC_API_KEY"));
+    }
+}

@@ -1,0 +1,112 @@
+//! A task's limits (turns, time, tokens, cost), merged field by field from the task
+//! and `defaults`, and the price its cost caps need.
+
+use std::time::Duration;
+
+use super::diagnostics::origin;
+use super::expand::Ctx;
+use super::locate::Seg;
+use super::schema::{JobFile, LimitFields, TaskFields};
+use super::spec::TeamSpec;
+use crate::model::Protocol;
+use crate::vocab::limits::Limits;
+use crate::vocab::price::{self, Price};
+
+const DEFAULT_MAX_TURNS: u32 = 20;
+const DEFAULT_TIME_LIMIT: Duration = Duration::from_secs(30 * 60);
+const DEFAULT_MIN_MAX_TOKENS: u32 = 256;
+
+/// The task's limits as written (task over `defaults`), with the values that can never
+/// work reported.
+pub(super) fn merge_task_limits(
+    i: usize,
+    t: &TaskFields,
+    d: &TaskFields,
+    cx: &mut Ctx,
+) -> LimitFields {
+    let l = merge_limits(t.limits.as_ref(), d.limits.as_ref());
+    if l.max_turns == Some(0) {
+        cx.err(
+            &limit_origin(i, t, "max_turns", |l| l.max_turns.is_some()),
+            "must be at least 1",
+        );
+    }
+    if l.min_max_tokens == Some(0) {
+        cx.err(
+            &limit_origin(i, t, "min_max_tokens", |l| l.min_max_tokens.is_some()),
+            "must be at least 1",
+        );
+    }
+    l
+}
+
+/// The limits a task runs under: what was written, defaults for the rest.
+pub(super) fn resolve_limits(l: &LimitFields) -> Limits {
+    Limits {
+        max_turns: l.max_turns.unwrap_or(DEFAULT_MAX_TURNS),
+        time_limit: l.time_limit.map_or(DEFAULT_TIME_LIMIT, |d| d.0),
+        max_input_tokens: l.max_input_tokens,
+        max_output_tokens: l.max_output_tokens,
+        max_cost_usd: l.max_cost_usd.map(|m| m.0),
+        min_max_tokens: l.min_max_tokens.unwrap_or(DEFAULT_MIN_MAX_TOKENS),
+        wrap_up: l.wrap_up.unwrap_or(false),
+        show_budget: l.show_budget.unwrap_or(false),
+    }
+}
+
+/// The model's price, which any cost cap over the task (its own, its team's, the
+/// run's) needs to be enforced.
+pub(super) fn resolve_price(
+    job: &JobFile,
+    model: &str,
+    model_at: &[Seg],
+    protocol: Option<Protocol>,
+    l: &LimitFields,
+    team: Option<&TeamSpec>,
+    cx: &mut Ctx,
+) -> Option<Price> {
+    let price = price::lookup_for(&job.pricing, model, protocol.unwrap_or(Protocol::Anthropic));
+    let cost_cap = if l.max_cost_usd.is_some() {
+        Some("limits.max_cost_usd")
+    } else if team.is_some_and(|t| t.max_cost_usd.is_some() || t.cap.is_some()) {
+        Some("its team's spend cap")
+    } else if job.max_cost_usd.is_some() {
+        Some("the run's max_cost_usd")
+    } else {
+        None
+    };
+    if let (Some(cap), None, false) = (cost_cap, &price, model.is_empty()) {
+        cx.err(
+            model_at,
+            format!(
+                "model \"{model}\" has no price, so {cap} cannot be enforced: add it under `pricing:` (USD per million tokens), e.g. pricing: {{ {model}: {{ input: 3, output: 15 }} }}"
+            ),
+        );
+    }
+    price
+}
+
+fn merge_limits(task: Option<&LimitFields>, defaults: Option<&LimitFields>) -> LimitFields {
+    let t = task.cloned().unwrap_or_default();
+    let d = defaults.cloned().unwrap_or_default();
+    LimitFields {
+        max_turns: t.max_turns.or(d.max_turns),
+        time_limit: t.time_limit.or(d.time_limit),
+        max_input_tokens: t.max_input_tokens.or(d.max_input_tokens),
+        max_output_tokens: t.max_output_tokens.or(d.max_output_tokens),
+        max_cost_usd: t.max_cost_usd.or(d.max_cost_usd),
+        min_max_tokens: t.min_max_tokens.or(d.min_max_tokens),
+        wrap_up: t.wrap_up.or(d.wrap_up),
+        show_budget: t.show_budget.or(d.show_budget),
+    }
+}
+
+/// Where a limit came from: the task's `limits` or those of `defaults`.
+pub(super) fn limit_origin(
+    i: usize,
+    t: &TaskFields,
+    field: &str,
+    pick: impl Fn(&LimitFields) -> bool,
+) -> Vec<Seg> {
+    origin(i, t.limits.as_ref().is_some_and(pick), &["limits", field])
+}

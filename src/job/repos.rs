@@ -1,0 +1,93 @@
+//! A task's repository: the local git repository, bundle or folder it works on, and
+//! the commands around its loop (`setup`, `check`) that only make sense with one.
+
+use std::time::Duration;
+
+use super::diagnostics::origin;
+use super::expand::Ctx;
+use super::files::RepoError;
+use super::schema::{KeepWorkspaces, TaskFields};
+use super::spec::RepoSpec;
+use crate::vocab::values::HumanDuration;
+
+const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// The task's repository and the commands around its loop.
+pub(super) fn resolve_repo(
+    i: usize,
+    t: &TaskFields,
+    d: &TaskFields,
+    cx: &mut Ctx,
+) -> Option<RepoSpec> {
+    let pick = |f: fn(&TaskFields) -> Option<String>| {
+        f(t).map(|v| (v, true)).or_else(|| f(d).map(|v| (v, false)))
+    };
+    let repo = pick(|x| x.repo.clone());
+    let git_ref = pick(|x| x.git_ref.clone());
+    let setup = pick(|x| x.setup.clone());
+    let check = pick(|x| x.check.clone());
+    let check_sandbox = pick(|x| x.check_sandbox.map(|b| b.to_string()));
+    let Some((repo, repo_on_task)) = repo else {
+        for (field, v) in [
+            ("check", &check),
+            ("setup", &setup),
+            ("ref", &git_ref),
+            ("check_sandbox", &check_sandbox),
+        ] {
+            if let Some((_, on_task)) = v {
+                cx.err(
+                    &origin(i, *on_task, &[field]),
+                    format!("`{field}` works on the task's repository: give the task a `repo`"),
+                );
+            }
+        }
+        return None;
+    };
+    let path = cx.files.join(&repo);
+    let kind = match cx.files.repo_kind(&path) {
+        Ok(k) => k,
+        Err(RepoError::Missing) => {
+            cx.err(&origin(i, repo_on_task, &["repo"]), format!("nothing at {}: repo must be a local git repository, git bundle or folder, relative to the job file", path.display()));
+            return None;
+        }
+        Err(RepoError::Unusable(e)) => {
+            cx.err(&origin(i, repo_on_task, &["repo"]), e);
+            return None;
+        }
+    };
+    if let Some((r, on_task)) = &git_ref {
+        if !kind.is_git() {
+            cx.err(
+                &origin(i, *on_task, &["ref"]),
+                format!(
+                    "ref \"{r}\" needs a git repository, and {} is a plain folder",
+                    path.display()
+                ),
+            );
+        }
+    }
+    for (field, v) in [("check", &check), ("setup", &setup)] {
+        if let Some((c, on_task)) = v {
+            if c.trim().is_empty() {
+                cx.err(&origin(i, *on_task, &[field]), "is empty");
+            }
+        }
+    }
+    let dur = |f: fn(&TaskFields) -> Option<HumanDuration>| {
+        f(t).or_else(|| f(d))
+            .map_or(DEFAULT_COMMAND_TIMEOUT, |h| h.0)
+    };
+    Some(RepoSpec {
+        path,
+        git_ref: git_ref.map(|(r, _)| r),
+        setup: setup.map(|(s, _)| s),
+        setup_timeout: dur(|x| x.setup_timeout),
+        check: check.map(|(c, _)| c),
+        check_timeout: dur(|x| x.check_timeout),
+        check_sandbox: t.check_sandbox.or(d.check_sandbox).unwrap_or(true),
+        keep_workspaces: t
+            .keep_workspaces
+            .or(d.keep_workspaces)
+            .unwrap_or(KeepWorkspaces::OnFailure),
+    })
+}

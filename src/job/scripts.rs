@@ -1,0 +1,126 @@
+//! Simulator scripts: inline in the job or in files next to it, checked before anything
+//! runs, each file read once however many tasks play it.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::diagnostics::origin;
+use super::expand::Ctx;
+use super::locate::Seg;
+use super::schema::{SimSource, TaskFields};
+use super::source::{self, SourceError};
+use super::spec::{ProviderKind, ProviderSpec};
+use super::{Diagnostic, JobError};
+use crate::sim::script::Script;
+
+/// The scripts read so far, by full path; None for one that did not load (its errors
+/// are reported once).
+pub(super) type Cache = HashMap<PathBuf, Option<Arc<Script>>>;
+
+/// The script a task plays when its provider is simulated (None otherwise, or when it
+/// has errors).
+pub(super) fn resolve_task_script(
+    i: usize,
+    t: &TaskFields,
+    d: &TaskFields,
+    p: &ProviderSpec,
+    cx: &mut Ctx,
+) -> Option<Arc<Script>> {
+    if p.kind != ProviderKind::Sim {
+        return None;
+    }
+    let sim_at = origin(i, t.sim.is_some(), &["sim"]);
+    match t.sim.as_ref().or(d.sim.as_ref()) {
+        Some(src) => load_script(src, &sim_at, cx),
+        None if p.base_url.is_none() => {
+            cx.err(
+                &origin(i, true, &["sim"]),
+                format!("provider {} is the simulator and needs a script: add `sim: path/to/script.yaml` (or an inline script), or choose a real provider such as `provider: anthropic`", p.name),
+            );
+            None
+        }
+        None => None,
+    }
+}
+
+fn load_script(src: &SimSource, at: &[Seg], cx: &mut Ctx) -> Option<Arc<Script>> {
+    match src {
+        SimSource::Inline(s) => match s.check() {
+            Ok(()) => Some(Arc::new(s.clone())),
+            Err(e) => {
+                // At the field inside the script that the message names, if any.
+                match super::locate::split_path_prefix(&e) {
+                    Some((inner, rest)) => {
+                        let mut full = at.to_vec();
+                        full.extend(inner);
+                        cx.err(&full, rest.to_string());
+                    }
+                    None => cx.err(at, e),
+                }
+                None
+            }
+        },
+        SimSource::Path(p) => {
+            let full = cx.files.join(p);
+            if let Some(cached) = cx.scripts.get(&full) {
+                return cached.clone();
+            }
+            let loaded = parse_script(&full, cx.files.take_script_text(&full));
+            let script = match loaded {
+                Ok(s) => Some(Arc::new(s)),
+                Err(ScriptError::Missing(e)) => {
+                    cx.err(at, format!("simulator script {}: {e}", full.display()));
+                    None
+                }
+                Err(ScriptError::Invalid(d)) => {
+                    cx.diags.extend(d);
+                    None
+                }
+            };
+            cx.scripts.insert(full, script.clone());
+            script
+        }
+    }
+}
+
+enum ScriptError {
+    Missing(SourceError),
+    Invalid(Vec<Diagnostic>),
+}
+
+/// The script in the file at `path`, from the outcome of reading it.
+fn parse_script(path: &Path, text: Result<String, SourceError>) -> Result<Script, ScriptError> {
+    let text = text.map_err(ScriptError::Missing)?;
+    let file = path.display().to_string();
+    let script: Script =
+        super::parse_yaml(&file, &text).map_err(|e| ScriptError::Invalid(e.diagnostics))?;
+    script.check().map_err(|message| {
+        // Placed at the field the message names, when it names one.
+        let at = super::locate::split_path_prefix(&message)
+            .and_then(|(path, _)| super::locate::locate(&text, &path));
+        ScriptError::Invalid(vec![Diagnostic {
+            file,
+            line: at.map(|(l, _)| l),
+            column: at.map(|(_, c)| c),
+            message,
+        }])
+    })?;
+    Ok(script)
+}
+
+/// Reads a script file on its own (for `agentbatch sim --script`).
+pub fn load_script_file(path: &Path) -> Result<Script, JobError> {
+    let text = source::read_text(path, source::MAX_JOB_FILE, "the file");
+    parse_script(path, text).map_err(|e| match e {
+        ScriptError::Missing(io) => JobError {
+            diagnostics: vec![Diagnostic {
+                file: path.display().to_string(),
+                line: None,
+                column: None,
+                message: format!("simulator script: {io}"),
+            }],
+        },
+        ScriptError::Invalid(diagnostics) => JobError { diagnostics },
+    })
+}

@@ -1,0 +1,390 @@
+//! Expansion as a whole: a job file in, a plan or its diagnostics out.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde_json::json;
+
+use super::diagnostics::Diagnostics;
+use super::environment::Environment;
+use super::expand::{expand, valid_id, Ctx, DEFAULT_CONCURRENCY};
+use super::files::Files;
+use super::providers::resolve_providers;
+use super::sampling::check_thinking;
+use super::schema::{JobFile, ThinkingFields, ThinkingKind};
+use super::scripts;
+use super::{JobError, Plan, ProviderKind, ProviderSpec};
+use crate::model::Protocol;
+use crate::tools::Registry;
+
+fn load(text: &str) -> Result<Plan, JobError> {
+    load_with_env(text, &Environment::from_process())
+}
+
+/// Expands `text` as a job file against the made-up environment `env`.
+fn load_with_env(text: &str, env: &Environment) -> Result<Plan, JobError> {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("job.yaml");
+    std::fs::write(&p, text).unwrap();
+    let job: JobFile = super::parse_yaml("job.yaml", text)?;
+    expand(job, text, &p, &Registry::builtin(), env)
+}
+
+const INLINE: &str = "{ turns: [ { content: [ { text: hi } ] } ] }";
+
+#[test]
+fn defaults_merge_field_by_field() {
+    let plan = load(&format!(
+        "name: t\ndefaults:\n  model: claude-sonnet-4-5\n  tools: [get_time]\n  limits: {{ max_turns: 5, max_cost_usd: 0.5 }}\n  sim: {INLINE}\ntasks:\n  - id: a\n    prompt: p\n    limits: {{ max_turns: 2 }}\n  - id: b\n    prompt: q\n    model: claude-haiku-4-5\n"
+    ))
+    .unwrap();
+    assert_eq!(plan.tasks.len(), 2);
+    let a = &plan.tasks[0];
+    assert_eq!(a.limits.max_turns, 2);
+    assert_eq!(a.limits.max_cost_usd.unwrap().to_string(), "0.5");
+    assert_eq!(a.tools, vec!["get_time"]);
+    assert_eq!(a.provider.kind, ProviderKind::Sim);
+    assert_eq!(plan.tasks[1].model, "claude-haiku-4-5");
+    assert_eq!(plan.tasks[1].limits.max_turns, 5);
+    assert_eq!(plan.concurrency, DEFAULT_CONCURRENCY);
+}
+
+#[test]
+fn errors_point_at_the_field() {
+    let e = load(&format!(
+        "name: t\ndefaults:\n  model: m\n  sim: {INLINE}\ntasks:\n  - id: a\n    prompt: p\n  - id: a\n    prompt: p\n    tools: [nope]\n"
+    ))
+    .unwrap_err();
+    let text = e.to_string();
+    assert!(
+        text.contains("job.yaml:8:9: tasks[1].id: duplicate task id \"a\" (first at line 6)"),
+        "{text}"
+    );
+    assert!(
+        text.contains(":10:13: tasks[1].tools[0]: unknown tool \"nope\""),
+        "{text}"
+    );
+}
+
+#[test]
+fn cost_limit_needs_a_price() {
+    let e = load(&format!(
+        "name: t\ndefaults:\n  model: my-model\n  sim: {INLINE}\n  limits: {{ max_cost_usd: 1 }}\ntasks:\n  - {{ id: a, prompt: p }}\n"
+    ))
+    .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("3:10: defaults.model: model \"my-model\" has no price"),
+        "{e}"
+    );
+    let ok = load(&format!(
+        "name: t\npricing:\n  my-model: {{ input: 1, output: 2 }}\ndefaults:\n  model: my-model\n  sim: {INLINE}\n  limits: {{ max_cost_usd: 1 }}\ntasks:\n  - {{ id: a, prompt: p }}\n"
+    ));
+    assert!(ok.is_ok());
+}
+
+#[test]
+fn providers_have_a_protocol_and_settings_that_fit_it() {
+    let ok = load(&format!(
+        "name: t\nproviders:\n  fake-oai: {{ protocol: openai-responses, simulator: true }}\n  local: {{ protocol: openai-chat, base_url: \"http://127.0.0.1:9/v1\", api_key_env: AGENTBATCH_TEST_UNSET_KEY, api_key_optional: true }}\ndefaults: {{ model: gpt-5.4, sim: {INLINE}, tools: [get_time] }}\ntasks:\n  - {{ id: a, prompt: p, provider: fake-oai, reasoning: {{ effort: low, summary: auto }} }}\n  - {{ id: b, prompt: p, provider: local, temperature: 1.5, reasoning: {{ effort: high }} }}\n"
+    ))
+    .unwrap();
+    let a = &ok.tasks[0];
+    assert_eq!(
+        (a.provider.kind, a.provider.protocol),
+        (ProviderKind::Sim, Protocol::OpenaiResponses)
+    );
+    assert_eq!(
+        a.extra["reasoning"],
+        json!({"effort": "low", "summary": "auto"})
+    );
+    assert_eq!(a.extra["parallel_tool_calls"], json!(true));
+    let b = &ok.tasks[1];
+    assert_eq!(b.provider.max_tokens_field, "max_tokens");
+    let omitted = load(&format!(
+        "name: t\nproviders:\n  l: {{ protocol: openai-chat, simulator: true, parallel_tool_calls: omit }}\ndefaults: {{ model: m, sim: {INLINE}, tools: [get_time], provider: l }}\ntasks:\n  - {{ id: a, prompt: p }}\n"
+    ))
+    .unwrap();
+    assert!(!omitted.tasks[0].extra.contains_key("parallel_tool_calls"));
+    assert_eq!(b.extra["reasoning_effort"], json!("high"));
+    assert!(b.provider.api_key_optional);
+    let openai = load(&format!(
+        "name: t\nproviders:\n  openai: {{ protocol: openai-chat }}\ndefaults: {{ model: gpt-5.4, sim: {INLINE} }}\ntasks:\n  - {{ id: a, prompt: p }}\n"
+    ))
+    .unwrap();
+    let p = &openai.job.providers;
+    assert!(p.contains_key("openai"));
+    let all = resolve_for_test(&openai.job);
+    assert_eq!(all["openai"].max_tokens_field, "max_completion_tokens");
+    assert_eq!(
+        all["openai"].base_url.as_deref(),
+        Some("https://api.openai.com/v1")
+    );
+    assert_eq!(all["openai"].api_key_env.as_deref(), Some("OPENAI_API_KEY"));
+
+    for (yaml, needle) in [
+        (
+            "providers:\n  mine: { base_url: \"http://x/v1\" }\n",
+            "needs a `protocol`",
+        ),
+        (
+            "providers:\n  mine: { protocol: grpc }\n",
+            "unknown variant",
+        ),
+        (
+            "providers:\n  openai: { anthropic_version: \"2023-06-01\" }\n",
+            "anthropic protocol only",
+        ),
+        (
+            "providers:\n  anthropic: { max_tokens_field: max_tokens }\n",
+            "does not apply",
+        ),
+        (
+            "providers:\n  sim: { simulator: false }\n",
+            "always the simulator",
+        ),
+        (
+            "providers:\n  mine: { protocol: openai-chat, base_url: \"ftp://x\" }\n",
+            "http",
+        ),
+    ] {
+        let e = load(&format!(
+            "name: t\n{yaml}defaults: {{ model: m, sim: {INLINE} }}\ntasks:\n  - {{ id: a, prompt: p }}\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains(needle), "{yaml}: {e}");
+    }
+    let sim_oai = "providers:\n  so: { protocol: openai-responses, simulator: true }\n  sc: { protocol: openai-chat, simulator: true }\n";
+    for (task, needle) in [
+        (
+            "{ id: a, prompt: p, provider: so, thinking: { type: adaptive } }",
+            "thinking is an Anthropic setting",
+        ),
+        (
+            "{ id: a, prompt: p, reasoning: { effort: low } }",
+            "reasoning is an OpenAI setting",
+        ),
+        ("{ id: a, prompt: p, provider: sc, top_k: 5 }", "no top_k"),
+        (
+            "{ id: a, prompt: p, provider: so, max_tokens: 8 }",
+            "at least 16",
+        ),
+        (
+            "{ id: a, prompt: p, provider: so, limits: { min_max_tokens: 8 } }",
+            "at least 16",
+        ),
+        (
+            "{ id: a, prompt: p, provider: sc, reasoning: { summary: auto } }",
+            "no reasoning summaries",
+        ),
+        (
+            "{ id: a, prompt: p, provider: so, reasoning: { effort: extreme } }",
+            "not an effort",
+        ),
+        (
+            "{ id: a, prompt: p, provider: sc, temperature: 2.5 }",
+            "between 0 and 2",
+        ),
+        (
+            "{ id: a, prompt: p, provider: nope }",
+            "the providers are anthropic, openai, sc, sim, so",
+        ),
+    ] {
+        let e = load(&format!(
+            "name: t\n{sim_oai}defaults: {{ model: m, sim: {INLINE} }}\ntasks:\n  - {task}\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains(needle), "{task}: {e}");
+    }
+}
+
+#[test]
+fn mcp_servers_are_checked_before_anything_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("servers.json"),
+        r#"{"mcpServers": {"fs": {"command": "srv", "args": ["{workspace}"], "autoApprove": []}, "web": {"type": "http", "url": "http://127.0.0.1:9/mcp", "headers": {"Authorization": "Bearer ${AB_TEST_UNSET_TOKEN}"}}}}"#,
+    )
+    .unwrap();
+    let load_in = |text: &str| {
+        let p = dir.path().join("job.yaml");
+        std::fs::write(&p, text).unwrap();
+        super::load(&p, &Registry::builtin())
+    };
+    let base = |toolset: &str, task: &str| {
+        format!("name: t\ntoolsets:\n  m:\n{toolset}defaults: {{ model: m, toolset: m, sim: {INLINE} }}\ntasks:\n  - {task}\n")
+    };
+    let ok = load_in(&base("    mcp: { one: { command: srv, args: [x] } }\n    policy: { deny: [\"mcp__one__write(**/.git/**)\"] }\n", "{ id: a, prompt: p }")).unwrap();
+    let spec = &ok.tasks[0].toolset.mcp[0];
+    assert_eq!((spec.name.as_str(), spec.per_task()), ("one", false));
+    let e = load_in(&base(
+        "    mcp_config: servers.json\n",
+        "{ id: a, prompt: p }",
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("uses {workspace}, so the task needs a `repo`"),
+        "{e}"
+    );
+    assert!(
+        e.contains("reads ${AB_TEST_UNSET_TOKEN}, which is not set"),
+        "{e}"
+    );
+    for (toolset, needle) in [
+        (
+            "    mcp: { s: { type: sse, url: \"http://x/sse\" } }\n",
+            "HTTP+SSE transport is not supported",
+        ),
+        (
+            "    mcp: { s: { command: a, url: \"http://x\" } }\n",
+            "not both",
+        ),
+        ("    mcp: { s: { type: http } }\n", "needs a `url`"),
+        ("    mcp: { s: { args: [x] } }\n", "needs a `command`"),
+        (
+            "    mcp: { s: { type: grpc, command: a } }\n",
+            "unknown MCP transport",
+        ),
+        (
+            "    mcp: { s: { command: a, colour: red } }\n",
+            "unknown field `colour`",
+        ),
+        ("    mcp_config: missing.json\n", "cannot read"),
+        (
+            "    mcp: { s: { command: a } }\n    policy: { deny: [\"mcp__other__x\"] }\n",
+            "which tool set m does not have",
+        ),
+        (
+            "    mcp: { \"a.b\": { command: a }, \"a_b\": { command: b } }\n",
+            "same tool prefix",
+        ),
+    ] {
+        let e = load_in(&base(toolset, "{ id: a, prompt: p }"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(needle), "{toolset}: {e}");
+    }
+}
+
+fn resolve_for_test(job: &JobFile) -> BTreeMap<String, Arc<ProviderSpec>> {
+    let env = Environment::default();
+    let mut cx = Ctx {
+        diags: Diagnostics::new("job.yaml".into(), ""),
+        env: &env,
+        files: Files::read_job_files(PathBuf::from("."), job),
+        scripts: scripts::Cache::new(),
+    };
+    let out = resolve_providers(job, &mut cx);
+    assert!(cx.diags.is_empty(), "{:?}", cx.diags.into_vec());
+    out
+}
+
+#[test]
+fn sim_needs_a_script_and_sampling_needs_an_old_version() {
+    let e =
+        load("name: t\ndefaults: { model: m }\ntasks:\n  - { id: a, prompt: p }\n").unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("provider sim is the simulator and needs a script"),
+        "{e}"
+    );
+    let e = load(&format!(
+        "name: t\nproviders:\n  sim: {{ anthropic_version: \"2026-10-21\" }}\ndefaults: {{ model: m, sim: {INLINE} }}\ntasks:\n  - {{ id: a, prompt: p, temperature: 0.2 }}\n"
+    ))
+    .unwrap_err();
+    assert!(e.to_string().contains("refuses temperature"), "{e}");
+}
+
+#[test]
+fn thinking_checks() {
+    assert!(check_thinking(
+        &ThinkingFields {
+            kind: ThinkingKind::Enabled,
+            budget_tokens: None,
+            display: None
+        },
+        4096
+    )
+    .is_err());
+    assert_eq!(
+        check_thinking(
+            &ThinkingFields {
+                kind: ThinkingKind::Enabled,
+                budget_tokens: Some(2048),
+                display: None
+            },
+            4096
+        ),
+        Ok(Some(2048))
+    );
+    assert!(check_thinking(
+        &ThinkingFields {
+            kind: ThinkingKind::Enabled,
+            budget_tokens: Some(4096),
+            display: None
+        },
+        4096
+    )
+    .is_err());
+    assert_eq!(
+        check_thinking(
+            &ThinkingFields {
+                kind: ThinkingKind::Adaptive,
+                budget_tokens: None,
+                display: None
+            },
+            4096
+        ),
+        Ok(None)
+    );
+}
+
+#[test]
+fn ids_name_files_safely() {
+    assert!(valid_id("fix-parse_dates.2"));
+    for bad in ["", "../x", "a/b", ".hidden", "a b"] {
+        assert!(!valid_id(bad), "{bad}");
+    }
+}
+
+#[test]
+fn api_keys_are_checked_against_the_environment_given() {
+    let job = "name: t\ndefaults: { model: claude-sonnet-4-5, provider: anthropic }\ntasks:\n  - { id: a, prompt: p }\n";
+    let e = load_with_env(job, &Environment::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(
+            "job.yaml:2:49: defaults.provider: the API key variable ANTHROPIC_API_KEY is not set"
+        ),
+        "{e}"
+    );
+    let plan = load_with_env(job, &Environment::with_set(["ANTHROPIC_API_KEY"])).unwrap();
+    assert_eq!(plan.tasks[0].provider.kind, ProviderKind::Api);
+    let mcp = format!(
+        "name: t\ntoolsets:\n  m:\n    mcp: {{ web: {{ url: \"http://127.0.0.1:9/mcp\", headers: {{ Authorization: \"Bearer ${{AB_MADE_UP_TOKEN}}\" }} }} }}\ndefaults: {{ model: m, toolset: m, sim: {INLINE} }}\ntasks:\n  - {{ id: a, prompt: p }}\n"
+    );
+    let e = load_with_env(&mcp, &Environment::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("reads ${AB_MADE_UP_TOKEN}, which is not set"),
+        "{e}"
+    );
+    assert!(load_with_env(&mcp, &Environment::with_set(["AB_MADE_UP_TOKEN"])).is_ok());
+}
+
+#[test]
+fn a_script_read_ahead_is_reported_only_when_a_simulated_provider_plays_it() {
+    let job = |provider: &str| {
+        format!("name: t\ndefaults: {{ model: claude-sonnet-4-5, provider: {provider}, sim: missing.yaml }}\ntasks:\n  - {{ id: a, prompt: p }}\n")
+    };
+    let env = Environment::with_set(["ANTHROPIC_API_KEY"]);
+    assert!(load_with_env(&job("anthropic"), &env).is_ok());
+    let e = load_with_env(&job("sim"), &env).unwrap_err().to_string();
+    assert!(e.contains("missing.yaml: cannot read the file"), "{e}");
+}
