@@ -6,14 +6,21 @@
 mod attempts;
 mod progress;
 mod results;
+mod resume;
+mod run_json;
 mod spend;
 mod summary;
 mod variants;
 mod writer;
 
-pub use attempts::{whole_run_cost, EarlierAttempts, Spend};
-pub use results::{axis_column, ResultsCsv, COLUMNS};
+pub use attempts::{whole_run_cost, AttemptsError, EarlierAttempts, Spend};
+pub use results::{axis_column, ResultsCsv, ResultsError, COLUMNS};
+pub(crate) use results::{header_for, parse_results, read_results, ResultRow};
+pub(crate) use resume::ResumeChanges;
+pub use run_json::{ResumeRecord, RunJson, RunJsonError};
 pub use spend::spent_in_transcript;
 pub use summary::{RunTotals, Summary};
-pub use variants::{summarize, summary_columns, variants_table, write_summary_csv, VariantSummary};
-pub use writer::{write_run_json, ProgressMode, ReportError, Reporter, ReporterConfig};
+pub use variants::{
+    summarize, summary_columns, variants_table, write_summary_csv, VariantSummary, VariantsError,
+};
+pub use writer::{ProgressMode, ReportError, Reporter, ReporterConfig};

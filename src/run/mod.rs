@@ -11,7 +11,6 @@ use std::sync::Arc;
 
 use chrono::{SecondsFormat, Utc};
 use globset::{Glob, GlobSetBuilder};
-use serde_json::json;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
@@ -23,7 +22,9 @@ use crate::govern::rate::Gates;
 use crate::govern::store::{CapStore, SqliteStore, StoreError};
 use crate::job::{Plan, ProviderKind, TaskSpec};
 use crate::model::Usage;
-use crate::report::{ProgressMode, ReportError, Reporter, ReporterConfig, Summary};
+use crate::report::{
+    ProgressMode, ReportError, Reporter, ReporterConfig, ResumeRecord, RunJson, Summary,
+};
 use crate::sim::Sim;
 use crate::tools::Registry;
 use crate::vocab::log::{Event, TaskLog, TaskResult};
@@ -341,47 +342,45 @@ async fn run_in(
     let drain = cancel.child_token();
     let started_at = Utc::now();
     let now = started_at.to_rfc3339_opts(SecondsFormat::Millis, true);
-    let run_json = match &resumed {
-        None => json!({
-            "agentbatch_version": crate::VERSION,
-            "run_id": run_id,
-            "job_file": plan.file.display().to_string(),
-            "job_name": plan.name,
-            "started_at": now,
-            "concurrency": concurrency,
-            "only": opts.only,
-            "pricing_as_of": price::builtin_as_of(),
-            "job": plan.job,
-        }),
+    let normal = |m: &HashMap<String, rust_decimal::Decimal>| {
+        m.iter()
+            .map(|(k, v)| (k.clone(), v.normalize()))
+            .collect::<std::collections::BTreeMap<_, _>>()
+    };
+    let mut run_json = match &resumed {
+        None => RunJson {
+            agentbatch_version: crate::VERSION.to_string(),
+            run_id: run_id.clone(),
+            job_file: plan.file.display().to_string(),
+            job_name: plan.name.clone(),
+            started_at: now.clone(),
+            concurrency,
+            only: opts.only.clone(),
+            pricing_as_of: price::builtin_as_of().to_string(),
+            job: serde_json::to_value(&plan.job).unwrap_or(serde_json::Value::Null),
+            ..RunJson::default()
+        },
         Some(r) => {
             let mut v = r.run_json.clone();
-            let mut resumes = v["resumes"].as_array().cloned().unwrap_or_default();
-            resumes.push(json!({
-                "at": now,
-                "agentbatch_version": crate::VERSION,
-                "kept_rows": r.kept(),
-                "superseded_rows": r.superseded,
-                "tasks_to_run": tasks.len(),
-                "spent_before_usd": r.spent_run.normalize().to_string(),
-                "killed_spent_usd": r.killed_spent.normalize().to_string(),
-                "abandoned_reservations_usd": abandoned.normalize().to_string(),
-                "killed_spent_by_team": r.killed_teams.iter()
-                    .map(|(k, v)| (k.clone(), json!(v.normalize().to_string())))
-                    .collect::<serde_json::Map<String, serde_json::Value>>(),
-                "killed_spent_by_variant": r.killed_variants.iter()
-                    .map(|(k, v)| (k.clone(), json!(v.normalize().to_string())))
-                    .collect::<serde_json::Map<String, serde_json::Value>>(),
-                "retry_errors": opts.resume.as_ref().is_some_and(|o| o.retry_errors),
-            }));
-            v["resumes"] = json!(resumes);
-            v["job"] = json!(plan.job);
-            if let Some(m) = v.as_object_mut() {
-                m.remove("tasks");
-            }
-            v["totals_scope"] = json!("the last attempt only; summary.csv covers the whole run");
+            v.resumes.push(ResumeRecord {
+                at: now.clone(),
+                agentbatch_version: crate::VERSION.to_string(),
+                kept_rows: r.kept(),
+                superseded_rows: r.superseded,
+                tasks_to_run: tasks.len(),
+                spent_before_usd: r.spent_run.normalize(),
+                killed_spent_usd: r.killed_spent.normalize(),
+                abandoned_reservations_usd: abandoned.normalize(),
+                killed_spent_by_team: normal(&r.killed_teams),
+                killed_spent_by_variant: normal(&r.killed_variants),
+                retry_errors: opts.resume.as_ref().is_some_and(|o| o.retry_errors),
+            });
+            v.job = serde_json::to_value(&plan.job).unwrap_or(serde_json::Value::Null);
+            v.totals_scope = Some("the last attempt only; summary.csv covers the whole run".into());
             v
         }
     };
+    run_json.tasks = Some(tasks_json);
     // Absolute: workspaces, temp folders and git run in other folders than this one.
     let task_dir = out_dir.join(&run_id);
     let task_dir = std::path::absolute(&task_dir).map_err(|source| {
@@ -392,9 +391,8 @@ async fn run_in(
     })?;
     let already_done = resumed.as_ref().map_or(0, |r| r.kept());
     if let Some(r) = &resumed {
-        let mut head = run_json.clone();
-        head["status"] = json!("running");
-        r.apply(&tasks, &head, &tasks_json)?;
+        run_json.status = Some("running".into());
+        r.apply(&tasks, &run_json)?;
     }
     let reporter = Reporter::start(ReporterConfig {
         run_id: run_id.clone(),
@@ -404,7 +402,6 @@ async fn run_in(
         progress: opts.progress,
         on_fatal: cancel.clone(),
         axes: plan.axes.clone(),
-        tasks_json,
         resume: resumed.is_some(),
         already_done,
     })?;
@@ -717,6 +714,7 @@ async fn watch_signals(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn spec_of(model: &str) -> TaskSpec {
         let dir = tempfile::tempdir().unwrap();
@@ -742,8 +740,10 @@ mod tests {
         let reporter = Reporter::start(ReporterConfig {
             run_id: "r".into(),
             dir: dir.path().join("r"),
-            run_json: json!({}),
-            tasks_json: serde_json::value::to_raw_value(&[&spec]).unwrap(),
+            run_json: RunJson {
+                tasks: Some(serde_json::value::to_raw_value(&[&spec]).unwrap()),
+                ..RunJson::default()
+            },
             total_tasks: 1,
             progress: ProgressMode::Quiet,
             on_fatal: CancellationToken::new(),
