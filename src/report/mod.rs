@@ -23,4 +23,5 @@ pub use summary::{RunTotals, Summary};
 pub use variants::{
     summarize, summary_columns, variants_table, write_summary_csv, VariantSummary, VariantsError,
 };
+pub(crate) use writer::remove_empty_work_folders;
 pub use writer::{ProgressMode, ReportError, Reporter, ReporterConfig};

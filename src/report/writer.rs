@@ -175,6 +175,14 @@ impl Reporter {
     }
 }
 
+/// Drops the run folder's empty work folders at the end of a run: the private temp
+/// folders, git folders and workspaces are removed task by task, their parents here.
+pub(crate) fn remove_empty_work_folders(dir: &Path) {
+    for sub in ["tmp", "git", "workspaces"] {
+        let _ = std::fs::remove_dir(dir.join(sub));
+    }
+}
+
 struct State {
     run_id: String,
     dir: PathBuf,
