@@ -14,7 +14,7 @@ use super::run_json::{RunJson, RunJsonError};
 
 /// Money by variant and by team.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Spend {
+pub(crate) struct Spend {
     pub by_variant: BTreeMap<String, Decimal>,
     pub by_team: BTreeMap<String, Decimal>,
 }
@@ -27,7 +27,7 @@ impl Spend {
 
 /// The earlier attempts of a run folder.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct EarlierAttempts {
+pub(crate) struct EarlierAttempts {
     pub superseded: Spend,
     pub killed: Spend,
 }

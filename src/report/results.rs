@@ -60,7 +60,7 @@ pub const COLUMNS: [&str; 35] = [
 pub(crate) const AXIS_PREFIX: &str = "matrix.";
 
 /// The column of a matrix axis (after the fixed columns, in axis order).
-pub fn axis_column(axis: &str) -> String {
+pub(crate) fn axis_column(axis: &str) -> String {
     format!("{AXIS_PREFIX}{axis}")
 }
 
@@ -620,7 +620,7 @@ pub(crate) fn append_results(
 /// The open results file. Each row is encoded in memory and written with a single
 /// write, so a killed process never leaves half a row behind; [`ResultsCsv::sync`]
 /// makes the rows durable.
-pub struct ResultsCsv {
+pub(crate) struct ResultsCsv {
     file: File,
     axes: Vec<String>,
     /// Rows written since the last sync.

@@ -16,7 +16,7 @@ use super::ReportError;
 /// end, a resume) are left out. A key an older run lacks reads as its default.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
-pub struct RunJson {
+pub(crate) struct RunJson {
     pub agentbatch_version: String,
     pub run_id: String,
     pub job_file: String,
@@ -54,7 +54,7 @@ pub struct RunJson {
 /// What one resume found and did. Money is written as decimal strings, never floats.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
-pub struct ResumeRecord {
+pub(crate) struct ResumeRecord {
     pub at: String,
     pub agentbatch_version: String,
     pub kept_rows: usize,

@@ -55,7 +55,7 @@ impl VariantSummary {
 }
 
 /// The columns of summary.csv.
-pub fn summary_columns(axes: &[String]) -> Vec<String> {
+pub(crate) fn summary_columns(axes: &[String]) -> Vec<String> {
     let mut c = vec!["variant".to_string()];
     c.extend(axes.iter().map(|a| axis_column(a)));
     for s in [
@@ -124,7 +124,10 @@ const SUMMED: [&str; 8] = [
 ];
 
 /// Reads results.csv and sums it per variant (in the order variants first appear).
-pub fn summarize(results: &Path, axes: &[String]) -> Result<Vec<VariantSummary>, VariantsError> {
+pub(crate) fn summarize(
+    results: &Path,
+    axes: &[String],
+) -> Result<Vec<VariantSummary>, VariantsError> {
     let file = read_results(results, &SUMMED, &SUMMED[4..])?;
     for a in axes {
         if !file.header.iter().any(|h| h == axis_column(a)) {
@@ -207,7 +210,7 @@ fn add_earlier_attempts(
 
 /// Writes summary.csv beside results.csv, variants in `order` (the plan's), any others
 /// after them.
-pub fn write_summary_csv(
+pub(crate) fn write_summary_csv(
     dir: &Path,
     axes: &[String],
     order: &[String],

@@ -20,7 +20,7 @@ use crate::vocab::log::{Event, TaskResult};
 use crate::vocab::stop::StopReason;
 
 /// What the reporter needs to know up front.
-pub struct ReporterConfig {
+pub(crate) struct ReporterConfig {
     pub run_id: String,
     /// The run's folder, `<out>/<run-id>`; created here and must not exist yet.
     pub dir: PathBuf,
@@ -61,7 +61,7 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ReportError + '_ {
 }
 
 /// The running reporter.
-pub struct Reporter {
+pub(crate) struct Reporter {
     tx: UnboundedSender<Event>,
     thread: std::thread::JoinHandle<Loop>,
     run_json: RunJson,

@@ -18,10 +18,10 @@ mod folder;
 mod phases;
 mod resume;
 mod signals;
-pub use resume::{job_differences, ResumeOptions};
+pub use resume::ResumeOptions;
 
 /// How long running tasks may go on after the first Ctrl-C / SIGTERM by default.
-pub const DEFAULT_GRACE: std::time::Duration = std::time::Duration::from_secs(60);
+pub(crate) const DEFAULT_GRACE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// How to run a plan.
 pub struct RunOptions {

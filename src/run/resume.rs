@@ -94,7 +94,7 @@ fn read_rows(
 }
 
 /// Where two versions of the job differ, as `path: old -> new` lines.
-pub fn job_differences(old: &Value, new: &Value) -> Vec<String> {
+pub(crate) fn job_differences(old: &Value, new: &Value) -> Vec<String> {
     fn short(v: Option<&Value>) -> String {
         match v {
             None => "(absent)".into(),
