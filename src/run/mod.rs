@@ -4,6 +4,12 @@
 //! the end of the grace period, cancels them, and they end as `cancelled`). Every task
 //! of the plan gets a row, started or not; a task whose code panicked gets
 //! `internal_error`.
+//!
+//! By phase: `folder` picks the tasks and the run's id and locks the folder, `resume`
+//! reads an earlier run and decides what runs again, `phases` is the run itself
+//! (`Run`: ledger, simulator, run.json, reporter, feeding, the end), `feed`
+//! starts the tasks (one feeder per team), `signals` watches Ctrl-C and SIGTERM. Every
+//! file of the run folder except its lock is written by the report module.
 
 use std::path::PathBuf;
 use std::sync::Arc;
