@@ -1,7 +1,11 @@
 //! The `agentbatch` command line: parses arguments and calls the library.
 //! Exit codes: 0 the run finished and its reports are written (task failures are data),
-//! 1 the run itself broke, 2 the job file or the arguments are invalid (nothing ran),
+//! 1 the run itself broke (a file of the run folder could not be read or written, the
+//! ledger or the simulator failed, a task hit a bug): the run folder may hold part of
+//! the run, and `--resume` continues it; 2 the job file, the arguments or the run folder
+//! given are invalid, found before anything was written (nothing ran, nothing changed);
 //! 130 the run was interrupted (its reports are written, unfinished tasks as cancelled).
+//! `RunError::exit_code` decides between 1 and 2.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -379,16 +383,13 @@ async fn run_cmd(job: PathBuf, args: RunArgs) -> ExitCode {
             }
             ExitCode::SUCCESS
         }
-        Err(RunError::Invalid(msg)) => {
-            eprintln!("agentbatch: {}", clip_quotes(&msg));
-            ExitCode::from(2)
-        }
         Err(e) => {
-            eprintln!(
-                "agentbatch: the run failed: {}",
-                clip_quotes(&e.to_string())
-            );
-            ExitCode::from(1)
+            let msg = clip_quotes(&e.to_string());
+            match e {
+                RunError::Invalid(_) => eprintln!("agentbatch: {msg}"),
+                _ => eprintln!("agentbatch: the run failed: {msg}"),
+            }
+            ExitCode::from(e.exit_code())
         }
     }
 }

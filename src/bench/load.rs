@@ -271,24 +271,20 @@ pub async fn run_load(load: &Load, out: &Path) -> anyhow::Result<LoadReport> {
     }
 
     let run_dir = dir.join("run");
-    let run_json: Value =
-        serde_json::from_str(&std::fs::read_to_string(run_dir.join("run.json"))?)?;
-    let res = &run_json["resources"];
+    let run_json = crate::report::RunJson::read(&run_dir.join("run.json"))?;
+    let res = run_json.resources.unwrap_or(Value::Null);
     let f = |k: &str| res[k].as_f64().unwrap_or(0.0);
-    let mut r = csv::Reader::from_path(run_dir.join("results.csv"))?;
-    let h = r.headers()?.clone();
-    let col = |n: &str| {
-        h.iter()
-            .position(|c| c == n)
-            .context("results.csv lacks a column")
-    };
-    let (turns_c, stop_c, wall_c, transcript_c, detail_c) = (
-        col("turns")?,
-        col("stop_reason")?,
-        col("wall_ms")?,
-        col("transcript")?,
-        col("stop_detail")?,
-    );
+    let results = crate::report::read_results(
+        &run_dir.join("results.csv"),
+        &[
+            "turns",
+            "stop_reason",
+            "wall_ms",
+            "transcript",
+            "stop_detail",
+        ],
+        &[],
+    )?;
     let mut other_stops: Vec<(String, String, usize)> = Vec::new();
     let expected_stop = if repo.is_some() {
         "max_turns"
@@ -297,13 +293,12 @@ pub async fn run_load(load: &Load, out: &Path) -> anyhow::Result<LoadReport> {
     };
     let (mut turns, mut completed, mut walls) = (0u64, 0usize, Vec::new());
     let mut sample = None;
-    for rec in r.records() {
-        let rec = rec?;
-        turns += rec[turns_c].parse::<u64>().unwrap_or(0);
-        if &rec[stop_c] == expected_stop || (&rec[stop_c] == "completed") {
+    for rec in &results.rows {
+        turns += rec.turns.unwrap_or(0);
+        if rec.stop_reason == expected_stop || rec.stop_reason == "completed" {
             completed += 1;
         } else {
-            let (stop, detail) = (rec[stop_c].to_string(), rec[detail_c].to_string());
+            let (stop, detail) = (rec.stop_reason.clone(), rec.stop_detail.clone());
             match other_stops
                 .iter_mut()
                 .find(|(s, d, _)| *s == stop && *d == detail)
@@ -312,8 +307,8 @@ pub async fn run_load(load: &Load, out: &Path) -> anyhow::Result<LoadReport> {
                 None => other_stops.push((stop, detail, 1)),
             }
         }
-        walls.push(rec[wall_c].parse::<u64>().unwrap_or(0));
-        sample.get_or_insert_with(|| rec[transcript_c].to_string());
+        walls.push(rec.wall_ms.unwrap_or(0));
+        sample.get_or_insert_with(|| rec.transcript.clone());
     }
     walls.sort_unstable();
     let p99 = walls

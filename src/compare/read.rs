@@ -1,20 +1,20 @@
 //! Reading a run's results.csv by column name: the rows compare needs, nothing else.
 //! Columns the comparison does not use are ignored, so newer and older runs both read.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 
 use rust_decimal::Decimal;
 
 use super::CompareError;
+use crate::report::{parse_results, ResultsError};
 use crate::vocab::stop::Outcome;
-
-/// The prefix of the columns that hold one matrix axis each (`matrix.model`).
-const AXIS_PREFIX: &str = "matrix.";
 
 /// Columns a results.csv must have for a comparison to mean anything.
 const REQUIRED: [&str; 5] = ["run_id", "task_id", "outcome", "stop_reason", "cost_usd"];
+
+/// Columns every row must fill (an unpriced model leaves cost_usd empty).
+const FILLED: [&str; 4] = ["run_id", "task_id", "outcome", "stop_reason"];
 
 /// One task's row, reduced to what the comparison uses.
 #[derive(Debug, Clone)]
@@ -83,21 +83,8 @@ pub(crate) fn read_run(
     })
 }
 
-/// Column positions by name.
-struct Columns {
-    by_name: HashMap<String, usize>,
-    count: usize,
-}
-
-impl Columns {
-    fn get(&self, name: &str) -> Option<usize> {
-        self.by_name.get(name).copied()
-    }
-}
-
-/// Parses the bytes of a results.csv. A malformed last line (a run killed while writing
-/// it) is skipped with a warning; so is a last line without its newline, since a row cut
-/// at a field boundary would otherwise read as a complete row. Any other bad row is an
+/// Parses the bytes of a results.csv with the shared reader: a malformed last line (a
+/// run killed while writing it) is skipped with a warning; any other bad row is an
 /// error naming the file and line.
 pub(crate) fn parse(
     path: &Path,
@@ -105,183 +92,37 @@ pub(crate) fn parse(
     bytes: &[u8],
     warnings: &mut Vec<String>,
 ) -> Result<(Vec<Row>, BTreeSet<String>), CompareError> {
-    let mut reader = csv::ReaderBuilder::new()
-        .flexible(true)
-        .has_headers(false)
-        .from_reader(bytes);
-    let mut records = reader.byte_records();
-    let header = match records.next() {
-        Some(Ok(h)) => h,
-        Some(Err(e)) => {
-            return Err(bad_row(path, 1, format!("unreadable header: {e}")));
+    let file = parse_results(path, bytes, &REQUIRED, &FILLED).map_err(|e| match e {
+        ResultsError::Read { path, source } => CompareError::Read { path, source },
+        ResultsError::Empty(path) => CompareError::Empty(path),
+        ResultsError::MissingColumn { path, column } => {
+            CompareError::MissingColumn { path, column }
         }
-        None => return Err(CompareError::Empty(path.to_path_buf())),
-    };
-    let mut by_name = HashMap::new();
-    let mut axes = BTreeSet::new();
-    for (i, name) in header.iter().enumerate() {
-        let name = String::from_utf8_lossy(name).trim().to_string();
-        if let Some(axis) = name.strip_prefix(AXIS_PREFIX) {
-            if !axis.is_empty() {
-                axes.insert(axis.to_string());
-            }
-        }
-        by_name.entry(name).or_insert(i);
-    }
-    let columns = Columns {
-        by_name,
-        count: header.len(),
-    };
-    for name in REQUIRED {
-        if columns.get(name).is_none() {
-            return Err(CompareError::MissingColumn {
-                path: path.to_path_buf(),
-                column: name,
-            });
-        }
-    }
-
-    let records: Vec<_> = records.collect();
-    let cut_short = !bytes.ends_with(b"\n");
-    let last = records.len().saturating_sub(1);
-    let mut rows = Vec::with_capacity(records.len());
-    for (i, record) in records.into_iter().enumerate() {
-        let parsed = match record {
-            Ok(r) => {
-                let line = r.position().map(|p| p.line()).unwrap_or(0);
-                (line, parse_row(&columns, &axes, &r, index, line))
-            }
-            Err(e) => {
-                let line = e.position().map(|p| p.line()).unwrap_or(0);
-                (line, Err(e.to_string()))
-            }
-        };
-        match parsed {
-            (line, Ok(_)) if i == last && cut_short => warnings.push(format!(
-                "{}:{line}: skipped the last line: it has no line end, so it may be cut short (a run killed while writing it)",
-                path.display()
-            )),
-            (_, Ok(row)) => rows.push(row),
-            (line, Err(detail)) if i == last => warnings.push(format!(
-                "{}:{line}: skipped the last line, which is incomplete (a run killed while writing it?): {detail}",
-                path.display()
-            )),
-            (line, Err(detail)) => return Err(bad_row(path, line, detail)),
-        }
-    }
-    Ok((rows, axes))
-}
-
-fn bad_row(path: &Path, line: u64, detail: String) -> CompareError {
-    CompareError::BadRow {
-        path: path.to_path_buf(),
-        line,
-        detail,
-    }
-}
-
-fn parse_row(
-    columns: &Columns,
-    axes: &BTreeSet<String>,
-    record: &csv::ByteRecord,
-    file: usize,
-    line: u64,
-) -> Result<Row, String> {
-    if record.len() != columns.count {
-        return Err(format!(
-            "{} fields where the header has {}",
-            record.len(),
-            columns.count
-        ));
-    }
-    let field = |name: &str| -> Result<String, String> {
-        match columns.get(name).and_then(|i| record.get(i)) {
-            Some(bytes) => std::str::from_utf8(bytes)
-                .map(str::to_string)
-                .map_err(|_| format!("{name} is not UTF-8")),
-            None => Ok(String::new()),
-        }
-    };
-    let required = |name: &str| -> Result<String, String> {
-        let value = field(name)?;
-        if value.is_empty() {
-            Err(format!("{name} is empty"))
-        } else {
-            Ok(value)
-        }
-    };
-    let count = |name: &str| -> Result<Option<u64>, String> {
-        let value = field(name)?;
-        if value.is_empty() {
-            return Ok(None);
-        }
-        value
-            .parse()
-            .map(Some)
-            .map_err(|_| format!("{name} \"{value}\" is not a whole number"))
-    };
-
-    let outcome_text = required("outcome")?;
-    let outcome = parse_outcome(&outcome_text).ok_or_else(|| {
-        format!("outcome \"{outcome_text}\" is not one of pass, fail, error, unchecked")
+        ResultsError::BadRow { path, line, detail } => CompareError::BadRow { path, line, detail },
     })?;
-    let cost_text = field("cost_usd")?;
-    let cost = if cost_text.is_empty() {
-        None
-    } else {
-        Some(
-            Decimal::from_str(&cost_text)
-                .map_err(|_| format!("cost_usd \"{cost_text}\" is not a decimal number"))?,
-        )
-    };
-    let epoch_text = field("epoch")?;
-    let epoch = if epoch_text.is_empty() {
-        1
-    } else {
-        match epoch_text.parse::<u32>() {
-            Ok(e) if e >= 1 => e,
-            _ => {
-                return Err(format!(
-                    "epoch \"{epoch_text}\" is not a whole number from 1"
-                ))
-            }
-        }
-    };
-    let mut row_axes = BTreeMap::new();
-    for axis in axes {
-        let value = field(&format!("{AXIS_PREFIX}{axis}"))?;
-        if !value.is_empty() {
-            row_axes.insert(axis.clone(), value);
-        }
-    }
-    Ok(Row {
-        run_id: required("run_id")?,
-        task_id: required("task_id")?,
-        epoch,
-        variant: field("variant")?,
-        axes: row_axes,
-        model: field("model")?,
-        outcome,
-        stop_reason: required("stop_reason")?,
-        cost,
-        turns: count("turns")?,
-        wall_ms: count("wall_ms")?,
-        input_tokens: count("input_tokens")?,
-        output_tokens: count("output_tokens")?,
-        file,
-        line,
-    })
-}
-
-fn parse_outcome(s: &str) -> Option<Outcome> {
-    [
-        Outcome::Pass,
-        Outcome::Fail,
-        Outcome::Error,
-        Outcome::Unchecked,
-    ]
-    .into_iter()
-    .find(|o| o.as_str() == s)
+    warnings.extend(file.cut_off);
+    let rows = file
+        .rows
+        .into_iter()
+        .map(|r| Row {
+            run_id: r.run_id,
+            task_id: r.task_id,
+            epoch: r.epoch,
+            variant: r.variant,
+            axes: r.axes,
+            model: r.model,
+            outcome: r.outcome.unwrap_or(Outcome::Unchecked),
+            stop_reason: r.stop_reason,
+            cost: r.cost_usd,
+            turns: r.turns,
+            wall_ms: r.wall_ms,
+            input_tokens: r.input_tokens,
+            output_tokens: r.output_tokens,
+            file: index,
+            line: r.line,
+        })
+        .collect();
+    Ok((rows, file.axes.into_iter().collect()))
 }
 
 #[cfg(test)]

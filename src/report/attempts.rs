@@ -9,9 +9,12 @@ use std::path::Path;
 
 use rust_decimal::Decimal;
 
+use super::results::{read_results, ResultRow, ResultsError, ResultsFile};
+use super::run_json::{RunJson, RunJsonError};
+
 /// Money by variant and by team.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Spend {
+pub(crate) struct Spend {
     pub by_variant: BTreeMap<String, Decimal>,
     pub by_team: BTreeMap<String, Decimal>,
 }
@@ -24,84 +27,59 @@ impl Spend {
 
 /// The earlier attempts of a run folder.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct EarlierAttempts {
+pub(crate) struct EarlierAttempts {
     pub superseded: Spend,
     pub killed: Spend,
 }
 
-/// A results-format file's header and rows (rows with another number of fields, a row
-/// cut off by a kill, left out).
-fn read_records(path: &Path) -> Result<(csv::StringRecord, Vec<csv::StringRecord>), String> {
-    let mut r = csv::ReaderBuilder::new()
-        .flexible(true)
-        .from_path(path)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    let header = r
-        .headers()
-        .map_err(|e| format!("{}: {e}", path.display()))?
-        .clone();
-    let rows = r
-        .records()
-        .filter_map(Result::ok)
-        .filter(|rec| rec.len() == header.len())
-        .collect();
-    Ok((header, rows))
+/// What the earlier attempts of a run folder could not be read from.
+#[derive(Debug, thiserror::Error)]
+pub enum AttemptsError {
+    #[error(transparent)]
+    Results(#[from] ResultsError),
+    #[error(transparent)]
+    RunJson(#[from] RunJsonError),
 }
 
 /// Sums a results-format file's `cost_usd` by variant and team, leaving out rows in
-/// `except`.
-fn spend_of(path: &Path, except: &HashSet<Vec<String>>) -> Result<Spend, String> {
+/// `except`. A file without those columns spent nothing anyone can tell.
+fn spend_of(file: &ResultsFile, except: &HashSet<Vec<String>>) -> Spend {
     let mut spend = Spend::default();
-    let (header, rows) = read_records(path)?;
-    let col = |name: &str| header.iter().position(|h| h == name);
-    let (Some(variant), Some(team), Some(cost)) = (col("variant"), col("team"), col("cost_usd"))
-    else {
-        return Ok(spend);
-    };
-    for rec in rows.iter().filter(|r| !except.contains(&fields(r))) {
-        if let Ok(c) = rec[cost].parse::<Decimal>() {
-            *spend
-                .by_variant
-                .entry(rec[variant].to_string())
-                .or_default() += c;
-            if !rec[team].is_empty() {
-                *spend.by_team.entry(rec[team].to_string()).or_default() += c;
+    let has = |name: &str| file.header.iter().any(|h| h == name);
+    if !(has("variant") && has("team") && has("cost_usd")) {
+        return spend;
+    }
+    for row in file.rows.iter().filter(|r| !except.contains(&r.verbatim())) {
+        if let Some(c) = row.cost_usd {
+            *spend.by_variant.entry(row.variant.clone()).or_default() += c;
+            if !row.team.is_empty() {
+                *spend.by_team.entry(row.team.clone()).or_default() += c;
             }
         }
     }
-    Ok(spend)
-}
-
-fn fields(r: &csv::StringRecord) -> Vec<String> {
-    r.iter().map(str::to_string).collect()
+    spend
 }
 
 impl EarlierAttempts {
     /// Reads the run folder `dir`.
-    pub fn read(dir: &Path) -> Result<EarlierAttempts, String> {
+    pub fn read(dir: &Path) -> Result<EarlierAttempts, AttemptsError> {
         let mut out = EarlierAttempts::default();
         let superseded = dir.join("superseded.csv");
         if superseded.exists() {
-            let standing: HashSet<Vec<String>> = read_records(&dir.join("results.csv"))?
-                .1
-                .iter()
-                .map(fields)
-                .collect();
-            out.superseded = spend_of(&superseded, &standing)?;
+            let results = read_results(&dir.join("results.csv"), &[], &[])?;
+            let standing: HashSet<Vec<String>> =
+                results.rows.iter().map(ResultRow::verbatim).collect();
+            out.superseded = spend_of(&read_results(&superseded, &[], &[])?, &standing);
         }
         let run_json = dir.join("run.json");
-        if let Ok(text) = std::fs::read_to_string(&run_json) {
-            let v: serde_json::Value =
-                serde_json::from_str(&text).map_err(|e| format!("{}: {e}", run_json.display()))?;
-            for r in v["resumes"].as_array().into_iter().flatten() {
-                for (field, into) in [
-                    ("killed_spent_by_variant", &mut out.killed.by_variant),
-                    ("killed_spent_by_team", &mut out.killed.by_team),
+        if run_json.exists() {
+            for r in RunJson::read(&run_json)?.resumes {
+                for (from, into) in [
+                    (r.killed_spent_by_variant, &mut out.killed.by_variant),
+                    (r.killed_spent_by_team, &mut out.killed.by_team),
                 ] {
-                    for (name, usd) in r[field].as_object().into_iter().flatten() {
-                        if let Some(c) = usd.as_str().and_then(|s| s.parse::<Decimal>().ok()) {
-                            *into.entry(name.clone()).or_default() += c;
-                        }
+                    for (name, c) in from {
+                        *into.entry(name).or_default() += c;
                     }
                 }
             }
@@ -113,13 +91,16 @@ impl EarlierAttempts {
 /// The lines printed after a resumed run whose earlier attempts spent money that no row
 /// of results.csv shows: the whole run's charge, and each team's. None when there is
 /// none.
-pub fn whole_run_cost(dir: &Path) -> Result<Option<String>, String> {
+pub fn whole_run_cost(dir: &Path) -> Result<Option<String>, AttemptsError> {
     let earlier = EarlierAttempts::read(dir)?;
     let (superseded, killed) = (earlier.superseded.total(), earlier.killed.total());
     if superseded + killed <= Decimal::ZERO {
         return Ok(None);
     }
-    let rows = spend_of(&dir.join("results.csv"), &HashSet::new())?;
+    let rows = spend_of(
+        &read_results(&dir.join("results.csv"), &[], &[])?,
+        &HashSet::new(),
+    );
     let mut s = format!(
         "whole run, every attempt: ${:.4} charged = ${:.4} in results.csv + ${:.4} in attempts a resume replaced (superseded.csv) + ${:.4} in attempts cut off by a kill",
         rows.total() + superseded + killed,

@@ -1,19 +1,32 @@
 //! Reports: the single writer of a run's output folder. Tasks send [`Event`]s; the
 //! [`Reporter`] appends transcripts, writes one results.csv row per finished task
 //! (flushed at once, so a killed run keeps every finished task), keeps the progress
-//! display, and writes run.json at the start and the end.
+//! display, and writes run.json at the start and the end. The module also owns the
+//! other writes into the folder: a resume's rewrites ([`ResumeChanges`]) and
+//! summary.csv ([`write_summary_csv`]). Each file format has one module, shared by its
+//! writer and its readers: results.csv (and superseded.csv) in `results`, run.json in
+//! `run_json`.
 
 mod attempts;
 mod progress;
 mod results;
+mod resume;
+mod run_json;
 mod spend;
 mod summary;
 mod variants;
 mod writer;
 
-pub use attempts::{whole_run_cost, EarlierAttempts, Spend};
-pub use results::{axis_column, ResultsCsv, COLUMNS};
+pub use attempts::{whole_run_cost, AttemptsError};
+pub(crate) use results::{header_for, parse_results, read_results, ResultRow};
+pub use results::{ResultsError, COLUMNS};
+pub(crate) use resume::ResumeChanges;
+pub use run_json::RunJsonError;
+pub(crate) use run_json::{ResumeRecord, RunJson};
 pub use spend::spent_in_transcript;
 pub use summary::{RunTotals, Summary};
-pub use variants::{summarize, summary_columns, variants_table, write_summary_csv, VariantSummary};
-pub use writer::{write_run_json, ProgressMode, ReportError, Reporter, ReporterConfig};
+pub(crate) use variants::write_summary_csv;
+pub use variants::{variants_table, VariantSummary, VariantsError};
+pub(crate) use writer::remove_empty_work_folders;
+pub use writer::{ProgressMode, ReportError};
+pub(crate) use writer::{Reporter, ReporterConfig};

@@ -3,14 +3,14 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use rust_decimal::Decimal;
 
-use super::attempts::EarlierAttempts;
-use super::results::axis_column;
+use super::attempts::{AttemptsError, EarlierAttempts};
+use super::results::{axis_column, read_results, ResultsError};
 use crate::stats::{median, median_u64, wilson95};
-use crate::vocab::stop::StopReason;
+use crate::vocab::stop::{Outcome, StopReason};
 
 /// One variant's figures.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -55,7 +55,7 @@ impl VariantSummary {
 }
 
 /// The columns of summary.csv.
-pub fn summary_columns(axes: &[String]) -> Vec<String> {
+pub(crate) fn summary_columns(axes: &[String]) -> Vec<String> {
     let mut c = vec!["variant".to_string()];
     c.extend(axes.iter().map(|a| axis_column(a)));
     for s in [
@@ -95,45 +95,59 @@ fn rate(x: Option<f64>) -> String {
     x.map_or(String::new(), |v| format!("{v:.4}"))
 }
 
+/// Why summary.csv could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum VariantsError {
+    #[error(transparent)]
+    Results(#[from] ResultsError),
+    #[error("{} has no {column} column", path.display())]
+    MissingAxis { path: PathBuf, column: String },
+    #[error(transparent)]
+    Attempts(#[from] AttemptsError),
+    #[error("cannot write {}: {source}", path.display())]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// Columns the summary sums, each filled in every row.
+const SUMMED: [&str; 8] = [
+    "variant",
+    "outcome",
+    "stop_reason",
+    "cost_usd",
+    "input_tokens",
+    "output_tokens",
+    "turns",
+    "wall_ms",
+];
+
 /// Reads results.csv and sums it per variant (in the order variants first appear).
-pub fn summarize(results: &Path, axes: &[String]) -> Result<Vec<VariantSummary>, String> {
-    let mut r =
-        csv::Reader::from_path(results).map_err(|e| format!("{}: {e}", results.display()))?;
-    let header = r
-        .headers()
-        .map_err(|e| format!("{}: {e}", results.display()))?
-        .clone();
-    let col = |name: &str| {
-        header
-            .iter()
-            .position(|h| h == name)
-            .ok_or_else(|| format!("{}: no column {name}", results.display()))
-    };
-    let (variant, outcome, stop, cost, input, output, turns, wall) = (
-        col("variant")?,
-        col("outcome")?,
-        col("stop_reason")?,
-        col("cost_usd")?,
-        col("input_tokens")?,
-        col("output_tokens")?,
-        col("turns")?,
-        col("wall_ms")?,
-    );
-    let axis_cols = axes
-        .iter()
-        .map(|a| col(&axis_column(a)))
-        .collect::<Result<Vec<_>, _>>()?;
+pub(crate) fn summarize(
+    results: &Path,
+    axes: &[String],
+) -> Result<Vec<VariantSummary>, VariantsError> {
+    let file = read_results(results, &SUMMED, &SUMMED[4..])?;
+    for a in axes {
+        if !file.header.iter().any(|h| h == axis_column(a)) {
+            return Err(VariantsError::MissingAxis {
+                path: results.to_path_buf(),
+                column: axis_column(a),
+            });
+        }
+    }
     let mut out: Vec<VariantSummary> = Vec::new();
-    for (n, rec) in r.records().enumerate() {
-        let rec = rec.map_err(|e| format!("{}:{}: {e}", results.display(), n + 2))?;
-        let bad = |what: &str| format!("{}:{}: bad {what}", results.display(), n + 2);
-        let num = |i: usize, what: &str| rec[i].parse::<u64>().map_err(|_| bad(what));
-        let i = match out.iter().position(|v| v.variant == rec[variant]) {
+    for row in &file.rows {
+        let i = match out.iter().position(|v| v.variant == row.variant) {
             Some(i) => i,
             None => {
                 out.push(VariantSummary {
-                    variant: rec[variant].to_string(),
-                    axes: axis_cols.iter().map(|&c| rec[c].to_string()).collect(),
+                    variant: row.variant.clone(),
+                    axes: axes
+                        .iter()
+                        .map(|a| row.axes.get(a).cloned().unwrap_or_default())
+                        .collect(),
                     ..Default::default()
                 });
                 out.len() - 1
@@ -141,34 +155,36 @@ pub fn summarize(results: &Path, axes: &[String]) -> Result<Vec<VariantSummary>,
         };
         let v = &mut out[i];
         v.tasks += 1;
-        match &rec[outcome] {
-            "pass" => v.pass += 1,
-            "fail" => v.fail += 1,
-            "error" => v.error += 1,
+        match row.outcome {
+            Some(Outcome::Pass) => v.pass += 1,
+            Some(Outcome::Fail) => v.fail += 1,
+            Some(Outcome::Error) => v.error += 1,
             _ => v.unchecked += 1,
         }
-        *v.by_stop.entry(rec[stop].to_string()).or_default() += 1;
+        *v.by_stop.entry(row.stop_reason.clone()).or_default() += 1;
         if StopReason::ALL
             .iter()
-            .any(|s| s.is_budget() && s.as_str() == &rec[stop])
+            .any(|s| s.is_budget() && s.as_str() == row.stop_reason)
         {
             v.budget_decided += 1;
         }
-        if !rec[cost].is_empty() {
-            let c: Decimal = rec[cost].parse().map_err(|_| bad("cost_usd"))?;
+        if let Some(c) = row.cost_usd {
             v.cost += c;
             v.costs.push(c);
         }
-        v.input_tokens += num(input, "input_tokens")?;
-        v.output_tokens += num(output, "output_tokens")?;
-        v.turns.push(num(turns, "turns")?);
-        v.wall_ms.push(num(wall, "wall_ms")?);
+        v.input_tokens += row.input_tokens.unwrap_or(0);
+        v.output_tokens += row.output_tokens.unwrap_or(0);
+        v.turns.push(row.turns.unwrap_or(0));
+        v.wall_ms.push(row.wall_ms.unwrap_or(0));
     }
     Ok(out)
 }
 
 /// Adds what earlier attempts of a resumed run spent, per variant.
-fn add_earlier_attempts(dir: &Path, variants: &mut Vec<VariantSummary>) -> Result<(), String> {
+fn add_earlier_attempts(
+    dir: &Path,
+    variants: &mut Vec<VariantSummary>,
+) -> Result<(), AttemptsError> {
     fn entry<'a>(variants: &'a mut Vec<VariantSummary>, variant: &str) -> &'a mut VariantSummary {
         let i = match variants.iter().position(|v| v.variant == variant) {
             Some(i) => i,
@@ -194,11 +210,11 @@ fn add_earlier_attempts(dir: &Path, variants: &mut Vec<VariantSummary>) -> Resul
 
 /// Writes summary.csv beside results.csv, variants in `order` (the plan's), any others
 /// after them.
-pub fn write_summary_csv(
+pub(crate) fn write_summary_csv(
     dir: &Path,
     axes: &[String],
     order: &[String],
-) -> Result<Vec<VariantSummary>, String> {
+) -> Result<Vec<VariantSummary>, VariantsError> {
     let mut variants = summarize(&dir.join("results.csv"), axes)?;
     add_earlier_attempts(dir, &mut variants)?;
     variants.sort_by_key(|v| {
@@ -209,7 +225,10 @@ pub fn write_summary_csv(
     });
     let path = dir.join("summary.csv");
     let tmp = dir.join("summary.csv.tmp");
-    let e = |e: &dyn std::fmt::Display| format!("cannot write {}: {e}", path.display());
+    let e = |e: &dyn std::fmt::Display| VariantsError::Write {
+        path: path.clone(),
+        source: std::io::Error::other(e.to_string()),
+    };
     let mut w = csv::Writer::from_path(&tmp).map_err(|x| e(&x))?;
     w.write_record(summary_columns(axes)).map_err(|x| e(&x))?;
     for v in &variants {

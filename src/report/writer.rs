@@ -7,28 +7,26 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use chrono::{SecondsFormat, Utc};
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio_util::sync::CancellationToken;
 
 use super::progress::Progress;
 pub use super::progress::ProgressMode;
 use super::results::ResultsCsv;
+use super::run_json::RunJson;
 use super::summary::{RunTotals, Summary};
 use crate::vocab::log::{Event, TaskResult};
 use crate::vocab::stop::StopReason;
 
 /// What the reporter needs to know up front.
-pub struct ReporterConfig {
+pub(crate) struct ReporterConfig {
     pub run_id: String,
     /// The run's folder, `<out>/<run-id>`; created here and must not exist yet.
     pub dir: PathBuf,
-    /// run.json's fixed part (job, version, start time, tasks); totals are added at the
-    /// end.
-    pub run_json: Value,
-    /// run.json's `tasks`: the resolved plan, kept as encoded JSON (for a large run a
-    /// tree of values would be the biggest thing in memory).
-    pub tasks_json: Box<serde_json::value::RawValue>,
+    /// run.json's fixed part (job, version, start time, tasks); the status and totals
+    /// are set here.
+    pub run_json: RunJson,
     pub total_tasks: usize,
     pub progress: ProgressMode,
     /// Cancelled when a report file cannot be written, so no more money is spent on
@@ -63,11 +61,10 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ReportError + '_ {
 }
 
 /// The running reporter.
-pub struct Reporter {
+pub(crate) struct Reporter {
     tx: UnboundedSender<Event>,
     thread: std::thread::JoinHandle<Loop>,
-    run_json: Value,
-    tasks_json: Box<serde_json::value::RawValue>,
+    run_json: RunJson,
     dir: PathBuf,
     run_id: String,
 }
@@ -95,11 +92,8 @@ impl Reporter {
         }
         .map_err(io_err(&csv_path))?;
         let mut run_json = cfg.run_json;
-        if let Some(m) = run_json.as_object_mut() {
-            m.remove("tasks");
-        }
-        run_json["status"] = json!("running");
-        write_run_json(&cfg.dir.join("run.json"), &run_json, &cfg.tasks_json)?;
+        run_json.status = Some("running".into());
+        run_json.write(&cfg.dir.join("run.json"))?;
         let (tx, rx) = unbounded_channel();
         let state = State {
             run_id: cfg.run_id.clone(),
@@ -126,7 +120,6 @@ impl Reporter {
             tx,
             thread,
             run_json,
-            tasks_json: cfg.tasks_json,
             dir: cfg.dir,
             run_id: cfg.run_id,
         })
@@ -144,7 +137,6 @@ impl Reporter {
             tx,
             thread,
             mut run_json,
-            tasks_json,
             dir,
             run_id,
         } = self;
@@ -163,13 +155,13 @@ impl Reporter {
         for r in &done.results {
             totals.add(r);
         }
-        run_json["status"] = json!(status);
-        run_json["finished_at"] = json!(Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true));
-        run_json["totals"] = serde_json::to_value(&totals).unwrap_or(Value::Null);
+        run_json.status = Some(status.to_string());
+        run_json.finished_at = Some(Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true));
+        run_json.totals = Some(serde_json::to_value(&totals).unwrap_or(Value::Null));
         // What this process used, from the OS (the last attempt's, for a resumed run).
-        run_json["resources"] =
-            serde_json::to_value(crate::resources::own_usage()).unwrap_or(Value::Null);
-        write_run_json(&dir.join("run.json"), &run_json, &tasks_json)?;
+        run_json.resources =
+            Some(serde_json::to_value(crate::resources::own_usage()).unwrap_or(Value::Null));
+        run_json.write(&dir.join("run.json"))?;
         if let Some(e) = done.error {
             return Err(e);
         }
@@ -183,24 +175,12 @@ impl Reporter {
     }
 }
 
-/// run.json: `head`'s fields, then `tasks`.
-#[derive(serde::Serialize)]
-struct RunJson<'a> {
-    #[serde(flatten)]
-    head: &'a Value,
-    tasks: &'a serde_json::value::RawValue,
-}
-
-/// Writes run.json (`head`'s fields, then the plan as `tasks`) atomically.
-pub fn write_run_json(
-    path: &Path,
-    head: &Value,
-    tasks: &serde_json::value::RawValue,
-) -> Result<(), ReportError> {
-    let tmp = path.with_extension("json.tmp");
-    let text = serde_json::to_string_pretty(&RunJson { head, tasks }).unwrap_or_default();
-    std::fs::write(&tmp, text + "\n").map_err(io_err(&tmp))?;
-    std::fs::rename(&tmp, path).map_err(io_err(path))
+/// Drops the run folder's empty work folders at the end of a run: the private temp
+/// folders, git folders and workspaces are removed task by task, their parents here.
+pub(crate) fn remove_empty_work_folders(dir: &Path) {
+    for sub in ["tmp", "git", "workspaces"] {
+        let _ = std::fs::remove_dir(dir.join(sub));
+    }
 }
 
 struct State {

@@ -4,37 +4,30 @@
 //! the end of the grace period, cancels them, and they end as `cancelled`). Every task
 //! of the plan gets a row, started or not; a task whose code panicked gets
 //! `internal_error`.
+//!
+//! By phase: `folder` picks the tasks and the run's id and locks the folder, `resume`
+//! reads an earlier run and decides what runs again, `phases` is the run itself
+//! (`Run`: ledger, simulator, run.json, reporter, feeding, the end), `feed`
+//! starts the tasks (one feeder per team), `signals` watches Ctrl-C and SIGTERM. Every
+//! file of the run folder except its lock is written by the report module.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use chrono::{SecondsFormat, Utc};
-use globset::{Glob, GlobSetBuilder};
-use serde_json::json;
-use tokio::sync::mpsc::UnboundedSender;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tokio::task::JoinSet;
-use tokio_util::sync::CancellationToken;
-
-use crate::agent::{run_task, smallest_first_request, AgentEnv};
-use crate::govern::ledger::Ledger;
-use crate::govern::rate::Gates;
-use crate::govern::store::{CapStore, SqliteStore, StoreError};
-use crate::job::{Plan, ProviderKind, TaskSpec};
-use crate::model::Usage;
-use crate::report::{ProgressMode, ReportError, Reporter, ReporterConfig, Summary};
+use crate::govern::store::StoreError;
+use crate::report::{ProgressMode, ReportError, Summary, VariantsError};
 use crate::sim::Sim;
 use crate::tools::Registry;
-use crate::vocab::log::{Event, TaskLog, TaskResult};
-use crate::vocab::price;
-use crate::vocab::stop::StopReason;
 
+mod feed;
+mod folder;
+mod phases;
 mod resume;
-pub use resume::{job_differences, ResumeOptions};
+mod signals;
+pub use resume::ResumeOptions;
 
 /// How long running tasks may go on after the first Ctrl-C / SIGTERM by default.
-pub const DEFAULT_GRACE: std::time::Duration = std::time::Duration::from_secs(60);
+pub(crate) const DEFAULT_GRACE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// How to run a plan.
 pub struct RunOptions {
@@ -80,20 +73,41 @@ impl RunOptions {
     }
 }
 
-/// Why a run could not start or finish.
+/// Why a run could not start or finish. [`RunError::Invalid`] alone means nothing ran
+/// and nothing was changed; every other kind may come after the run folder, the ledger
+/// or a resumed run's files were changed.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
-    /// Bad arguments: nothing ran.
+    /// Bad arguments, or a job, run folder or earlier run that cannot be used, found
+    /// before anything was written: nothing ran.
     #[error("{0}")]
     Invalid(String),
+    /// A file of the run folder could not be written (or, for a resume, rewritten): the
+    /// folder may be partly updated; every step of a resume can be repeated.
     #[error(transparent)]
     Report(#[from] ReportError),
+    /// summary.csv could not be made from the rows written.
+    #[error(transparent)]
+    Summary(#[from] VariantsError),
     #[error("cannot start the simulator: {0}")]
     Sim(std::io::Error),
     #[error("cannot build the HTTP client: {0}")]
     Http(#[from] reqwest::Error),
     #[error("cannot open {0}")]
     Ledger(StoreError),
+}
+
+impl RunError {
+    /// The process's exit code (see src/main.rs): 2 when nothing ran and nothing was
+    /// changed, so a script may fix its input and try again as if never run; 1 for a
+    /// run that broke, after which the run folder may hold part of the run (and
+    /// `--resume` continues it).
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            RunError::Invalid(_) => 2,
+            _ => 1,
+        }
+    }
 }
 
 /// How a run ended.
@@ -104,105 +118,9 @@ pub struct RunOutcome {
     pub complete: bool,
 }
 
-fn select_tasks(plan: &Plan, only: &[String]) -> Result<Vec<TaskSpec>, RunError> {
-    if only.is_empty() {
-        return Ok(plan.tasks.clone());
-    }
-    let mut b = GlobSetBuilder::new();
-    for g in only {
-        b.add(Glob::new(g).map_err(|e| RunError::Invalid(format!("--only {g}: {e}")))?);
-    }
-    let set = b
-        .build()
-        .map_err(|e| RunError::Invalid(format!("--only: {e}")))?;
-    let picked: Vec<TaskSpec> = plan
-        .tasks
-        .iter()
-        .filter(|t| set.is_match(&t.id) || set.is_match(&t.task))
-        .cloned()
-        .collect();
-    if picked.is_empty() {
-        return Err(RunError::Invalid(format!(
-            "--only {} matches none of the job's {} task ids",
-            only.join(" "),
-            plan.tasks.len()
-        )));
-    }
-    Ok(picked)
-}
-
-/// The longest run id: it names a folder, next to the timestamp of a default id.
-const MAX_RUN_ID: usize = 128;
-
-fn default_run_id(plan: &Plan) -> String {
-    let name: String = plan
-        .name
-        .chars()
-        .take(64)
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                c
-            } else {
-                '-'
-            }
-        })
-        .collect();
-    format!("{}-{}", name, Utc::now().format("%Y%m%d-%H%M%S"))
-}
-
-/// Holds `<run dir>/.lock` for as long as it lives: two processes in one run folder
-/// would replace each other's results and run tasks twice.
-pub struct RunLock {
-    #[cfg(unix)]
-    _lock: nix::fcntl::Flock<std::fs::File>,
-}
-
-/// Takes the run folder's lock, creating the folder if needed; refuses if another
-/// process holds it.
-fn lock_run_dir(dir: &std::path::Path) -> Result<RunLock, RunError> {
-    let unwritable = |path: &std::path::Path| {
-        let path = path.to_path_buf();
-        move |source| RunError::Report(ReportError::Io { path, source })
-    };
-    std::fs::create_dir_all(dir).map_err(unwritable(dir))?;
-    let path = dir.join(".lock");
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(unwritable(&path))?;
-    #[cfg(unix)]
-    {
-        use nix::fcntl::{Flock, FlockArg};
-        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-            Ok(lock) => Ok(RunLock { _lock: lock }),
-            Err((_, nix::errno::Errno::EWOULDBLOCK)) => Err(RunError::Invalid(format!(
-                "{} is in use by another agentbatch process: wait for it to end (or stop it) before resuming",
-                dir.display()
-            ))),
-            Err((_, e)) => Err(RunError::Invalid(format!("cannot lock {}: {e}", path.display()))),
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = file;
-        Ok(RunLock {})
-    }
-}
-
-fn valid_run_id(id: &str) -> bool {
-    !id.is_empty()
-        && id.len() <= MAX_RUN_ID
-        && !id.starts_with('.')
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-}
-
 /// Runs the plan and writes its reports.
-pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunOutcome, RunError> {
-    let selected = select_tasks(&plan, &opts.only)?;
+pub async fn run(plan: crate::job::Plan, opts: RunOptions) -> Result<RunOutcome, RunError> {
+    let selected = folder::select_tasks(&plan, &opts.only)?;
     let concurrency = opts.concurrency.unwrap_or(plan.concurrency);
     if concurrency == 0 {
         return Err(RunError::Invalid("--concurrency must be at least 1".into()));
@@ -213,7 +131,7 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunOutcome, RunError> {
             crate::vocab::bounds::CONCURRENCY
         )));
     }
-    match &opts.resume {
+    let resumed = match &opts.resume {
         Some(r) => {
             if opts.run_id.is_some() {
                 return Err(RunError::Invalid(
@@ -226,497 +144,28 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunOutcome, RunError> {
                     r.dir.display()
                 )));
             }
-            let _lock = lock_run_dir(&r.dir)?;
-            let all = selected.clone();
-            let resumed = resume::prepare(r, &plan, selected, &resume::header_for(&plan))?;
-            run_in(plan, opts, all, Some(resumed)).await
+            // Locked before the folder is read, and held until the run ends.
+            let lock = folder::lock_run_dir(&r.dir)?;
+            let resumed = resume::prepare(r, &plan, selected.clone(), &resume::header_for(&plan))?;
+            Some((resumed, lock))
         }
-        None => run_in(plan, opts, selected, None).await,
-    }
-}
-
-async fn run_in(
-    plan: Plan,
-    opts: RunOptions,
-    selected: Vec<TaskSpec>,
-    mut resumed: Option<resume::Resumed>,
-) -> Result<RunOutcome, RunError> {
-    let concurrency = opts.concurrency.unwrap_or(plan.concurrency);
-    let tasks_json = serde_json::value::to_raw_value(&selected)
-        .map_err(|e| RunError::Invalid(format!("cannot encode the plan: {e}")))?;
-    let (tasks, out_dir) = match &mut resumed {
-        Some(r) => (std::mem::take(&mut r.tasks), r.out_dir()),
-        None => (selected, opts.out_dir.clone()),
+        None => None,
     };
-    let run_id = match (&resumed, &opts.run_id) {
-        (Some(r), _) => r.run_id.clone(),
-        (None, id) => match id {
-            Some(id) if !valid_run_id(id) => {
-                return Err(RunError::Invalid(format!(
-                    "--run-id \"{id}\": use at most {MAX_RUN_ID} letters, digits, '.', '_' and '-' (it names a folder)"
-                )))
-            }
-            Some(id) => id.clone(),
-            None => {
-                let base = default_run_id(&plan);
-                let mut id = base.clone();
-                let mut n = 2;
-                while out_dir.join(&id).exists() {
-                    id = format!("{base}-{n}");
-                    n += 1;
-                }
-                id
-            }
-        },
-    };
-
-    if resumed.is_none() && out_dir.join(&run_id).exists() {
-        return Err(RunError::Invalid(format!(
-            "{} already exists: choose another --run-id or --out, or continue it with --resume",
-            out_dir.join(&run_id).display()
-        )));
-    }
-    // Opened before the run folder is made: a ledger that cannot be opened leaves
-    // nothing behind.
-    let store: Option<Arc<dyn CapStore>> = if plan.teams.values().any(|t| t.cap.is_some()) {
-        let path = opts
-            .ledger
-            .clone()
-            .or_else(|| plan.ledger_path.clone())
-            .unwrap_or_else(|| out_dir.join("ledger.sqlite"));
-        Some(Arc::new(
-            SqliteStore::open(&path).map_err(RunError::Ledger)?,
-        ))
-    } else {
-        None
-    };
-    // A resumed run's folder is locked by the caller, before it is changed.
-    let _lock = match resumed {
-        None => Some(lock_run_dir(&out_dir.join(&run_id))?),
-        Some(_) => None,
-    };
-    // The lock proves the earlier process of this run is dead: its open period-cap
-    // reservations can never settle. They stay spent, and nobody waits for them.
-    let abandoned = match (&resumed, &store) {
-        (Some(_), Some(store)) => store
-            .abandon_run(&run_id, Utc::now())
-            .map_err(RunError::Ledger)?,
-        _ => rust_decimal::Decimal::ZERO,
-    };
-
-    if tasks.iter().any(|t| t.repo.is_some()) {
-        crate::tools::sandbox::protect_runner();
-    }
-
-    let needs_sim = tasks
-        .iter()
-        .any(|t| t.provider.kind == ProviderKind::Sim && t.provider.base_url.is_none());
-    let sim = match (&opts.sim, needs_sim) {
-        (Some(s), _) => Some(s.clone()),
-        (None, true) => Some(Arc::new(Sim::start_local().await.map_err(RunError::Sim)?)),
-        (None, false) => None,
-    };
-    if let Some(sim) = &sim {
-        for t in &tasks {
-            if let (ProviderKind::Sim, Some(script)) = (t.provider.kind, &t.sim) {
-                sim.register(&t.id, script.clone());
-            }
-        }
-        let server_limits = tasks
-            .iter()
-            .find(|t| t.provider.kind == ProviderKind::Sim)
-            .and_then(|t| t.provider.server_limits.as_ref());
-        if server_limits.is_some() {
-            sim.set_limits(server_limits);
-        }
-    }
-
-    let ledger = Arc::new(Ledger::new(&plan, &run_id, store));
-    if let Some(r) = &resumed {
-        ledger.carry_over(r.spent_run, &r.spent_teams);
-    }
-    let gates = Arc::new(Gates::new(&plan));
-
-    let cancel = CancellationToken::new();
-    let drain = cancel.child_token();
-    let started_at = Utc::now();
-    let now = started_at.to_rfc3339_opts(SecondsFormat::Millis, true);
-    let run_json = match &resumed {
-        None => json!({
-            "agentbatch_version": crate::VERSION,
-            "run_id": run_id,
-            "job_file": plan.file.display().to_string(),
-            "job_name": plan.name,
-            "started_at": now,
-            "concurrency": concurrency,
-            "only": opts.only,
-            "pricing_as_of": price::builtin_as_of(),
-            "job": plan.job,
-        }),
-        Some(r) => {
-            let mut v = r.run_json.clone();
-            let mut resumes = v["resumes"].as_array().cloned().unwrap_or_default();
-            resumes.push(json!({
-                "at": now,
-                "agentbatch_version": crate::VERSION,
-                "kept_rows": r.kept(),
-                "superseded_rows": r.superseded,
-                "tasks_to_run": tasks.len(),
-                "spent_before_usd": r.spent_run.normalize().to_string(),
-                "killed_spent_usd": r.killed_spent.normalize().to_string(),
-                "abandoned_reservations_usd": abandoned.normalize().to_string(),
-                "killed_spent_by_team": r.killed_teams.iter()
-                    .map(|(k, v)| (k.clone(), json!(v.normalize().to_string())))
-                    .collect::<serde_json::Map<String, serde_json::Value>>(),
-                "killed_spent_by_variant": r.killed_variants.iter()
-                    .map(|(k, v)| (k.clone(), json!(v.normalize().to_string())))
-                    .collect::<serde_json::Map<String, serde_json::Value>>(),
-                "retry_errors": opts.resume.as_ref().is_some_and(|o| o.retry_errors),
-            }));
-            v["resumes"] = json!(resumes);
-            v["job"] = json!(plan.job);
-            if let Some(m) = v.as_object_mut() {
-                m.remove("tasks");
-            }
-            v["totals_scope"] = json!("the last attempt only; summary.csv covers the whole run");
-            v
-        }
-    };
-    // Absolute: workspaces, temp folders and git run in other folders than this one.
-    let task_dir = out_dir.join(&run_id);
-    let task_dir = std::path::absolute(&task_dir).map_err(|source| {
-        RunError::Report(ReportError::Io {
-            path: task_dir.clone(),
-            source,
-        })
-    })?;
-    let already_done = resumed.as_ref().map_or(0, |r| r.kept());
-    if let Some(r) = &resumed {
-        let mut head = run_json.clone();
-        head["status"] = json!("running");
-        r.apply(&tasks, &head, &tasks_json)?;
-    }
-    let reporter = Reporter::start(ReporterConfig {
-        run_id: run_id.clone(),
-        dir: out_dir.join(&run_id),
-        run_json,
-        total_tasks: tasks.len() + already_done,
-        progress: opts.progress,
-        on_fatal: cancel.clone(),
-        axes: plan.axes.clone(),
-        tasks_json,
-        resume: resumed.is_some(),
-        already_done,
-    })?;
-    let tx = reporter.sender();
-    let env = AgentEnv {
-        client: crate::model::client()?,
-        registry: opts.registry.clone(),
-        sim_base: sim.as_ref().map(|s| s.base_url()),
-        run_id: run_id.clone(),
-        work_dir: task_dir,
-        ledger: ledger.clone(),
-        gates,
-        cancel: cancel.clone(),
-        mcp: Arc::new(crate::tools::mcp::McpHub::default()),
-    };
-    let mcp = env.mcp.clone();
-    let signals = opts.handle_signals.then(|| {
-        tokio::spawn(watch_signals(
-            drain.clone(),
-            cancel.clone(),
-            opts.grace,
-            tx.clone(),
-        ))
-    });
-
-    // One feeder per team starts that team's tasks in plan order, so a team at its
-    // own concurrency limit never holds up the others; they share the run's slots.
-    let global = Arc::new(Semaphore::new(concurrency));
-    let mut groups: Vec<(Option<String>, Vec<TaskSpec>)> = Vec::new();
-    for spec in tasks {
-        let team = spec.team_name().map(str::to_string);
-        match groups.iter_mut().find(|(t, _)| *t == team) {
-            Some((_, g)) => g.push(spec),
-            None => groups.push((team, vec![spec])),
-        }
-    }
-    let mut feeders = JoinSet::new();
-    for (team, group) in groups {
-        let slot = team
-            .as_deref()
-            .and_then(|t| plan.teams.get(t))
-            .and_then(|t| t.concurrency)
-            .map(|c| Arc::new(Semaphore::new(c)));
-        let feeder = Feeder {
-            env: env.clone(),
-            tx: tx.clone(),
-            drain: drain.clone(),
-            global: global.clone(),
-            team_slot: slot,
-        };
-        feeders.spawn(feeder.feed(group));
-    }
-    while feeders.join_next().await.is_some() {}
-    if let Some(s) = signals {
-        s.abort();
-    }
-    drop(tx);
-    drop(env);
-    mcp.shutdown().await;
-    // Private temp folders are removed task by task; drop the empty parents.
-    let work_dir = out_dir.join(&run_id);
-    let _ = std::fs::remove_dir(work_dir.join("tmp"));
-    let _ = std::fs::remove_dir(work_dir.join("git"));
-    let _ = std::fs::remove_dir(work_dir.join("workspaces"));
-    let complete = !drain.is_cancelled();
-    let mut summary = reporter
-        .finish(if complete { "finished" } else { "interrupted" })
-        .await?;
-    let order: HashMap<String, usize> = plan
-        .tasks
-        .iter()
-        .enumerate()
-        .map(|(i, t)| (t.id.clone(), i))
-        .collect();
-    summary
-        .rows
-        .sort_by_key(|r| order.get(&r.key).copied().unwrap_or(usize::MAX));
-    let mut variant_order: Vec<String> = Vec::new();
-    for t in &plan.tasks {
-        if !variant_order.contains(&t.variant) {
-            variant_order.push(t.variant.clone());
-        }
-    }
-    summary.variants = crate::report::write_summary_csv(&work_dir, &plan.axes, &variant_order)
-        .map_err(|e| ReportError::Io {
-            path: work_dir.join("summary.csv"),
-            source: std::io::Error::other(e),
-        })?;
-    Ok(RunOutcome { summary, complete })
-}
-
-/// Starts one team's tasks in order as slots free up.
-struct Feeder {
-    env: AgentEnv,
-    tx: UnboundedSender<Event>,
-    drain: CancellationToken,
-    global: Arc<Semaphore>,
-    team_slot: Option<Arc<Semaphore>>,
-}
-
-type Slots = (Option<OwnedSemaphorePermit>, OwnedSemaphorePermit);
-
-impl Feeder {
-    fn send(&self, row: TaskResult) {
-        let _ = self.tx.send(Event::TaskFinished(Box::new(row)));
-    }
-
-    /// A slot of the team first, then one of the run.
-    async fn slots(&self) -> Option<Slots> {
-        let team = match &self.team_slot {
-            Some(s) => Some(s.clone().acquire_owned().await.ok()?),
-            None => None,
-        };
-        Some((team, self.global.clone().acquire_owned().await.ok()?))
-    }
-
-    async fn feed(self, group: Vec<TaskSpec>) {
-        let mut set = JoinSet::new();
-        let mut running: HashMap<tokio::task::Id, TaskSpec> = HashMap::new();
-        let mut pending = group.into_iter();
-        while let Some(spec) = pending.next() {
-            let slots = tokio::select! {
-                biased;
-                _ = self.drain.cancelled() => None,
-                s = self.slots() => s,
-            };
-            let Some(slots) = slots else {
-                for spec in std::iter::once(spec).chain(pending.by_ref()) {
-                    self.send(skipped(
-                        &spec,
-                        StopReason::Cancelled,
-                        "not started: the run was interrupted".into(),
-                    ));
-                }
-                break;
-            };
-            // A task whose smallest first request cannot be paid for is not started.
-            let smallest = self
-                .env
-                .ledger
-                .governs(spec.team.as_deref())
-                .then(|| smallest_first_request(&spec, &self.env.registry))
-                .flatten();
-            if let Some(smallest) = smallest {
-                if let Some(stop) = self
-                    .env
-                    .ledger
-                    .can_start(spec.team.as_deref(), smallest)
-                    .await
-                {
-                    self.send(skipped(&spec, stop.reason, stop.detail));
-                    continue;
-                }
-            }
-            let (env, log) = (self.env.clone(), TaskLog::new(&spec.id, self.tx.clone()));
-            let task_spec = spec.clone();
-            let handle = set.spawn(async move {
-                run_task(&task_spec, &env, log).await;
-                drop(slots);
-            });
-            running.insert(handle.id(), spec);
-        }
-        while let Some(joined) = set.join_next_with_id().await {
-            if let Err(e) = joined {
-                if let Some(spec) = running.get(&e.id()) {
-                    self.send(crashed(spec, e));
-                }
-            }
-        }
-    }
-}
-
-/// The row of a task whose code panicked (a bug), with the panic's message. What it
-/// spent is in its transcript; its shared reservations were charged in full.
-fn crashed(spec: &TaskSpec, e: tokio::task::JoinError) -> TaskResult {
-    let why = if e.is_panic() {
-        let payload = e.into_panic();
-        let message = payload
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| payload.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "(no message)".into());
-        format!("panicked: {}", crate::text::prefix(&message, 500))
-    } else {
-        format!("ended: {e}")
-    };
-    let mut row = unrun(
-        spec,
-        &format!(
-            "internal error (a bug in agentbatch, please report it): the task {why}; its cost is what its transcript records"
-        ),
-    );
-    row.stop_reason = StopReason::InternalError;
-    row.outcome = StopReason::InternalError.unchecked_outcome();
-    // The reporter fills in what the transcript says it spent.
-    row.cost_usd = spec.price.as_ref().map(|_| Default::default());
-    row
-}
-
-/// The row of a task that was never started: nothing spent.
-fn skipped(spec: &TaskSpec, reason: StopReason, detail: String) -> TaskResult {
-    let mut row = unrun(spec, &detail);
-    row.stop_reason = reason;
-    row.outcome = reason.unchecked_outcome();
-    row.cost_usd = spec.price.as_ref().map(|_| Default::default());
-    row
-}
-
-/// The row of a task that did not run to its own end (its cost unknown unless set).
-fn unrun(spec: &TaskSpec, detail: &str) -> TaskResult {
-    let now = Utc::now();
-    TaskResult {
-        task_id: spec.task.clone(),
-        key: spec.id.clone(),
-        variant: spec.variant.clone(),
-        axes: spec.axes.clone(),
-        epoch: spec.epoch,
-        provider: spec.provider.name.clone(),
-        protocol: spec.provider.protocol.to_string(),
-        model: spec.model.clone(),
-        team: spec.team_name().map(str::to_string),
-        outcome: StopReason::Cancelled.unchecked_outcome(),
-        stop_reason: StopReason::Cancelled,
-        stop_detail: detail.to_string(),
-        turns: 0,
-        tool_calls: 0,
-        tool_errors: 0,
-        usage: Usage::default(),
-        usage_estimated_turns: 0,
-        cost_usd: None,
-        wall_ms: 0,
-        model_ms: 0,
-        tool_ms: 0,
-        retries: 0,
-        rate_wait_ms: 0,
-        check_exit_code: None,
-        check_ms: None,
-        denied_calls: 0,
-        sandbox: String::new(),
-        workspace: None,
-        started_at: now,
-        finished_at: now,
-    }
-}
-
-/// The first Ctrl-C or SIGTERM drains (no new task starts) and gives running tasks
-/// `grace` to finish; the second signal, or the end of the grace period, cancels them.
-async fn watch_signals(
-    drain: CancellationToken,
-    cancel: CancellationToken,
-    grace: std::time::Duration,
-    tx: UnboundedSender<Event>,
-) {
-    #[cfg(unix)]
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    let mut deadline: Option<tokio::time::Instant> = None;
-    loop {
-        #[cfg(unix)]
-        let terminated = async {
-            match term.as_mut() {
-                Some(t) => {
-                    t.recv().await;
-                }
-                None => std::future::pending::<()>().await,
-            }
-        };
-        #[cfg(not(unix))]
-        let terminated = std::future::pending::<()>();
-        let grace_over = async {
-            match deadline {
-                Some(d) => tokio::time::sleep_until(d).await,
-                None => std::future::pending::<()>().await,
-            }
-        };
-        let what = tokio::select! {
-            r = tokio::signal::ctrl_c() => {
-                if r.is_err() {
-                    return;
-                }
-                "interrupted"
-            }
-            _ = terminated => "terminated",
-            _ = grace_over => {
-                let _ = tx.send(Event::Stopping(format!(
-                    "grace period of {} over: cancelling running tasks",
-                    humantime::format_duration(grace)
-                )));
-                cancel.cancel();
-                return;
-            }
-        };
-        if drain.is_cancelled() {
-            let _ = tx.send(Event::Stopping(format!(
-                "{what} again: cancelling running tasks"
-            )));
-            cancel.cancel();
-            return;
-        }
-        let until = chrono::Local::now() + grace;
-        let _ = tx.send(Event::Stopping(format!(
-            "{what}: starting no new tasks; running ones have until {} ({} grace), then are cancelled (Ctrl-C again to cancel now)",
-            until.format("%H:%M:%S"),
-            humantime::format_duration(grace)
-        )));
-        drain.cancel();
-        deadline = Some(tokio::time::Instant::now() + grace);
-    }
+    phases::Run::new(plan, opts, selected, resumed)?
+        .execute()
+        .await
 }
 
 #[cfg(test)]
 mod tests {
+    use super::feed::crashed;
     use super::*;
+    use crate::job::TaskSpec;
+    use crate::report::{Reporter, ReporterConfig, RunJson};
+    use crate::vocab::log::{Event, TaskLog};
+    use crate::vocab::stop::StopReason;
+    use serde_json::json;
+    use tokio_util::sync::CancellationToken;
 
     fn spec_of(model: &str) -> TaskSpec {
         let dir = tempfile::tempdir().unwrap();
@@ -742,8 +191,10 @@ mod tests {
         let reporter = Reporter::start(ReporterConfig {
             run_id: "r".into(),
             dir: dir.path().join("r"),
-            run_json: json!({}),
-            tasks_json: serde_json::value::to_raw_value(&[&spec]).unwrap(),
+            run_json: RunJson {
+                tasks: Some(serde_json::value::to_raw_value(&[&spec]).unwrap()),
+                ..RunJson::default()
+            },
             total_tasks: 1,
             progress: ProgressMode::Quiet,
             on_fatal: CancellationToken::new(),

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::RunError;
 use crate::job::{Plan, TaskSpec};
-use crate::report::COLUMNS;
+use crate::report::{read_results, ResultRow, ResumeChanges, RunJson, RunJsonError};
 use crate::vocab::stop::StopReason;
 
 /// How to resume.
@@ -41,55 +41,44 @@ pub(super) struct Resumed {
     pub killed_teams: HashMap<String, Decimal>,
     pub killed_variants: HashMap<String, Decimal>,
     /// run.json as the earlier attempt left it.
-    pub run_json: Value,
+    pub run_json: RunJson,
     /// The run folder.
     pub dir: PathBuf,
-    /// What [`Resumed::apply`] writes.
-    changes: Changes,
-}
-
-/// The file changes a resume makes, decided before any is made.
-struct Changes {
-    head: csv::StringRecord,
-    /// Rows that stand, for results.csv.
-    kept: Vec<csv::StringRecord>,
-    /// Rows replaced by this resume and not yet in superseded.csv.
-    superseded: Vec<csv::StringRecord>,
+    /// What [`Resumed::apply`] has the report module write.
+    changes: ResumeChanges,
 }
 
 fn invalid(m: String) -> RunError {
     RunError::Invalid(m)
 }
 
-/// One row of an earlier results.csv, as far as resuming needs it.
-struct OldRow {
-    fields: csv::StringRecord,
-    unit: (String, String, u32),
-    stop_reason: String,
-    turns: u64,
-    cost: Decimal,
-    team: String,
+/// The columns resuming needs.
+const NEEDED: [&str; 6] = [
+    "task_id",
+    "variant",
+    "epoch",
+    "stop_reason",
+    "turns",
+    "team",
+];
+
+/// The ones of those every row fills.
+const FILLED: [&str; 4] = ["task_id", "epoch", "stop_reason", "turns"];
+
+/// The (task, variant, epoch) a row is the result of.
+fn unit(row: &ResultRow) -> (String, String, u32) {
+    (row.task_id.clone(), row.variant.clone(), row.epoch)
 }
 
+/// Reads an earlier results.csv or superseded.csv: its columns must be the ones this
+/// job writes. A last row cut off by a kill (or power loss before the sync) never
+/// counted and is left out.
 fn read_rows(
     path: &Path,
     header_expected: &[String],
-) -> Result<(Vec<OldRow>, csv::StringRecord), RunError> {
-    let mut text = std::fs::read_to_string(path)
-        .map_err(|e| invalid(format!("cannot read {}: {e}", path.display())))?;
-    // A row cut off by a kill has no line end: it never counted, drop it.
-    if !text.ends_with('\n') {
-        let keep = text.rfind('\n').map_or(0, |i| i + 1);
-        text.truncate(keep);
-    }
-    let mut r = csv::ReaderBuilder::new()
-        .flexible(true)
-        .from_reader(text.as_bytes());
-    let header = r
-        .headers()
-        .map_err(|e| invalid(format!("{}: {e}", path.display())))?
-        .clone();
-    let got: Vec<&str> = header.iter().collect();
+) -> Result<(Vec<ResultRow>, csv::StringRecord), RunError> {
+    let file = read_results(path, &NEEDED, &FILLED).map_err(|e| invalid(e.to_string()))?;
+    let got: Vec<&str> = file.header.iter().collect();
     if got
         != header_expected
             .iter()
@@ -101,66 +90,11 @@ fn read_rows(
             path.display()
         )));
     }
-    let col = |name: &str| header.iter().position(|h| h == name);
-    let (Some(task), Some(variant), Some(epoch), Some(stop), Some(turns), Some(cost), Some(team)) = (
-        col("task_id"),
-        col("variant"),
-        col("epoch"),
-        col("stop_reason"),
-        col("turns"),
-        col("cost_usd"),
-        col("team"),
-    ) else {
-        return Err(invalid(format!(
-            "{}: a required column is missing",
-            path.display()
-        )));
-    };
-    let mut rows = Vec::new();
-    let records: Vec<_> = r.records().collect();
-    let last = records.len();
-    for (n, rec) in records.into_iter().enumerate() {
-        let line = n + 2;
-        let rec = match rec {
-            Ok(rec) if rec.len() == header.len() => rec,
-            // A last row cut short (power loss before the sync): it never counted.
-            _ if n + 1 == last => break,
-            Ok(rec) => {
-                return Err(invalid(format!(
-                    "{}:{line}: {} fields where the header has {}: fix or delete the row",
-                    path.display(),
-                    rec.len(),
-                    header.len()
-                )))
-            }
-            Err(e) => return Err(invalid(format!("{}:{line}: {e}", path.display()))),
-        };
-        let bad = |what: &str| {
-            invalid(format!(
-                "{}:{line}: the {what} is not valid: fix or delete the row",
-                path.display()
-            ))
-        };
-        let epoch: u32 = rec[epoch].parse().map_err(|_| bad("epoch"))?;
-        let cost: Decimal = if rec[cost].is_empty() {
-            Decimal::ZERO
-        } else {
-            rec[cost].parse().map_err(|_| bad("cost_usd"))?
-        };
-        rows.push(OldRow {
-            unit: (rec[task].to_string(), rec[variant].to_string(), epoch),
-            stop_reason: rec[stop].to_string(),
-            turns: rec[turns].parse().map_err(|_| bad("turns"))?,
-            cost,
-            team: rec[team].to_string(),
-            fields: rec,
-        });
-    }
-    Ok((rows, header))
+    Ok((file.rows, file.header))
 }
 
 /// Where two versions of the job differ, as `path: old -> new` lines.
-pub fn job_differences(old: &Value, new: &Value) -> Vec<String> {
+pub(crate) fn job_differences(old: &Value, new: &Value) -> Vec<String> {
     fn short(v: Option<&Value>) -> String {
         match v {
             None => "(absent)".into(),
@@ -203,27 +137,6 @@ pub fn job_differences(old: &Value, new: &Value) -> Vec<String> {
     out
 }
 
-/// Moves a file aside as `<stem>.tryN.<ext>` (the lowest free N) so nothing an earlier
-/// attempt wrote is lost.
-fn set_aside(path: &Path) -> std::io::Result<()> {
-    if !path.exists() {
-        return Ok(());
-    }
-    let (Some(dir), Some(stem), Some(ext)) = (path.parent(), path.file_stem(), path.extension())
-    else {
-        return Ok(());
-    };
-    let (stem, ext) = (stem.to_string_lossy(), ext.to_string_lossy());
-    let mut n = 1;
-    loop {
-        let to = dir.join(format!("{stem}.try{n}.{ext}"));
-        if !to.exists() {
-            return std::fs::rename(path, to);
-        }
-        n += 1;
-    }
-}
-
 /// Reads the earlier run and decides what runs again, without changing anything:
 /// [`Resumed::apply`] makes the changes once the run is sure to start.
 pub(super) fn prepare(
@@ -234,17 +147,16 @@ pub(super) fn prepare(
 ) -> Result<Resumed, RunError> {
     let dir = &opts.dir;
     let run_json_path = dir.join("run.json");
-    let text = std::fs::read_to_string(&run_json_path).map_err(|e| {
-        invalid(format!(
-            "--resume {}: cannot read {}: {e} (give the folder of a run: <out>/<run-id>)",
+    let run_json = RunJson::read(&run_json_path).map_err(|e| match e {
+        RunJsonError::Read { path, source } => invalid(format!(
+            "--resume {}: cannot read {}: {source} (give the folder of a run: <out>/<run-id>)",
             dir.display(),
-            run_json_path.display()
-        ))
+            path.display()
+        )),
+        e => invalid(e.to_string()),
     })?;
-    let run_json: Value = serde_json::from_str(&text)
-        .map_err(|e| invalid(format!("{}: not valid JSON: {e}", run_json_path.display())))?;
     let new_job = serde_json::to_value(&plan.job).unwrap_or(Value::Null);
-    let diffs = job_differences(&run_json["job"], &new_job);
+    let diffs = job_differences(&run_json.job, &new_job);
     if !diffs.is_empty() && !opts.force {
         let shown: Vec<&String> = diffs.iter().take(20).collect();
         return Err(invalid(format!(
@@ -255,16 +167,14 @@ pub(super) fn prepare(
             if diffs.len() > 20 { "\n  ..." } else { "" }
         )));
     }
-    let run_id = run_json["run_id"]
-        .as_str()
-        .map(str::to_string)
+    let run_id = Some(run_json.run_id.clone())
+        .filter(|id| !id.is_empty())
         .or_else(|| dir.file_name().map(|n| n.to_string_lossy().into_owned()))
         .ok_or_else(|| invalid(format!("{}: no run_id", run_json_path.display())))?;
 
     let csv_path = dir.join("results.csv");
     let (rows, head) = read_rows(&csv_path, header)?;
-    let fields = |r: &csv::StringRecord| r.iter().map(str::to_string).collect::<Vec<_>>();
-    let current: HashSet<Vec<String>> = rows.iter().map(|r| fields(&r.fields)).collect();
+    let current: HashSet<Vec<String>> = rows.iter().map(ResultRow::verbatim).collect();
     let mut spent_run = Decimal::ZERO;
     let mut spent_teams: HashMap<String, Decimal> = HashMap::new();
     // Earlier resumes: the rows they replaced (a row also still in results.csv, left by
@@ -275,26 +185,20 @@ pub(super) fn prepare(
     if superseded_path.exists() {
         let (old, _) = read_rows(&superseded_path, header)?;
         for row in old {
-            if !current.contains(&fields(&row.fields)) {
-                spent_run += row.cost;
+            if !current.contains(&row.verbatim()) {
+                let cost = row.cost_usd.unwrap_or_default();
+                spent_run += cost;
                 if !row.team.is_empty() {
-                    *spent_teams.entry(row.team).or_default() += row.cost;
+                    *spent_teams.entry(row.team.clone()).or_default() += cost;
                 }
             }
-            already_superseded.insert(fields(&row.fields));
+            already_superseded.insert(row.verbatim());
         }
     }
-    for r in run_json["resumes"].as_array().into_iter().flatten() {
-        if let Some(d) = r["killed_spent_usd"]
-            .as_str()
-            .and_then(|s| s.parse::<Decimal>().ok())
-        {
-            spent_run += d;
-        }
-        for (team, v) in r["killed_spent_by_team"].as_object().into_iter().flatten() {
-            if let Some(d) = v.as_str().and_then(|s| s.parse::<Decimal>().ok()) {
-                *spent_teams.entry(team.clone()).or_default() += d;
-            }
+    for r in &run_json.resumes {
+        spent_run += r.killed_spent_usd;
+        for (team, d) in &r.killed_spent_by_team {
+            *spent_teams.entry(team.clone()).or_default() += *d;
         }
     }
     // Only the tasks this resume runs (`--only`) can have their rows replaced.
@@ -306,19 +210,20 @@ pub(super) fn prepare(
     let mut kept = Vec::new();
     let mut superseded = Vec::new();
     for row in rows {
-        spent_run += row.cost;
+        let cost = row.cost_usd.unwrap_or_default();
+        spent_run += cost;
         if !row.team.is_empty() {
-            *spent_teams.entry(row.team.clone()).or_default() += row.cost;
+            *spent_teams.entry(row.team.clone()).or_default() += cost;
         }
         let infra = StopReason::parse(&row.stop_reason).is_some_and(StopReason::is_infra);
         // A task that never got to its first turn has nothing to keep.
-        let never_ran = row.stop_reason == "cancelled" && row.turns == 0;
-        let again =
-            (never_ran || (infra && opts.retry_errors)) && selected_units.contains(&row.unit);
-        if again || stands.contains(&row.unit) {
+        let never_ran = row.stop_reason == "cancelled" && row.turns == Some(0);
+        let unit = unit(&row);
+        let again = (never_ran || (infra && opts.retry_errors)) && selected_units.contains(&unit);
+        if again || stands.contains(&unit) {
             superseded.push(row);
         } else {
-            stands.insert(row.unit.clone());
+            stands.insert(unit);
             kept.push(row);
         }
     }
@@ -328,8 +233,7 @@ pub(super) fn prepare(
         .collect();
 
     // Tasks cut off by a kill: a transcript without a row; their spend counts.
-    let superseded_keys: HashSet<&(String, String, u32)> =
-        superseded.iter().map(|r| &r.unit).collect();
+    let superseded_keys: HashSet<(String, String, u32)> = superseded.iter().map(unit).collect();
     let mut killed_spent = Decimal::ZERO;
     let mut killed_teams: HashMap<String, Decimal> = HashMap::new();
     let mut killed_variants: HashMap<String, Decimal> = HashMap::new();
@@ -352,8 +256,8 @@ pub(super) fn prepare(
     }
     let superseded_new: Vec<csv::StringRecord> = superseded
         .iter()
+        .filter(|r| !already_superseded.contains(&r.verbatim()))
         .map(|r| r.fields.clone())
-        .filter(|f| !already_superseded.contains(&fields(f)))
         .collect();
     Ok(Resumed {
         run_id,
@@ -366,8 +270,8 @@ pub(super) fn prepare(
         killed_teams,
         killed_variants,
         run_json,
-        changes: Changes {
-            head,
+        changes: ResumeChanges {
+            header: head,
             kept: kept.into_iter().map(|r| r.fields).collect(),
             superseded: superseded_new,
         },
@@ -385,80 +289,18 @@ impl Resumed {
         self.dir.parent().map(Path::to_path_buf).unwrap_or_default()
     }
 
-    /// Sets the folder up for the tasks that run again, after everything that could
-    /// fail before the run has been done: run.json first (with this resume's record,
-    /// so what killed tasks spent is never forgotten), then superseded.csv, results.csv
-    /// (replaced whole), and the earlier transcripts, patches and workspaces of the
-    /// tasks that run again. Each step can be repeated after a crash.
-    pub(super) fn apply(
-        &self,
-        tasks: &[TaskSpec],
-        run_json: &Value,
-        tasks_json: &serde_json::value::RawValue,
-    ) -> Result<(), RunError> {
-        let dir = &self.dir;
-        let io = |p: &Path| {
-            let p = p.to_path_buf();
-            move |e: std::io::Error| invalid(format!("cannot update {}: {e}", p.display()))
-        };
-        crate::report::write_run_json(&dir.join("run.json"), run_json, tasks_json)
-            .map_err(|e| invalid(e.to_string()))?;
-        let c = &self.changes;
-        if !c.superseded.is_empty() {
-            let path = dir.join("superseded.csv");
-            let fresh = !path.exists();
-            let file = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&path)
-                .map_err(io(&path))?;
-            let mut w = csv::Writer::from_writer(file);
-            let bad = |e: csv::Error| invalid(format!("{}: {e}", path.display()));
-            if fresh {
-                w.write_record(&c.head).map_err(bad)?;
-            }
-            for r in &c.superseded {
-                w.write_record(r).map_err(bad)?;
-            }
-            w.flush().map_err(io(&path))?;
-            w.get_ref().sync_data().map_err(io(&path))?;
-        }
-        let csv_path = dir.join("results.csv");
-        let tmp = dir.join("results.csv.tmp");
-        {
-            let bad = |e: csv::Error| invalid(format!("{}: {e}", tmp.display()));
-            let mut w = csv::Writer::from_path(&tmp).map_err(bad)?;
-            w.write_record(&c.head).map_err(bad)?;
-            for r in &c.kept {
-                w.write_record(r).map_err(bad)?;
-            }
-            w.flush().map_err(io(&tmp))?;
-            w.get_ref().sync_data().map_err(io(&tmp))?;
-        }
-        std::fs::rename(&tmp, &csv_path).map_err(io(&csv_path))?;
-        for t in tasks {
-            let transcript = dir.join("transcripts").join(format!("{}.jsonl", t.id));
-            set_aside(&transcript).map_err(io(&transcript))?;
-            let patch = dir.join("patches").join(format!("{}.diff", t.id));
-            set_aside(&patch).map_err(io(&patch))?;
-            for sub in ["workspaces", "git", "tmp"] {
-                let p = dir.join(sub).join(&t.id);
-                if p.exists() {
-                    std::fs::remove_dir_all(&p).map_err(io(&p))?;
-                }
-            }
-        }
-        Ok(())
+    /// Has the report module set the folder up for the tasks that run again, once
+    /// everything that could fail before the run has been done (see
+    /// [`ResumeChanges::apply`]).
+    pub(super) fn apply(&self, tasks: &[TaskSpec], run_json: &RunJson) -> Result<(), RunError> {
+        let rerun: Vec<&str> = tasks.iter().map(|t| t.id.as_str()).collect();
+        Ok(self.changes.apply(&self.dir, run_json, &rerun)?)
     }
 }
 
 /// The header results.csv has for a plan.
 pub(super) fn header_for(plan: &Plan) -> Vec<String> {
-    COLUMNS
-        .iter()
-        .map(|c| c.to_string())
-        .chain(plan.axes.iter().map(|a| crate::report::axis_column(a)))
-        .collect()
+    crate::report::header_for(&plan.axes)
 }
 
 #[cfg(test)]
@@ -479,18 +321,5 @@ mod tests {
             ]
         );
         assert!(job_differences(&a, &a).is_empty());
-    }
-
-    #[test]
-    fn set_aside_never_overwrites() {
-        let d = tempfile::tempdir().unwrap();
-        let p = d.path().join("t.jsonl");
-        for _ in 0..2 {
-            std::fs::write(&p, "x").unwrap();
-            set_aside(&p).unwrap();
-        }
-        assert!(d.path().join("t.try1.jsonl").exists());
-        assert!(d.path().join("t.try2.jsonl").exists());
-        assert!(!p.exists());
     }
 }

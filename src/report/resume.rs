@@ -1,0 +1,103 @@
+//! The changes a resume makes to a run folder, written here so that the reporter's
+//! module stays the only writer of the folder: run.json with the resume's record, the
+//! replaced rows appended to superseded.csv, results.csv rewritten with the rows that
+//! stand, and the earlier files of the tasks that run again moved aside.
+
+use std::path::Path;
+
+use super::results::{append_results, replace_results};
+use super::run_json::RunJson;
+use super::ReportError;
+
+/// What a resume decided, before any of it is written.
+#[derive(Debug, Clone)]
+pub(crate) struct ResumeChanges {
+    /// results.csv's header (superseded.csv gets the same).
+    pub header: csv::StringRecord,
+    /// Rows that stand, for results.csv.
+    pub kept: Vec<csv::StringRecord>,
+    /// Rows replaced by this resume and not yet in superseded.csv.
+    pub superseded: Vec<csv::StringRecord>,
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ReportError + '_ {
+    move |source| ReportError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+impl ResumeChanges {
+    /// Sets the folder `dir` up for the tasks that run again (`rerun`, by key), once
+    /// everything that could fail before the run has been done: run.json first (with
+    /// this resume's record, so what killed tasks spent is never forgotten), then
+    /// superseded.csv, results.csv (replaced whole), and the earlier transcripts,
+    /// patches and workspaces of the tasks that run again. Each step can be repeated
+    /// after a crash.
+    pub(crate) fn apply(
+        &self,
+        dir: &Path,
+        run_json: &RunJson,
+        rerun: &[&str],
+    ) -> Result<(), ReportError> {
+        run_json.write(&dir.join("run.json"))?;
+        if !self.superseded.is_empty() {
+            let path = dir.join("superseded.csv");
+            append_results(&path, &self.header, &self.superseded).map_err(io(&path))?;
+        }
+        let csv_path = dir.join("results.csv");
+        replace_results(&csv_path, &self.header, &self.kept).map_err(io(&csv_path))?;
+        for key in rerun {
+            let transcript = dir.join("transcripts").join(format!("{key}.jsonl"));
+            set_aside(&transcript).map_err(io(&transcript))?;
+            let patch = dir.join("patches").join(format!("{key}.diff"));
+            set_aside(&patch).map_err(io(&patch))?;
+            for sub in ["workspaces", "git", "tmp"] {
+                let p = dir.join(sub).join(key);
+                if p.exists() {
+                    std::fs::remove_dir_all(&p).map_err(io(&p))?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Moves a file aside as `<stem>.tryN.<ext>` (the lowest free N) so nothing an earlier
+/// attempt wrote is lost.
+fn set_aside(path: &Path) -> std::io::Result<()> {
+    if !path.exists() {
+        return Ok(());
+    }
+    let (Some(dir), Some(stem), Some(ext)) = (path.parent(), path.file_stem(), path.extension())
+    else {
+        return Ok(());
+    };
+    let (stem, ext) = (stem.to_string_lossy(), ext.to_string_lossy());
+    let mut n = 1;
+    loop {
+        let to = dir.join(format!("{stem}.try{n}.{ext}"));
+        if !to.exists() {
+            return std::fs::rename(path, to);
+        }
+        n += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_aside_never_overwrites() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("t.jsonl");
+        for _ in 0..2 {
+            std::fs::write(&p, "x").unwrap();
+            set_aside(&p).unwrap();
+        }
+        assert!(d.path().join("t.try1.jsonl").exists());
+        assert!(d.path().join("t.try2.jsonl").exists());
+        assert!(!p.exists());
+    }
+}

@@ -1,0 +1,228 @@
+//! run.json: what a run was (the job, the version, when, how many at once), how it
+//! ended, and what each resume found. Every part of agentbatch that writes or reads it
+//! goes through [`RunJson`], so its keys are named once.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use rust_decimal::Decimal;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use serde_json::Value;
+
+use super::ReportError;
+
+/// run.json. Keys are written in this order; the ones a run has not reached yet (the
+/// end, a resume) are left out. A key an older run lacks reads as its default.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct RunJson {
+    pub agentbatch_version: String,
+    pub run_id: String,
+    pub job_file: String,
+    pub job_name: String,
+    pub started_at: String,
+    pub concurrency: usize,
+    /// The `--only` globs.
+    pub only: Vec<String>,
+    pub pricing_as_of: String,
+    /// The job as written (a resume compares it with the job it is given).
+    pub job: Value,
+    /// `running`, then `finished` or `interrupted`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<String>,
+    /// The run's totals ([`super::RunTotals`]; the last attempt's after a resume).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub totals: Option<Value>,
+    /// What the process used, from the OS.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resources: Option<Value>,
+    /// One record per resume, oldest first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub resumes: Vec<ResumeRecord>,
+    /// Says what `totals` covers once a run has been resumed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub totals_scope: Option<String>,
+    /// The resolved plan, kept as encoded JSON (for a large run a tree of values would
+    /// be the biggest thing in memory). Last, so the head reads first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tasks: Option<Box<RawValue>>,
+}
+
+/// What one resume found and did. Money is written as decimal strings, never floats.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct ResumeRecord {
+    pub at: String,
+    pub agentbatch_version: String,
+    pub kept_rows: usize,
+    pub superseded_rows: usize,
+    pub tasks_to_run: usize,
+    pub spent_before_usd: Decimal,
+    /// What tasks cut off by a kill had spent: no row shows it, so it is kept here.
+    pub killed_spent_usd: Decimal,
+    pub abandoned_reservations_usd: Decimal,
+    pub killed_spent_by_team: BTreeMap<String, Decimal>,
+    pub killed_spent_by_variant: BTreeMap<String, Decimal>,
+    pub retry_errors: bool,
+}
+
+/// run.json could not be read back.
+#[derive(Debug, thiserror::Error)]
+pub enum RunJsonError {
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: not valid JSON: {source}", path.display())]
+    Parse {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+}
+
+impl RunJson {
+    /// Reads `path`.
+    pub fn read(path: &Path) -> Result<RunJson, RunJsonError> {
+        let text = std::fs::read_to_string(path).map_err(|source| RunJsonError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        serde_json::from_str(&text).map_err(|source| RunJsonError::Parse {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+
+    /// Writes `path` atomically: a temp file beside it, then a rename, so a crash
+    /// leaves the old run.json or the new one.
+    pub(crate) fn write(&self, path: &Path) -> Result<(), ReportError> {
+        let tmp = path.with_extension("json.tmp");
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| ReportError::Io { path, source }
+        };
+        let text =
+            serde_json::to_string_pretty(self).map_err(|e| io(&tmp)(std::io::Error::other(e)))?;
+        std::fs::write(&tmp, text + "\n").map_err(io(&tmp))?;
+        std::fs::rename(&tmp, path).map_err(io(path))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn d(s: &str) -> Decimal {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn a_run_json_round_trips_key_for_key_in_order() {
+        let text = r#"{
+  "agentbatch_version": "0.1.0",
+  "run_id": "r",
+  "job_file": "job.yaml",
+  "job_name": "j",
+  "started_at": "2026-01-01T00:00:00.000Z",
+  "concurrency": 4,
+  "only": [
+    "a*"
+  ],
+  "pricing_as_of": "2026-01-01",
+  "job": {
+    "name": "j",
+    "tasks": []
+  },
+  "status": "finished",
+  "finished_at": "2026-01-01T00:01:00.000Z",
+  "totals": {
+    "tasks": 1
+  },
+  "resources": {
+    "cpu_user_s": 0.5
+  },
+  "resumes": [
+    {
+      "at": "2026-01-01T00:00:30.000Z",
+      "agentbatch_version": "0.1.0",
+      "kept_rows": 1,
+      "superseded_rows": 2,
+      "tasks_to_run": 3,
+      "spent_before_usd": "0.25",
+      "killed_spent_usd": "0",
+      "abandoned_reservations_usd": "0.1",
+      "killed_spent_by_team": {
+        "t": "0.01"
+      },
+      "killed_spent_by_variant": {},
+      "retry_errors": true
+    }
+  ],
+  "totals_scope": "the last attempt only; summary.csv covers the whole run",
+  "tasks": [{"id": "a"}]
+}
+"#;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run.json");
+        std::fs::write(&path, text).unwrap();
+        let r = RunJson::read(&path).unwrap();
+        assert_eq!(r.resumes[0].spent_before_usd, d("0.25"));
+        assert_eq!(r.resumes[0].killed_spent_by_team["t"], d("0.01"));
+        r.write(&path).unwrap();
+        let again = std::fs::read_to_string(&path).unwrap();
+        let (a, b): (Value, Value) = (
+            serde_json::from_str(text).unwrap(),
+            serde_json::from_str(&again).unwrap(),
+        );
+        assert_eq!(a, b);
+        let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+        assert_eq!(keys(&a), keys(&b), "the same keys in the same order");
+        assert!(!dir.path().join("run.json.tmp").exists());
+    }
+
+    #[test]
+    fn a_new_run_has_only_the_keys_it_has_reached() {
+        let r = RunJson {
+            run_id: "r".into(),
+            job: json!({"name": "j"}),
+            status: Some("running".into()),
+            ..RunJson::default()
+        };
+        let v = serde_json::to_value(&r).unwrap();
+        let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            [
+                "agentbatch_version",
+                "run_id",
+                "job_file",
+                "job_name",
+                "started_at",
+                "concurrency",
+                "only",
+                "pricing_as_of",
+                "job",
+                "status"
+            ]
+        );
+    }
+
+    #[test]
+    fn an_old_or_bad_run_json() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run.json");
+        std::fs::write(&path, "{}").unwrap();
+        let r = RunJson::read(&path).unwrap();
+        assert!(r.resumes.is_empty() && r.run_id.is_empty());
+        std::fs::write(&path, "{").unwrap();
+        let e = RunJson::read(&path).unwrap_err().to_string();
+        assert!(e.contains("run.json: not valid JSON"), "{e}");
+        let e = RunJson::read(&dir.path().join("none.json")).unwrap_err();
+        assert!(matches!(e, RunJsonError::Read { .. }), "{e}");
+    }
+}

@@ -1,0 +1,210 @@
+//! Feeding tasks: one feeder per team starts that team's tasks in plan order as slots
+//! free up, so a team at its own concurrency limit never holds up the others; they
+//! share the run's slots. Every task gets a row, started or not.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use chrono::Utc;
+use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::{run_task, smallest_first_request, AgentEnv};
+use crate::job::{Plan, TaskSpec};
+use crate::model::Usage;
+use crate::vocab::log::{Event, TaskLog, TaskResult};
+use crate::vocab::stop::StopReason;
+
+/// Runs `tasks` with at most `concurrency` in flight, each team's in plan order, until
+/// all have ended or `drain` stops new ones from starting.
+pub(super) async fn feed_by_team(
+    plan: &Plan,
+    tasks: Vec<TaskSpec>,
+    concurrency: usize,
+    env: &AgentEnv,
+    tx: &UnboundedSender<Event>,
+    drain: &CancellationToken,
+) {
+    let global = Arc::new(Semaphore::new(concurrency));
+    let mut groups: Vec<(Option<String>, Vec<TaskSpec>)> = Vec::new();
+    for spec in tasks {
+        let team = spec.team_name().map(str::to_string);
+        match groups.iter_mut().find(|(t, _)| *t == team) {
+            Some((_, g)) => g.push(spec),
+            None => groups.push((team, vec![spec])),
+        }
+    }
+    let mut feeders = JoinSet::new();
+    for (team, group) in groups {
+        let slot = team
+            .as_deref()
+            .and_then(|t| plan.teams.get(t))
+            .and_then(|t| t.concurrency)
+            .map(|c| Arc::new(Semaphore::new(c)));
+        let feeder = Feeder {
+            env: env.clone(),
+            tx: tx.clone(),
+            drain: drain.clone(),
+            global: global.clone(),
+            team_slot: slot,
+        };
+        feeders.spawn(feeder.feed(group));
+    }
+    while feeders.join_next().await.is_some() {}
+}
+
+/// Starts one team's tasks in order as slots free up.
+struct Feeder {
+    env: AgentEnv,
+    tx: UnboundedSender<Event>,
+    drain: CancellationToken,
+    global: Arc<Semaphore>,
+    team_slot: Option<Arc<Semaphore>>,
+}
+
+type Slots = (Option<OwnedSemaphorePermit>, OwnedSemaphorePermit);
+
+impl Feeder {
+    fn send(&self, row: TaskResult) {
+        let _ = self.tx.send(Event::TaskFinished(Box::new(row)));
+    }
+
+    /// A slot of the team first, then one of the run.
+    async fn slots(&self) -> Option<Slots> {
+        let team = match &self.team_slot {
+            Some(s) => Some(s.clone().acquire_owned().await.ok()?),
+            None => None,
+        };
+        Some((team, self.global.clone().acquire_owned().await.ok()?))
+    }
+
+    async fn feed(self, group: Vec<TaskSpec>) {
+        let mut set = JoinSet::new();
+        let mut running: HashMap<tokio::task::Id, TaskSpec> = HashMap::new();
+        let mut pending = group.into_iter();
+        while let Some(spec) = pending.next() {
+            let slots = tokio::select! {
+                biased;
+                _ = self.drain.cancelled() => None,
+                s = self.slots() => s,
+            };
+            let Some(slots) = slots else {
+                for spec in std::iter::once(spec).chain(pending.by_ref()) {
+                    self.send(skipped(
+                        &spec,
+                        StopReason::Cancelled,
+                        "not started: the run was interrupted".into(),
+                    ));
+                }
+                break;
+            };
+            // A task whose smallest first request cannot be paid for is not started.
+            let smallest = self
+                .env
+                .ledger
+                .governs(spec.team.as_deref())
+                .then(|| smallest_first_request(&spec, &self.env.registry))
+                .flatten();
+            if let Some(smallest) = smallest {
+                if let Some(stop) = self
+                    .env
+                    .ledger
+                    .can_start(spec.team.as_deref(), smallest)
+                    .await
+                {
+                    self.send(skipped(&spec, stop.reason, stop.detail));
+                    continue;
+                }
+            }
+            let (env, log) = (self.env.clone(), TaskLog::new(&spec.id, self.tx.clone()));
+            let task_spec = spec.clone();
+            let handle = set.spawn(async move {
+                run_task(&task_spec, &env, log).await;
+                drop(slots);
+            });
+            running.insert(handle.id(), spec);
+        }
+        while let Some(joined) = set.join_next_with_id().await {
+            if let Err(e) = joined {
+                if let Some(spec) = running.get(&e.id()) {
+                    self.send(crashed(spec, e));
+                }
+            }
+        }
+    }
+}
+
+/// The row of a task whose code panicked (a bug), with the panic's message. What it
+/// spent is in its transcript; its shared reservations were charged in full.
+pub(super) fn crashed(spec: &TaskSpec, e: tokio::task::JoinError) -> TaskResult {
+    let why = if e.is_panic() {
+        let payload = e.into_panic();
+        let message = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "(no message)".into());
+        format!("panicked: {}", crate::text::prefix(&message, 500))
+    } else {
+        format!("ended: {e}")
+    };
+    let mut row = unrun(
+        spec,
+        &format!(
+            "internal error (a bug in agentbatch, please report it): the task {why}; its cost is what its transcript records"
+        ),
+    );
+    row.stop_reason = StopReason::InternalError;
+    row.outcome = StopReason::InternalError.unchecked_outcome();
+    // The reporter fills in what the transcript says it spent.
+    row.cost_usd = spec.price.as_ref().map(|_| Default::default());
+    row
+}
+
+/// The row of a task that was never started: nothing spent.
+fn skipped(spec: &TaskSpec, reason: StopReason, detail: String) -> TaskResult {
+    let mut row = unrun(spec, &detail);
+    row.stop_reason = reason;
+    row.outcome = reason.unchecked_outcome();
+    row.cost_usd = spec.price.as_ref().map(|_| Default::default());
+    row
+}
+
+/// The row of a task that did not run to its own end (its cost unknown unless set).
+fn unrun(spec: &TaskSpec, detail: &str) -> TaskResult {
+    let now = Utc::now();
+    TaskResult {
+        task_id: spec.task.clone(),
+        key: spec.id.clone(),
+        variant: spec.variant.clone(),
+        axes: spec.axes.clone(),
+        epoch: spec.epoch,
+        provider: spec.provider.name.clone(),
+        protocol: spec.provider.protocol.to_string(),
+        model: spec.model.clone(),
+        team: spec.team_name().map(str::to_string),
+        outcome: StopReason::Cancelled.unchecked_outcome(),
+        stop_reason: StopReason::Cancelled,
+        stop_detail: detail.to_string(),
+        turns: 0,
+        tool_calls: 0,
+        tool_errors: 0,
+        usage: Usage::default(),
+        usage_estimated_turns: 0,
+        cost_usd: None,
+        wall_ms: 0,
+        model_ms: 0,
+        tool_ms: 0,
+        retries: 0,
+        rate_wait_ms: 0,
+        check_exit_code: None,
+        check_ms: None,
+        denied_calls: 0,
+        sandbox: String::new(),
+        workspace: None,
+        started_at: now,
+        finished_at: now,
+    }
+}

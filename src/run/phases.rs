@@ -1,0 +1,332 @@
+//! A run, phase by phase: the folder and its lock, the ledger and the simulator,
+//! run.json, the reporter, feeding the tasks while watching for signals, and the end.
+//! [`Run::execute`] calls them in that order; each phase says what must come before it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use chrono::{SecondsFormat, Utc};
+use rust_decimal::Decimal;
+use tokio_util::sync::CancellationToken;
+
+use super::feed::feed_by_team;
+use super::folder::{choose_run_id, lock_run_dir, RunLock};
+use super::resume::Resumed;
+use super::signals::watch_signals;
+use super::{RunError, RunOptions, RunOutcome};
+use crate::agent::AgentEnv;
+use crate::govern::ledger::Ledger;
+use crate::govern::rate::Gates;
+use crate::govern::store::{CapStore, SqliteStore};
+use crate::job::{Plan, ProviderKind, TaskSpec};
+use crate::report::{ReportError, Reporter, ReporterConfig, ResumeRecord, RunJson};
+use crate::sim::Sim;
+use crate::vocab::price;
+
+/// One run of a plan, from the checks before its folder exists to its summary.
+pub(super) struct Run {
+    plan: Plan,
+    opts: RunOptions,
+    concurrency: usize,
+    run_id: String,
+    /// The folder that holds the run folder (`--out`).
+    out_dir: PathBuf,
+    /// The tasks to run (for a resume, the ones still to run).
+    tasks: Vec<TaskSpec>,
+    /// run.json's `tasks`: every selected task, encoded once.
+    tasks_json: Option<Box<serde_json::value::RawValue>>,
+    resumed: Option<Resumed>,
+    /// Held until the run ends.
+    _lock: Option<RunLock>,
+    /// Cancels running tasks (a second signal, the end of the grace period, a report
+    /// file that cannot be written).
+    cancel: CancellationToken,
+    /// Starts no new task (the first signal).
+    drain: CancellationToken,
+}
+
+impl Run {
+    /// Checks what can be checked before anything is written: the run's id and that its
+    /// folder is free (a resume's folder is locked and read by the caller).
+    pub(super) fn new(
+        plan: Plan,
+        opts: RunOptions,
+        selected: Vec<TaskSpec>,
+        resumed: Option<(Resumed, RunLock)>,
+    ) -> Result<Run, RunError> {
+        let concurrency = opts.concurrency.unwrap_or(plan.concurrency);
+        let tasks_json = serde_json::value::to_raw_value(&selected)
+            .map_err(|e| RunError::Invalid(format!("cannot encode the plan: {e}")))?;
+        let (tasks, out_dir, run_id, resumed, lock) = match resumed {
+            Some((mut r, lock)) => {
+                let tasks = std::mem::take(&mut r.tasks);
+                (tasks, r.out_dir(), r.run_id.clone(), Some(r), Some(lock))
+            }
+            None => {
+                let out_dir = opts.out_dir.clone();
+                let run_id = choose_run_id(&plan, opts.run_id.as_ref(), &out_dir)?;
+                if out_dir.join(&run_id).exists() {
+                    return Err(RunError::Invalid(format!(
+                        "{} already exists: choose another --run-id or --out, or continue it with --resume",
+                        out_dir.join(&run_id).display()
+                    )));
+                }
+                (selected, out_dir, run_id, None, None)
+            }
+        };
+        let cancel = CancellationToken::new();
+        Ok(Run {
+            plan,
+            opts,
+            concurrency,
+            run_id,
+            out_dir,
+            tasks,
+            tasks_json: Some(tasks_json),
+            resumed,
+            _lock: lock,
+            drain: cancel.child_token(),
+            cancel,
+        })
+    }
+
+    /// The run folder, `<out>/<run-id>`.
+    fn dir(&self) -> PathBuf {
+        self.out_dir.join(&self.run_id)
+    }
+
+    /// Runs every phase in order.
+    pub(super) async fn execute(mut self) -> Result<RunOutcome, RunError> {
+        // Opened before the run folder is made: a ledger that cannot be opened leaves
+        // nothing behind.
+        let store = self.open_ledger_store()?;
+        self.lock_folder()?;
+        let abandoned = self.abandon_reservations(store.as_ref())?;
+        if self.tasks.iter().any(|t| t.repo.is_some()) {
+            crate::tools::sandbox::protect_runner();
+        }
+        let sim = self.start_sim().await?;
+        let ledger = Arc::new(Ledger::new(&self.plan, &self.run_id, store));
+        if let Some(r) = &self.resumed {
+            ledger.carry_over(r.spent_run, &r.spent_teams);
+        }
+        let run_json = self.run_json(abandoned);
+        let reporter = self.start_reporter(run_json)?;
+        let env = self.agent_env(&ledger, sim.as_ref())?;
+        self.feed(&reporter, env).await;
+        self.finish(reporter).await
+    }
+
+    /// The store of team period caps, when a team has one.
+    fn open_ledger_store(&self) -> Result<Option<Arc<dyn CapStore>>, RunError> {
+        if !self.plan.teams.values().any(|t| t.cap.is_some()) {
+            return Ok(None);
+        }
+        let path = self
+            .opts
+            .ledger
+            .clone()
+            .or_else(|| self.plan.ledger_path.clone())
+            .unwrap_or_else(|| self.out_dir.join("ledger.sqlite"));
+        Ok(Some(Arc::new(
+            SqliteStore::open(&path).map_err(RunError::Ledger)?,
+        )))
+    }
+
+    /// Creates and locks a new run's folder (a resumed run's is locked already).
+    fn lock_folder(&mut self) -> Result<(), RunError> {
+        if self._lock.is_none() {
+            self._lock = Some(lock_run_dir(&self.dir())?);
+        }
+        Ok(())
+    }
+
+    /// The lock proves the earlier process of a resumed run is dead: its open
+    /// period-cap reservations can never settle. They stay spent, and nobody waits for
+    /// them. What they held.
+    fn abandon_reservations(&self, store: Option<&Arc<dyn CapStore>>) -> Result<Decimal, RunError> {
+        match (&self.resumed, store) {
+            (Some(_), Some(store)) => store
+                .abandon_run(&self.run_id, Utc::now())
+                .map_err(RunError::Ledger),
+            _ => Ok(Decimal::ZERO),
+        }
+    }
+
+    /// The simulator the tasks need (given, started here, or none), with their scripts.
+    async fn start_sim(&self) -> Result<Option<Arc<Sim>>, RunError> {
+        let tasks = &self.tasks;
+        let needs_sim = tasks
+            .iter()
+            .any(|t| t.provider.kind == ProviderKind::Sim && t.provider.base_url.is_none());
+        let sim = match (&self.opts.sim, needs_sim) {
+            (Some(s), _) => Some(s.clone()),
+            (None, true) => Some(Arc::new(Sim::start_local().await.map_err(RunError::Sim)?)),
+            (None, false) => None,
+        };
+        if let Some(sim) = &sim {
+            for t in tasks {
+                if let (ProviderKind::Sim, Some(script)) = (t.provider.kind, &t.sim) {
+                    sim.register(&t.id, script.clone());
+                }
+            }
+            let server_limits = tasks
+                .iter()
+                .find(|t| t.provider.kind == ProviderKind::Sim)
+                .and_then(|t| t.provider.server_limits.as_ref());
+            if server_limits.is_some() {
+                sim.set_limits(server_limits);
+            }
+        }
+        Ok(sim)
+    }
+
+    /// run.json as the run starts: a new run's head, or the earlier one with this
+    /// resume's record added.
+    fn run_json(&mut self, abandoned: Decimal) -> RunJson {
+        let plan = &self.plan;
+        let now = Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true);
+        let job = serde_json::to_value(&plan.job).unwrap_or(serde_json::Value::Null);
+        let normal = |m: &HashMap<String, Decimal>| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), v.normalize()))
+                .collect::<BTreeMap<_, _>>()
+        };
+        let mut run_json = match &self.resumed {
+            None => RunJson {
+                agentbatch_version: crate::VERSION.to_string(),
+                run_id: self.run_id.clone(),
+                job_file: plan.file.display().to_string(),
+                job_name: plan.name.clone(),
+                started_at: now,
+                concurrency: self.concurrency,
+                only: self.opts.only.clone(),
+                pricing_as_of: price::builtin_as_of().to_string(),
+                job,
+                ..RunJson::default()
+            },
+            Some(r) => {
+                let mut v = r.run_json.clone();
+                v.resumes.push(ResumeRecord {
+                    at: now,
+                    agentbatch_version: crate::VERSION.to_string(),
+                    kept_rows: r.kept(),
+                    superseded_rows: r.superseded,
+                    tasks_to_run: self.tasks.len(),
+                    spent_before_usd: r.spent_run.normalize(),
+                    killed_spent_usd: r.killed_spent.normalize(),
+                    abandoned_reservations_usd: abandoned.normalize(),
+                    killed_spent_by_team: normal(&r.killed_teams),
+                    killed_spent_by_variant: normal(&r.killed_variants),
+                    retry_errors: self.opts.resume.as_ref().is_some_and(|o| o.retry_errors),
+                });
+                v.job = job;
+                v.totals_scope =
+                    Some("the last attempt only; summary.csv covers the whole run".into());
+                v
+            }
+        };
+        run_json.tasks = self.tasks_json.take();
+        run_json
+    }
+
+    /// Has the report module set a resumed folder up, then starts the reporter, which
+    /// writes run.json and results.csv's header.
+    fn start_reporter(&self, mut run_json: RunJson) -> Result<Reporter, RunError> {
+        let already_done = self.resumed.as_ref().map_or(0, |r| r.kept());
+        if let Some(r) = &self.resumed {
+            run_json.status = Some("running".into());
+            r.apply(&self.tasks, &run_json)?;
+        }
+        Ok(Reporter::start(ReporterConfig {
+            run_id: self.run_id.clone(),
+            dir: self.dir(),
+            run_json,
+            total_tasks: self.tasks.len() + already_done,
+            progress: self.opts.progress,
+            on_fatal: self.cancel.clone(),
+            axes: self.plan.axes.clone(),
+            resume: self.resumed.is_some(),
+            already_done,
+        })?)
+    }
+
+    /// What every task's loop shares.
+    fn agent_env(
+        &self,
+        ledger: &Arc<Ledger>,
+        sim: Option<&Arc<Sim>>,
+    ) -> Result<AgentEnv, RunError> {
+        // Absolute: workspaces, temp folders and git run in other folders than this one.
+        let task_dir = self.dir();
+        let task_dir = std::path::absolute(&task_dir).map_err(|source| {
+            RunError::Report(ReportError::Io {
+                path: task_dir.clone(),
+                source,
+            })
+        })?;
+        Ok(AgentEnv {
+            client: crate::model::client()?,
+            registry: self.opts.registry.clone(),
+            sim_base: sim.map(|s| s.base_url()),
+            run_id: self.run_id.clone(),
+            work_dir: task_dir,
+            ledger: ledger.clone(),
+            gates: Arc::new(Gates::new(&self.plan)),
+            cancel: self.cancel.clone(),
+            mcp: Arc::new(crate::tools::mcp::McpHub::default()),
+        })
+    }
+
+    /// Feeds the tasks, one feeder per team, while watching for signals; returns when
+    /// every task has ended, and the MCP servers are stopped.
+    async fn feed(&mut self, reporter: &Reporter, env: AgentEnv) {
+        let tx = reporter.sender();
+        let signals = self.opts.handle_signals.then(|| {
+            tokio::spawn(watch_signals(
+                self.drain.clone(),
+                self.cancel.clone(),
+                self.opts.grace,
+                tx.clone(),
+            ))
+        });
+        let tasks = std::mem::take(&mut self.tasks);
+        feed_by_team(&self.plan, tasks, self.concurrency, &env, &tx, &self.drain).await;
+        if let Some(s) = signals {
+            s.abort();
+        }
+        let mcp = env.mcp.clone();
+        drop(tx);
+        drop(env);
+        mcp.shutdown().await;
+    }
+
+    /// Completes run.json, sorts the rows into plan order and writes summary.csv.
+    async fn finish(self, reporter: Reporter) -> Result<RunOutcome, RunError> {
+        let dir = self.dir();
+        crate::report::remove_empty_work_folders(&dir);
+        let complete = !self.drain.is_cancelled();
+        let mut summary = reporter
+            .finish(if complete { "finished" } else { "interrupted" })
+            .await?;
+        let plan = &self.plan;
+        let order: HashMap<String, usize> = plan
+            .tasks
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.id.clone(), i))
+            .collect();
+        summary
+            .rows
+            .sort_by_key(|r| order.get(&r.key).copied().unwrap_or(usize::MAX));
+        let mut variant_order: Vec<String> = Vec::new();
+        for t in &plan.tasks {
+            if !variant_order.contains(&t.variant) {
+                variant_order.push(t.variant.clone());
+            }
+        }
+        summary.variants = crate::report::write_summary_csv(&dir, &plan.axes, &variant_order)?;
+        Ok(RunOutcome { summary, complete })
+    }
+}
