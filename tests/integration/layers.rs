@@ -135,3 +135,28 @@ fn the_layer_check_sees_an_import_that_points_up() {
     assert!(found.iter().any(|v| v.starts_with("src/model/http.rs:2:")));
     assert!(found.iter().any(|v| v.starts_with("src/text.rs:1:")));
 }
+
+/// Files of src allowed past `MAX_LINES`, each with its reason in docs/ARCHITECTURE.md.
+const LONG_FILES: &[&str] = &[];
+const MAX_LINES: usize = 700;
+
+#[test]
+fn no_source_file_grows_past_the_size_the_architecture_allows() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let long: Vec<String> = files
+        .iter()
+        .filter_map(|f| {
+            let lines = std::fs::read_to_string(f).unwrap().lines().count();
+            let rel = f.strip_prefix(&src).unwrap().display().to_string();
+            (lines > MAX_LINES && !LONG_FILES.contains(&rel.as_str()))
+                .then(|| format!("src/{rel}: {lines} lines"))
+        })
+        .collect();
+    assert!(
+        long.is_empty(),
+        "split these by concern (or list them in LONG_FILES with the reason in docs/ARCHITECTURE.md):\n{}",
+        long.join("\n")
+    );
+}
