@@ -1,7 +1,7 @@
 //! Governance: what a request may cost, whether another one may be sent, and when to
 //! retry. Money is exact decimal dollars throughout.
 
-pub mod budget;
-pub mod ledger;
-pub mod rate;
+pub(crate) mod budget;
+pub(crate) mod ledger;
+pub(crate) mod rate;
 pub mod store;

@@ -6,12 +6,12 @@
 //! transcript events, prompt-size estimates); `anthropic.rs`, `responses.rs` and
 //! `chat.rs` hold what differs (request bodies, parsing answers, returning results).
 
-pub mod anthropic;
-pub mod backoff;
-pub mod chat;
+pub(crate) mod anthropic;
+pub(crate) mod backoff;
+pub(crate) mod chat;
 mod conversation;
 mod http;
-pub mod responses;
+pub(crate) mod responses;
 
 use serde::Serialize;
 use serde_json::Value;

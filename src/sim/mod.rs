@@ -14,7 +14,7 @@
 //! request log.
 
 mod bounds;
-pub mod chaos;
+pub(crate) mod chaos;
 mod chat;
 mod check;
 mod limits;
