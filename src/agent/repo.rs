@@ -5,7 +5,6 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::job::schema::KeepWorkspaces;
@@ -14,6 +13,7 @@ use crate::tools::workspace::Workspace;
 use crate::tools::{Reach, RunLimits, Sandbox};
 use crate::vocab::log::TaskLog;
 use crate::vocab::stop::{Outcome, Stop, StopReason};
+use crate::vocab::transcript::{CheckOutcome, TranscriptEvent};
 
 /// Output of setup and check kept in the transcript.
 const COMMAND_OUTPUT: usize = 20_000;
@@ -74,10 +74,12 @@ pub async fn prepare(
             return p;
         }
     };
-    log.emit(
-        "workspace",
-        json!({"source": repo.path.display().to_string(), "ref": repo.git_ref, "cloned": ws.cloned, "path": ws.root.display().to_string()}),
-    );
+    log.emit(TranscriptEvent::Workspace {
+        source: repo.path.display().to_string(),
+        git_ref: repo.git_ref.clone(),
+        cloned: ws.cloned,
+        path: ws.root.display().to_string(),
+    });
     if let Err(e) = std::fs::create_dir_all(&tmp) {
         p.workspace = Some(ws);
         p.failed = Some(setup_error(format!("cannot create {}: {e}", tmp.display())));
@@ -92,10 +94,10 @@ pub async fn prepare(
             return p;
         }
     };
-    log.emit(
-        "sandbox",
-        json!({"level": sandbox.level, "network_for_bash": spec.sandbox.network}),
-    );
+    log.emit(TranscriptEvent::Sandbox {
+        level: sandbox.level.clone(),
+        network_for_bash: spec.sandbox.network,
+    });
     p.sandbox = Some(sandbox.clone());
     if let Some(setup) = &repo.setup {
         let limits = RunLimits {
@@ -104,10 +106,13 @@ pub async fn prepare(
         };
         match sandbox.run(setup, limits, cancel, Reach::SETUP).await {
             Ok(out) => {
-                log.emit(
-                    "setup",
-                    json!({"command": setup, "exit_code": out.exit_code, "timed_out": out.timed_out, "ms": out.ms, "output": out.output}),
-                );
+                log.emit(TranscriptEvent::Setup {
+                    command: setup.clone(),
+                    exit_code: out.exit_code,
+                    timed_out: out.timed_out,
+                    ms: out.ms,
+                    output: out.output.clone(),
+                });
                 if out.cancelled {
                     p.failed = Some(Stop::new(
                         StopReason::Cancelled,
@@ -146,11 +151,14 @@ pub async fn patch(p: &Prepared, log: &TaskLog) -> Option<String> {
     let ws = p.workspace.clone()?;
     match blocking(move || Ok((ws.diff(), ws.changed_files().unwrap_or_default()))).await {
         Ok((Ok(patch), files)) => {
-            log.emit("patch", json!({"files": files, "bytes": patch.len()}));
+            log.emit(TranscriptEvent::Patch {
+                files,
+                bytes: patch.len(),
+            });
             Some(patch)
         }
         Ok((Err(e), _)) | Err(e) => {
-            log.emit("patch_error", json!({"error": e}));
+            log.emit(TranscriptEvent::PatchError { error: e });
             None
         }
     }
@@ -195,17 +203,28 @@ pub async fn check(
     };
     match sandbox.run(command, limits, cancel, reach).await {
         Ok(out) if out.cancelled => {
-            log.emit(
-                "check",
-                json!({"command": command, "cancelled": true, "ms": out.ms}),
-            );
+            log.emit(TranscriptEvent::Check {
+                command: command.clone(),
+                outcome: CheckOutcome::Cancelled {
+                    cancelled: true,
+                    ms: out.ms,
+                },
+            });
             None
         }
         Ok(out) => {
-            log.emit(
-                "check",
-                json!({"command": command, "exit_code": out.exit_code, "timed_out": out.timed_out, "ms": out.ms, "passed": out.success(), "sandboxed": repo.check_sandbox, "network": reach.network || !sandbox.can_cut_network(), "output": out.output}),
-            );
+            log.emit(TranscriptEvent::Check {
+                command: command.clone(),
+                outcome: CheckOutcome::Ran {
+                    exit_code: out.exit_code,
+                    timed_out: out.timed_out,
+                    ms: out.ms,
+                    passed: out.success(),
+                    sandboxed: repo.check_sandbox,
+                    network: reach.network || !sandbox.can_cut_network(),
+                    output: out.output.clone(),
+                },
+            });
             Some(CheckResult {
                 passed: out.success(),
                 exit_code: out.exit_code,
@@ -213,7 +232,10 @@ pub async fn check(
             })
         }
         Err(e) => {
-            log.emit("check", json!({"command": command, "error": e}));
+            log.emit(TranscriptEvent::Check {
+                command: command.clone(),
+                outcome: CheckOutcome::Failed { error: e },
+            });
             Some(CheckResult {
                 passed: false,
                 exit_code: None,
@@ -252,6 +274,6 @@ pub async fn cleanup(
     })
     .await
     .unwrap_or(None);
-    log.emit("workspace_end", json!({"kept": kept}));
+    log.emit(TranscriptEvent::WorkspaceEnd { kept: kept.clone() });
     kept
 }

@@ -5,7 +5,8 @@
 use std::path::Path;
 
 use rust_decimal::Decimal;
-use serde_json::Value;
+
+use crate::vocab::transcript::TranscriptEvent as E;
 
 /// What a task cut off by a kill had spent, from its transcript: the last running
 /// total (`spent_usd`), plus charges recorded after it, plus a reservation still in
@@ -14,22 +15,31 @@ pub fn spent_in_transcript(path: &Path) -> Decimal {
     let Ok(text) = std::fs::read_to_string(path) else {
         return Decimal::ZERO;
     };
-    let usd = |v: &Value, k: &str| v[k].as_str().and_then(|s| s.parse::<Decimal>().ok());
     let (mut spent, mut pending) = (Decimal::ZERO, Decimal::ZERO);
-    for v in text
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-    {
-        if let Some(s) = usd(&v, "spent_usd") {
-            spent = s;
-        }
-        if let Some(c) = usd(&v, "charged_usd") {
-            spent += c;
-            pending = Decimal::ZERO;
-        }
-        match v["event"].as_str() {
-            Some("reserve") => pending = usd(&v, "reserved_usd").unwrap_or_default(),
-            Some("settle") => pending = Decimal::ZERO,
+    // Lines this version cannot read (cut off by the kill, or unknown) carry no money.
+    for event in text.lines().filter_map(E::read) {
+        match event {
+            E::Reserve {
+                spent_usd,
+                reserved_usd,
+                ..
+            } => {
+                spent = spent_usd.0;
+                pending = reserved_usd.map(|r| r.0).unwrap_or_default();
+            }
+            E::Settle { spent_usd, .. } => {
+                spent = spent_usd.0;
+                pending = Decimal::ZERO;
+            }
+            // A pool's stop carries the pool's spend; it was always read as the
+            // task's running total, and the task stops right after it.
+            E::BudgetStop { spent_usd, .. } => spent = spent_usd.0,
+            E::AttemptFailed { charged_usd, .. } | E::RequestAborted { charged_usd, .. } => {
+                if let Some(c) = charged_usd {
+                    spent += c.0;
+                    pending = Decimal::ZERO;
+                }
+            }
             _ => {}
         }
     }
