@@ -68,4 +68,20 @@ mod tests {
         std::fs::write(&p, lines[..4].join("\n")).unwrap();
         assert_eq!(spent_in_transcript(&p), "0.06".parse::<Decimal>().unwrap());
     }
+
+    #[test]
+    fn an_aborted_request_counts_and_lines_it_cannot_read_do_not() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("t.jsonl");
+        let lines = [
+            r#"{"event":"settle","cost_usd":"0.01","spent_usd":"0.01"}"#,
+            r#"{"event":"reserve","reserved_usd":"0.05","spent_usd":"0.01"}"#,
+            r#"{"event":"request_aborted","turn":2,"charged_usd":"0.05"}"#,
+            r#"{"event":"from_the_future","spent_usd":"9"}"#,
+            r#"{"event":"reserve","reserved_usd":"0.04","spe"#,
+        ];
+        std::fs::write(&p, lines.join("\n")).unwrap();
+        // 0.01 settled + 0.05 aborted; the unknown line and the cut-off one count nothing.
+        assert_eq!(spent_in_transcript(&p), "0.06".parse::<Decimal>().unwrap());
+    }
 }
