@@ -4,8 +4,6 @@
 
 use std::sync::Arc;
 
-use serde_json::json;
-
 use super::{AgentEnv, Loop};
 use crate::job::TaskSpec;
 use crate::model::Conversation;
@@ -14,6 +12,7 @@ use crate::tools::mcp::TaskServers;
 use crate::tools::Toolset;
 use crate::vocab::log::TaskLog;
 use crate::vocab::stop::{Stop, StopReason};
+use crate::vocab::transcript::{McpServerInfo, TranscriptEvent};
 
 /// Connects the task to its tool set's MCP servers and returns the tool set with their
 /// tools, or why the task cannot run.
@@ -25,7 +24,7 @@ pub(super) async fn attach(
     log: &TaskLog,
 ) -> Result<(Toolset, TaskServers), Stop> {
     let sink = log.clone();
-    let sink: Log = Arc::new(move |event, fields| sink.emit(event, fields));
+    let sink: Log = Arc::new(move |event| sink.emit(event));
     let attached = tokio::select! {
         _ = env.cancel.cancelled() => {
             return Err(Stop::new(StopReason::Cancelled, "run cancelled while MCP servers were starting"))
@@ -34,22 +33,25 @@ pub(super) async fn attach(
     };
     let servers = attached.map_err(|e| Stop::new(StopReason::ToolSetupError, e))?;
     let toolset = with_server_tools(base, &servers, log).await;
-    log.emit(
-        "mcp_ready",
-        json!({
-            "servers": servers.servers.iter().map(|s| json!({
-                "name": s.spec.name, "transport": s.spec.transport, "protocol_version": s.protocol_version,
-            })).collect::<Vec<_>>(),
-            "tools": toolset.names(),
-        }),
-    );
+    log.emit(TranscriptEvent::McpReady {
+        servers: servers
+            .servers
+            .iter()
+            .map(|s| McpServerInfo {
+                name: s.spec.name.clone(),
+                transport: serde_json::to_value(&s.spec.transport).unwrap_or_default(),
+                protocol_version: s.protocol_version.clone(),
+            })
+            .collect(),
+        tools: toolset.names(),
+    });
     Ok((toolset, servers))
 }
 
 async fn with_server_tools(base: &Toolset, servers: &TaskServers, log: &TaskLog) -> Toolset {
     let (toolset, notes) = base.clone().with_tools(servers.tools().await);
     for note in notes {
-        log.emit("mcp_note", json!({"note": note}));
+        log.emit(TranscriptEvent::McpNote { note });
     }
     toolset
 }
@@ -66,8 +68,9 @@ impl Loop<'_> {
         if changed {
             self.toolset = with_server_tools(self.base_tools, self.servers, self.log).await;
             conv.set_tools(self.toolset.declarations());
-            self.log
-                .emit("tools_changed", json!({"tools": self.toolset.names()}));
+            self.log.emit(TranscriptEvent::ToolsChanged {
+                tools: self.toolset.names(),
+            });
         }
         Ok(())
     }

@@ -13,7 +13,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use serde_json::json;
 use tokio::time::timeout_at;
 use tokio_util::sync::CancellationToken;
 
@@ -27,6 +26,7 @@ use crate::tools::mcp::{McpHub, TaskServers};
 use crate::tools::{Registry, ToolContext, Toolset};
 use crate::vocab::log::{TaskLog, TaskResult};
 use crate::vocab::stop::{Outcome, Stop, StopReason};
+use crate::vocab::transcript::{ImageInfo, ToolOutcome, TranscriptEvent, Usd};
 use stop::{after_response, check_turn_and_clock, Next};
 
 /// What every loop of a run shares.
@@ -173,14 +173,17 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
     let base_tools = env
         .registry
         .toolset(&spec.tools, spec.toolset.policy.clone());
-    log.emit(
-        "task_start",
-        json!({
-            "task": spec.id, "provider": spec.provider.name, "model": spec.model,
-            "max_tokens": spec.max_tokens, "tools": base_tools.names(), "toolset": spec.toolset.name,
-            "policy": spec.toolset.rules, "limits": spec.limits, "repo": spec.repo,
-        }),
-    );
+    log.emit(TranscriptEvent::TaskStart {
+        task: spec.id.clone(),
+        provider: spec.provider.name.clone(),
+        model: spec.model.clone(),
+        max_tokens: spec.max_tokens,
+        tools: base_tools.names(),
+        toolset: spec.toolset.name.clone(),
+        policy: spec.toolset.rules.clone(),
+        limits: serde_json::to_value(&spec.limits).unwrap_or_default(),
+        repo: serde_json::to_value(&spec.repo).unwrap_or_default(),
+    });
     let prepared = match &spec.repo {
         Some(repo) => repo::prepare(spec, repo, &env.work_dir, &log, &env.cancel).await,
         None => repo::Prepared::default(),
@@ -240,10 +243,10 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
     let Loop { meter, tally, .. } = lp;
     // The task's own MCP servers stop before the check runs.
     servers.shutdown().await;
-    log.emit(
-        "stop",
-        json!({"stop_reason": stop.reason, "detail": stop.detail}),
-    );
+    log.emit(TranscriptEvent::Stop {
+        stop_reason: Some(stop.reason),
+        detail: stop.detail.clone(),
+    });
     let (check, patch, kept, sandbox_level) = match &spec.repo {
         Some(repo) => {
             let patch = repo::patch(&prepared, &log).await;
@@ -264,15 +267,17 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
     }
     let outcome = outcome_of(&stop, check.as_ref());
     let cost = spec.price.as_ref().map(|_| meter.cost);
-    log.emit(
-        "task_end",
-        json!({
-            "outcome": outcome, "turns": meter.turns, "usage": meter.usage,
-            "cost_usd": cost.map(|c| c.normalize().to_string()), "tool_calls": tally.tool_calls,
-            "tool_errors": tally.tool_errors, "denied_calls": tally.denied_calls, "retries": tally.retries,
-            "check_exit_code": check.as_ref().and_then(|c| c.exit_code),
-        }),
-    );
+    log.emit(TranscriptEvent::TaskEnd {
+        outcome: Some(outcome),
+        turns: meter.turns,
+        usage: meter.usage,
+        cost_usd: cost.map(Usd),
+        tool_calls: tally.tool_calls,
+        tool_errors: tally.tool_errors,
+        denied_calls: tally.denied_calls,
+        retries: tally.retries,
+        check_exit_code: check.as_ref().and_then(|c| c.exit_code),
+    });
     let result = TaskResult {
         task_id: spec.task.clone(),
         key: spec.id.clone(),
@@ -369,10 +374,12 @@ impl Loop<'_> {
         let turn_no = self.meter.turns;
         let mut results = Vec::with_capacity(calls.len());
         for call in calls {
-            self.log.emit(
-                "tool_call",
-                json!({"turn": turn_no, "id": call.id, "name": call.name, "input": call.input}),
-            );
+            self.log.emit(TranscriptEvent::ToolCall {
+                turn: turn_no,
+                id: call.id.clone(),
+                name: call.name.clone(),
+                input: call.input.clone(),
+            });
             let ran_at = Instant::now();
             let done = guarded(
                 self.toolset.dispatch(call, self.ctx),
@@ -389,7 +396,14 @@ impl Loop<'_> {
                         &format!("while tool \"{}\" was running", call.name),
                         &self.spec.limits,
                     );
-                    self.log.emit("tool_result", json!({"turn": turn_no, "id": call.id, "name": call.name, "interrupted": stop.detail}));
+                    self.log.emit(TranscriptEvent::ToolResult {
+                        turn: turn_no,
+                        id: call.id.clone(),
+                        name: call.name.clone(),
+                        outcome: ToolOutcome::Interrupted {
+                            interrupted: stop.detail.clone(),
+                        },
+                    });
                     return Err(stop);
                 }
             };
@@ -400,22 +414,30 @@ impl Loop<'_> {
             if d.denied {
                 self.tally.denied_calls += 1;
             }
-            let mut ev = json!({
-                "turn": turn_no, "id": call.id, "name": call.name, "decision": d.decision,
-                "rule": d.rule, "is_error": d.result.is_error, "content": d.result.content, "ms": d.ms,
-            });
-            if let Some(s) = &d.structured {
-                ev["structured_content"] = s.clone();
-            }
-            if !d.result.images.is_empty() {
-                ev["images"] = json!(d
-                    .result
+            let images = (!d.result.images.is_empty()).then(|| {
+                d.result
                     .images
                     .iter()
-                    .map(|i| json!({"media_type": i.media_type, "bytes": i.data.len() * 3 / 4}))
-                    .collect::<Vec<_>>());
-            }
-            self.log.emit("tool_result", ev);
+                    .map(|i| ImageInfo {
+                        media_type: i.media_type.clone(),
+                        bytes: i.data.len() * 3 / 4,
+                    })
+                    .collect()
+            });
+            self.log.emit(TranscriptEvent::ToolResult {
+                turn: turn_no,
+                id: call.id.clone(),
+                name: call.name.clone(),
+                outcome: ToolOutcome::Ran {
+                    decision: d.decision.to_string(),
+                    rule: d.rule.clone(),
+                    is_error: d.result.is_error,
+                    content: d.result.content.clone(),
+                    ms: d.ms,
+                    structured_content: d.structured.clone(),
+                    images,
+                },
+            });
             if let Some(why) = d.fatal {
                 return Err(Stop::new(StopReason::ToolSetupError, why));
             }

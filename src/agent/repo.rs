@@ -5,7 +5,6 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::job::schema::KeepWorkspaces;
@@ -14,6 +13,7 @@ use crate::tools::workspace::{Workspace, WorkspaceError};
 use crate::tools::{Reach, RunLimits, Sandbox};
 use crate::vocab::log::TaskLog;
 use crate::vocab::stop::{Outcome, Stop, StopReason};
+use crate::vocab::transcript::{CheckOutcome, TranscriptEvent};
 
 /// Output of setup and check kept in the transcript.
 const COMMAND_OUTPUT: usize = 20_000;
@@ -76,10 +76,12 @@ pub async fn prepare(
             return p;
         }
     };
-    log.emit(
-        "workspace",
-        json!({"source": repo.path.display().to_string(), "ref": repo.git_ref, "cloned": ws.cloned, "path": ws.root.display().to_string()}),
-    );
+    log.emit(TranscriptEvent::Workspace {
+        source: repo.path.display().to_string(),
+        git_ref: repo.git_ref.clone(),
+        cloned: ws.cloned,
+        path: ws.root.display().to_string(),
+    });
     if let Err(e) = std::fs::create_dir_all(&tmp) {
         p.workspace = Some(ws);
         p.failed = Some(setup_error(format!("cannot create {}: {e}", tmp.display())));
@@ -94,10 +96,10 @@ pub async fn prepare(
             return p;
         }
     };
-    log.emit(
-        "sandbox",
-        json!({"level": sandbox.level, "network_for_bash": spec.sandbox.network}),
-    );
+    log.emit(TranscriptEvent::Sandbox {
+        level: sandbox.level.clone(),
+        network_for_bash: spec.sandbox.network,
+    });
     p.sandbox = Some(sandbox.clone());
     if let Some(setup) = &repo.setup {
         let limits = RunLimits {
@@ -106,10 +108,13 @@ pub async fn prepare(
         };
         match sandbox.run(setup, limits, cancel, Reach::SETUP).await {
             Ok(out) => {
-                log.emit(
-                    "setup",
-                    json!({"command": setup, "exit_code": out.exit_code, "timed_out": out.timed_out, "ms": out.ms, "output": out.output}),
-                );
+                log.emit(TranscriptEvent::Setup {
+                    command: setup.clone(),
+                    exit_code: out.exit_code,
+                    timed_out: out.timed_out,
+                    ms: out.ms,
+                    output: out.output.clone(),
+                });
                 if out.cancelled {
                     p.failed = Some(Stop::new(
                         StopReason::Cancelled,
@@ -153,11 +158,14 @@ pub async fn patch(p: &Prepared, log: &TaskLog) -> Option<String> {
     };
     match blocking(diff).await {
         Ok((Ok(patch), files)) => {
-            log.emit("patch", json!({"files": files, "bytes": patch.len()}));
+            log.emit(TranscriptEvent::Patch {
+                files,
+                bytes: patch.len(),
+            });
             Some(patch)
         }
         Ok((Err(e), _)) | Err(e) => {
-            log.emit("patch_error", json!({"error": e}));
+            log.emit(TranscriptEvent::PatchError { error: e });
             None
         }
     }
@@ -203,17 +211,28 @@ pub async fn check(
     let ran = sandbox.run(command, limits, cancel, reach).await;
     match ran.map_err(|e| e.to_string()) {
         Ok(out) if out.cancelled => {
-            log.emit(
-                "check",
-                json!({"command": command, "cancelled": true, "ms": out.ms}),
-            );
+            log.emit(TranscriptEvent::Check {
+                command: command.clone(),
+                outcome: CheckOutcome::Cancelled {
+                    cancelled: true,
+                    ms: out.ms,
+                },
+            });
             None
         }
         Ok(out) => {
-            log.emit(
-                "check",
-                json!({"command": command, "exit_code": out.exit_code, "timed_out": out.timed_out, "ms": out.ms, "passed": out.success(), "sandboxed": repo.check_sandbox, "network": reach.network || !sandbox.can_cut_network(), "output": out.output}),
-            );
+            log.emit(TranscriptEvent::Check {
+                command: command.clone(),
+                outcome: CheckOutcome::Ran {
+                    exit_code: out.exit_code,
+                    timed_out: out.timed_out,
+                    ms: out.ms,
+                    passed: out.success(),
+                    sandboxed: repo.check_sandbox,
+                    network: reach.network || !sandbox.can_cut_network(),
+                    output: out.output.clone(),
+                },
+            });
             Some(CheckResult {
                 passed: out.success(),
                 exit_code: out.exit_code,
@@ -221,7 +240,10 @@ pub async fn check(
             })
         }
         Err(e) => {
-            log.emit("check", json!({"command": command, "error": e}));
+            log.emit(TranscriptEvent::Check {
+                command: command.clone(),
+                outcome: CheckOutcome::Failed { error: e },
+            });
             Some(CheckResult {
                 passed: false,
                 exit_code: None,
@@ -260,6 +282,6 @@ pub async fn cleanup(
     })
     .await
     .unwrap_or(None);
-    log.emit("workspace_end", json!({"kept": kept}));
+    log.emit(TranscriptEvent::WorkspaceEnd { kept: kept.clone() });
     kept
 }

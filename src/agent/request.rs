@@ -6,7 +6,6 @@
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use serde_json::{json, Value};
 
 use super::{guarded, hint, interrupted, Loop};
 use crate::govern::budget::{floor, plan_request, RequestPlan};
@@ -15,6 +14,7 @@ use crate::model::backoff::{jitter, retry_delay};
 use crate::model::Conversation;
 use crate::model::{RateHeaders, Turn, Usage};
 use crate::vocab::stop::{Stop, StopReason};
+use crate::vocab::transcript::{TranscriptEvent, Usd};
 use rust_decimal::Decimal;
 
 /// How long past a task's deadline its reservation may still count as in flight.
@@ -45,15 +45,14 @@ impl Loop<'_> {
             // Written out before the send: a resume after kill -9 counts this
             // reservation from the transcript.
             self.log
-                .emit_written(
-                    "reserve",
-                    json!({
-                        "turn": turn_no, "attempt": attempt, "max_tokens": plan.max_tokens,
-                        "prompt_tokens_upper_bound": plan.prompt_tokens,
-                        "reserved_usd": plan.reserved_usd.map(|d| d.normalize().to_string()),
-                        "spent_usd": self.meter.cost.normalize().to_string(),
-                    }),
-                )
+                .emit_written(TranscriptEvent::Reserve {
+                    turn: turn_no,
+                    attempt,
+                    max_tokens: plan.max_tokens,
+                    prompt_tokens_upper_bound: plan.prompt_tokens,
+                    reserved_usd: plan.reserved_usd.map(Usd),
+                    spent_usd: Usd(self.meter.cost),
+                })
                 .await;
             if let Err(stop) = self.admit(&plan).await {
                 self.give_back(held, false).await;
@@ -74,10 +73,10 @@ impl Loop<'_> {
                     // Cut off in flight: it may still be billed, so it counts whole.
                     let charged = self.meter.charge_unsettled(&plan);
                     self.give_back(held, true).await;
-                    self.log.emit(
-                        "request_aborted",
-                        json!({"turn": turn_no, "charged_usd": charged.map(|c| c.normalize().to_string())}),
-                    );
+                    self.log.emit(TranscriptEvent::RequestAborted {
+                        turn: turn_no,
+                        charged_usd: charged.map(Usd),
+                    });
                     let mut stop =
                         interrupted(interrupt, "during a model request", &self.spec.limits);
                     if let Some(c) = charged {
@@ -138,15 +137,16 @@ impl Loop<'_> {
                         .pause(Utc::now())
                         .unwrap_or_else(|| retry_delay(used, None, jitter())),
                 };
-                self.log.emit(
-                    "attempt_failed",
-                    json!({
-                        "turn": turn_no, "attempt": attempt, "error": failure.error.to_string(),
-                        "retryable": !give_up, "rate_limited": true,
-                        "charged_usd": charged.map(|c| c.normalize().to_string()),
-                        "provider_paused_ms": (!give_up).then_some(wait.as_millis() as u64),
-                    }),
-                );
+                self.log.emit(TranscriptEvent::AttemptFailed {
+                    turn: turn_no,
+                    attempt,
+                    error: failure.error.to_string(),
+                    retryable: !give_up,
+                    rate_limited: Some(true),
+                    charged_usd: charged.map(Usd),
+                    provider_paused_ms: Some((!give_up).then_some(wait.as_millis() as u64)),
+                    retry_in_ms: None,
+                });
                 if give_up {
                     let why = if !failure.retryable {
                         "the provider says not to retry (x-should-retry: false, or OpenAI's insufficient_quota): a spend limit or an exhausted quota, most likely; waiting will not help: add credit or raise the account's spend limit".to_string()
@@ -179,15 +179,16 @@ impl Loop<'_> {
             }
             let give_up = !failure.retryable || errors >= self.spec.provider.max_retries;
             let wait = retry_delay(errors, failure.server_wait, jitter());
-            self.log.emit(
-                "attempt_failed",
-                json!({
-                    "turn": turn_no, "attempt": attempt, "error": failure.error.to_string(),
-                    "retryable": failure.retryable,
-                    "charged_usd": charged.map(|c| c.normalize().to_string()),
-                    "retry_in_ms": (!give_up).then_some(wait.as_millis() as u64),
-                }),
-            );
+            self.log.emit(TranscriptEvent::AttemptFailed {
+                turn: turn_no,
+                attempt,
+                error: failure.error.to_string(),
+                retryable: failure.retryable,
+                rate_limited: None,
+                charged_usd: charged.map(Usd),
+                provider_paused_ms: None,
+                retry_in_ms: Some((!give_up).then_some(wait.as_millis() as u64)),
+            });
             if give_up {
                 let mut detail = failure.error.to_string();
                 if let Some(h) = hint(&failure.error, self.spec) {
@@ -305,35 +306,32 @@ impl Loop<'_> {
         if over_cost || usage.prompt_tokens() > plan.prompt_tokens {
             // The provider billed more than the upper bound the budgets relied on; the
             // next plan sees the real figures.
-            self.log.emit(
-                "reservation_exceeded",
-                json!({
-                    "turn": turn_no,
-                    "prompt_tokens": usage.prompt_tokens(),
-                    "prompt_tokens_upper_bound": plan.prompt_tokens,
-                    "cost_usd": cost.map(|c| c.normalize().to_string()),
-                    "reserved_usd": plan.reserved_usd.map(|r| r.normalize().to_string()),
-                }),
-            );
+            self.log.emit(TranscriptEvent::ReservationExceeded {
+                turn: turn_no,
+                prompt_tokens: usage.prompt_tokens(),
+                prompt_tokens_upper_bound: plan.prompt_tokens,
+                cost_usd: cost.map(Usd),
+                reserved_usd: plan.reserved_usd.map(Usd),
+            });
         }
         if let Some(res) = held {
             if let Err(e) = self.env.ledger.settle(res, cost.unwrap_or_default()).await {
-                self.log
-                    .emit("ledger_error", json!({"error": e.to_string()}));
+                self.log.emit(TranscriptEvent::LedgerError {
+                    error: e.to_string(),
+                });
             }
         }
-        self.log.emit(
-            "settle",
-            json!({
-                "turn": turn_no, "usage": usage, "usage_estimated": estimated,
-                "cost_usd": cost.map(|c| c.normalize().to_string()),
-                "released_usd": match (plan.reserved_usd, cost) {
-                    (Some(r), Some(c)) => json!((r - c).normalize().to_string()),
-                    _ => Value::Null,
-                },
-                "spent_usd": self.meter.cost.normalize().to_string(),
-            }),
-        );
+        self.log.emit(TranscriptEvent::Settle {
+            turn: turn_no,
+            usage: *usage,
+            usage_estimated: estimated,
+            cost_usd: cost.map(Usd),
+            released_usd: match (plan.reserved_usd, cost) {
+                (Some(r), Some(c)) => Some(Usd(r - c)),
+                _ => None,
+            },
+            spent_usd: Usd(self.meter.cost),
+        });
         cost
     }
 
@@ -348,8 +346,9 @@ impl Loop<'_> {
             self.env.ledger.release(res).await
         };
         if let Err(e) = r {
-            self.log
-                .emit("ledger_error", json!({"error": e.to_string()}));
+            self.log.emit(TranscriptEvent::LedgerError {
+                error: e.to_string(),
+            });
         }
     }
 
@@ -364,10 +363,10 @@ impl Loop<'_> {
             Instant::now().checked_add(wait),
         ) {
             g.pause_until(until);
-            self.log.emit(
-                "rate_pause",
-                json!({"ms": wait.as_millis() as u64, "reason": "rate-limit headers: a window is used up"}),
-            );
+            self.log.emit(TranscriptEvent::RatePause {
+                ms: wait.as_millis() as u64,
+                reason: "rate-limit headers: a window is used up".to_string(),
+            });
         }
     }
 }

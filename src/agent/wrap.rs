@@ -5,10 +5,10 @@
 use std::time::Instant;
 
 use rust_decimal::Decimal;
-use serde_json::json;
 
 use super::Loop;
 use crate::model::Conversation;
+use crate::vocab::transcript::TranscriptEvent;
 
 /// Appended to the last request the budgets allow, which goes out with tools off.
 pub const WRAP_UP_NOTE: &str = "[agentbatch] This is your last turn: the budget allows no more requests after this one, and tools are disabled. Finish now: give your final answer, and summarize what you did and what is left undone.";
@@ -26,10 +26,11 @@ impl Loop<'_> {
             if let Some(why) = self.last_request(conv) {
                 conv.tools_off();
                 let noted = conv.append_user_text(WRAP_UP_NOTE);
-                self.log.emit(
-                    "wrap_up",
-                    json!({"why": why, "note_added": noted, "tool_choice": "none"}),
-                );
+                self.log.emit(TranscriptEvent::WrapUp {
+                    why: why.to_string(),
+                    note_added: noted,
+                    tool_choice: "none".to_string(),
+                });
             }
         }
     }

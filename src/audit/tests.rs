@@ -527,3 +527,19 @@ fn a_missing_file_is_an_error_naming_it() {
     let e = audit_file(Path::new("/nonexistent/t.jsonl")).unwrap_err();
     assert!(e.to_string().contains("/nonexistent/t.jsonl"), "{e}");
 }
+
+#[test]
+fn events_it_does_not_know_and_odd_values_change_nothing() {
+    let plain = audit(clean_claude(&[("a", "get_time")]));
+    let mut ev = clean_claude(&[("a", "get_time")]);
+    let last = ev.len() - 1;
+    // A newer agentbatch's event, a known one with values of the wrong type, and a stop
+    // whose reason this version does not know.
+    ev.insert(2, json!({"event": "teleport", "turn": 1}));
+    ev.insert(3, json!({"event": "budget_wait", "reason": 7}));
+    ev[last + 2] = json!({"event": "stop", "stop_reason": "from_the_future"});
+    let r = audit(ev);
+    assert!(r.problems.is_empty(), "{r}");
+    assert!(r.finished);
+    assert_eq!((r.turns, r.calls), (plain.turns, plain.calls));
+}

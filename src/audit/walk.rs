@@ -4,13 +4,16 @@
 //! `tool_call`/`tool_result` events the runner's handling of each call; `tools_changed`
 //! a new tool list. Each accepted response starts a segment that collects the decisions
 //! after it and the messages of the requests that follow, until the next accepted
-//! response.
+//! response. Lines are read as `TranscriptEvent`s: one the runner never writes (an
+//! unknown event, values of the wrong type) is passed over, like any event the audit
+//! has no use for.
 
 use std::collections::BTreeSet;
 
 use serde_json::Value;
 
 use crate::model::Protocol;
+use crate::vocab::transcript::{RequestParams, ToolOutcome, TranscriptEvent};
 
 /// Why a call's arguments cannot be used as a tool input.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,10 +114,19 @@ fn str_of<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
     v.get(key).and_then(Value::as_str).filter(|s| !s.is_empty())
 }
 
-fn turn_of(v: &Value) -> Option<u32> {
-    v.get("turn")
-        .and_then(Value::as_u64)
-        .and_then(|t| u32::try_from(t).ok())
+/// Turns count from 1; 0 is what a line that does not say reads as.
+fn turn_of(turn: u32) -> Option<u32> {
+    (turn > 0).then_some(turn)
+}
+
+fn non_empty(s: &str) -> Option<String> {
+    (!s.is_empty()).then(|| s.to_string())
+}
+
+fn declared_of(tools: Vec<String>) -> Declared {
+    Declared {
+        names: tools.into_iter().collect(),
+    }
 }
 
 fn names(list: &Value) -> Option<Declared> {
@@ -131,14 +143,14 @@ fn names(list: &Value) -> Option<Declared> {
     Some(Declared { names })
 }
 
-fn protocol_of_params(params: &Value) -> Option<Protocol> {
-    if let Some(p) = params
-        .get("protocol")
-        .and_then(|p| serde_json::from_value::<Protocol>(p.clone()).ok())
-    {
+fn protocol_of_params(params: &RequestParams) -> Option<Protocol> {
+    if let Some(p) = params.protocol {
         return Some(p);
     }
-    let url = str_of(params, "url")?;
+    let url = params.url.as_str();
+    if url.is_empty() {
+        return None;
+    }
     let path = url.split('?').next().unwrap_or(url);
     if path.ends_with("/messages") {
         Some(Protocol::Anthropic)
@@ -323,13 +335,19 @@ pub(super) fn results_of(protocol: Protocol, messages: &[(usize, Value)]) -> Vec
     out
 }
 
-fn decision_of(line: usize, v: &Value) -> Decision {
+fn decision_of(line: usize, id: &str, outcome: &ToolOutcome) -> Decision {
+    let (decision, is_error, interrupted) = match outcome {
+        ToolOutcome::Interrupted { .. } => (None, false, true),
+        ToolOutcome::Ran {
+            decision, is_error, ..
+        } => (non_empty(decision), *is_error, false),
+    };
     Decision {
-        id: str_of(v, "id").map(str::to_string),
+        id: non_empty(id),
         line,
-        decision: str_of(v, "decision").map(str::to_string),
-        is_error: v["is_error"] == true,
-        interrupted: v.get("interrupted").is_some_and(|i| !i.is_null()),
+        decision,
+        is_error,
+        interrupted,
     }
 }
 
@@ -365,26 +383,33 @@ pub(super) fn walk(events: &[(usize, Value)]) -> Walked {
     let mut turns = BTreeSet::new();
     let mut last_turn = 0u32;
     let mut pending: Option<Pending> = None;
-    for (line, ev) in events {
+    for (line, v) in events {
         let line = *line;
-        let kind = ev["event"].as_str().unwrap_or_default();
-        match kind {
-            "task_start" if declared.is_none() => declared = names(&ev["tools"]),
-            "mcp_ready" | "tools_changed" => {
-                if let Some(d) = names(&ev["tools"]) {
-                    declared = Some(d);
-                }
+        let Some(ev) = TranscriptEvent::from_value(v) else {
+            continue;
+        };
+        match ev {
+            TranscriptEvent::TaskStart { tools, .. } if declared.is_none() => {
+                declared = Some(declared_of(tools));
             }
-            "request" => {
+            TranscriptEvent::McpReady { tools, .. } | TranscriptEvent::ToolsChanged { tools } => {
+                declared = Some(declared_of(tools));
+            }
+            TranscriptEvent::Request {
+                turn,
+                new_messages,
+                params,
+                ..
+            } => {
                 w.settle(&mut pending);
-                let turn = turn_of(ev).unwrap_or(last_turn + 1);
+                let turn = turn_of(turn).unwrap_or(last_turn + 1);
                 last_turn = turn;
                 turns.insert(turn);
-                if let Some(params) = ev.get("params").filter(|p| p.is_object()) {
+                if let Some(params) = params {
                     if w.protocol.is_none() {
-                        w.protocol = protocol_of_params(params);
+                        w.protocol = protocol_of_params(&params);
                     }
-                    if let Some(d) = names(&params["tools"]) {
+                    if let Some(d) = names(&params.tools) {
                         declared = Some(d);
                     }
                 }
@@ -398,19 +423,19 @@ pub(super) fn walk(events: &[(usize, Value)]) -> Walked {
                     line,
                     messages: Vec::new(),
                 });
-                for m in ev["new_messages"].as_array().into_iter().flatten() {
-                    f.messages.push((line, m.clone()));
+                if let Value::Array(messages) = new_messages {
+                    f.messages.extend(messages.into_iter().map(|m| (line, m)));
                 }
             }
-            "response" => {
+            TranscriptEvent::Response { turn, body, .. } => {
                 w.settle(&mut pending);
-                let turn = turn_of(ev).unwrap_or(last_turn);
-                let body = ev.get("body").unwrap_or(&Value::Null);
+                let turn = turn_of(turn).unwrap_or(last_turn);
+                let body = body.unwrap_or(Value::Null);
                 if w.protocol.is_none() && body.is_object() {
-                    w.protocol = protocol_of_body(body);
+                    w.protocol = protocol_of_body(&body);
                 }
                 let calls = match w.protocol {
-                    Some(p) => calls_of(p, body, turn),
+                    Some(p) => calls_of(p, &body, turn),
                     None => {
                         if body.is_object() {
                             w.unknown_protocol.get_or_insert(line);
@@ -429,33 +454,31 @@ pub(super) fn walk(events: &[(usize, Value)]) -> Walked {
                     rejected: None,
                 });
             }
-            "attempt_failed" => {
+            TranscriptEvent::AttemptFailed { turn, error, .. } => {
                 if let Some(p) = pending.as_mut() {
-                    if turn_of(ev).is_none_or(|t| t == p.turn) {
+                    if turn_of(turn).is_none_or(|t| t == p.turn) {
                         p.rejected = Some(
-                            str_of(ev, "error")
-                                .unwrap_or("the attempt failed")
-                                .to_string(),
+                            non_empty(&error).unwrap_or_else(|| "the attempt failed".to_string()),
                         );
                     }
                 }
                 w.settle(&mut pending);
             }
-            "tool_call" | "tool_result" => {
+            TranscriptEvent::ToolCall { id, .. } => {
                 w.settle(&mut pending);
-                let seg = w.segments.last_mut();
-                match (kind, seg) {
-                    ("tool_call", Some(seg)) => {
-                        if let Some(id) = str_of(ev, "id") {
-                            seg.started.push((id.to_string(), line));
-                        }
-                    }
-                    ("tool_result", Some(seg)) => seg.decisions.push(decision_of(line, ev)),
-                    ("tool_result", None) => w.loose_decisions.push(decision_of(line, ev)),
-                    _ => {}
+                if let (Some(seg), Some(id)) = (w.segments.last_mut(), non_empty(&id)) {
+                    seg.started.push((id, line));
                 }
             }
-            "stop" | "task_end" => {
+            TranscriptEvent::ToolResult { id, outcome, .. } => {
+                w.settle(&mut pending);
+                let decision = decision_of(line, &id, &outcome);
+                match w.segments.last_mut() {
+                    Some(seg) => seg.decisions.push(decision),
+                    None => w.loose_decisions.push(decision),
+                }
+            }
+            TranscriptEvent::Stop { .. } | TranscriptEvent::TaskEnd { .. } => {
                 w.settle(&mut pending);
                 w.finished = true;
             }

@@ -26,7 +26,7 @@ pub struct ListedTool {
 }
 
 fn quiet() -> Log {
-    Arc::new(|_, _| {})
+    Arc::new(|_| {})
 }
 
 /// The tools a tool set gives the model, its MCP servers started for real (with

@@ -20,7 +20,6 @@ use std::time::Duration;
 
 use chrono::Utc;
 use rust_decimal::Decimal;
-use serde_json::json;
 use tokio::sync::{oneshot, Notify};
 
 use super::store::{period_key, CapStore, EntryId, EntryMeta, PeriodTotals, StoreError};
@@ -29,6 +28,7 @@ use crate::vocab::limits::Period;
 use crate::vocab::log::TaskLog;
 use crate::vocab::price::Price;
 use crate::vocab::stop::{Stop, StopReason};
+use crate::vocab::transcript::{TranscriptEvent, Usd};
 
 /// How often a request waiting on a period cap (money possibly held by another process)
 /// looks again, at first and at most.
@@ -111,9 +111,13 @@ pub struct Ledger {
 }
 
 enum Step {
-    Take { amount: Decimal, max_tokens: u32 },
+    Take {
+        amount: Decimal,
+        max_tokens: u32,
+    },
     Wait,
-    Stop(Stop, serde_json::Value),
+    /// The event is boxed: it is far larger than the other steps.
+    Stop(Stop, Box<TranscriptEvent>),
 }
 
 fn ledger_failed(e: StoreError) -> Stop {
@@ -277,12 +281,13 @@ impl Ledger {
                 return Step::Wait;
             };
             let left = r.unspent.max(Decimal::ZERO);
-            let ev = json!({
-                "pool": r.label, "cap_usd": r.cap.normalize().to_string(),
-                "spent_usd": (r.cap - r.unspent).normalize().to_string(),
-                "left_usd": left.normalize().to_string(),
-                "reserved_by_others_usd": (r.unspent - r.free).normalize().to_string(),
-                "smallest_request_usd": smallest.normalize().to_string(),
+            let ev = Box::new(TranscriptEvent::BudgetStop {
+                pool: r.label.clone(),
+                cap_usd: Usd(r.cap),
+                spent_usd: Usd(r.cap - r.unspent),
+                left_usd: Usd(left),
+                reserved_by_others_usd: Usd(r.unspent - r.free),
+                smallest_request_usd: Usd(smallest),
             });
             let detail = format!(
                 "{} of ${}: ${} left cannot pay for the smallest request, ${} ({}-token prompt + {} output tokens at worst case)",
@@ -333,7 +338,7 @@ impl Ledger {
             };
             match self.decide(need, period.as_ref()) {
                 Step::Stop(stop, ev) => {
-                    log.emit("budget_stop", ev);
+                    log.emit(*ev);
                     return Err(stop);
                 }
                 Step::Take { amount, max_tokens } => {
@@ -372,19 +377,17 @@ impl Ledger {
                         open: true,
                     };
                     if waited {
-                        log.emit(
-                            "budget_granted",
-                            json!({"waited_ms": started.elapsed().as_millis() as u64}),
-                        );
+                        log.emit(TranscriptEvent::BudgetGranted {
+                            waited_ms: started.elapsed().as_millis() as u64,
+                        });
                     }
                     return Ok((res, max_tokens));
                 }
                 Step::Wait => {
                     if !waited {
-                        log.emit(
-                            "budget_wait",
-                            json!({"reason": "the money is held by requests in flight"}),
-                        );
+                        log.emit(TranscriptEvent::BudgetWait {
+                            reason: "the money is held by requests in flight".to_string(),
+                        });
                         waited = true;
                     }
                     if period_team.is_some() {

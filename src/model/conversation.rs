@@ -15,6 +15,7 @@ use super::{
     WireError,
 };
 use crate::vocab::log::TaskLog;
+use crate::vocab::transcript::{RequestParams, TranscriptEvent};
 
 /// Tokens the API adds to a request for its tool-use instructions and message framing;
 /// added to the first request's estimate so that it stays an upper bound.
@@ -255,29 +256,25 @@ impl Conversation {
     ) -> Result<Turn, SendError> {
         let body = self.encoded_body(max_tokens);
         let sent_bytes = body.len() as u64;
-        let mut ev = json!({
-            "turn": turn,
-            "attempt": attempt,
-            "max_tokens": max_tokens,
-            "bytes": body.len(),
-            "message_count": self.history.len(),
-            "new_messages": &self.history[self.logged..],
+        let params = (self.logged == 0).then(|| RequestParams {
+            url: self.endpoint.url.as_str().to_string(),
+            protocol: Some(self.endpoint.protocol),
+            model: self.params.model.clone(),
+            system: self.params.system.clone(),
+            tools: Value::Array(self.tools.clone()),
+            extra: Value::Object(self.params.extra.clone()),
+            anthropic_version: (self.endpoint.protocol == Protocol::Anthropic)
+                .then(|| self.endpoint.anthropic_version.clone()),
         });
-        if self.logged == 0 {
-            let mut params = json!({
-                "url": self.endpoint.url.as_str(),
-                "protocol": self.endpoint.protocol,
-                "model": self.params.model,
-                "system": self.params.system,
-                "tools": self.tools,
-                "extra": self.params.extra,
-            });
-            if self.endpoint.protocol == Protocol::Anthropic {
-                params["anthropic_version"] = json!(self.endpoint.anthropic_version);
-            }
-            ev["params"] = params;
-        }
-        log.emit("request", ev);
+        log.emit(TranscriptEvent::Request {
+            turn,
+            attempt,
+            max_tokens,
+            bytes: body.len(),
+            message_count: self.history.len(),
+            new_messages: Value::Array(self.history[self.logged..].to_vec()),
+            params,
+        });
         self.logged = self.history.len();
         let post = Post {
             client: &self.client,
@@ -310,20 +307,26 @@ impl Conversation {
             Ok(v) => v,
             Err(e) => {
                 let text = String::from_utf8_lossy(&reply.body);
-                log.emit(
-                    "response",
-                    json!({"turn": turn, "request_id": reply.request_id, "ms": reply.ms, "raw_body": text.chars().take(4000).collect::<String>()}),
-                );
+                log.emit(TranscriptEvent::Response {
+                    turn,
+                    request_id: reply.request_id.clone(),
+                    ms: reply.ms,
+                    body: None,
+                    raw_body: Some(text.chars().take(4000).collect()),
+                });
                 return Err(malformed(format!(
                     "the body is not JSON ({e}), {} bytes",
                     reply.body.len()
                 )));
             }
         };
-        log.emit(
-            "response",
-            json!({"turn": turn, "request_id": reply.request_id, "ms": reply.ms, "body": raw}),
-        );
+        log.emit(TranscriptEvent::Response {
+            turn,
+            request_id: reply.request_id.clone(),
+            ms: reply.ms,
+            body: Some(raw.clone()),
+            raw_body: None,
+        });
         let parsed = match self.endpoint.protocol {
             Protocol::Anthropic => anthropic::parse(&raw),
             Protocol::OpenaiResponses => responses::parse(&raw),

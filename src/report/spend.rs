@@ -5,7 +5,8 @@
 use std::path::Path;
 
 use rust_decimal::Decimal;
-use serde_json::Value;
+
+use crate::vocab::transcript::TranscriptEvent as E;
 
 /// What a task cut off by a kill had spent, from its transcript: the last running
 /// total (`spent_usd`), plus charges recorded after it, plus a reservation still in
@@ -14,22 +15,31 @@ pub fn spent_in_transcript(path: &Path) -> Decimal {
     let Ok(text) = std::fs::read_to_string(path) else {
         return Decimal::ZERO;
     };
-    let usd = |v: &Value, k: &str| v[k].as_str().and_then(|s| s.parse::<Decimal>().ok());
     let (mut spent, mut pending) = (Decimal::ZERO, Decimal::ZERO);
-    for v in text
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-    {
-        if let Some(s) = usd(&v, "spent_usd") {
-            spent = s;
-        }
-        if let Some(c) = usd(&v, "charged_usd") {
-            spent += c;
-            pending = Decimal::ZERO;
-        }
-        match v["event"].as_str() {
-            Some("reserve") => pending = usd(&v, "reserved_usd").unwrap_or_default(),
-            Some("settle") => pending = Decimal::ZERO,
+    // Lines this version cannot read (cut off by the kill, or unknown) carry no money.
+    for event in text.lines().filter_map(E::read) {
+        match event {
+            E::Reserve {
+                spent_usd,
+                reserved_usd,
+                ..
+            } => {
+                spent = spent_usd.0;
+                pending = reserved_usd.map(|r| r.0).unwrap_or_default();
+            }
+            E::Settle { spent_usd, .. } => {
+                spent = spent_usd.0;
+                pending = Decimal::ZERO;
+            }
+            // A pool's stop carries the pool's spend; it was always read as the
+            // task's running total, and the task stops right after it.
+            E::BudgetStop { spent_usd, .. } => spent = spent_usd.0,
+            E::AttemptFailed { charged_usd, .. } | E::RequestAborted { charged_usd, .. } => {
+                if let Some(c) = charged_usd {
+                    spent += c.0;
+                    pending = Decimal::ZERO;
+                }
+            }
             _ => {}
         }
     }
@@ -56,6 +66,22 @@ mod tests {
         // 0.06 spent (0.01 settled + 0.05 charged), and 0.04 in flight at the kill.
         assert_eq!(spent_in_transcript(&p), "0.10".parse::<Decimal>().unwrap());
         std::fs::write(&p, lines[..4].join("\n")).unwrap();
+        assert_eq!(spent_in_transcript(&p), "0.06".parse::<Decimal>().unwrap());
+    }
+
+    #[test]
+    fn an_aborted_request_counts_and_lines_it_cannot_read_do_not() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("t.jsonl");
+        let lines = [
+            r#"{"event":"settle","cost_usd":"0.01","spent_usd":"0.01"}"#,
+            r#"{"event":"reserve","reserved_usd":"0.05","spent_usd":"0.01"}"#,
+            r#"{"event":"request_aborted","turn":2,"charged_usd":"0.05"}"#,
+            r#"{"event":"from_the_future","spent_usd":"9"}"#,
+            r#"{"event":"reserve","reserved_usd":"0.04","spe"#,
+        ];
+        std::fs::write(&p, lines.join("\n")).unwrap();
+        // 0.01 settled + 0.05 aborted; the unknown line and the cut-off one count nothing.
         assert_eq!(spent_in_transcript(&p), "0.06".parse::<Decimal>().unwrap());
     }
 }

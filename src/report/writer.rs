@@ -308,10 +308,7 @@ impl State {
             } => {
                 let path = self.dir.join(transcript_rel(&task));
                 let w = self.transcript(&task)?;
-                serde_json::to_writer(&mut *w, &line).map_err(|e| ReportError::Io {
-                    path: path.clone(),
-                    source: e.into(),
-                })?;
+                w.write_all(line.as_bytes()).map_err(io_err(&path))?;
                 w.write_all(b"\n").map_err(io_err(&path))?;
                 match written {
                     Some(ack) => {

@@ -205,12 +205,30 @@ mod tests {
         .unwrap();
         let log = TaskLog::new(&spec.id, reporter.sender());
         log.started();
-        log.emit("reserve", json!({"reserved_usd": "0.05", "spent_usd": "0"}));
-        log.emit("settle", json!({"cost_usd": "0.01", "spent_usd": "0.01"}));
-        log.emit(
-            "reserve",
-            json!({"reserved_usd": "0.04", "spent_usd": "0.01"}),
-        );
+        log.emit(crate::vocab::transcript::TranscriptEvent::Reserve {
+            turn: 1,
+            attempt: 1,
+            max_tokens: 1024,
+            prompt_tokens_upper_bound: 10,
+            reserved_usd: Some(rust_decimal::Decimal::new(5, 2).into()),
+            spent_usd: rust_decimal::Decimal::ZERO.into(),
+        });
+        log.emit(crate::vocab::transcript::TranscriptEvent::Settle {
+            turn: 1,
+            usage: Default::default(),
+            usage_estimated: false,
+            cost_usd: Some(rust_decimal::Decimal::new(1, 2).into()),
+            released_usd: Some(rust_decimal::Decimal::new(4, 2).into()),
+            spent_usd: rust_decimal::Decimal::new(1, 2).into(),
+        });
+        log.emit(crate::vocab::transcript::TranscriptEvent::Reserve {
+            turn: 2,
+            attempt: 1,
+            max_tokens: 1024,
+            prompt_tokens_upper_bound: 10,
+            reserved_usd: Some(rust_decimal::Decimal::new(4, 2).into()),
+            spent_usd: rust_decimal::Decimal::new(1, 2).into(),
+        });
         let e = tokio::spawn(async { panic!("boom") }).await.unwrap_err();
         let _ = reporter
             .sender()

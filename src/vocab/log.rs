@@ -6,11 +6,11 @@ use std::time::Instant;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use rust_decimal::Decimal;
-use serde_json::{json, Map, Value};
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::oneshot;
 
 use crate::vocab::stop::{Outcome, StopReason};
+use crate::vocab::transcript::{TranscriptEvent, TranscriptLine};
 use crate::vocab::usage::Usage;
 
 /// The final record of one task: one row of results.csv.
@@ -66,10 +66,10 @@ pub enum Event {
     TaskStarted {
         task: Arc<str>,
     },
-    /// One line of the task's transcript.
+    /// One line of the task's transcript, serialized (without its newline).
     Transcript {
         task: Arc<str>,
-        line: Value,
+        line: String,
         /// Answered once the line has reached the operating system (not the disk), so
         /// a kill -9 after the answer cannot lose it.
         written: Option<oneshot::Sender<()>>,
@@ -107,45 +107,41 @@ impl TaskLog {
         &self.task
     }
 
-    /// Appends `{ts, t_ms, event, ...fields}` to the transcript. `fields` should be a
-    /// JSON object; anything else is stored under `data`.
-    pub fn emit(&self, event: &str, fields: Value) {
-        self.send_line(event, fields, None);
+    /// Appends `{ts, t_ms, event, ...fields}` to the transcript. The line is
+    /// serialized here, straight from the event, so no JSON tree is built for it.
+    pub fn emit(&self, event: TranscriptEvent) {
+        self.send_line(&event, None);
     }
 
     /// Like `emit`, and waits until the line has been written out of the process. A
     /// reservation is logged this way before its request is sent: the transcript is
     /// what a resume counts a killed task's spend from, so a request that may be
     /// billed must never be missing from it.
-    pub async fn emit_written(&self, event: &str, fields: Value) {
+    pub async fn emit_written(&self, event: TranscriptEvent) {
         let (tx, rx) = oneshot::channel();
-        self.send_line(event, fields, Some(tx));
+        self.send_line(&event, Some(tx));
         // A dropped sender means the reporter has stopped; the run is ending anyway.
         let _ = rx.await;
     }
 
-    fn send_line(&self, event: &str, fields: Value, written: Option<oneshot::Sender<()>>) {
-        let mut line = Map::new();
-        line.insert(
-            "ts".into(),
-            json!(Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true)),
-        );
-        line.insert(
-            "t_ms".into(),
-            json!(self.started.elapsed().as_millis() as u64),
-        );
-        line.insert("event".into(), json!(event));
-        match fields {
-            Value::Object(m) => line.extend(m),
-            Value::Null => {}
-            other => {
-                line.insert("data".into(), other);
-            }
-        }
+    fn send_line(&self, event: &TranscriptEvent, written: Option<oneshot::Sender<()>>) {
+        let ts = Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true);
+        let t_ms = self.started.elapsed().as_millis() as u64;
+        let line = match serde_json::to_string(&TranscriptLine {
+            ts: &ts,
+            t_ms,
+            event,
+        }) {
+            Ok(line) => line,
+            // Only a map with non-string keys fails, and no event holds one; should it
+            // happen, the line still says when and why rather than vanish.
+            Err(e) => serde_json::json!({"ts": ts, "t_ms": t_ms, "event": "unwritable", "error": e.to_string()})
+                .to_string(),
+        };
         // A closed channel means the run is shutting down; the line has nowhere to go.
         let _ = self.tx.send(Event::Transcript {
             task: self.task.clone(),
-            line: Value::Object(line),
+            line,
             written,
         });
     }

@@ -1,11 +1,11 @@
 //! Token usage in one shape for every protocol.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Token counts of one response in one shape for every protocol: `input_tokens` are the
 /// uncached prompt tokens (Anthropic's own sense; OpenAI's counts are converted, since
 /// its input_tokens include cached ones), cache reads and writes apart.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,

@@ -25,9 +25,10 @@ use serde_json::{Map, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use super::config::{McpServerSpec, Transport};
+use crate::vocab::transcript::TranscriptEvent;
 
 /// Where a server's stderr lines and lifecycle notes go (a task's transcript).
-pub type Log = Arc<dyn Fn(&str, Value) + Send + Sync>;
+pub type Log = Arc<dyn Fn(TranscriptEvent) + Send + Sync>;
 
 /// Lines of stderr kept for error messages.
 const STDERR_TAIL: usize = 20;
@@ -316,10 +317,11 @@ fn drain(
         while let Ok(Some(line)) = lines.next_line().await {
             n += 1;
             if n <= STDERR_LOGGED {
-                log(
-                    "mcp_stderr",
-                    serde_json::json!({"server": server, "line": line}),
-                );
+                log(TranscriptEvent::McpStderr {
+                    server: server.clone(),
+                    line: Some(line.clone()),
+                    lines_not_logged: None,
+                });
             }
             let mut t = lock(&tail);
             if t.len() == STDERR_TAIL {
@@ -328,10 +330,11 @@ fn drain(
             t.push_back(line.chars().take(300).collect());
         }
         if n > STDERR_LOGGED {
-            log(
-                "mcp_stderr",
-                serde_json::json!({"server": server, "lines_not_logged": n - STDERR_LOGGED}),
-            );
+            log(TranscriptEvent::McpStderr {
+                server,
+                line: None,
+                lines_not_logged: Some(n - STDERR_LOGGED),
+            });
         }
     });
 }

@@ -1,0 +1,528 @@
+//! The transcript's events, one type for the writer and every reader: a renamed or
+//! misspelled event is a compile error instead of a line no reader recognises.
+//!
+//! On disk each line is `{"ts", "t_ms", "event": "<name>", ...fields}`, the fields in
+//! the order declared here. Readers take what they can, as they did when they read
+//! untyped JSON: a missing key or a value of the wrong type reads as its default (a
+//! hand-written or older line still reads); a line whose event is unknown is skipped
+//! (`TranscriptEvent::read`).
+
+use std::fmt;
+
+use rust_decimal::Decimal;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::Value;
+
+use crate::vocab::protocol::Protocol;
+use crate::vocab::stop::{Outcome, StopReason};
+use crate::vocab::usage::Usage;
+
+/// An amount of money as the transcript writes it: a normalized decimal in a string
+/// (`"0.05"`, never `0.05`), so no reader ever sees a float.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usd(pub Decimal);
+
+impl Serialize for Usd {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&self.0.normalize())
+    }
+}
+
+impl<'de> Deserialize<'de> for Usd {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Usd, D::Error> {
+        struct Text;
+        impl serde::de::Visitor<'_> for Text {
+            type Value = Usd;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a decimal amount in a string")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Usd, E> {
+                s.parse::<Decimal>().map(Usd).map_err(E::custom)
+            }
+        }
+        d.deserialize_str(Text)
+    }
+}
+
+impl From<Decimal> for Usd {
+    fn from(d: Decimal) -> Usd {
+        Usd(d)
+    }
+}
+
+/// A value of the wrong type reads as the default: the line is still read, as far as
+/// it can be.
+fn lenient<'de, D: Deserializer<'de>, T: serde::de::DeserializeOwned + Default>(
+    d: D,
+) -> Result<T, D::Error> {
+    Ok(T::deserialize(Value::deserialize(d)?).unwrap_or_default())
+}
+
+/// A key that is present, even as null (serde's `Option` alone reads null as absent).
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+    T::deserialize(d).map(Some)
+}
+
+/// A name from a list this version may not know all of (a newer or older agentbatch's
+/// protocols, stop reasons, outcomes): an unknown one reads as None, so the line still
+/// reads.
+fn known<'de, D: Deserializer<'de>, T: serde::de::DeserializeOwned>(
+    d: D,
+) -> Result<Option<T>, D::Error> {
+    Ok(T::deserialize(Value::deserialize(d)?).ok())
+}
+
+/// The first request's parameters (later requests repeat none of them).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RequestParams {
+    #[serde(deserialize_with = "lenient")]
+    pub url: String,
+    /// Read leniently: a name this version does not know is None, not a broken line.
+    #[serde(deserialize_with = "known")]
+    pub protocol: Option<Protocol>,
+    #[serde(deserialize_with = "lenient")]
+    pub model: String,
+    #[serde(deserialize_with = "lenient")]
+    pub system: Option<String>,
+    /// The tool declarations as the provider receives them.
+    pub tools: Value,
+    pub extra: Value,
+    /// Anthropic only.
+    #[serde(skip_serializing_if = "Option::is_none", deserialize_with = "lenient")]
+    pub anthropic_version: Option<String>,
+}
+
+/// One MCP server a task connected to.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct McpServerInfo {
+    pub name: String,
+    pub transport: Value,
+    pub protocol_version: String,
+}
+
+/// An image a tool returned: only its type and size are logged.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ImageInfo {
+    pub media_type: String,
+    pub bytes: usize,
+}
+
+/// How a tool call ended: cut off, or run (or refused) by the runner.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ToolOutcome {
+    /// The deadline or a cancellation cut the call off.
+    Interrupted { interrupted: String },
+    Ran {
+        /// `allow`, `deny` or `invalid`.
+        #[serde(default, deserialize_with = "lenient")]
+        decision: String,
+        #[serde(default, deserialize_with = "lenient")]
+        rule: String,
+        #[serde(default, deserialize_with = "lenient")]
+        is_error: bool,
+        #[serde(default, deserialize_with = "lenient")]
+        content: String,
+        #[serde(default, deserialize_with = "lenient")]
+        ms: u64,
+        /// What an MCP tool returned besides its content.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        structured_content: Option<Value>,
+        #[serde(
+            default,
+            skip_serializing_if = "Option::is_none",
+            deserialize_with = "lenient"
+        )]
+        images: Option<Vec<ImageInfo>>,
+    },
+}
+
+/// How the check command ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum CheckOutcome {
+    /// The run was cancelled while it ran.
+    Cancelled { cancelled: bool, ms: u64 },
+    /// It could not be started.
+    Failed { error: String },
+    Ran {
+        exit_code: Option<i32>,
+        timed_out: bool,
+        ms: u64,
+        passed: bool,
+        sandboxed: bool,
+        network: bool,
+        output: String,
+    },
+}
+
+/// One line of a task's transcript, without its timestamps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum TranscriptEvent {
+    /// The task as it starts: its model, tools, policy and limits.
+    TaskStart {
+        #[serde(default, deserialize_with = "lenient")]
+        task: String,
+        #[serde(default, deserialize_with = "lenient")]
+        provider: String,
+        #[serde(default, deserialize_with = "lenient")]
+        model: String,
+        #[serde(default, deserialize_with = "lenient")]
+        max_tokens: u32,
+        #[serde(default, deserialize_with = "lenient")]
+        tools: Vec<String>,
+        #[serde(default, deserialize_with = "lenient")]
+        toolset: Option<String>,
+        #[serde(default, deserialize_with = "lenient")]
+        policy: Vec<String>,
+        #[serde(default)]
+        limits: Value,
+        #[serde(default)]
+        repo: Value,
+    },
+    /// The task's workspace was created.
+    Workspace {
+        #[serde(default, deserialize_with = "lenient")]
+        source: String,
+        #[serde(default, rename = "ref", deserialize_with = "lenient")]
+        git_ref: Option<String>,
+        #[serde(default, deserialize_with = "lenient")]
+        cloned: bool,
+        #[serde(default, deserialize_with = "lenient")]
+        path: String,
+    },
+    /// The confinement obtained for the task's commands.
+    Sandbox {
+        #[serde(default, deserialize_with = "lenient")]
+        level: String,
+        #[serde(default, deserialize_with = "lenient")]
+        network_for_bash: bool,
+    },
+    /// The repo's setup command ran.
+    Setup {
+        #[serde(default, deserialize_with = "lenient")]
+        command: String,
+        #[serde(default, deserialize_with = "lenient")]
+        exit_code: Option<i32>,
+        #[serde(default, deserialize_with = "lenient")]
+        timed_out: bool,
+        #[serde(default, deserialize_with = "lenient")]
+        ms: u64,
+        #[serde(default, deserialize_with = "lenient")]
+        output: String,
+    },
+    /// The task's MCP servers are connected; `tools` is the whole tool set.
+    McpReady {
+        #[serde(default, deserialize_with = "lenient")]
+        servers: Vec<McpServerInfo>,
+        #[serde(default, deserialize_with = "lenient")]
+        tools: Vec<String>,
+    },
+    /// A server's tool was left out or renamed.
+    McpNote {
+        #[serde(default, deserialize_with = "lenient")]
+        note: String,
+    },
+    /// A line a stdio server wrote to stderr, or how many lines were not logged.
+    McpStderr {
+        #[serde(default, deserialize_with = "lenient")]
+        server: String,
+        #[serde(
+            default,
+            skip_serializing_if = "Option::is_none",
+            deserialize_with = "lenient"
+        )]
+        line: Option<String>,
+        #[serde(
+            default,
+            skip_serializing_if = "Option::is_none",
+            deserialize_with = "lenient"
+        )]
+        lines_not_logged: Option<usize>,
+    },
+    /// A server's tool list changed; `tools` is the new tool set.
+    ToolsChanged {
+        #[serde(default, deserialize_with = "lenient")]
+        tools: Vec<String>,
+    },
+    /// A shared pool cannot pay for the smallest request.
+    BudgetStop {
+        #[serde(default, deserialize_with = "lenient")]
+        pool: String,
+        #[serde(default, deserialize_with = "lenient")]
+        cap_usd: Usd,
+        /// The pool's spend, not the task's.
+        #[serde(default, deserialize_with = "lenient")]
+        spent_usd: Usd,
+        #[serde(default, deserialize_with = "lenient")]
+        left_usd: Usd,
+        #[serde(default, deserialize_with = "lenient")]
+        reserved_by_others_usd: Usd,
+        #[serde(default, deserialize_with = "lenient")]
+        smallest_request_usd: Usd,
+    },
+    /// The request waits for money held by requests in flight.
+    BudgetWait {
+        #[serde(default, deserialize_with = "lenient")]
+        reason: String,
+    },
+    /// The wait is over.
+    BudgetGranted {
+        #[serde(default, deserialize_with = "lenient")]
+        waited_ms: u64,
+    },
+    /// A request's worst case is reserved; written out before the request is sent.
+    Reserve {
+        #[serde(default, deserialize_with = "lenient")]
+        turn: u32,
+        #[serde(default, deserialize_with = "lenient")]
+        attempt: u32,
+        #[serde(default, deserialize_with = "lenient")]
+        max_tokens: u32,
+        #[serde(default, deserialize_with = "lenient")]
+        prompt_tokens_upper_bound: u64,
+        /// None without a price.
+        #[serde(default, deserialize_with = "lenient")]
+        reserved_usd: Option<Usd>,
+        /// The task's running total before this request.
+        #[serde(default, deserialize_with = "lenient")]
+        spent_usd: Usd,
+    },
+    /// A request as sent: its new messages, and on the first its parameters.
+    Request {
+        #[serde(default, deserialize_with = "lenient")]
+        turn: u32,
+        #[serde(default, deserialize_with = "lenient")]
+        attempt: u32,
+        #[serde(default, deserialize_with = "lenient")]
+        max_tokens: u32,
+        #[serde(default, deserialize_with = "lenient")]
+        bytes: usize,
+        #[serde(default, deserialize_with = "lenient")]
+        message_count: usize,
+        #[serde(default)]
+        new_messages: Value,
+        #[serde(
+            default,
+            skip_serializing_if = "Option::is_none",
+            deserialize_with = "lenient"
+        )]
+        params: Option<RequestParams>,
+    },
+    /// The provider's answer: its body, or the start of a body that is not JSON.
+    Response {
+        #[serde(default, deserialize_with = "lenient")]
+        turn: u32,
+        #[serde(default, deserialize_with = "lenient")]
+        request_id: Option<String>,
+        #[serde(default, deserialize_with = "lenient")]
+        ms: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        body: Option<Value>,
+        #[serde(
+            default,
+            skip_serializing_if = "Option::is_none",
+            deserialize_with = "lenient"
+        )]
+        raw_body: Option<String>,
+    },
+    /// An attempt failed; a 429 carries `rate_limited` and `provider_paused_ms`, any
+    /// other failure `retry_in_ms` (null when it is not retried).
+    AttemptFailed {
+        #[serde(default, deserialize_with = "lenient")]
+        turn: u32,
+        #[serde(default, deserialize_with = "lenient")]
+        attempt: u32,
+        #[serde(default, deserialize_with = "lenient")]
+        error: String,
+        #[serde(default, deserialize_with = "lenient")]
+        retryable: bool,
+        #[serde(
+            default,
+            skip_serializing_if = "Option::is_none",
+            deserialize_with = "lenient"
+        )]
+        rate_limited: Option<bool>,
+        /// A worst case counted as spent (it may have been billed).
+        #[serde(default, deserialize_with = "lenient")]
+        charged_usd: Option<Usd>,
+        /// Absent on other failures; null when the task gives up.
+        #[serde(
+            default,
+            skip_serializing_if = "Option::is_none",
+            deserialize_with = "present"
+        )]
+        provider_paused_ms: Option<Option<u64>>,
+        /// Absent on a 429; null when the task gives up.
+        #[serde(
+            default,
+            skip_serializing_if = "Option::is_none",
+            deserialize_with = "present"
+        )]
+        retry_in_ms: Option<Option<u64>>,
+    },
+    /// A request cut off in flight; its reservation counts as spent.
+    RequestAborted {
+        #[serde(default, deserialize_with = "lenient")]
+        turn: u32,
+        #[serde(default, deserialize_with = "lenient")]
+        charged_usd: Option<Usd>,
+    },
+    /// The provider billed more than the reservation's upper bound.
+    ReservationExceeded {
+        #[serde(default, deserialize_with = "lenient")]
+        turn: u32,
+        #[serde(default, deserialize_with = "lenient")]
+        prompt_tokens: u64,
+        #[serde(default, deserialize_with = "lenient")]
+        prompt_tokens_upper_bound: u64,
+        #[serde(default, deserialize_with = "lenient")]
+        cost_usd: Option<Usd>,
+        #[serde(default, deserialize_with = "lenient")]
+        reserved_usd: Option<Usd>,
+    },
+    /// The shared ledger could not record a settlement or a release.
+    LedgerError {
+        #[serde(default, deserialize_with = "lenient")]
+        error: String,
+    },
+    /// An answer's real cost replaces its reservation.
+    Settle {
+        #[serde(default, deserialize_with = "lenient")]
+        turn: u32,
+        #[serde(default, deserialize_with = "lenient")]
+        usage: Usage,
+        #[serde(default, deserialize_with = "lenient")]
+        usage_estimated: bool,
+        #[serde(default, deserialize_with = "lenient")]
+        cost_usd: Option<Usd>,
+        #[serde(default, deserialize_with = "lenient")]
+        released_usd: Option<Usd>,
+        /// The task's running total after this answer.
+        #[serde(default, deserialize_with = "lenient")]
+        spent_usd: Usd,
+    },
+    /// Rate-limit headers said a window is used up: the provider pauses.
+    RatePause {
+        #[serde(default, deserialize_with = "lenient")]
+        ms: u64,
+        #[serde(default, deserialize_with = "lenient")]
+        reason: String,
+    },
+    /// The last request the budgets allow goes out with tools off.
+    WrapUp {
+        #[serde(default, deserialize_with = "lenient")]
+        why: String,
+        #[serde(default, deserialize_with = "lenient")]
+        note_added: bool,
+        #[serde(default, deserialize_with = "lenient")]
+        tool_choice: String,
+    },
+    /// The runner starts on a tool call.
+    ToolCall {
+        #[serde(default, deserialize_with = "lenient")]
+        turn: u32,
+        #[serde(default, deserialize_with = "lenient")]
+        id: String,
+        #[serde(default, deserialize_with = "lenient")]
+        name: String,
+        #[serde(default)]
+        input: Value,
+    },
+    /// The runner's decision on a tool call and its result.
+    ToolResult {
+        #[serde(default, deserialize_with = "lenient")]
+        turn: u32,
+        #[serde(default, deserialize_with = "lenient")]
+        id: String,
+        #[serde(default, deserialize_with = "lenient")]
+        name: String,
+        #[serde(flatten)]
+        outcome: ToolOutcome,
+    },
+    /// Why the loop ended.
+    Stop {
+        /// None when read from a line whose reason this version does not know.
+        #[serde(default, deserialize_with = "known")]
+        stop_reason: Option<StopReason>,
+        #[serde(default, deserialize_with = "lenient")]
+        detail: String,
+    },
+    /// The agent's change was taken.
+    Patch {
+        #[serde(default, deserialize_with = "lenient")]
+        files: Vec<String>,
+        #[serde(default, deserialize_with = "lenient")]
+        bytes: usize,
+    },
+    PatchError {
+        #[serde(default, deserialize_with = "lenient")]
+        error: String,
+    },
+    /// The check command's verdict.
+    Check {
+        #[serde(default, deserialize_with = "lenient")]
+        command: String,
+        #[serde(flatten)]
+        outcome: CheckOutcome,
+    },
+    /// The workspace was kept (its path) or removed (null).
+    WorkspaceEnd {
+        #[serde(default, deserialize_with = "lenient")]
+        kept: Option<String>,
+    },
+    /// The task's final figures.
+    TaskEnd {
+        /// None when read from a line whose outcome this version does not know.
+        #[serde(default, deserialize_with = "known")]
+        outcome: Option<Outcome>,
+        #[serde(default, deserialize_with = "lenient")]
+        turns: u32,
+        #[serde(default, deserialize_with = "lenient")]
+        usage: Usage,
+        #[serde(default, deserialize_with = "lenient")]
+        cost_usd: Option<Usd>,
+        #[serde(default, deserialize_with = "lenient")]
+        tool_calls: u32,
+        #[serde(default, deserialize_with = "lenient")]
+        tool_errors: u32,
+        #[serde(default, deserialize_with = "lenient")]
+        denied_calls: u32,
+        #[serde(default, deserialize_with = "lenient")]
+        retries: u32,
+        #[serde(default, deserialize_with = "lenient")]
+        check_exit_code: Option<i32>,
+    },
+}
+
+/// A transcript line as written: the timestamps, then the event.
+#[derive(Serialize)]
+pub struct TranscriptLine<'a> {
+    /// Wall clock, RFC 3339 with milliseconds.
+    pub ts: &'a str,
+    /// Milliseconds since the task started.
+    pub t_ms: u64,
+    #[serde(flatten)]
+    pub event: &'a TranscriptEvent,
+}
+
+impl TranscriptEvent {
+    /// Reads one transcript line; None for a line that is not JSON, an event this
+    /// version does not know, or values of the wrong type (readers skip those).
+    pub fn read(line: &str) -> Option<TranscriptEvent> {
+        serde_json::from_str(line).ok()
+    }
+
+    /// Like `read`, from a line already parsed.
+    pub fn from_value(v: &Value) -> Option<TranscriptEvent> {
+        TranscriptEvent::deserialize(v).ok()
+    }
+}
+
+#[cfg(test)]
+#[path = "transcript_tests.rs"]
+mod tests;
