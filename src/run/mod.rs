@@ -164,7 +164,6 @@ mod tests {
     use crate::report::{Reporter, ReporterConfig, RunJson};
     use crate::vocab::log::{Event, TaskLog};
     use crate::vocab::stop::StopReason;
-    use serde_json::json;
     use tokio_util::sync::CancellationToken;
 
     fn spec_of(model: &str) -> TaskSpec {
