@@ -31,9 +31,8 @@ pub fn spent_in_transcript(path: &Path) -> Decimal {
                 spent = spent_usd.0;
                 pending = Decimal::ZERO;
             }
-            // A pool's stop carries the pool's spend; it was always read as the
-            // task's running total, and the task stops right after it.
-            E::BudgetStop { spent_usd, .. } => spent = spent_usd.0,
+            // A pool's stop (`budget_stop`) carries the whole pool's spend, not the
+            // task's: it changes nothing here.
             E::AttemptFailed { charged_usd, .. } | E::RequestAborted { charged_usd, .. } => {
                 if let Some(c) = charged_usd {
                     spent += c.0;
@@ -83,5 +82,18 @@ mod tests {
         std::fs::write(&p, lines.join("\n")).unwrap();
         // 0.01 settled + 0.05 aborted; the unknown line and the cut-off one count nothing.
         assert_eq!(spent_in_transcript(&p), "0.06".parse::<Decimal>().unwrap());
+    }
+
+    #[test]
+    fn a_pools_stop_does_not_charge_the_task_the_pools_spend() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("t.jsonl");
+        let lines = [
+            r#"{"event":"reserve","reserved_usd":"0.05","spent_usd":"0"}"#,
+            r#"{"event":"settle","cost_usd":"0.01","spent_usd":"0.01"}"#,
+            r#"{"event":"budget_stop","pool":"team platform","cap_usd":"10","spent_usd":"9.99","left_usd":"0.01","reserved_by_others_usd":"0","smallest_request_usd":"0.02"}"#,
+        ];
+        std::fs::write(&p, lines.join("\n")).unwrap();
+        assert_eq!(spent_in_transcript(&p), "0.01".parse::<Decimal>().unwrap());
     }
 }
