@@ -6,7 +6,7 @@
 //! goes to the single [`report`] writer. [`sim`] is the built-in simulated provider;
 //! [`audit`] reads a transcript back and checks its tool-call protocol turn by turn.
 
-pub mod agent;
+pub(crate) mod agent;
 pub mod audit;
 pub mod bench;
 pub mod commands;

@@ -6,7 +6,7 @@
 mod mcp;
 mod repo;
 mod request;
-pub mod stop;
+pub(crate) mod stop;
 mod wrap;
 
 use std::sync::Arc;

@@ -61,7 +61,6 @@ impl Limit {
 
 /// The limits of one provider or team.
 pub struct Gate {
-    pub name: String,
     rpm: Option<Limit>,
     itpm: Option<Limit>,
     otpm: Option<Limit>,
@@ -72,9 +71,8 @@ pub struct Gate {
 }
 
 impl Gate {
-    pub fn new(name: &str, limits: &RateLimits) -> Gate {
+    pub fn new(limits: &RateLimits) -> Gate {
         Gate {
-            name: name.to_string(),
             rpm: limits.rpm.map(|r| Limit::new(r, limits.burst)),
             itpm: limits.itpm.map(|r| Limit::new(r, limits.burst)),
             otpm: limits.otpm.map(|r| Limit::new(r, limits.burst)),
@@ -135,13 +133,13 @@ impl Gates {
         for t in &plan.tasks {
             providers
                 .entry(t.provider.name.clone())
-                .or_insert_with(|| Arc::new(Gate::new(&t.provider.name, &t.provider.rate)));
+                .or_insert_with(|| Arc::new(Gate::new(&t.provider.rate)));
         }
         let teams = plan
             .teams
             .values()
             .filter(|t| !t.rate.is_empty())
-            .map(|t| (t.name.clone(), Arc::new(Gate::new(&t.name, &t.rate))))
+            .map(|t| (t.name.clone(), Arc::new(Gate::new(&t.rate))))
             .collect();
         Gates { providers, teams }
     }
@@ -172,7 +170,7 @@ mod tests {
     async fn paces_to_the_rate_after_the_burst() {
         // 1200 rpm = one every 50 ms (50.5 at 99%); one second's worth = 20, 2 kept in
         // reserve: 18 at once, then 12 more
-        let g = Gate::new("p", &limits(1200, 1000));
+        let g = Gate::new(&limits(1200, 1000));
         let start = Instant::now();
         for _ in 0..30 {
             g.admit(0, 0).await;
@@ -184,15 +182,12 @@ mod tests {
 
     #[tokio::test]
     async fn token_charges_larger_than_the_burst_are_paced_not_refused() {
-        let g = Gate::new(
-            "p",
-            &RateLimits {
-                rpm: None,
-                itpm: Some(60_000),
-                otpm: None,
-                burst: Duration::from_secs(1),
-            },
-        );
+        let g = Gate::new(&RateLimits {
+            rpm: None,
+            itpm: Some(60_000),
+            otpm: None,
+            burst: Duration::from_secs(1),
+        });
         let start = Instant::now();
         g.admit(3000, 0).await; // 990/s with a burst of 900: over two seconds
         assert!(
@@ -204,7 +199,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_pause_holds_everyone() {
-        let g = Gate::new("p", &limits(60_000, 1000));
+        let g = Gate::new(&limits(60_000, 1000));
         g.pause_until(Instant::now() + Duration::from_millis(200));
         g.pause_until(Instant::now() + Duration::from_millis(50)); // never shortens
         let start = Instant::now();

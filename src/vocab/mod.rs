@@ -4,12 +4,12 @@
 //! It imports no other module of the crate, so nothing that uses it can form a cycle
 //! through it.
 
-pub mod bounds;
+pub(crate) mod bounds;
 pub mod limits;
-pub mod log;
+pub(crate) mod log;
 pub mod price;
-pub mod protocol;
+pub(crate) mod protocol;
 pub mod stop;
-pub mod transcript;
-pub mod usage;
+pub(crate) mod transcript;
+pub(crate) mod usage;
 pub mod values;
