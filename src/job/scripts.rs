@@ -49,6 +49,7 @@ fn load_script(src: &SimSource, at: &[Seg], cx: &mut Ctx) -> Option<Arc<Script>>
         SimSource::Inline(s) => match s.check() {
             Ok(()) => Some(Arc::new(s.clone())),
             Err(e) => {
+                let e = e.0;
                 // At the field inside the script that the message names, if any.
                 match super::locate::split_path_prefix(&e) {
                     Some((inner, rest)) => {
@@ -95,7 +96,8 @@ fn parse_script(path: &Path, text: Result<String, SourceError>) -> Result<Script
     let file = path.display().to_string();
     let script: Script =
         super::parse_yaml(&file, &text).map_err(|e| ScriptError::Invalid(e.diagnostics))?;
-    script.check().map_err(|message| {
+    script.check().map_err(|e| {
+        let message = e.0;
         // Placed at the field the message names, when it names one.
         let at = super::locate::split_path_prefix(&message)
             .and_then(|(path, _)| super::locate::locate(&text, &path));

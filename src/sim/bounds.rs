@@ -8,6 +8,23 @@ use std::time::Duration;
 use super::script::{Block, Chaos, Fault, Script, ScriptTurn, UsageScript};
 use crate::vocab::values::HumanDuration;
 
+/// A number in a simulator script past its bound, named by its place in the script.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct OutOfBounds(pub String);
+
+impl From<String> for OutOfBounds {
+    fn from(message: String) -> OutOfBounds {
+        OutOfBounds(message)
+    }
+}
+
+impl From<&str> for OutOfBounds {
+    fn from(message: &str) -> OutOfBounds {
+        OutOfBounds(message.to_string())
+    }
+}
+
 /// Latency and `body_delay`, which the simulator really sleeps: longer than any client
 /// timeout worth testing.
 pub const MAX_DELAY: Duration = Duration::from_secs(600);
@@ -40,7 +57,7 @@ pub const MAX_PATH: usize = 4096;
 impl Script {
     /// Checks what serde cannot: a script needs turns or chaos (not both), faults need a
     /// status, and every number stays under its bound (`bounds.rs`).
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), OutOfBounds> {
         match (&self.chaos, self.turns.is_empty()) {
             (None, true) => {
                 return Err(
@@ -67,7 +84,8 @@ impl Script {
                 if (f.status, f.disconnect) == (None, false) {
                     return Err(format!(
                         "turns[{i}].faults: a fault needs `status: <code>` or `disconnect: true`"
-                    ));
+                    )
+                    .into());
                 }
             }
             for b in &t.content {
@@ -76,7 +94,8 @@ impl Script {
                         return Err(format!(
                             "turns[{i}].content: tool_use `{}` input must be a map",
                             u.name
-                        ));
+                        )
+                        .into());
                     }
                 }
             }
@@ -86,28 +105,31 @@ impl Script {
 }
 
 /// `field: value is over the upper bound of bound`, or Ok.
-pub fn at_most(field: &str, value: u64, bound: u64) -> Result<(), String> {
+pub fn at_most(field: &str, value: u64, bound: u64) -> Result<(), OutOfBounds> {
     if value > bound {
-        return Err(format!(
-            "{field}: {value} is over the upper bound of {bound}"
-        ));
+        return Err(format!("{field}: {value} is over the upper bound of {bound}").into());
     }
     Ok(())
 }
 
-fn delay_at_most(field: &str, d: Option<HumanDuration>, bound: Duration) -> Result<(), String> {
+fn delay_at_most(
+    field: &str,
+    d: Option<HumanDuration>,
+    bound: Duration,
+) -> Result<(), OutOfBounds> {
     match d {
         Some(HumanDuration(d)) if d > bound => Err(format!(
             "{field}: {} is over the upper bound of {}",
             humantime::format_duration(d),
             humantime::format_duration(bound)
-        )),
+        )
+        .into()),
         _ => Ok(()),
     }
 }
 
 /// Checks every number of a script against its bound.
-fn numbers(script: &Script) -> Result<(), String> {
+fn numbers(script: &Script) -> Result<(), OutOfBounds> {
     delay_at_most("latency", script.latency, MAX_DELAY)?;
     at_most("turns", script.turns.len() as u64, MAX_TURNS as u64)?;
     for (i, t) in script.turns.iter().enumerate() {
@@ -119,7 +141,7 @@ fn numbers(script: &Script) -> Result<(), String> {
     Ok(())
 }
 
-fn check_turn(at: &str, t: &ScriptTurn) -> Result<(), String> {
+fn check_turn(at: &str, t: &ScriptTurn) -> Result<(), OutOfBounds> {
     delay_at_most(&format!("{at}.latency"), t.latency, MAX_DELAY)?;
     delay_at_most(&format!("{at}.body_delay"), t.body_delay, MAX_DELAY)?;
     if let Some(u) = &t.usage {
@@ -136,7 +158,7 @@ fn check_turn(at: &str, t: &ScriptTurn) -> Result<(), String> {
     Ok(())
 }
 
-fn check_usage(at: &str, u: &UsageScript) -> Result<(), String> {
+fn check_usage(at: &str, u: &UsageScript) -> Result<(), OutOfBounds> {
     for (name, v) in [
         ("input_tokens", u.input_tokens),
         ("output_tokens", u.output_tokens),
@@ -151,21 +173,22 @@ fn check_usage(at: &str, u: &UsageScript) -> Result<(), String> {
     Ok(())
 }
 
-fn check_fault(at: &str, f: &Fault) -> Result<(), String> {
+fn check_fault(at: &str, f: &Fault) -> Result<(), OutOfBounds> {
     if let Some(s) = f.status {
         if !STATUSES.contains(&s) {
             return Err(format!(
                 "{at}.status: {s} is not an error status ({}-{})",
                 STATUSES.start(),
                 STATUSES.end()
-            ));
+            )
+            .into());
         }
     }
     delay_at_most(&format!("{at}.retry_after"), f.retry_after, MAX_HEADER_WAIT)?;
     delay_at_most(&format!("{at}.reset_after"), f.reset_after, MAX_HEADER_WAIT)
 }
 
-fn check_chaos(c: &Chaos) -> Result<(), String> {
+fn check_chaos(c: &Chaos) -> Result<(), OutOfBounds> {
     at_most(
         "chaos.max_turns",
         u64::from(c.max_turns),
@@ -199,13 +222,13 @@ fn check_chaos(c: &Chaos) -> Result<(), String> {
         if !o.starts_with('/') {
             return Err(format!(
                 "chaos.outside: \"{o}\" is not an absolute path (the model writes there by absolute path)"
-            ));
+            ).into());
         }
         if o.chars().any(|ch| "'\"$`\\\0\n".contains(ch)) {
             return Err(format!(
                 "chaos.outside: \"{}\" holds a quote, `$`, a backquote, a backslash, NUL or newline (it goes into shell commands)",
                 o.escape_debug()
-            ));
+            ).into());
         }
     }
     Ok(())
@@ -291,7 +314,7 @@ mod tests {
         for (yaml, expected) in cases {
             let e = parse(yaml).check().expect_err(yaml);
             assert!(
-                e.contains(expected),
+                e.0.contains(expected),
                 "{yaml}: expected {expected:?} in {e:?}"
             );
         }
@@ -301,7 +324,7 @@ mod tests {
         );
         let e = parse(&many).check().unwrap_err();
         assert!(
-            e.contains("turns[0].faults (how many): 101 is over the upper bound of 100"),
+            e.0.contains("turns[0].faults (how many): 101 is over the upper bound of 100"),
             "{e}"
         );
     }

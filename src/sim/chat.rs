@@ -6,7 +6,7 @@
 
 use serde_json::{json, Value};
 
-use super::check::History;
+use super::check::{History, Violation};
 use super::respond::{play, stable_id, Ask, Played};
 use super::script::ScriptTurn;
 use super::SentTurn;
@@ -137,12 +137,12 @@ const FIELDS: [&str; 37] = [
 ];
 
 /// Checks a Chat Completions request.
-pub fn check_request(body: &Value, history: &dyn History) -> Result<(), String> {
+pub fn check_request(body: &Value, history: &dyn History) -> Result<(), Violation> {
     let obj = body
         .as_object()
         .ok_or("the request body must be a JSON object")?;
     if let Some(k) = obj.keys().find(|k| !FIELDS.contains(&k.as_str())) {
-        return Err(format!("Unrecognized request argument supplied: {k}"));
+        return Err(format!("Unrecognized request argument supplied: {k}").into());
     }
     if obj.contains_key("parallel_tool_calls") && obj.get("tools").is_none() {
         return Err(
@@ -159,7 +159,7 @@ pub fn check_request(body: &Value, history: &dyn History) -> Result<(), String> 
             if v.as_u64().is_none_or(|n| n < 1) {
                 return Err(format!(
                     "Invalid '{field}': integer below minimum value. Expected a value >= 1, but got {v} instead."
-                ));
+                ).into());
             }
         }
     }
@@ -205,7 +205,7 @@ pub fn check_request(body: &Value, history: &dyn History) -> Result<(), String> 
                     {
                         return Err(format!(
                             "messages[{i}]: the assistant message differs from the one the model sent (its content and tool calls must be returned unchanged)"
-                        ));
+                        ).into());
                     }
                 }
                 step += 1;
@@ -223,13 +223,13 @@ pub fn check_request(body: &Value, history: &dyn History) -> Result<(), String> 
                 if !called {
                     return Err(format!(
                         "Invalid parameter: messages with role 'tool' must be a response to a preceeding message with 'tool_calls' (messages[{i}].tool_call_id {id})."
-                    ));
+                    ).into());
                 }
             }
             other => {
                 return Err(format!(
                     "Invalid value: '{other}'. Supported values are: 'system', 'assistant', 'user', 'tool', 'function', and 'developer'. (messages[{i}].role)"
-                ))
+                ).into())
             }
         }
     }
@@ -237,7 +237,7 @@ pub fn check_request(body: &Value, history: &dyn History) -> Result<(), String> 
 }
 
 /// An assistant message with tool calls must be followed by a tool message for each.
-fn check_answered(i: usize, m: &Value, rest: &[Value]) -> Result<(), String> {
+fn check_answered(i: usize, m: &Value, rest: &[Value]) -> Result<(), Violation> {
     let calls: Vec<&str> = m
         .get("tool_calls")
         .and_then(Value::as_array)
@@ -246,9 +246,7 @@ fn check_answered(i: usize, m: &Value, rest: &[Value]) -> Result<(), String> {
         .map(|c| c["id"].as_str().unwrap_or(""))
         .collect();
     if calls.iter().any(|c| c.is_empty()) {
-        return Err(format!(
-            "Missing required parameter: 'messages[{i}].tool_calls[].id'."
-        ));
+        return Err(format!("Missing required parameter: 'messages[{i}].tool_calls[].id'.").into());
     }
     let answered: Vec<&str> = rest
         .iter()
@@ -264,12 +262,12 @@ fn check_answered(i: usize, m: &Value, rest: &[Value]) -> Result<(), String> {
         return Err(format!(
             "An assistant message with 'tool_calls' must be followed by tool messages responding to each 'tool_call_id'. The following tool_call_ids did not have response messages: {} (messages[{i}])",
             missing.join(", ")
-        ));
+        ).into());
     }
     Ok(())
 }
 
-fn check_tools(tools: Option<&Value>) -> Result<(), String> {
+fn check_tools(tools: Option<&Value>) -> Result<(), Violation> {
     let Some(tools) = tools else { return Ok(()) };
     let list = tools
         .as_array()
@@ -290,7 +288,7 @@ fn check_tools(tools: Option<&Value>) -> Result<(), String> {
         if !valid {
             return Err(format!(
                 "Invalid 'tools[{i}].function.name': string does not match pattern. Expected a string that matches the pattern '^[a-zA-Z0-9_-]+$'."
-            ));
+            ).into());
         }
         if t.pointer("/function/parameters/type")
             .and_then(Value::as_str)
@@ -298,10 +296,10 @@ fn check_tools(tools: Option<&Value>) -> Result<(), String> {
         {
             return Err(format!(
                 "Invalid schema for function '{name}': schema must be a JSON Schema of 'type: \"object\"'."
-            ));
+            ).into());
         }
         if names.contains(&name) {
-            return Err(format!("Duplicate tool name: '{name}'."));
+            return Err(format!("Duplicate tool name: '{name}'.").into());
         }
         names.push(name);
     }
@@ -419,9 +417,9 @@ mod tests {
         let tb = json!({"role": "tool", "tool_call_id": "b", "content": "2"});
         assert_eq!(check_request(&req(json!([user, asst, tb, ta])), &h), Ok(()));
         let e = check_request(&req(json!([user, asst, ta, user])), &h).unwrap_err();
-        assert!(e.contains("did not have response messages: b"), "{e}");
+        assert!(e.0.contains("did not have response messages: b"), "{e}");
         let e = check_request(&req(json!([user, ta])), &h).unwrap_err();
-        assert!(e.contains("role 'tool'"), "{e}");
+        assert!(e.0.contains("role 'tool'"), "{e}");
         assert_eq!(step(&req(json!([user, asst, ta, tb]))), 1);
     }
 

@@ -7,13 +7,31 @@ use serde_json::Value;
 use super::respond::signature;
 use super::SentTurn;
 
+/// What makes the simulator refuse a request with 400 `invalid_request_error`, worded
+/// as the real API words it: a request a real provider would refuse never passes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Violation(pub String);
+
+impl From<String> for Violation {
+    fn from(message: String) -> Violation {
+        Violation(message)
+    }
+}
+
+impl From<&str> for Violation {
+    fn from(message: &str) -> Violation {
+        Violation(message.to_string())
+    }
+}
+
 /// Looks up what the simulator sent at a step of this conversation.
 pub trait History {
     fn sent(&self, step: usize) -> Option<std::sync::Arc<SentTurn>>;
 }
 
 /// Checks the body of a Messages request. `version` is the anthropic-version header.
-pub fn check_request(body: &Value, version: &str, history: &dyn History) -> Result<(), String> {
+pub fn check_request(body: &Value, version: &str, history: &dyn History) -> Result<(), Violation> {
     let obj = body
         .as_object()
         .ok_or("the request body must be a JSON object")?;
@@ -28,7 +46,7 @@ pub fn check_request(body: &Value, version: &str, history: &dyn History) -> Resu
     if version == "2026-10-21" {
         for p in ["temperature", "top_p", "top_k"] {
             if obj.contains_key(p) {
-                return Err(format!("{p}: Extra inputs are not permitted"));
+                return Err(format!("{p}: Extra inputs are not permitted").into());
             }
         }
     }
@@ -57,7 +75,7 @@ pub fn check_request(body: &Value, version: &str, history: &dyn History) -> Resu
     check_messages(messages, history)
 }
 
-fn check_tools(tools: Option<&Value>) -> Result<(), String> {
+fn check_tools(tools: Option<&Value>) -> Result<(), Violation> {
     let Some(tools) = tools else { return Ok(()) };
     let list = tools
         .as_array()
@@ -76,7 +94,8 @@ fn check_tools(tools: Option<&Value>) -> Result<(), String> {
         if !valid {
             return Err(format!(
                 "tools.{i}.name: String should match pattern '^[a-zA-Z0-9_-]{{1,128}}$'"
-            ));
+            )
+            .into());
         }
         let is_server_tool = t
             .get("type")
@@ -85,12 +104,10 @@ fn check_tools(tools: Option<&Value>) -> Result<(), String> {
         if !is_server_tool
             && t.pointer("/input_schema/type").and_then(Value::as_str) != Some("object")
         {
-            return Err(format!(
-                "tools.{i}.input_schema.type: Input should be 'object'"
-            ));
+            return Err(format!("tools.{i}.input_schema.type: Input should be 'object'").into());
         }
         if names.contains(&name) {
-            return Err(format!("tools: Tool names must be unique (\"{name}\")"));
+            return Err(format!("tools: Tool names must be unique (\"{name}\")").into());
         }
         names.push(name);
     }
@@ -103,7 +120,7 @@ fn blocks(content: &Value) -> &[Value] {
 
 /// Every `tool_use` id of the conversation is unique and well formed, as the API
 /// requires (it answers `messages.N.content.M: tool_use ids must be unique`).
-fn check_tool_use_ids(messages: &[Value]) -> Result<(), String> {
+fn check_tool_use_ids(messages: &[Value]) -> Result<(), Violation> {
     let mut seen = std::collections::HashSet::new();
     for (i, m) in messages.iter().enumerate() {
         if m.get("role").and_then(Value::as_str) != Some("assistant") {
@@ -121,19 +138,19 @@ fn check_tool_use_ids(messages: &[Value]) -> Result<(), String> {
             if !valid {
                 return Err(format!(
                     "messages.{i}.content.{j}.tool_use.id: String should match pattern '^[a-zA-Z0-9_-]+$'"
-                ));
+                ).into());
             }
             if !seen.insert(id) {
-                return Err(format!(
-                    "messages.{i}.content.{j}: `tool_use` ids must be unique"
-                ));
+                return Err(
+                    format!("messages.{i}.content.{j}: `tool_use` ids must be unique").into(),
+                );
             }
         }
     }
     Ok(())
 }
 
-fn check_messages(messages: &[Value], history: &dyn History) -> Result<(), String> {
+fn check_messages(messages: &[Value], history: &dyn History) -> Result<(), Violation> {
     check_tool_use_ids(messages)?;
     let mut step = 0usize;
     for (i, m) in messages.iter().enumerate() {
@@ -142,9 +159,9 @@ fn check_messages(messages: &[Value], history: &dyn History) -> Result<(), Strin
             .get("content")
             .ok_or_else(|| format!("messages.{i}.content: Field required"))?;
         if !content.is_string() && !content.is_array() {
-            return Err(format!(
-                "messages.{i}.content: Input should be a valid string or list"
-            ));
+            return Err(
+                format!("messages.{i}.content: Input should be a valid string or list").into(),
+            );
         }
         match role {
             "user" => {}
@@ -164,7 +181,8 @@ fn check_messages(messages: &[Value], history: &dyn History) -> Result<(), Strin
             other => {
                 return Err(format!(
                     "messages.{i}.role: Input should be 'user' or 'assistant', got \"{other}\""
-                ))
+                )
+                .into())
             }
         }
         if role == "user" {
@@ -179,7 +197,7 @@ fn check_messages(messages: &[Value], history: &dyn History) -> Result<(), Strin
                     if !prev_calls.iter().any(|c| c == id) {
                         return Err(format!(
                             "messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result` blocks: {id}. Each `tool_result` block must have a corresponding `tool_use` block in the previous message."
-                        ));
+                        ).into());
                     }
                 }
             }
@@ -205,7 +223,7 @@ fn check_assistant(
     step: usize,
     content: &Value,
     history: &dyn History,
-) -> Result<(), String> {
+) -> Result<(), Violation> {
     for (j, b) in blocks(content).iter().enumerate() {
         if b.get("type").and_then(Value::as_str) == Some("thinking") {
             let text = b.get("thinking").and_then(Value::as_str).unwrap_or("");
@@ -213,7 +231,8 @@ fn check_assistant(
             if sig != signature(text) {
                 return Err(format!(
                     "messages.{i}.content.{j}: Invalid `signature` in `thinking` block"
-                ));
+                )
+                .into());
             }
         }
     }
@@ -221,7 +240,7 @@ fn check_assistant(
         if &sent.content != content {
             return Err(format!(
                 "messages.{i}.content: the assistant turn differs from the response the model sent (blocks must be returned unchanged, in order)"
-            ));
+            ).into());
         }
     }
     Ok(())
@@ -235,14 +254,14 @@ fn check_answer(
     content: &Value,
     next: Option<&Value>,
     sent: Option<&SentTurn>,
-) -> Result<(), String> {
+) -> Result<(), Violation> {
     let Some(next) = next else { return Ok(()) };
     let next_is_user = next.get("role").and_then(Value::as_str) == Some("user");
     if next_is_user && sent.is_some_and(|s| s.stop_reason == "pause_turn") {
         return Err(format!(
             "messages.{}: a pause_turn response must be continued by sending the conversation back with it as the last message, without adding a message",
             i + 1
-        ));
+        ).into());
     }
     let calls: Vec<&str> = blocks(content)
         .iter()
@@ -268,20 +287,22 @@ fn check_answer(
             "messages.{}: `tool_use` ids were found without `tool_result` blocks immediately after: {}. Each `tool_use` block must have a corresponding `tool_result` block in the next message, before any other content.",
             i + 1,
             if missing.is_empty() { calls.join(", ") } else { missing.join(", ") }
-        ));
+        ).into());
     }
     if results.len() > calls.len() {
         return Err(format!(
             "messages.{}: more `tool_result` blocks than `tool_use` blocks",
             i + 1
-        ));
+        )
+        .into());
     }
     if results != calls {
         return Err(format!(
             "messages.{}: `tool_result` blocks must follow the order of the `tool_use` blocks ({})",
             i + 1,
             calls.join(", ")
-        ));
+        )
+        .into());
     }
     Ok(())
 }
@@ -324,10 +345,12 @@ mod tests {
         let again = [user.clone(), call("a"), result("a"), call("a"), result("a")];
         assert!(check_tool_use_ids(&again)
             .unwrap_err()
+            .0
             .contains("messages.3.content.0: `tool_use` ids must be unique"));
         let odd = [user, call("a b")];
         assert!(check_tool_use_ids(&odd)
             .unwrap_err()
+            .0
             .contains("should match pattern"));
     }
 
@@ -350,6 +373,7 @@ mod tests {
         ]));
         assert!(check_request(&missing, "2023-06-01", &h)
             .unwrap_err()
+            .0
             .contains("without `tool_result`"));
         let text_first = req(json!([
             {"role": "user", "content": "hi"},
@@ -368,6 +392,7 @@ mod tests {
         ]));
         assert!(check_request(&swapped, "2023-06-01", &h)
             .unwrap_err()
+            .0
             .contains("order"));
     }
 
@@ -393,6 +418,7 @@ mod tests {
         );
         assert!(check_request(&bad, "2023-06-01", &h)
             .unwrap_err()
+            .0
             .contains("signature"));
         let edited = json!([{"type": "thinking", "thinking": "hm", "signature": signature("hm")}, {"type": "text", "text": "x "}]);
         let bad = req(
@@ -400,6 +426,7 @@ mod tests {
         );
         assert!(check_request(&bad, "2023-06-01", &h)
             .unwrap_err()
+            .0
             .contains("differs"));
     }
 
@@ -424,6 +451,7 @@ mod tests {
         );
         assert!(check_request(&nudged, "2023-06-01", &h)
             .unwrap_err()
+            .0
             .contains("pause_turn"));
     }
 
@@ -435,6 +463,7 @@ mod tests {
         assert_eq!(check_request(&r, "2023-06-01", &h), Ok(()));
         assert!(check_request(&r, "2026-10-21", &h)
             .unwrap_err()
+            .0
             .contains("Extra inputs"));
         let mut r = req(json!([{"role": "user", "content": "hi"}]));
         r["tools"] = json!([{"name": "bad name", "input_schema": {"type": "object"}}]);
@@ -442,12 +471,14 @@ mod tests {
         let r = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
         assert!(check_request(&r, "2023-06-01", &h)
             .unwrap_err()
+            .0
             .contains("max_tokens"));
         let r = req(
             json!([{"role": "user", "content": "hi"}, {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "zz", "content": "?"}]}]),
         );
         assert!(check_request(&r, "2023-06-01", &h)
             .unwrap_err()
+            .0
             .contains("unexpected `tool_use_id`"));
     }
 }

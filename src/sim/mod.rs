@@ -456,7 +456,7 @@ async fn answer(
         Protocol::OpenaiResponses => responses::check_request(&request, &history),
         Protocol::OpenaiChat => chat::check_request(&request, &history),
     }
-    .map_err(Refusal::bad_request)?;
+    .map_err(|v| Refusal::bad_request(v.0))?;
     let limits = lock(&state.limits).clone();
     let rate_headers = match limits {
         None => Vec::new(),

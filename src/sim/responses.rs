@@ -5,7 +5,7 @@
 
 use serde_json::{json, Value};
 
-use super::check::History;
+use super::check::{History, Violation};
 use super::respond::{play, signature, stable_id, Ask, Played};
 use super::script::ScriptTurn;
 use super::SentTurn;
@@ -133,12 +133,12 @@ const FIELDS: [&str; 31] = [
 /// content, every function call answered by an output with its call_id, each model
 /// turn returned as it was sent, and the instructions of the first turn resent (they
 /// are never carried over).
-pub fn check_request(body: &Value, history: &dyn History) -> Result<(), String> {
+pub fn check_request(body: &Value, history: &dyn History) -> Result<(), Violation> {
     let obj = body
         .as_object()
         .ok_or("the request body must be a JSON object")?;
     if let Some(k) = obj.keys().find(|k| !FIELDS.contains(&k.as_str())) {
-        return Err(format!("Unknown parameter: '{k}'."));
+        return Err(format!("Unknown parameter: '{k}'.").into());
     }
     match obj.get("model") {
         Some(Value::String(m)) if !m.is_empty() => {}
@@ -148,7 +148,7 @@ pub fn check_request(body: &Value, history: &dyn History) -> Result<(), String> 
         if n.as_u64().is_none_or(|n| n < 16) {
             return Err(format!(
                 "Invalid 'max_output_tokens': integer below minimum value. Expected a value >= 16, but got {n} instead."
-            ));
+            ).into());
         }
     }
     check_tools(obj.get("tools"))?;
@@ -162,7 +162,7 @@ pub fn check_request(body: &Value, history: &dyn History) -> Result<(), String> 
         if let (true, Some(id)) = (stateless, item.get("id").and_then(Value::as_str)) {
             return Err(format!(
                 "Item with id '{id}' not found. Items are not persisted when `store` is set to false. Try again with `store` set to true, or remove this item from your input. (input[{i}])"
-            ));
+            ).into());
         }
         if stateless
             && item.get("type").and_then(Value::as_str) == Some("reasoning")
@@ -170,7 +170,7 @@ pub fn check_request(body: &Value, history: &dyn History) -> Result<(), String> 
         {
             return Err(format!(
                 "input[{i}]: a reasoning item without `encrypted_content` cannot be used when `store` is false: request include [\"reasoning.encrypted_content\"] and send the item back as it came"
-            ));
+            ).into());
         }
     }
     check_calls_answered(input)?;
@@ -187,14 +187,14 @@ pub fn check_request(body: &Value, history: &dyn History) -> Result<(), String> 
                     "input[{start}..{}]: the model's turn {} differs from the output the model sent (items must be returned unchanged and in order, reasoning items directly before the item that followed them, ids removed)",
                     start + run.len(),
                     step + 1
-                ));
+                ).into());
             }
         }
     }
     Ok(())
 }
 
-fn check_tools(tools: Option<&Value>) -> Result<(), String> {
+fn check_tools(tools: Option<&Value>) -> Result<(), Violation> {
     let Some(tools) = tools else { return Ok(()) };
     let list = tools
         .as_array()
@@ -207,21 +207,21 @@ fn check_tools(tools: Option<&Value>) -> Result<(), String> {
         if t.get("function").is_some() {
             return Err(format!(
                 "Missing required parameter: 'tools[{i}].name'. (Responses function tools are flat; `function` nesting is the Chat Completions shape.)"
-            ));
+            ).into());
         }
         let name = t.get("name").and_then(Value::as_str).unwrap_or("");
         if !valid_name(name) {
             return Err(format!(
                 "Invalid 'tools[{i}].name': string does not match pattern. Expected a string that matches the pattern '^[a-zA-Z0-9_-]+$' of at most 64 characters."
-            ));
+            ).into());
         }
         if t.pointer("/parameters/type").and_then(Value::as_str) != Some("object") {
             return Err(format!(
                 "Invalid schema for function '{name}': schema must be a JSON Schema of 'type: \"object\"'."
-            ));
+            ).into());
         }
         if names.contains(&name) {
-            return Err(format!("Duplicate tool name: '{name}'."));
+            return Err(format!("Duplicate tool name: '{name}'.").into());
         }
         names.push(name);
     }
@@ -230,7 +230,7 @@ fn check_tools(tools: Option<&Value>) -> Result<(), String> {
 
 /// Every function_call_output answers an earlier call; every call has an output
 /// before the next model turn.
-fn check_calls_answered(input: &[Value]) -> Result<(), String> {
+fn check_calls_answered(input: &[Value]) -> Result<(), Violation> {
     let kind = |i: &Value| i.get("type").and_then(Value::as_str).map(str::to_string);
     let call_id = |i: &Value| i.get("call_id").and_then(Value::as_str).map(str::to_string);
     let mut calls: Vec<String> = Vec::new();
@@ -240,7 +240,7 @@ fn check_calls_answered(input: &[Value]) -> Result<(), String> {
         let model = is_model_item(item);
         if model && !in_model_turn {
             if let Some(id) = open.first() {
-                return Err(format!("No tool output found for function call {id}."));
+                return Err(format!("No tool output found for function call {id}.").into());
             }
         }
         in_model_turn = model;
@@ -256,7 +256,8 @@ fn check_calls_answered(input: &[Value]) -> Result<(), String> {
                 if !calls.contains(&id) {
                     return Err(format!(
                         "No tool call found for function call output with call_id {id}."
-                    ));
+                    )
+                    .into());
                 }
                 open.retain(|c| *c != id);
             }
@@ -264,7 +265,7 @@ fn check_calls_answered(input: &[Value]) -> Result<(), String> {
         }
     }
     match open.first() {
-        Some(id) => Err(format!("No tool output found for function call {id}.")),
+        Some(id) => Err(format!("No tool output found for function call {id}.").into()),
         None => Ok(()),
     }
 }
@@ -427,21 +428,24 @@ mod tests {
         assert_eq!(check_request(&req(json!([user, call, out])), &h), Ok(()));
         let e = check_request(&req(json!([user, call])), &h).unwrap_err();
         assert!(
-            e.contains("No tool output found for function call c1"),
+            e.0.contains("No tool output found for function call c1"),
             "{e}"
         );
         let stray = json!({"type": "function_call_output", "call_id": "zz", "output": "x"});
         assert!(check_request(&req(json!([user, stray])), &h)
             .unwrap_err()
+            .0
             .contains("No tool call found"));
         let mut with_id = call.clone();
         with_id["id"] = json!("fc_1");
         assert!(check_request(&req(json!([user, with_id, out])), &h)
             .unwrap_err()
+            .0
             .contains("not persisted"));
         let bare = json!({"type": "reasoning", "summary": []});
         assert!(check_request(&req(json!([user, bare, call, out])), &h)
             .unwrap_err()
+            .0
             .contains("encrypted_content"));
         assert_eq!(step(&req(json!([user, call, out, call, out]))), 2);
     }
@@ -468,7 +472,7 @@ mod tests {
             Ok(())
         );
         let e = check_request(&req(json!([user, call, out])), &h).unwrap_err();
-        assert!(e.contains("differs"), "{e}");
+        assert!(e.0.contains("differs"), "{e}");
         let mut forged = reasoning.clone();
         forged["encrypted_content"] = json!("sim-enc-2");
         assert!(check_request(&req(json!([user, forged, call, out])), &h).is_err());

@@ -473,9 +473,9 @@ fn a_script_holds_turns_or_chaos_and_chaos_parses_inline() {
     let both: Script =
         serde_yaml::from_str("chaos: { seed: 1 }\nturns: [ { content: [ { text: x } ] } ]\n")
             .expect("parses");
-    assert!(both.check().unwrap_err().contains("not both"));
+    assert!(both.check().unwrap_err().0.contains("not both"));
     let neither: Script = serde_yaml::from_str("latency: 1s\n").expect("parses");
-    assert!(neither.check().unwrap_err().contains("chaos"));
+    assert!(neither.check().unwrap_err().0.contains("chaos"));
     let unknown = serde_yaml::from_str::<Script>("chaos: { seed: 1, sead: 2 }\n");
     assert!(unknown.is_err());
 }
