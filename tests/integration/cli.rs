@@ -511,3 +511,27 @@ fn an_existing_run_folder_or_a_too_large_request_is_refused_before_anything_runs
         stderr(&out)
     );
 }
+
+/// A resume that fails while rewriting the run folder once exited 2 ("invalid input,
+/// nothing ran") although it may already have changed the folder. It is a broken run
+/// (exit 1) whose message names the file, and the rows already produced stay.
+#[test]
+fn a_resume_that_fails_on_disk_exits_1_naming_the_file_and_keeps_the_rows() {
+    let case = Case::new();
+    case.write(
+        "job.yaml",
+        "name: r\nproviders:\n  s: { protocol: anthropic, simulator: true }\ndefaults: { provider: s, model: claude-sonnet-4-5 }\ntasks:\n  - id: t1\n    prompt: p\n    sim: { turns: [ { faults: [ { status: 400, message: bad } ], content: [ { text: hi } ] } ] }\n  - id: t2\n    prompt: p\n    sim: { turns: [ { content: [ { text: hi } ] } ] }\n",
+    );
+    let first = case.agentbatch(&["run", "job.yaml", "--run-id", "r", "--quiet"]);
+    assert_eq!(first.status.code(), Some(0), "{first:?}");
+    // t1 failed at the provider, so the resume runs it again: it records itself in
+    // run.json, sets t1's old row aside, then rewrites results.csv through a temp file,
+    // which cannot be made.
+    std::fs::create_dir(case.path("reports/r/results.csv.tmp")).unwrap();
+    let out = case.agentbatch(&["run", "job.yaml", "--resume", "reports/r", "--quiet"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("results.csv"), "{err}");
+    let rows = read_csv(&case.path("reports/r/results.csv"));
+    assert!(rows.iter().any(|r| r["task_id"] == "t2"), "{rows:?}");
+}
