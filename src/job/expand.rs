@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::Arc;
 
+use super::context::{Ctx, ScriptCache};
 use super::diagnostics::{key, origin, Diagnostics};
 use super::environment::Environment;
 use super::files::Files;
@@ -20,7 +21,7 @@ use super::providers::{missing_api_key, resolve_providers, resolve_task_provider
 use super::repos::resolve_repo;
 use super::sampling::{resolve_max_tokens, resolve_request_fields};
 use super::schema::{JobFile, TaskFields};
-use super::scripts::{self, resolve_task_script};
+use super::scripts::resolve_task_script;
 use super::spec::{Plan, ProviderSpec, TaskSpec, TeamSpec, ToolsetSpec};
 use super::teams::{resolve_task_team, resolve_teams};
 use super::toolsets::{check_toolset_needs, resolve_task_toolset, resolve_toolsets};
@@ -29,22 +30,6 @@ use crate::tools::{Registry, SandboxConfig};
 use crate::vocab::bounds;
 
 pub(super) const DEFAULT_CONCURRENCY: usize = 4;
-
-/// What every check of one job file works with: where its diagnostics go, the
-/// environment and the files it is checked against, and the scripts read so far.
-pub(super) struct Ctx<'a> {
-    pub diags: Diagnostics<'a>,
-    pub env: &'a Environment,
-    pub files: Files,
-    pub scripts: scripts::Cache,
-}
-
-impl Ctx<'_> {
-    /// Records `message` about the field at `path`.
-    pub fn err(&mut self, path: &[Seg], message: impl Into<String>) {
-        self.diags.err(path, message);
-    }
-}
 
 /// What the job defines once and tasks refer to.
 struct Shared<'a> {
@@ -69,7 +54,7 @@ pub(super) fn expand(
             path.parent().map(Path::to_path_buf).unwrap_or_default(),
             &job,
         ),
-        scripts: scripts::Cache::new(),
+        scripts: ScriptCache::new(),
     };
     check_job_fields(&job, &mut cx);
     let providers = resolve_providers(&job, &mut cx);

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
+use super::context::Ctx;
 use super::diagnostics::origin;
-use super::expand::Ctx;
 use super::locate::Seg;
 use super::schema::{JobFile, LimitFields, TaskFields};
 use super::spec::TeamSpec;

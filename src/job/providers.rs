@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::context::Ctx;
 use super::diagnostics::{key, origin};
 use super::environment::Environment;
-use super::expand::Ctx;
 use super::locate::Seg;
 use super::schema::{JobFile, MaxTokensField, ParallelToolCalls, ProviderFields, TaskFields};
 use super::spec::{ProviderKind, ProviderSpec};

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
+use super::context::Ctx;
 use super::diagnostics::origin;
-use super::expand::Ctx;
 use super::files::RepoError;
 use super::schema::{KeepWorkspaces, TaskFields};
 use super::spec::RepoSpec;

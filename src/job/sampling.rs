@@ -5,8 +5,8 @@
 
 use serde_json::{json, Map, Value};
 
+use super::context::Ctx;
 use super::diagnostics::{key, origin};
-use super::expand::Ctx;
 use super::limits::limit_origin;
 use super::locate::Seg;
 use super::schema::{ReasoningFields, TaskFields, ThinkingFields, ThinkingKind};

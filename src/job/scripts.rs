@@ -1,22 +1,17 @@
 //! Simulator scripts: inline in the job or in files next to it, checked before anything
 //! runs, each file read once however many tasks play it.
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
+use super::context::Ctx;
 use super::diagnostics::origin;
-use super::expand::Ctx;
 use super::locate::Seg;
 use super::schema::{SimSource, TaskFields};
 use super::source::{self, SourceError};
 use super::spec::{ProviderKind, ProviderSpec};
 use super::{Diagnostic, JobError};
 use crate::sim::script::Script;
-
-/// The scripts read so far, by full path; None for one that did not load (its errors
-/// are reported once).
-pub(super) type Cache = HashMap<PathBuf, Option<Arc<Script>>>;
 
 /// The script a task plays when its provider is simulated (None otherwise, or when it
 /// has errors).

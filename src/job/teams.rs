@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::context::Ctx;
 use super::diagnostics::{key, origin};
-use super::expand::Ctx;
 use super::providers::rate_limits;
 use super::schema::{JobFile, TaskFields, TeamFields};
 use super::spec::{PeriodCap, TeamSpec};

@@ -6,14 +6,14 @@ use std::sync::Arc;
 
 use serde_json::json;
 
+use super::context::Ctx;
 use super::diagnostics::Diagnostics;
 use super::environment::Environment;
-use super::expand::{expand, valid_id, Ctx, DEFAULT_CONCURRENCY};
+use super::expand::{expand, valid_id, DEFAULT_CONCURRENCY};
 use super::files::Files;
 use super::providers::resolve_providers;
 use super::sampling::check_thinking;
 use super::schema::{JobFile, ThinkingFields, ThinkingKind};
-use super::scripts;
 use super::{JobError, Plan, ProviderKind, ProviderSpec};
 use crate::model::Protocol;
 use crate::tools::Registry;
@@ -276,7 +276,7 @@ fn resolve_for_test(job: &JobFile) -> BTreeMap<String, Arc<ProviderSpec>> {
         diags: Diagnostics::new("job.yaml".into(), ""),
         env: &env,
         files: Files::read_job_files(PathBuf::from("."), job),
-        scripts: scripts::Cache::new(),
+        scripts: super::context::ScriptCache::new(),
     };
     let out = resolve_providers(job, &mut cx);
     assert!(cx.diags.is_empty(), "{:?}", cx.diags.into_vec());

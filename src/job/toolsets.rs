@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use super::context::Ctx;
 use super::diagnostics::{key, origin};
-use super::expand::Ctx;
 use super::locate::Seg;
 use super::schema::{Decision, JobFile, McpServerFields, TaskFields, ToolsetFields};
 use super::source::SourceError;

@@ -1,0 +1,32 @@
+//! What every resolver of a job file works with, in one place below them all: the
+//! resolvers take it and the driver (`expand.rs`) makes it, so neither imports the other.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::diagnostics::Diagnostics;
+use super::environment::Environment;
+use super::files::Files;
+use super::locate::Seg;
+use crate::sim::script::Script;
+
+/// What every check of one job file works with: where its diagnostics go, the
+/// environment and the files it is checked against, and the scripts read so far.
+pub(super) struct Ctx<'a> {
+    pub diags: Diagnostics<'a>,
+    pub env: &'a Environment,
+    pub files: Files,
+    pub scripts: ScriptCache,
+}
+
+impl Ctx<'_> {
+    /// Records `message` about the field at `path`.
+    pub fn err(&mut self, path: &[Seg], message: impl Into<String>) {
+        self.diags.err(path, message);
+    }
+}
+
+/// The scripts read so far, by full path; None for one that did not load (its errors
+/// are reported once).
+pub(super) type ScriptCache = HashMap<PathBuf, Option<Arc<Script>>>;
