@@ -101,11 +101,11 @@ struct Message {
 
 /// Reads the neutral view out of a message, refusing anything that is not a complete
 /// message (a missing stop_reason or usage is an error, never a guess).
-fn parse_message(raw: &Value) -> Result<Message, String> {
+fn parse_message(raw: &Value) -> Result<Message, WireError> {
     let obj = raw.as_object().ok_or("the body is not a JSON object")?;
     match obj.get("type").and_then(Value::as_str) {
         Some("message") | None => {}
-        Some(other) => return Err(format!("expected type \"message\", got \"{other}\"")),
+        Some(other) => return Err(format!("expected type \"message\", got \"{other}\"").into()),
     }
     let content = obj.get("content").ok_or("`content` is missing")?;
     let blocks = content.as_array().ok_or("`content` is not an array")?;
@@ -128,7 +128,7 @@ fn parse_message(raw: &Value) -> Result<Message, String> {
                 let id = field("id")?;
                 if id.is_empty() {
                     // No result could be matched to it, and the API refuses it back.
-                    return Err(format!("content[{i}] (tool_use) has an empty `id`"));
+                    return Err(format!("content[{i}] (tool_use) has an empty `id`").into());
                 }
                 calls.push(ToolCall {
                     id,
@@ -156,7 +156,7 @@ fn parse_message(raw: &Value) -> Result<Message, String> {
             other => ModelStop::Unknown(format!("stop_reason {other}")),
         },
         Some(Value::Null) | None => return Err("`stop_reason` is missing".into()),
-        Some(other) => return Err(format!("`stop_reason` is not a string: {other}")),
+        Some(other) => return Err(format!("`stop_reason` is not a string: {other}").into()),
     };
     let usage = parse_usage(obj.get("usage").ok_or("`usage` is missing")?)?;
     Ok(Message {
@@ -177,7 +177,7 @@ fn refusal_detail(details: Option<&Value>) -> Option<String> {
     (!parts.is_empty()).then(|| parts.join(": "))
 }
 
-fn parse_usage(u: &Value) -> Result<Usage, String> {
+fn parse_usage(u: &Value) -> Result<Usage, WireError> {
     let req = |k: &str| {
         u.get(k)
             .and_then(Value::as_u64)
@@ -233,12 +233,12 @@ mod tests {
         ] {
             let mut v = base.clone();
             v.as_object_mut().unwrap().remove(k);
-            let e = parse_message(&v).err().unwrap();
+            let e = parse_message(&v).err().unwrap().to_string();
             assert!(e.contains(needle), "{e}");
         }
         let mut v = base.clone();
         v["content"] = json!([{"type": "tool_use", "name": "x", "input": {}}]);
-        assert!(parse_message(&v).err().unwrap().contains("id"));
+        assert!(parse_message(&v).err().unwrap().to_string().contains("id"));
         let mut v = base;
         v["stop_reason"] = json!("banana");
         assert_eq!(

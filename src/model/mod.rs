@@ -103,12 +103,14 @@ pub enum ModelError {
 }
 
 /// Why a protocol could not read an answer.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum WireError {
     /// Not a valid answer of the protocol.
+    #[error("{0}")]
     Malformed(String),
     /// A valid answer that reports a failed generation; `retryable` for server-side
     /// and rate-limit failures, with what it used if it says.
+    #[error("{code}: {message}")]
     Failed {
         code: String,
         message: String,

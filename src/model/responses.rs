@@ -215,7 +215,7 @@ pub(super) fn parse(raw: &Value) -> Result<Parsed, WireError> {
     })
 }
 
-fn parse_usage(u: &Value) -> Result<Usage, String> {
+fn parse_usage(u: &Value) -> Result<Usage, WireError> {
     let req = |k: &str| {
         u.get(k)
             .and_then(Value::as_u64)
