@@ -103,12 +103,31 @@ fn endpoint(spec: &TaskSpec, sim_base: Option<&str>, run_id: &str) -> Result<End
 }
 
 fn params(spec: &TaskSpec, toolset: &Toolset) -> Params {
+    let mut extra = spec.extra.clone();
+    if spec.cache.is_on() && spec.provider.protocol != Protocol::Anthropic {
+        extra
+            .entry("prompt_cache_key")
+            .or_insert_with(|| prompt_cache_key(spec).into());
+    }
     Params {
         model: spec.model.clone(),
         system: spec.system.clone(),
         tools: toolset.declarations(),
-        extra: spec.extra.clone(),
+        extra,
+        cache: spec.cache,
     }
+}
+
+/// OpenAI's `prompt_cache_key`: one per task and variant, the same in every epoch and
+/// every run (they share the task's prompt and tools), so its requests land on the
+/// machines that hold its prefix. A digest, so no task name leaves the machine.
+fn prompt_cache_key(spec: &TaskSpec) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in spec.task.bytes().chain([0]).chain(spec.variant.bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("agentbatch-{h:016x}")
 }
 
 /// The worst-case cost of a task's smallest first request (its whole first prompt and

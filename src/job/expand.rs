@@ -28,6 +28,7 @@ use super::toolsets::{check_toolset_needs, resolve_task_toolset, resolve_toolset
 use super::JobError;
 use crate::tools::{Registry, SandboxConfig};
 use crate::vocab::bounds;
+use crate::vocab::cache::Caching;
 
 pub(super) const DEFAULT_CONCURRENCY: usize = 4;
 
@@ -357,6 +358,19 @@ fn expand_task(
     if cx.diags.len() > before {
         return None;
     }
+    let cache = resolve_cache(t, d, provider.as_deref());
+    let one_hour = cache.is_on()
+        && cache.ttl == crate::vocab::cache::CacheTtl::OneHour
+        && provider
+            .as_ref()
+            .is_some_and(|p| p.protocol == crate::vocab::protocol::Protocol::Anthropic);
+    let price = price.map(|p| {
+        if one_hour {
+            p.with_one_hour_writes()
+        } else {
+            p
+        }
+    });
     Some(TaskSpec {
         task: id.clone(),
         id,
@@ -377,9 +391,28 @@ fn expand_task(
         limits,
         extra: request.extra,
         thinking_budget: request.thinking_budget,
+        cache,
         price,
         sim,
     })
+}
+
+/// Each caching field from the task, else its provider, else the defaults (a provider
+/// that cannot take the cache fields says `mode: off` once for all its tasks).
+fn resolve_cache(t: &TaskFields, d: &TaskFields, p: Option<&ProviderSpec>) -> Caching {
+    let layers = [t.cache, p.and_then(|p| p.cache), d.cache];
+    Caching {
+        mode: layers
+            .iter()
+            .flatten()
+            .find_map(|c| c.mode)
+            .unwrap_or_default(),
+        ttl: layers
+            .iter()
+            .flatten()
+            .find_map(|c| c.ttl)
+            .unwrap_or_default(),
+    }
 }
 
 /// The task's id, which names its report files (empty when it has none or a bad one).

@@ -116,6 +116,7 @@ fn resolve_provider(
         api_key_optional,
         max_tokens_field,
         parallel_tool_calls,
+        cache,
         rpm,
         itpm,
         otpm,
@@ -219,6 +220,7 @@ fn resolve_provider(
         api_key_optional: api_key_optional.unwrap_or(false),
         anthropic_version: anthropic_version.unwrap_or_else(|| DEFAULT_ANTHROPIC_VERSION.into()),
         max_tokens_field: max_tokens_field.to_string(),
+        cache,
         parallel_tool_calls: match parallel_tool_calls {
             _ if protocol == Protocol::Anthropic => None,
             Some(ParallelToolCalls::Send(v)) => Some(v),

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::model::Protocol;
 use crate::sim::script::Script;
 use crate::vocab::bounds::{self, at_most};
+use crate::vocab::cache::{CacheMode, CacheTtl};
 use crate::vocab::limits::Period;
 use crate::vocab::price::PriceFields;
 use crate::vocab::values::{ByteSize, HumanDuration, Money};
@@ -301,6 +302,9 @@ pub struct TaskFields {
     pub sandbox: Option<SandboxFields>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<LimitFields>,
+    /// Prompt caching (default: on, 5-minute entries).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<CacheFields>,
     /// The simulator script: a path relative to the job file, or the script inline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sim: Option<SimSource>,
@@ -395,6 +399,10 @@ pub struct ProviderFields {
     /// `max_completion_tokens` (OpenAI, and required by its reasoning models).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens_field: Option<MaxTokensField>,
+    /// Prompt caching for the provider's tasks; `mode: off` also for compatible
+    /// servers that refuse `prompt_cache_key` or `cache_control`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<CacheFields>,
     /// OpenAI protocols: the `parallel_tool_calls` sent with tools: true (default;
     /// llama.cpp only makes parallel calls when asked), false, or `omit` for servers
     /// that refuse the field.
@@ -449,6 +457,17 @@ pub struct ProviderFields {
     /// Only for `sim`: the limits the simulator itself enforces (429 + retry-after).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_limits: Option<ServerLimitFields>,
+}
+
+/// `cache: {mode: auto|off, ttl: 5m|1h}`; each field falls back to the provider's, then
+/// the defaults'.
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct CacheFields {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<CacheMode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl: Option<CacheTtl>,
 }
 
 /// `parallel_tool_calls`: a value to send, or `omit`.

@@ -15,6 +15,7 @@ use crate::model::Protocol;
 use crate::sim::script::Script;
 use crate::tools::mcp::McpServerSpec;
 use crate::tools::{Policy, RunLimits, SandboxConfig};
+use crate::vocab::cache::Caching;
 use crate::vocab::limits::{Limits, Period, RateLimits};
 use crate::vocab::price::Price;
 
@@ -49,6 +50,9 @@ pub struct ProviderSpec {
     pub anthropic_version: String,
     /// Chat Completions: the name of the output-limit field.
     pub max_tokens_field: String,
+    /// The provider's own `cache:` settings, which a task's own override.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache: Option<crate::job::schema::CacheFields>,
     /// OpenAI protocols: sent as `parallel_tool_calls` when tools are declared.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub parallel_tool_calls: Option<bool>,
@@ -166,6 +170,8 @@ pub struct TaskSpec {
     pub thinking_budget: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub price: Option<Price>,
+    /// Prompt caching, resolved from the task, its provider and the defaults.
+    pub cache: Caching,
     #[serde(skip)]
     pub sim: Option<Arc<Script>>,
 }

@@ -8,12 +8,20 @@ use serde_json::{json, Map, Value};
 
 use super::{ModelStop, Params, Parsed, ToolCall, ToolResult, Usage, WireError};
 
+/// The system prompt: a string, or one text block when it carries a cache marker.
+#[derive(Serialize)]
+#[serde(untagged)]
+pub(super) enum System<'a> {
+    Text(&'a str),
+    Marked([Value; 1]),
+}
+
 #[derive(Serialize)]
 struct Body<'a, M> {
     model: &'a str,
     max_tokens: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
-    system: Option<&'a str>,
+    system: Option<System<'a>>,
     #[serde(skip_serializing_if = "<[Value]>::is_empty")]
     tools: &'a [Value],
     messages: &'a [M],
@@ -21,9 +29,10 @@ struct Body<'a, M> {
     extra: &'a Map<String, Value>,
 }
 
-/// The request body.
+/// The request body; `system` is the system prompt as it is sent (see [`system`]).
 pub(super) fn body<M: serde::Serialize>(
     params: &Params,
+    system: Option<System<'_>>,
     tools: &[Value],
     history: &[M],
     max_tokens: u32,
@@ -31,13 +40,65 @@ pub(super) fn body<M: serde::Serialize>(
     let body = Body {
         model: &params.model,
         max_tokens,
-        system: params.system.as_deref(),
+        system,
         tools,
         messages: history,
         extra: &params.extra,
     };
     // Serializing JSON values and plain strings cannot fail.
     serde_json::to_vec(&body).unwrap_or_default()
+}
+
+/// The system prompt as sent: with a cache marker when `marker` is given.
+pub(super) fn system<'a>(text: Option<&'a str>, marker: Option<&Value>) -> Option<System<'a>> {
+    let text = text?;
+    Some(match marker {
+        Some(m) if !text.is_empty() => {
+            System::Marked([json!({"type": "text", "text": text, "cache_control": m})])
+        }
+        _ => System::Text(text),
+    })
+}
+
+/// Whether a content block may carry `cache_control`: the API refuses it on thinking
+/// blocks and on empty text.
+fn can_carry(block: &Value) -> bool {
+    match block.get("type").and_then(Value::as_str) {
+        Some("thinking" | "redacted_thinking") | None => false,
+        Some("text") => block
+            .get("text")
+            .and_then(Value::as_str)
+            .is_some_and(|t| !t.is_empty()),
+        Some(_) => true,
+    }
+}
+
+/// A copy of `message` whose last block that can carry one has the cache marker, or
+/// None when no block can. Everything else stays byte for byte what the history holds.
+pub(super) fn marked(message: &Value, marker: &Value) -> Option<Value> {
+    let mut m = message.clone();
+    match m.get_mut("content")? {
+        Value::Array(blocks) => {
+            let block = blocks.iter_mut().rev().find(|b| can_carry(b))?;
+            block
+                .as_object_mut()?
+                .insert("cache_control".into(), marker.clone());
+        }
+        // A string is one text block; the first message is sent in block form when
+        // caching is on, so a marked copy never changes its shape.
+        _ => return None,
+    }
+    Some(m)
+}
+
+/// A copy of the tool declarations with the marker on the last one (None when there
+/// are none).
+pub(super) fn marked_tools(tools: &[Value], marker: &Value) -> Option<Vec<Value>> {
+    let mut out = tools.to_vec();
+    out.last_mut()?
+        .as_object_mut()?
+        .insert("cache_control".into(), marker.clone());
+    Some(out)
 }
 
 /// Adds text at the end of the last user message; the bytes added, or None when the

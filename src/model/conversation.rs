@@ -14,6 +14,7 @@ use super::{
     anthropic, chat, responses, ModelError, Parsed, Protocol, SendError, ToolResult, Turn, Usage,
     WireError,
 };
+use crate::vocab::cache::Caching;
 use crate::vocab::log::TaskLog;
 use crate::vocab::transcript::{RequestParams, TranscriptEvent};
 
@@ -85,6 +86,10 @@ pub struct Params {
     /// Optional fields sent only when a job sets them, under their wire names
     /// (temperature, top_p, thinking, reasoning, parallel_tool_calls, ...).
     pub extra: Map<String, Value>,
+    /// Prompt caching. Anthropic: the runner places the breakpoints (see
+    /// [`Conversation::cache_marks`]); OpenAI caches on its own and the agent sends a
+    /// `prompt_cache_key` in `extra`.
+    pub cache: Caching,
 }
 
 /// One task's conversation with a provider, in that provider's wire protocol.
@@ -109,19 +114,36 @@ pub struct Conversation {
     /// Every tool-call id of the history (Anthropic and Responses refuse a conversation
     /// that has one twice).
     call_ids: std::collections::HashSet<String>,
+    /// The newest message of the last request sent, which carried a cache breakpoint:
+    /// the next request marks it again, to read what that one wrote.
+    cached_tail: Option<usize>,
+}
+
+/// The cache breakpoints of one Anthropic request (see [`Conversation::cache_marks`]).
+#[derive(Default)]
+struct CacheMarks {
+    system: Option<Value>,
+    tools: Option<Vec<Value>>,
+    /// Marked copies of history entries, by index.
+    messages: Vec<(usize, Value)>,
 }
 
 /// The request body of `protocol` for a history (values, or entries already encoded).
+/// `system_marker` puts an Anthropic cache breakpoint on the system prompt.
 fn body<M: serde::Serialize>(
     protocol: Protocol,
     max_tokens_field: &str,
     params: &Params,
+    system_marker: Option<&Value>,
     tools: &[Value],
     history: &[M],
     max_tokens: u32,
 ) -> Vec<u8> {
     match protocol {
-        Protocol::Anthropic => anthropic::body(params, tools, history, max_tokens),
+        Protocol::Anthropic => {
+            let system = anthropic::system(params.system.as_deref(), system_marker);
+            anthropic::body(params, system, tools, history, max_tokens)
+        }
         Protocol::OpenaiResponses => responses::body(params, tools, history, max_tokens),
         Protocol::OpenaiChat => chat::body(params, tools, history, max_tokens_field, max_tokens),
     }
@@ -135,8 +157,23 @@ fn declarations(protocol: Protocol, neutral: &[Value]) -> Vec<Value> {
     }
 }
 
-fn first_message(protocol: Protocol, prompt: &str) -> Value {
+/// The first user message. For Anthropic with caching, in block form when it can carry
+/// a breakpoint (its prefix reaches the model's minimum), so that the marker it carries
+/// on the first requests never changes its shape: the cached prefix stays the same bytes
+/// with or without the marker.
+fn first_message(protocol: Protocol, prompt: &str, params: &Params, tools: &[Value]) -> Value {
+    let cache = params.cache;
+    let prefix = len_of(&tools)
+        .saturating_add(params.system.as_deref().map_or(0, |s| s.len() as u64))
+        .saturating_add(prompt.len() as u64);
     match protocol {
+        Protocol::Anthropic
+            if cache.is_on()
+                && !prompt.is_empty()
+                && prefix >= crate::vocab::cache::min_cacheable_tokens(&params.model) =>
+        {
+            json!({"role": "user", "content": [{"type": "text", "text": prompt}]})
+        }
         Protocol::Anthropic | Protocol::OpenaiChat => json!({"role": "user", "content": prompt}),
         Protocol::OpenaiResponses => {
             json!({"type": "message", "role": "user", "content": prompt})
@@ -158,7 +195,7 @@ impl Conversation {
         let headers = endpoint.headers()?;
         let tools = declarations(endpoint.protocol, &params.tools);
         Ok(Conversation {
-            history: vec![first_message(endpoint.protocol, prompt)],
+            history: vec![first_message(endpoint.protocol, prompt, &params, &tools)],
             encoded: Vec::new(),
             client,
             headers,
@@ -169,6 +206,7 @@ impl Conversation {
             last_prompt_tokens: None,
             bytes_since: 0,
             call_ids: Default::default(),
+            cached_tail: None,
         })
     }
 
@@ -178,14 +216,83 @@ impl Conversation {
     }
 
     fn body(&self, max_tokens: u32) -> Vec<u8> {
+        let marks = self.cache_marks();
+        let marked: Vec<std::borrow::Cow<Value>> = self
+            .history
+            .iter()
+            .enumerate()
+            .map(
+                |(i, m)| match marks.messages.iter().find(|(j, _)| *j == i) {
+                    Some((_, v)) => std::borrow::Cow::Owned(v.clone()),
+                    None => std::borrow::Cow::Borrowed(m),
+                },
+            )
+            .collect();
         body(
             self.endpoint.protocol,
             &self.endpoint.max_tokens_field,
             &self.params,
-            &self.tools,
-            &self.history,
+            marks.system.as_ref(),
+            marks.tools.as_deref().unwrap_or(&self.tools),
+            &marked,
             max_tokens,
         )
+    }
+
+    /// Where the next Anthropic request carries cache breakpoints (at most 4, the
+    /// API's limit): the last tool declaration, the system prompt, the last block that
+    /// can carry one in the newest message (what the next request will read), and the
+    /// same place in the message that was newest in the previous request (so this one
+    /// reads what that one wrote however many blocks came in between: the API looks back
+    /// only about 20 blocks from a breakpoint). A breakpoint whose whole prefix is
+    /// shorter in bytes than the model's minimum cacheable length in tokens is left out:
+    /// it could write nothing (a token is never shorter than a byte). Markers live only
+    /// in the request: the history holds none, so replay is verbatim apart from them.
+    fn cache_marks(&self) -> CacheMarks {
+        let mut marks = CacheMarks::default();
+        if self.endpoint.protocol != Protocol::Anthropic || !self.params.cache.is_on() {
+            return marks;
+        }
+        let marker = self.params.cache.marker();
+        let min = crate::vocab::cache::min_cacheable_tokens(&self.params.model);
+        let mut prefix = len_of(&self.tools);
+        if prefix >= min {
+            marks.tools = anthropic::marked_tools(&self.tools, &marker);
+        }
+        if let Some(system) = self.params.system.as_deref() {
+            prefix = prefix.saturating_add(system.len() as u64);
+            if prefix >= min && !system.is_empty() {
+                marks.system = Some(marker.clone());
+            }
+        }
+        let last = self.history.len().saturating_sub(1);
+        let mut at = Vec::with_capacity(2);
+        if let Some(prev) = self.cached_tail.filter(|p| *p < last) {
+            at.push(prev);
+        }
+        at.push(last);
+        let mut upto = 0;
+        for i in at {
+            while upto <= i {
+                let size = match self.encoded.get(upto) {
+                    Some(raw) => raw.get().len() as u64,
+                    None => self.history.get(upto).map_or(0, len_of),
+                };
+                prefix = prefix.saturating_add(size);
+                upto += 1;
+            }
+            if prefix < min {
+                continue;
+            }
+            if let Some(m) = self
+                .history
+                .get(i)
+                .and_then(|m| anthropic::marked(m, &marker))
+            {
+                marks.messages.push((i, m));
+            }
+        }
+        marks
     }
 
     /// The request body from the encoded history, encoding the entries added since
@@ -201,12 +308,29 @@ impl Conversation {
             self.encoded.clear();
             return self.body(max_tokens);
         }
+        let marks = self.cache_marks();
+        let mut marked: Vec<(usize, Box<RawValue>)> = Vec::with_capacity(marks.messages.len());
+        for (i, m) in &marks.messages {
+            if let Ok(raw) = serde_json::value::to_raw_value(m) {
+                marked.push((*i, raw));
+            }
+        }
+        let entries: Vec<&RawValue> = self
+            .encoded
+            .iter()
+            .enumerate()
+            .map(|(i, e)| match marked.iter().find(|(j, _)| *j == i) {
+                Some((_, m)) => m.as_ref(),
+                None => e.as_ref(),
+            })
+            .collect();
         body(
             self.endpoint.protocol,
             &self.endpoint.max_tokens_field,
             &self.params,
-            &self.tools,
-            &self.encoded,
+            marks.system.as_ref(),
+            marks.tools.as_deref().unwrap_or(&self.tools),
+            &entries,
             max_tokens,
         )
     }
@@ -220,11 +344,19 @@ impl Conversation {
         prompt: &str,
     ) -> u64 {
         let tools = declarations(protocol, &params.tools);
-        let history = [first_message(protocol, prompt)];
+        let history = [first_message(protocol, prompt, params, &tools)];
+        // Markers add bytes, never tokens; the bound counts them anyway.
+        let marker = params.cache.marker();
+        let anthropic_cache = protocol == Protocol::Anthropic && params.cache.is_on();
+        let tools = match anthropic_cache {
+            true => anthropic::marked_tools(&tools, &marker).unwrap_or(tools),
+            false => tools,
+        };
         let bytes = body(
             protocol,
             max_tokens_field,
             params,
+            anthropic_cache.then_some(&marker),
             &tools,
             &history,
             u32::MAX,
@@ -255,6 +387,7 @@ impl Conversation {
         attempt: u32,
     ) -> Result<Turn, SendError> {
         let body = self.encoded_body(max_tokens);
+        self.cached_tail = self.history.len().checked_sub(1);
         let sent_bytes = body.len() as u64;
         let params = (self.logged == 0).then(|| RequestParams {
             url: self.endpoint.url.as_str().to_string(),

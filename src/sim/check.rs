@@ -217,6 +217,26 @@ fn tool_use_ids(m: &Value) -> Vec<String> {
         .collect()
 }
 
+/// `content` without `cache_control` markers: a client may put one on any replayed
+/// block (the API allows it), and it does not change what the block is.
+fn without_markers(content: &Value) -> std::borrow::Cow<'_, Value> {
+    let marked = blocks(content)
+        .iter()
+        .any(|b| b.get("cache_control").is_some());
+    if !marked {
+        return std::borrow::Cow::Borrowed(content);
+    }
+    let mut plain = content.clone();
+    if let Value::Array(items) = &mut plain {
+        for b in items {
+            if let Some(o) = b.as_object_mut() {
+                o.remove("cache_control");
+            }
+        }
+    }
+    std::borrow::Cow::Owned(plain)
+}
+
 /// A replayed assistant message must be what was sent, thinking signatures intact.
 fn check_assistant(
     i: usize,
@@ -237,7 +257,7 @@ fn check_assistant(
         }
     }
     if let Some(sent) = history.sent(step) {
-        if &sent.content != content {
+        if sent.content != *without_markers(content) {
             return Err(format!(
                 "messages.{i}.content: the assistant turn differs from the response the model sent (blocks must be returned unchanged, in order)"
             ).into());

@@ -5,6 +5,7 @@
 //! through it.
 
 pub(crate) mod bounds;
+pub mod cache;
 pub mod limits;
 pub(crate) mod log;
 pub mod price;

@@ -61,6 +61,10 @@ pub struct Price {
     /// (prompt tokens above which it applies, the tier's rates)
     #[serde(skip_serializing_if = "Option::is_none")]
     pub long_context: Option<(u64, Box<Price>)>,
+    /// The task asks for 1-hour cache entries, so a prompt token may be billed at the
+    /// 1-hour write rate: worst cases use it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub one_hour_writes: bool,
 }
 
 impl Price {
@@ -86,6 +90,7 @@ impl Price {
             cache_write_1h: cache_write_1h.map_or(input.saturating_mul(write_1h), |m| m.0),
             cache_read: cache_read.map_or(input.saturating_mul(Decimal::new(1, 1)), |m| m.0),
             long_context: None,
+            one_hour_writes: false,
         }
     }
 
@@ -146,14 +151,32 @@ impl Price {
         })
     }
 
-    /// The most a prompt token can cost (any tier, plain input or a 5-minute cache
-    /// write; the runner never asks for 1-hour caching), for worst-case reservations.
+    /// The most a prompt token can cost (any tier, plain input or a cache write: 5-minute,
+    /// or 1-hour when the task asks for those), for worst-case reservations.
     pub fn max_input_rate(&self) -> Decimal {
-        let own = self.input.max(self.cache_write);
+        let mut own = self.input.max(self.cache_write);
+        if self.one_hour_writes {
+            own = own.max(self.cache_write_1h);
+        }
         match &self.long_context {
-            Some((_, t)) => own.max(t.max_input_rate()),
+            Some((_, t)) => own.max(t.max_input_rate_as(self.one_hour_writes)),
             None => own,
         }
+    }
+
+    fn max_input_rate_as(&self, one_hour_writes: bool) -> Decimal {
+        Price {
+            one_hour_writes,
+            long_context: None,
+            ..self.clone()
+        }
+        .max_input_rate()
+    }
+
+    /// This price for a task that asks for 1-hour cache entries.
+    pub fn with_one_hour_writes(mut self) -> Price {
+        self.one_hour_writes = true;
+        self
     }
 
     /// The most an output token can cost, any tier.
@@ -359,5 +382,14 @@ mod tests {
         assert!(p.worst_case(1000, n) <= budget);
         assert!(p.worst_case(1000, n + 1) > budget);
         assert_eq!(p.affordable_output(d("0.001"), 1_000_000), 0);
+    }
+
+    #[test]
+    fn one_hour_caching_raises_the_worst_case_to_the_one_hour_write_rate() {
+        let p = lookup(&BTreeMap::new(), "claude-sonnet-4-5").unwrap();
+        assert_eq!(p.max_input_rate(), d("3.75"));
+        let p = p.with_one_hour_writes();
+        assert_eq!(p.max_input_rate(), d("6"));
+        assert_eq!(p.worst_case(1_000_000, 0), d("6"));
     }
 }
