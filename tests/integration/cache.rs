@@ -1,0 +1,203 @@
+//! Prompt caching over real HTTP against the simulator: where the runner puts Anthropic
+//! breakpoints and how they move, that replay stays verbatim apart from the markers,
+//! that nothing the API refuses is sent, and OpenAI's per-task cache key.
+
+use serde_json::Value;
+
+use crate::common::{job, Case};
+
+/// A system prompt long enough in bytes (2,480) for the runner to place breakpoints for
+/// claude-sonnet-4-5, whose minimum is 1,024 tokens.
+fn long_system() -> String {
+    "You fix bugs in small Python projects. Read before you write. ".repeat(40)
+}
+
+/// Every block (tools, system, message content) that carries a `cache_control`, as
+/// `place: type`.
+fn markers(body: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, t) in body["tools"].as_array().into_iter().flatten().enumerate() {
+        if t.get("cache_control").is_some() {
+            out.push(format!("tools.{i}"));
+        }
+    }
+    for (i, b) in body["system"].as_array().into_iter().flatten().enumerate() {
+        if b.get("cache_control").is_some() {
+            out.push(format!("system.{i}"));
+        }
+    }
+    for (i, m) in body["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        for (j, b) in m["content"].as_array().into_iter().flatten().enumerate() {
+            if b.get("cache_control").is_some() {
+                let kind = b["type"].as_str().unwrap_or_default();
+                out.push(format!("messages.{i}.{j}: {kind}"));
+            }
+        }
+    }
+    out
+}
+
+/// The messages without their `cache_control` markers.
+fn unmarked(body: &Value) -> Vec<Value> {
+    let mut messages = body["messages"].as_array().cloned().unwrap_or_default();
+    for m in &mut messages {
+        if let Some(blocks) = m["content"].as_array_mut() {
+            for b in blocks {
+                if let Some(o) = b.as_object_mut() {
+                    o.remove("cache_control");
+                }
+            }
+        }
+    }
+    messages
+}
+
+fn three_turns(system: &str) -> String {
+    job(
+        &format!("  system: \"{system}\"\n"),
+        r#"  - id: t
+    prompt: fix it
+    sim:
+      turns:
+        - content:
+            - thinking: "First the clock."
+            - text: ""
+            - tool_use: { name: get_time, input: {} }
+        - content:
+            - text: "Once more."
+            - tool_use: { name: get_time, input: {} }
+            - tool_use: { name: get_time, input: {} }
+        - content:
+            - text: "Done."
+"#,
+    )
+}
+
+#[tokio::test]
+async fn anthropic_breakpoints_sit_at_the_prefix_ends_and_move_with_the_history() {
+    let case = Case::new();
+    let ran = case.run(&three_turns(&long_system())).await;
+    assert_eq!(ran.stop("t"), "completed", "{:?}", ran.row("t"));
+    let reqs = ran.requests("t");
+    assert_eq!(reqs.len(), 3);
+    let marks: Vec<Vec<String>> = reqs.iter().map(|r| markers(&r.body)).collect();
+    // The first request: the system prompt and the prompt. The one tool's declaration
+    // alone is shorter than the model's minimum, so it gets no breakpoint of its own.
+    assert_eq!(marks[0], ["system.0", "messages.0.0: text"]);
+    // Then the message that was newest in the previous request, and the newest one
+    // (its last block: the results of the turn).
+    assert_eq!(
+        marks[1],
+        [
+            "system.0",
+            "messages.0.0: text",
+            "messages.2.0: tool_result"
+        ]
+    );
+    assert_eq!(
+        marks[2],
+        [
+            "system.0",
+            "messages.2.0: tool_result",
+            "messages.4.1: tool_result"
+        ]
+    );
+    for (r, m) in reqs.iter().zip(&marks) {
+        assert!(m.len() <= 4, "at most 4 breakpoints: {m:?}");
+        assert!(
+            !m.iter().any(|p| p.ends_with("thinking")),
+            "never on a thinking block: {m:?}"
+        );
+        assert_eq!(r.status, 200, "{:?}", r.error);
+    }
+    // Replay is verbatim apart from the markers: each request starts with the previous
+    // one's messages and the answer it got.
+    for pair in reqs.windows(2) {
+        let (before, after) = (unmarked(&pair[0].body), unmarked(&pair[1].body));
+        assert_eq!(&after[..before.len()], &before[..], "history was rewritten");
+        assert_eq!(
+            &after[before.len()]["content"],
+            &pair[0].response.as_ref().unwrap()["content"],
+            "assistant turn not verbatim"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_prompt_below_the_minimum_and_caching_off_send_no_marker() {
+    let case = Case::new();
+    let small = case.run(&three_turns("Be brief.")).await;
+    assert_eq!(small.stop("t"), "completed");
+    let reqs = small.requests("t");
+    assert_eq!(markers(&reqs[0].body), Vec::<String>::new());
+    for r in &reqs {
+        // The prompt keeps its plain form: its prefix can never reach the minimum.
+        assert_eq!(r.body["messages"][0]["content"], "fix it");
+        assert!(r.body["system"].is_string());
+    }
+    // The history passes the minimum on the last request: the newest message is marked.
+    assert_eq!(markers(&reqs[2].body), ["messages.4.1: tool_result"]);
+    let case = Case::new();
+    let off = case
+        .run(&three_turns(&long_system()).replace(
+            "  provider: sim\n",
+            "  provider: sim\n  cache: { mode: off }\n",
+        ))
+        .await;
+    assert_eq!(off.stop("t"), "completed");
+    for r in off.requests("t") {
+        assert_eq!(markers(&r.body), Vec::<String>::new());
+        assert!(r.body["system"].is_string());
+    }
+}
+
+#[tokio::test]
+async fn one_hour_entries_are_asked_for_and_priced_at_the_one_hour_rate() {
+    let case = Case::new();
+    let ran = case
+        .run(&three_turns(&long_system()).replace(
+            "  provider: sim\n",
+            "  provider: sim\n  cache: { ttl: 1h }\n",
+        ))
+        .await;
+    assert_eq!(ran.stop("t"), "completed");
+    let first = &ran.requests("t")[0].body;
+    assert_eq!(first["system"][0]["cache_control"]["ttl"], "1h");
+    assert_eq!(
+        first["messages"][0]["content"][0]["cache_control"]["ttl"],
+        "1h"
+    );
+}
+
+#[tokio::test]
+async fn openai_requests_carry_one_cache_key_per_task_and_none_when_off() {
+    for protocol in ["openai-responses", "openai-chat"] {
+        let case = Case::new();
+        let yaml = |cache: &str| {
+            format!(
+                "name: k\nproviders:\n  o: {{ protocol: {protocol}, simulator: true{cache} }}\ndefaults:\n  provider: o\n  model: gpt-5.4\n  tools: [get_time]\ntasks:\n  - id: a\n    prompt: p\n    sim: {{ turns: [ {{ content: [ {{ tool_use: {{ name: get_time, input: {{}} }} }} ] }}, {{ content: [ {{ text: done }} ] }} ] }}\n  - id: b\n    prompt: p\n    sim: {{ turns: [ {{ content: [ {{ text: done }} ] }} ] }}\n"
+            )
+        };
+        let ran = case.run(&yaml("")).await;
+        let key = |t: &str| -> Vec<Value> {
+            ran.requests(t)
+                .iter()
+                .map(|r| r.body["prompt_cache_key"].clone())
+                .collect()
+        };
+        let (a, b) = (key("a"), key("b"));
+        assert_eq!(a.len(), 2, "{protocol}");
+        assert!(a[0].is_string() && a[0] == a[1], "{protocol}: {a:?}");
+        assert!(b[0].is_string() && b[0] != a[0], "{protocol}: {b:?}");
+        let case = Case::new();
+        let off = case.run(&yaml(", cache: { mode: off }")).await;
+        for r in off.requests("a") {
+            assert!(r.body.get("prompt_cache_key").is_none(), "{protocol}");
+        }
+    }
+}
