@@ -65,6 +65,7 @@ pub fn check_request(body: &Value, version: &str, history: &dyn History) -> Resu
         }
     }
     check_tools(obj.get("tools"))?;
+    super::cache::anthropic_prefix(body)?;
     let messages = obj
         .get("messages")
         .and_then(Value::as_array)
