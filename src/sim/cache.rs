@@ -122,6 +122,17 @@ impl Prefix {
     }
 }
 
+/// Content blocks as they would be without their `cache_control` markers.
+pub fn without_markers(content: &Value) -> Value {
+    let mut content = content.clone();
+    if let Some(blocks) = content.as_array_mut() {
+        for b in blocks.iter_mut().filter_map(Value::as_object_mut) {
+            b.remove("cache_control");
+        }
+    }
+    content
+}
+
 /// The smallest prompt an Anthropic model caches, by family (docs/simulator.md).
 pub fn anthropic_minimum(model: &str) -> u64 {
     let m = model.strip_prefix("claude-").unwrap_or(model);

@@ -364,6 +364,33 @@ mod tests {
     }
 
     #[test]
+    fn cache_figures_come_from_the_cache_unless_scripted() {
+        let mut t = turn(vec![Block::Text("ok".into())]);
+        let req = json!({"model": "m", "max_tokens": 100, "messages": []});
+        let cache = CacheUse {
+            read: 300,
+            write_5m: 200,
+            write_1h: 100,
+        };
+        let u = &render(&t, &req, 4000, "k", 0, cache)["usage"];
+        assert_eq!(u["cache_read_input_tokens"], 300);
+        assert_eq!(u["cache_creation_input_tokens"], 300);
+        assert_eq!(u["cache_creation"]["ephemeral_1h_input_tokens"], 100);
+        assert_eq!(u["cache_creation"]["ephemeral_5m_input_tokens"], 200);
+        assert_eq!(u["input_tokens"], 400);
+        t.usage = Some(UsageScript {
+            cache_read_input_tokens: Some(7),
+            cache_creation_input_tokens: Some(0),
+            ..Default::default()
+        });
+        let u = &render(&t, &req, 4000, "k", 0, cache)["usage"];
+        assert_eq!(u["cache_read_input_tokens"], 7);
+        assert_eq!(u["cache_creation_input_tokens"], 0);
+        assert_eq!(u["cache_creation"]["ephemeral_1h_input_tokens"], 0);
+        assert_eq!(u["input_tokens"], 993);
+    }
+
+    #[test]
     fn substitutes_the_tool_result() {
         let t = turn(vec![Block::Text("It is {{tool_result}}.".into())]);
         let req = json!({"model": "m", "max_tokens": 100, "messages": [

@@ -95,6 +95,34 @@ async fn the_second_request_reads_what_the_first_wrote() {
     assert_eq!((written_third, read), (written, 0));
 }
 
+/// A breakpoint on a replayed assistant block is accepted (the turn is not "changed"),
+/// and the conversation's growing prefix is read through the lookback.
+#[tokio::test]
+async fn a_marked_assistant_turn_replays_and_reads_the_history() {
+    let sim = sim().await;
+    let long = "Log line. ".repeat(800);
+    let first = json!({"model": "claude-sonnet-4-6", "max_tokens": 100,
+        "messages": [{"role": "user", "content": [
+            {"type": "text", "text": long, "cache_control": {"type": "ephemeral"}}]}]});
+    let (status, answer, _) = post(&sim, "v1/messages", &first).await;
+    assert_eq!(status, 200, "{answer}");
+    let (_, written, _) = figures(&answer["usage"]);
+    assert!(written >= 1024);
+    let mut replayed = answer["content"].clone();
+    replayed[0]["cache_control"] = json!({"type": "ephemeral"});
+    let second = json!({"model": "claude-sonnet-4-6", "max_tokens": 100,
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": long}]},
+            {"role": "assistant", "content": replayed},
+            {"role": "user", "content": "go on"}]});
+    let (status, next, prompt) = post(&sim, "v1/messages", &second).await;
+    assert_eq!(status, 200, "{next}");
+    let (input, written_now, read) = figures(&next["usage"]);
+    assert_eq!(read, written);
+    assert!(written_now > 0 && written_now < 20, "{next}");
+    assert_eq!(input + written_now + read, prompt);
+}
+
 #[tokio::test]
 async fn breakpoints_the_api_refuses_are_refused() {
     let sim = sim().await;
