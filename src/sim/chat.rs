@@ -69,6 +69,7 @@ pub fn ask<'a>(request: &Value, request_bytes: usize, key: &'a str, step: usize)
         model: request.get("model").cloned().unwrap_or(Value::Null),
         key,
         step,
+        cache: Default::default(),
     }
 }
 
@@ -163,6 +164,7 @@ pub fn check_request(body: &Value, history: &dyn History) -> Result<(), Violatio
             }
         }
     }
+    super::cache::check_openai_fields(body)?;
     check_tools(obj.get("tools"))?;
     let msgs = obj
         .get("messages")
@@ -313,8 +315,10 @@ pub fn render(
     request_bytes: usize,
     key: &str,
     step: usize,
+    cache: super::cache::CacheUse,
 ) -> Value {
-    let ask = ask(request, request_bytes, key, step);
+    let mut ask = ask(request, request_bytes, key, step);
+    ask.cache = cache;
     let played = play(turn, &ask);
     let mut text = String::new();
     let mut calls = Vec::new();

@@ -65,6 +65,7 @@ pub fn check_request(body: &Value, version: &str, history: &dyn History) -> Resu
         }
     }
     check_tools(obj.get("tools"))?;
+    super::cache::anthropic_prefix(body)?;
     let messages = obj
         .get("messages")
         .and_then(Value::as_array)
@@ -217,26 +218,6 @@ fn tool_use_ids(m: &Value) -> Vec<String> {
         .collect()
 }
 
-/// `content` without `cache_control` markers: a client may put one on any replayed
-/// block (the API allows it), and it does not change what the block is.
-fn without_markers(content: &Value) -> std::borrow::Cow<'_, Value> {
-    let marked = blocks(content)
-        .iter()
-        .any(|b| b.get("cache_control").is_some());
-    if !marked {
-        return std::borrow::Cow::Borrowed(content);
-    }
-    let mut plain = content.clone();
-    if let Value::Array(items) = &mut plain {
-        for b in items {
-            if let Some(o) = b.as_object_mut() {
-                o.remove("cache_control");
-            }
-        }
-    }
-    std::borrow::Cow::Owned(plain)
-}
-
 /// A replayed assistant message must be what was sent, thinking signatures intact.
 fn check_assistant(
     i: usize,
@@ -257,7 +238,8 @@ fn check_assistant(
         }
     }
     if let Some(sent) = history.sent(step) {
-        if sent.content != *without_markers(content) {
+        // A breakpoint on a replayed block is the client's, not a change to the turn.
+        if sent.content != *super::cache::without_markers(content) {
             return Err(format!(
                 "messages.{i}.content: the assistant turn differs from the response the model sent (blocks must be returned unchanged, in order)"
             ).into());

@@ -14,6 +14,7 @@
 //! request log.
 
 mod bounds;
+mod cache;
 pub(crate) mod chaos;
 mod chat;
 mod check;
@@ -89,6 +90,7 @@ struct SimState {
     /// hold every body it was sent).
     keep_bodies: std::sync::atomic::AtomicBool,
     request_ids: AtomicU64,
+    cache: cache::PromptCache,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -133,6 +135,7 @@ impl Sim {
             log: Mutex::default(),
             keep_bodies: std::sync::atomic::AtomicBool::new(true),
             request_ids: AtomicU64::default(),
+            cache: cache::PromptCache::default(),
         });
         let mut app = Router::new();
         for protocol in Protocol::ALL {
@@ -209,6 +212,11 @@ impl Sim {
     /// Whether the request log keeps bodies (and rendered answers); on by default.
     pub fn keep_request_bodies(&self, keep: bool) {
         self.state.keep_bodies.store(keep, Ordering::Relaxed);
+    }
+
+    /// Moves the prompt cache's clock forward, so tests can see entries expire.
+    pub fn advance_clock(&self, by: Duration) {
+        self.state.cache.advance(by);
     }
 
     /// Requests received so far, answered or still being answered.
@@ -515,10 +523,11 @@ async fn answer(
         ));
         return Ok(play_fault(protocol, fault, request_id));
     }
+    let c = state.cache.apply(protocol, &request);
     let rendered = match protocol {
-        Protocol::Anthropic => respond::render(turn, &request, body_len, key, step),
-        Protocol::OpenaiResponses => responses::render(turn, &request, body_len, key, step),
-        Protocol::OpenaiChat => chat::render(turn, &request, body_len, key, step),
+        Protocol::Anthropic => respond::render(turn, &request, body_len, key, step, c),
+        Protocol::OpenaiResponses => responses::render(turn, &request, body_len, key, step, c),
+        Protocol::OpenaiChat => chat::render(turn, &request, body_len, key, step, c),
     };
     // What the client receives: the rendered answer, or a scripted raw body (which is
     // only an answer if it parses as one).

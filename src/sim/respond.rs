@@ -5,6 +5,7 @@ use std::hash::{Hash, Hasher};
 
 use serde_json::{json, Value};
 
+use super::cache::CacheUse;
 use super::script::{Block, ScriptTurn};
 
 fn digest(parts: &[&str]) -> u64 {
@@ -40,6 +41,8 @@ pub struct Ask<'a> {
     /// The conversation key and step, for stable ids.
     pub key: &'a str,
     pub step: usize,
+    /// What the simulator's prompt cache read and wrote for the request.
+    pub cache: CacheUse,
 }
 
 /// One block of a played turn, protocol-neutral.
@@ -66,6 +69,8 @@ pub struct Counts {
     pub prompt: u64,
     pub cache_read: u64,
     pub cache_write: u64,
+    /// The part of `cache_write` written with a 1-hour TTL.
+    pub cache_write_1h: u64,
     pub output: u64,
     pub reasoning: u64,
 }
@@ -126,11 +131,16 @@ pub fn play(turn: &ScriptTurn, ask: &Ask) -> Turn {
     let prompt = usage
         .input_tokens
         .unwrap_or_else(|| (ask.request_bytes as u64).div_ceil(4));
-    let cache_read = usage.cache_read_input_tokens.unwrap_or(0).min(prompt);
-    let cache_write = usage
-        .cache_creation_input_tokens
-        .unwrap_or(0)
-        .min(prompt - cache_read);
+    // Scripted cache figures win over the cache's (a scripted write counts as 5m).
+    let cache_read = usage
+        .cache_read_input_tokens
+        .unwrap_or(ask.cache.read)
+        .min(prompt);
+    let (write, write_1h) = match usage.cache_creation_input_tokens {
+        Some(w) => (w, 0),
+        None => (ask.cache.write_5m + ask.cache.write_1h, ask.cache.write_1h),
+    };
+    let cache_write = write.min(prompt - cache_read);
     let estimated_output = (serde_json::to_vec(&anthropic_content(&blocks, ask))
         .map_or(0, |b| b.len()) as u64)
         .div_ceil(4)
@@ -147,6 +157,7 @@ pub fn play(turn: &ScriptTurn, ask: &Ask) -> Turn {
             prompt,
             cache_read,
             cache_write,
+            cache_write_1h: write_1h.min(cache_write),
             output,
             reasoning: usage.reasoning_tokens.unwrap_or(0).min(output),
         },
@@ -188,6 +199,7 @@ pub fn ask<'a>(request: &Value, request_bytes: usize, key: &'a str, step: usize)
         model: request.get("model").cloned().unwrap_or(Value::Null),
         key,
         step,
+        cache: CacheUse::default(),
     }
 }
 
@@ -221,8 +233,10 @@ pub fn render(
     request_bytes: usize,
     key: &str,
     step: usize,
+    cache: CacheUse,
 ) -> Value {
-    let ask = ask(request, request_bytes, key, step);
+    let mut ask = ask(request, request_bytes, key, step);
+    ask.cache = cache;
     let played = play(turn, &ask);
     let c = played.counts;
     let mut msg = json!({
@@ -239,7 +253,10 @@ pub fn render(
             "input_tokens": c.prompt - c.cache_read - c.cache_write,
             "cache_creation_input_tokens": c.cache_write,
             "cache_read_input_tokens": c.cache_read,
-            "cache_creation": {"ephemeral_5m_input_tokens": c.cache_write, "ephemeral_1h_input_tokens": 0},
+            "cache_creation": {
+                "ephemeral_5m_input_tokens": c.cache_write - c.cache_write_1h,
+                "ephemeral_1h_input_tokens": c.cache_write_1h
+            },
             "output_tokens": c.output,
             "service_tier": "standard"
         });
@@ -322,13 +339,13 @@ mod tests {
             }),
         ]);
         let req = json!({"model": "m", "max_tokens": 100, "messages": []});
-        let a = render(&t, &req, 400, "k", 0);
-        let b = render(&t, &req, 400, "k", 0);
+        let a = render(&t, &req, 400, "k", 0, CacheUse::default());
+        let b = render(&t, &req, 400, "k", 0, CacheUse::default());
         assert_eq!(a, b);
         assert_eq!(a["stop_reason"], "tool_use");
         assert_eq!(a["usage"]["input_tokens"], 100);
         assert_ne!(
-            render(&t, &req, 400, "k", 1)["content"][1]["id"],
+            render(&t, &req, 400, "k", 1, CacheUse::default())["content"][1]["id"],
             a["content"][1]["id"]
         );
     }
@@ -341,9 +358,36 @@ mod tests {
             ..Default::default()
         });
         let req = json!({"model": "m", "max_tokens": 1000, "messages": []});
-        let r = render(&t, &req, 40, "k", 0);
+        let r = render(&t, &req, 40, "k", 0, CacheUse::default());
         assert_eq!(r["stop_reason"], "max_tokens");
         assert_eq!(r["usage"]["output_tokens"], 1000);
+    }
+
+    #[test]
+    fn cache_figures_come_from_the_cache_unless_scripted() {
+        let mut t = turn(vec![Block::Text("ok".into())]);
+        let req = json!({"model": "m", "max_tokens": 100, "messages": []});
+        let cache = CacheUse {
+            read: 300,
+            write_5m: 200,
+            write_1h: 100,
+        };
+        let u = &render(&t, &req, 4000, "k", 0, cache)["usage"];
+        assert_eq!(u["cache_read_input_tokens"], 300);
+        assert_eq!(u["cache_creation_input_tokens"], 300);
+        assert_eq!(u["cache_creation"]["ephemeral_1h_input_tokens"], 100);
+        assert_eq!(u["cache_creation"]["ephemeral_5m_input_tokens"], 200);
+        assert_eq!(u["input_tokens"], 400);
+        t.usage = Some(UsageScript {
+            cache_read_input_tokens: Some(7),
+            cache_creation_input_tokens: Some(0),
+            ..Default::default()
+        });
+        let u = &render(&t, &req, 4000, "k", 0, cache)["usage"];
+        assert_eq!(u["cache_read_input_tokens"], 7);
+        assert_eq!(u["cache_creation_input_tokens"], 0);
+        assert_eq!(u["cache_creation"]["ephemeral_1h_input_tokens"], 0);
+        assert_eq!(u["input_tokens"], 993);
     }
 
     #[test]
@@ -352,7 +396,7 @@ mod tests {
         let req = json!({"model": "m", "max_tokens": 100, "messages": [
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "x", "content": "noon"}]}]});
         assert_eq!(
-            render(&t, &req, 100, "k", 1)["content"][0]["text"],
+            render(&t, &req, 100, "k", 1, CacheUse::default())["content"][0]["text"],
             "It is noon."
         );
     }

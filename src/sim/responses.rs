@@ -80,6 +80,7 @@ pub fn ask<'a>(request: &Value, request_bytes: usize, key: &'a str, step: usize)
         model: request.get("model").cloned().unwrap_or(Value::Null),
         key,
         step,
+        cache: Default::default(),
     }
 }
 
@@ -151,6 +152,7 @@ pub fn check_request(body: &Value, history: &dyn History) -> Result<(), Violatio
             ).into());
         }
     }
+    super::cache::check_openai_fields(body)?;
     check_tools(obj.get("tools"))?;
     let input = match obj.get("input") {
         Some(Value::Array(items)) => items.as_slice(),
@@ -282,8 +284,10 @@ pub fn render(
     request_bytes: usize,
     key: &str,
     step: usize,
+    cache: super::cache::CacheUse,
 ) -> Value {
-    let ask = ask(request, request_bytes, key, step);
+    let mut ask = ask(request, request_bytes, key, step);
+    ask.cache = cache;
     let played = play(turn, &ask);
     let with_encrypted = request
         .get("include")

@@ -56,35 +56,23 @@ impl Caching {
 }
 
 /// The shortest prefix, in tokens, an Anthropic model caches: a breakpoint on a shorter
-/// one writes nothing. From Anthropic's prompt-caching documentation: 4,096 for Opus 4.5
-/// and later and Haiku 4.5 and later, 2,048 for the Haiku 3 models, 1,024 for the
-/// others (Sonnet, older Opus); a model this table does not know gets 1,024, the
-/// smallest, so that a breakpoint is never left out where it could have cached.
+/// one writes nothing. By family, from Anthropic's prompt-caching documentation and, for
+/// the newest models, third-party reports (the sources are in docs/simulator.md); the
+/// runner and the simulator both use this table. A model it does not know gets 1,024.
 pub fn min_cacheable_tokens(model: &str) -> u64 {
     let m = model.strip_prefix("claude-").unwrap_or(model);
-    let version = |family: &str| -> Option<(u32, u32)> {
-        let rest = m.strip_prefix(family)?.strip_prefix('-')?;
-        let mut parts = rest.split('-');
-        let major = parts.next()?.parse().ok()?;
-        let minor = parts
-            .next()
-            .and_then(|p| p.parse().ok())
-            .filter(|n| *n < 100)
-            .unwrap_or(0);
-        Some((major, minor))
-    };
-    if let Some(v) = version("opus").or_else(|| version("haiku")) {
-        if v >= (4, 5) {
-            return 4096;
-        }
-        if m.starts_with("haiku") {
-            return 2048;
-        }
+    let starts = |p: &[&str]| p.iter().any(|p| m.starts_with(p));
+    if starts(&["haiku-3", "3-haiku", "3-5-haiku"]) {
+        2048
+    } else if starts(&["haiku", "opus-4-5", "opus-4-6"]) {
+        4096
+    } else if starts(&["opus-4-7"]) {
+        2048
+    } else if starts(&["opus-5", "fable", "mythos"]) {
+        512
+    } else {
+        1024
     }
-    if m.starts_with("3-haiku") || m.starts_with("3-5-haiku") {
-        return 2048;
-    }
-    1024
 }
 
 #[cfg(test)]
@@ -94,14 +82,14 @@ mod tests {
     #[test]
     fn minimum_lengths_follow_the_model_family() {
         assert_eq!(min_cacheable_tokens("claude-opus-4-5"), 4096);
-        assert_eq!(min_cacheable_tokens("claude-opus-5-5"), 4096);
+        assert_eq!(min_cacheable_tokens("claude-opus-5-5"), 512);
         assert_eq!(min_cacheable_tokens("claude-opus-4-1"), 1024);
         assert_eq!(min_cacheable_tokens("claude-haiku-4-5"), 4096);
         assert_eq!(min_cacheable_tokens("claude-haiku-5-5"), 4096);
         assert_eq!(min_cacheable_tokens("claude-3-5-haiku-20241022"), 2048);
         assert_eq!(min_cacheable_tokens("claude-sonnet-4-5"), 1024);
         assert_eq!(min_cacheable_tokens("claude-sonnet-4-5-20250929"), 1024);
-        assert_eq!(min_cacheable_tokens("claude-fable-5-1"), 1024);
+        assert_eq!(min_cacheable_tokens("claude-fable-5-1"), 512);
         assert_eq!(min_cacheable_tokens("some-local-model"), 1024);
     }
 

@@ -2,7 +2,7 @@
 //! report files, and the built binary for the command line.
 
 mod audit;
-mod cache;
+mod caching;
 mod chaos;
 mod cli;
 mod common;
@@ -17,6 +17,7 @@ mod load;
 mod matrix;
 mod mcp;
 mod openai;
+mod prompt_cache;
 mod protocol;
 mod repo;
 mod reports;
