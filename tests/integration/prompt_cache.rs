@@ -201,3 +201,68 @@ async fn openai_requests_carry_one_cache_key_per_task_and_none_when_off() {
         }
     }
 }
+
+/// Each request after the first reads what the previous one wrote (the simulator
+/// caches like the API: exact prefixes at breakpoints, the model's minimum), and the
+/// task costs less than the same task with caching off.
+#[tokio::test]
+async fn every_request_after_the_first_reads_the_previous_ones_prefix() {
+    let system = "You fix bugs in small Python projects. Read before you write. ".repeat(100);
+    let script = r#"  - id: t
+    prompt: fix it
+    sim:
+      turns:
+        - content: [ { tool_use: { name: get_time, input: {} } } ]
+        - content: [ { text: "Again." }, { tool_use: { name: get_time, input: {} } } ]
+        - content: [ { tool_use: { name: get_time, input: {} } } ]
+        - content: [ { text: "Done." } ]
+"#;
+    let on = Case::new();
+    let ran = on
+        .run(&job(&format!("  system: \"{system}\"\n"), script))
+        .await;
+    assert_eq!(ran.stop("t"), "completed", "{:?}", ran.row("t"));
+    let usage: Vec<Value> = ran
+        .requests("t")
+        .iter()
+        .map(|r| r.response.as_ref().unwrap()["usage"].clone())
+        .collect();
+    let n = |u: &Value, k: &str| u[k].as_u64().unwrap_or(0);
+    assert_eq!(n(&usage[0], "cache_read_input_tokens"), 0);
+    assert!(
+        n(&usage[0], "cache_creation_input_tokens") > 1024,
+        "{:?}",
+        usage[0]
+    );
+    for pair in usage.windows(2) {
+        let cached_before =
+            n(&pair[0], "cache_read_input_tokens") + n(&pair[0], "cache_creation_input_tokens");
+        assert!(
+            n(&pair[1], "cache_read_input_tokens") >= cached_before,
+            "a request reads all the previous one cached: {pair:?}"
+        );
+    }
+    let row = ran.row("t");
+    assert!(
+        row["cache_read_tokens"].parse::<u64>().unwrap() > 3000,
+        "{row:?}"
+    );
+
+    let off = Case::new();
+    let plain = off
+        .run(&job(
+            &format!("  system: \"{system}\"\n  cache: {{ mode: off }}\n"),
+            script,
+        ))
+        .await;
+    let cost = |r: &std::collections::HashMap<String, String>| {
+        r["cost_usd"].parse::<rust_decimal::Decimal>().unwrap()
+    };
+    assert_eq!(plain.row("t")["cache_read_tokens"], "0");
+    assert!(
+        cost(&row) < cost(&plain.row("t")),
+        "cached {} vs uncached {}",
+        row["cost_usd"],
+        plain.row("t")["cost_usd"]
+    );
+}
