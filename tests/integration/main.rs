@@ -17,5 +17,6 @@ mod matrix;
 mod mcp;
 mod openai;
 mod protocol;
+mod repeats;
 mod repo;
 mod reports;
