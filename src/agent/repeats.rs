@@ -247,9 +247,8 @@ impl Repeats {
         }
         // The shortest cycle made `max` times in a row: (max - 1) * p turns each equal
         // to the one p before.
-        let reached = (1..=MAX_PERIOD).find(|&p| {
-            u64::from(self.runs[p - 1]) >= u64::from(max - 1) * p as u64
-        });
+        let reached = (1..=MAX_PERIOD)
+            .find(|&p| u64::from(self.runs[p - 1]) >= u64::from(max - 1) * p as u64);
         match reached {
             Some(p) => {
                 self.warned = Some(p);

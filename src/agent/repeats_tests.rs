@@ -63,10 +63,7 @@ fn the_call_id_is_not_part_of_the_call_but_everything_else_is() {
     let base = turn_fingerprint(&[call("read", json!({"p": 1}))], &[result("x", false)]);
     let mut other_id = call("read", json!({"p": 1}));
     other_id.id = "another".into();
-    assert_eq!(
-        turn_fingerprint(&[other_id], &[result("x", false)]),
-        base
-    );
+    assert_eq!(turn_fingerprint(&[other_id], &[result("x", false)]), base);
     for (c, r) in [
         (call("read2", json!({"p": 1})), result("x", false)),
         (call("read", json!({"p": 2})), result("x", false)),
@@ -84,11 +81,17 @@ fn parallel_calls_are_one_step_whatever_their_order() {
     let ab = turn_fingerprint(&[a.0.clone(), b.0.clone()], &[a.1.clone(), b.1.clone()]);
     let ba = turn_fingerprint(&[b.0.clone(), a.0.clone()], &[b.1.clone(), a.1.clone()]);
     assert_eq!(ab, ba);
-    assert_ne!(ab, turn_fingerprint(&[a.0.clone()], &[a.1.clone()]));
+    assert_ne!(
+        ab,
+        turn_fingerprint(std::slice::from_ref(&a.0), std::slice::from_ref(&a.1))
+    );
     // Two parallel calls are not two repeats of each other.
     let twice = turn_fingerprint(&[a.0.clone(), a.0.clone()], &[a.1.clone(), a.1.clone()]);
     let mut r = Repeats::new(Some(2));
-    assert_eq!(r.observe(twice, vec!["read".into(), "read".into()]), Verdict::Fine);
+    assert_eq!(
+        r.observe(twice, vec!["read".into(), "read".into()]),
+        Verdict::Fine
+    );
 }
 
 #[test]
@@ -101,7 +104,11 @@ fn the_same_call_with_the_same_result_warns_at_the_limit_then_stops() {
         unreachable!()
     };
     assert_eq!((w.period, w.times()), (1, 3));
-    assert!(w.note().contains("(read_file) 3 times in a row"), "{}", w.note());
+    assert!(
+        w.note().contains("(read_file) 3 times in a row"),
+        "{}",
+        w.note()
+    );
     let Verdict::Stop(s) = &v[3] else {
         unreachable!()
     };
@@ -123,11 +130,20 @@ fn the_same_call_with_different_results_is_never_a_repeat() {
 
 #[test]
 fn cycles_of_two_and_three_turns_are_caught() {
-    let a = turn("edit_file", json!({"path": "a", "old": "x", "new": "x"}), "edited");
+    let a = turn(
+        "edit_file",
+        json!({"path": "a", "old": "x", "new": "x"}),
+        "edited",
+    );
     let b = turn("read_file", json!({"path": "a"}), "x");
     let c = turn("list_files", json!({}), "a");
     let mut r = Repeats::new(Some(3));
-    let two: Vec<_> = [&a, &b].iter().cycle().take(7).map(|t| (*t).clone()).collect();
+    let two: Vec<_> = [&a, &b]
+        .iter()
+        .cycle()
+        .take(7)
+        .map(|t| (*t).clone())
+        .collect();
     let v = play(&mut r, &two);
     assert_eq!(kinds(&v), ".....WS");
     let Verdict::Warn(w) = &v[5] else {
@@ -138,7 +154,9 @@ fn cycles_of_two_and_three_turns_are_caught() {
     let Verdict::Stop(s) = &v[6] else {
         unreachable!()
     };
-    assert!(s.detail(3).contains("2-turn cycle (read_file, then edit_file)"));
+    assert!(s
+        .detail(3)
+        .contains("2-turn cycle (read_file, then edit_file)"));
     assert!(s.detail(3).contains("for 7 turns"), "{}", s.detail(3));
 
     let mut r = Repeats::new(Some(3));
@@ -163,11 +181,21 @@ fn a_different_step_resets_the_count_and_the_warning() {
     let mut r = Repeats::new(Some(3));
     let v = play(
         &mut r,
-        &[a.clone(), a.clone(), b.clone(), a.clone(), a.clone(), a.clone()],
+        &[
+            a.clone(),
+            a.clone(),
+            b.clone(),
+            a.clone(),
+            a.clone(),
+            a.clone(),
+        ],
     );
     assert_eq!(kinds(&v), ".....W", "b broke the run of a");
     // After a warning, a different step instead of a stop, then the count starts over.
-    let v = play(&mut r, &[b.clone(), a.clone(), a.clone(), a.clone(), a.clone()]);
+    let v = play(
+        &mut r,
+        &[b.clone(), a.clone(), a.clone(), a.clone(), a.clone()],
+    );
     assert_eq!(kinds(&v), "...WS");
 }
 

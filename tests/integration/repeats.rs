@@ -16,7 +16,8 @@ fn job(limits: &str, turns: &str) -> String {
     )
 }
 
-const READ: &str = "        - content: [ { tool_use: { name: read_file, input: { path: calc.py } } } ]\n";
+const READ: &str =
+    "        - content: [ { tool_use: { name: read_file, input: { path: calc.py } } } ]\n";
 
 /// The text of every tool result a request sent (Anthropic's shape).
 fn sent_results(body: &Value) -> Vec<String> {
@@ -77,13 +78,23 @@ async fn the_same_call_with_the_same_result_is_warned_then_stopped_as_stuck() {
     assert_eq!(requests.len(), 4, "the warning turn, then no more");
     for (i, r) in requests.iter().enumerate() {
         let warned = sent_results(&r.body).iter().any(|c| c.contains(NOTE));
-        assert_eq!(warned, i == 3, "request {}: {:?}", i + 1, sent_results(&r.body));
+        assert_eq!(
+            warned,
+            i == 3,
+            "request {}: {:?}",
+            i + 1,
+            sent_results(&r.body)
+        );
     }
     // The note follows the file's text in the same result, under the call's id.
     let results = sent_results(&requests[3].body);
     assert_eq!(results.len(), 1);
     assert!(results[0].contains("return a - b"), "{}", results[0]);
-    assert!(results[0].contains("the task will be stopped"), "{}", results[0]);
+    assert!(
+        results[0].contains("the task will be stopped"),
+        "{}",
+        results[0]
+    );
     let names = event_names(&ran);
     let at = |n: &str| names.iter().position(|e| e == n).unwrap_or(usize::MAX);
     let warning = ran.events("t", "repeat_warning");
@@ -92,7 +103,10 @@ async fn the_same_call_with_the_same_result_is_warned_then_stopped_as_stuck() {
     assert_eq!(warning[0]["times"], 3);
     assert_eq!(warning[0]["tools"], serde_json::json!(["read_file"]));
     let stop = ran.events("t", "repeat_stop");
-    assert_eq!((stop[0]["turn"].as_u64(), stop[0]["times"].as_u64()), (Some(4), Some(4)));
+    assert_eq!(
+        (stop[0]["turn"].as_u64(), stop[0]["times"].as_u64()),
+        (Some(4), Some(4))
+    );
     assert!(at("repeat_warning") < at("repeat_stop"));
     assert!(at("repeat_stop") < at("stop") && at("stop") < at("check"));
     assert_eq!(ran.events("t", "stop")[0]["stop_reason"], "stuck");
@@ -104,7 +118,8 @@ async fn a_cycle_of_a_no_op_edit_and_a_read_is_stuck() {
     let case = Case::new();
     calc_fixture(&case, "calc");
     let edit = "        - content: [ { tool_use: { name: edit_file, input: { path: calc.py, old_string: 'a - b', new_string: 'a - b' } } } ]\n";
-    let read = "        - content: [ { tool_use: { name: read_file, input: { path: calc.py } } } ]\n";
+    let read =
+        "        - content: [ { tool_use: { name: read_file, input: { path: calc.py } } } ]\n";
     let turns = [edit, read].concat().repeat(3) + edit;
     let ran = case.run(&job("max_turns: 10", &turns)).await;
     let row = ran.row("t");
@@ -135,7 +150,9 @@ async fn a_cycle_of_a_no_op_edit_and_a_read_is_stuck() {
 async fn max_repeats_off_runs_into_max_turns() {
     let case = Case::new();
     calc_fixture(&case, "calc");
-    let ran = case.run(&job("max_turns: 10, max_repeats: off", READ)).await;
+    let ran = case
+        .run(&job("max_turns: 10, max_repeats: off", READ))
+        .await;
     assert_eq!(ran.stop("t"), "max_turns");
     assert_eq!(ran.requests("t").len(), 10);
     assert!(ran.events("t", "repeat_warning").is_empty());
