@@ -144,14 +144,14 @@ impl Repeat {
 
     /// The note appended to the tool result the model reads next.
     pub fn note(&self) -> String {
-        let calls = if self.tools.iter().flatten().count() == 1 {
-            "call"
-        } else {
-            "calls"
-        };
         if self.period == 1 {
+            let (calls, result, it) = if self.tools.iter().flatten().count() == 1 {
+                ("this exact call", "result", "it")
+            } else {
+                ("these exact calls", "results", "them")
+            };
             format!(
-                "[agentbatch] You have made this exact {calls} ({}) {} times in a row and got the same result each time. Repeating it will not change anything: try something different, or finish. If your next turn repeats it again, the task will be stopped.",
+                "[agentbatch] You have made {calls} ({}) {} times in a row and got the same {result} each time. Repeating {it} will not change anything: try something different, or finish. If your next turn repeats {it} again, the task will be stopped.",
                 self.tool_list(),
                 self.times()
             )
@@ -168,8 +168,13 @@ impl Repeat {
     /// The stop's `stop_detail`.
     pub fn detail(&self, max: u32) -> String {
         if self.period == 1 {
+            let (calls, results) = if self.tools.iter().flatten().count() == 1 {
+                ("call", "result")
+            } else {
+                ("calls", "results")
+            };
             format!(
-                "made the same call ({}) with the same result {} times in a row, after a warning at {max} (limits.max_repeats)",
+                "made the same {calls} ({}) with the same {results} {} times in a row, after a warning at {max} (limits.max_repeats)",
                 self.tool_list(),
                 self.times()
             )

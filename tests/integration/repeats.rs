@@ -169,3 +169,33 @@ async fn the_same_call_with_a_changing_result_is_not_stuck() {
     assert_eq!(ran.requests("t").len(), 6);
     assert!(ran.events("t", "repeat_warning").is_empty());
 }
+
+#[tokio::test]
+async fn parallel_calls_repeated_together_are_one_step_and_the_note_goes_on_the_last_result() {
+    let case = Case::new();
+    calc_fixture(&case, "calc");
+    let both = "        - content:\n            - tool_use: { name: read_file, input: { path: calc.py } }\n            - tool_use: { name: read_file, input: { path: test_calc.py } }\n";
+    let ran = case.run(&job("max_turns: 10", both)).await;
+    let row = ran.row("t");
+    assert_eq!(row["stop_reason"], "stuck", "{row:?}");
+    assert!(
+        row["stop_detail"]
+            .contains("same calls (read_file + read_file) with the same results 4 times"),
+        "{}",
+        row["stop_detail"]
+    );
+    assert_eq!(num(&row, "tool_calls"), 8, "two calls a turn, four turns");
+    let requests = ran.requests("t");
+    assert_eq!(requests.len(), 4);
+    let results = sent_results(&requests[3].body);
+    assert_eq!(results.len(), 2, "every call still answered under its id");
+    assert!(!results[0].contains("[agentbatch]"), "{}", results[0]);
+    assert!(
+        results[1].contains("from calc import add")
+            && results[1]
+                .contains("You have made these exact calls (read_file + read_file) 3 times"),
+        "{}",
+        results[1]
+    );
+    audit_is_clean(&ran);
+}
