@@ -4,6 +4,7 @@
 //! The model proposes, the harness disposes.
 
 mod mcp;
+mod repeats;
 mod repo;
 mod request;
 pub(crate) mod stop;
@@ -240,6 +241,7 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
         deadline,
         meter: Meter::default(),
         tally: Tally::default(),
+        repeats: repeats::Repeats::new(spec.limits.max_repeats),
     };
     let stop = if let Some(failed) = prepared.failed.clone().or(mcp_failed) {
         failed
@@ -355,6 +357,7 @@ struct Loop<'a> {
     deadline: Instant,
     meter: Meter,
     tally: Tally,
+    repeats: repeats::Repeats,
 }
 
 impl Loop<'_> {
@@ -382,7 +385,12 @@ impl Loop<'_> {
                 Next::RunTools => {}
             }
             match self.run_tools(&turn.calls).await {
-                Ok(results) => conv.push_results(&results),
+                Ok(mut results) => {
+                    if let Some(s) = self.watch_repeats(&turn.calls, &mut results) {
+                        return s;
+                    }
+                    conv.push_results(&results);
+                }
                 Err(s) => return s,
             }
         }

@@ -101,6 +101,7 @@ mod tests {
             min_max_tokens: 1,
             wrap_up: false,
             show_budget: false,
+            max_repeats: Some(3),
         }
     }
 

@@ -99,7 +99,7 @@ impl Load {
             .map(|i| format!("  - {{ id: t{i:05}, prompt: go }}\n"))
             .collect();
         format!(
-            "name: bench-{name}\nconcurrency: {conc}\nproviders:\n  bench: {{ protocol: anthropic, simulator: true, base_url: \"{base_url}\", timeout: 10m }}\ndefaults:\n  provider: bench\n  model: claude-haiku-4-5\n  max_tokens: 256\n  tools: {tools}\n{extra}  limits: {{ max_turns: {max_turns}, time_limit: 2h }}\n  sim:\n    latency: {latency}\n    turns:\n{turns}tasks:\n{tasks}",
+            "name: bench-{name}\nconcurrency: {conc}\nproviders:\n  bench: {{ protocol: anthropic, simulator: true, base_url: \"{base_url}\", timeout: 10m }}\ndefaults:\n  provider: bench\n  model: claude-haiku-4-5\n  max_tokens: 256\n  tools: {tools}\n{extra}  limits: {{ max_turns: {max_turns}, time_limit: 2h, max_repeats: off }}\n  sim:\n    latency: {latency}\n    turns:\n{turns}tasks:\n{tasks}",
             name = self.name,
             conc = self.concurrency,
             max_turns = self.rounds + 1,

@@ -114,7 +114,7 @@ pub async fn rate_goodput(scale: u32, out: &Path) -> anyhow::Result<RateReport> 
         .map(|i| format!("  - {{ id: t{i:04}, prompt: go }}\n"))
         .collect();
     let yaml = format!(
-        "name: bench-rate\nconcurrency: {RATE_TASKS}\nproviders:\n  sim:\n    rpm: {limit}\n    max_rate_limit_retries: 20\n    server_limits: {{ rpm: {limit} }}\ndefaults:\n  model: claude-haiku-4-5\n  max_tokens: 256\n  tools: [get_time]\n  limits: {{ max_turns: {RATE_TURNS}, time_limit: 30m }}\n  sim:\n      turns:\n{turns}tasks:\n{tasks}"
+        "name: bench-rate\nconcurrency: {RATE_TASKS}\nproviders:\n  sim:\n    rpm: {limit}\n    max_rate_limit_retries: 20\n    server_limits: {{ rpm: {limit} }}\ndefaults:\n  model: claude-haiku-4-5\n  max_tokens: 256\n  tools: [get_time]\n  limits: {{ max_turns: {RATE_TURNS}, time_limit: 30m, max_repeats: off }}\n  sim:\n      turns:\n{turns}tasks:\n{tasks}"
     );
     let dir = bench_dir(out, "rate");
     let sim = Arc::new(Sim::start_local().await?);
@@ -208,7 +208,7 @@ pub async fn cap_precision(out: &Path) -> anyhow::Result<CapReport> {
         .map(|i| format!("  - {{ id: t{i:04}, prompt: go }}\n"))
         .collect();
     let yaml = format!(
-        "name: bench-caps\nconcurrency: {CAP_TASKS}\nteams:\n  bench: {{ max_cost_usd: {cap} }}\ndefaults:\n  team: bench\n  model: claude-sonnet-4-5\n  max_tokens: 1024\n  tools: [get_time]\n  limits: {{ max_turns: 30, min_max_tokens: 128, time_limit: 10m }}\n  sim:\n    latency: 20ms\n    repeat_last: true\n    turns:\n      - content: [ {{ text: working }}, {{ tool_use: {{ name: get_time, input: {{}} }} }} ]\n        usage: {{ output_tokens: 300 }}\ntasks:\n{tasks}"
+        "name: bench-caps\nconcurrency: {CAP_TASKS}\nteams:\n  bench: {{ max_cost_usd: {cap} }}\ndefaults:\n  team: bench\n  model: claude-sonnet-4-5\n  max_tokens: 1024\n  tools: [get_time]\n  limits: {{ max_turns: 30, min_max_tokens: 128, time_limit: 10m, max_repeats: off }}\n  sim:\n    latency: 20ms\n    repeat_last: true\n    turns:\n      - content: [ {{ text: working }}, {{ tool_use: {{ name: get_time, input: {{}} }} }} ]\n        usage: {{ output_tokens: 300 }}\ntasks:\n{tasks}"
     );
     let dir = bench_dir(out, "caps");
     let sim = Arc::new(Sim::start_local().await?);

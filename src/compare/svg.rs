@@ -38,6 +38,7 @@ const REASON_COLOURS: [&str; StopReason::ALL.len()] = [
     "#00838f", // model_max_tokens
     "#5d4037", // refusal
     "#1565c0", // context_window
+    "#8d6e63", // stuck
     "#e53935", // provider_error
     "#ff8a80", // rate_limited
     "#37474f", // ledger_error

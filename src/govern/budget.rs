@@ -179,6 +179,7 @@ mod tests {
             min_max_tokens: 256,
             wrap_up: false,
             show_budget: false,
+            max_repeats: Some(3),
         }
     }
 

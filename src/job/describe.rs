@@ -106,7 +106,7 @@ pub fn describe(plan: &Plan) -> String {
         });
         let _ = writeln!(
             s,
-            "  {}: {} {} ({price}){}, max_tokens {}, tools [{}]\n      limits: max_turns {}, time_limit {}, max_input_tokens {}, max_output_tokens {}, max_cost_usd {}",
+            "  {}: {} {} ({price}){}, max_tokens {}, tools [{}]\n      limits: max_turns {}, time_limit {}, max_input_tokens {}, max_output_tokens {}, max_cost_usd {}, max_repeats {}",
             t.id,
             t.provider.name,
             t.model,
@@ -118,6 +118,7 @@ pub fn describe(plan: &Plan) -> String {
             or_dash(l.max_input_tokens),
             or_dash(l.max_output_tokens),
             or_dash(l.max_cost_usd.map(|c| c.normalize())),
+            l.max_repeats.map_or("off".to_string(), |n| n.to_string()),
         );
         if let Some(r) = &t.repo {
             let _ = writeln!(

@@ -9,12 +9,14 @@ use super::locate::Seg;
 use super::schema::{JobFile, LimitFields, TaskFields};
 use super::spec::TeamSpec;
 use crate::model::Protocol;
-use crate::vocab::limits::Limits;
+use crate::vocab::limits::{Limits, MaxRepeats};
 use crate::vocab::price::{self, Price};
 
 const DEFAULT_MAX_TURNS: u32 = 20;
 const DEFAULT_TIME_LIMIT: Duration = Duration::from_secs(30 * 60);
 const DEFAULT_MIN_MAX_TOKENS: u32 = 256;
+/// On by default: a loop that goes nowhere pays for every turn up to max_turns.
+const DEFAULT_MAX_REPEATS: u32 = 3;
 
 /// The task's limits as written (task over `defaults`), with the values that can never
 /// work reported.
@@ -51,6 +53,9 @@ pub(super) fn resolve_limits(l: &LimitFields) -> Limits {
         min_max_tokens: l.min_max_tokens.unwrap_or(DEFAULT_MIN_MAX_TOKENS),
         wrap_up: l.wrap_up.unwrap_or(false),
         show_budget: l.show_budget.unwrap_or(false),
+        max_repeats: l
+            .max_repeats
+            .map_or(Some(DEFAULT_MAX_REPEATS), MaxRepeats::times),
     }
 }
 
@@ -98,6 +103,7 @@ fn merge_limits(task: Option<&LimitFields>, defaults: Option<&LimitFields>) -> L
         min_max_tokens: t.min_max_tokens.or(d.min_max_tokens),
         wrap_up: t.wrap_up.or(d.wrap_up),
         show_budget: t.show_budget.or(d.show_budget),
+        max_repeats: t.max_repeats.or(d.max_repeats),
     }
 }
 

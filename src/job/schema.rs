@@ -11,7 +11,7 @@ use crate::model::Protocol;
 use crate::sim::script::Script;
 use crate::vocab::bounds::{self, at_most};
 use crate::vocab::cache::{CacheMode, CacheTtl};
-use crate::vocab::limits::Period;
+use crate::vocab::limits::{MaxRepeats, Period};
 use crate::vocab::price::PriceFields;
 use crate::vocab::values::{ByteSize, HumanDuration, Money};
 
@@ -373,6 +373,11 @@ pub struct LimitFields {
     /// Tell the model what is left of its budgets before every request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub show_budget: Option<bool>,
+    /// Identical steps in a row (same calls, same results, or the same short cycle of
+    /// them) before the model is warned and then stopped with `stuck`; `off` turns the
+    /// check off (default 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_repeats: Option<MaxRepeats>,
 }
 
 /// Connection settings of one provider.

@@ -388,3 +388,38 @@ fn a_script_read_ahead_is_reported_only_when_a_simulated_provider_plays_it() {
     let e = load_with_env(&job("sim"), &env).unwrap_err().to_string();
     assert!(e.contains("missing.yaml: cannot read the file"), "{e}");
 }
+
+#[test]
+fn max_repeats_is_on_by_default_off_by_word_and_bounded_where_written() {
+    let plan = load(&format!(
+        "name: t\ndefaults:\n  model: m\n  limits: {{ max_repeats: 5 }}\n  sim: {INLINE}\ntasks:\n  - {{ id: a, prompt: p }}\n  - {{ id: b, prompt: p, limits: {{ max_repeats: off }} }}\n  - {{ id: c, prompt: p, limits: {{ max_repeats: 2, max_turns: 4 }} }}\n"
+    ))
+    .unwrap();
+    let got: Vec<Option<u32>> = plan.tasks.iter().map(|t| t.limits.max_repeats).collect();
+    assert_eq!(got, [Some(5), None, Some(2)]);
+    let plain = load(&format!(
+        "name: t\ndefaults: {{ model: m, sim: {INLINE} }}\ntasks:\n  - {{ id: a, prompt: p }}\n"
+    ))
+    .unwrap();
+    assert_eq!(plain.tasks[0].limits.max_repeats, Some(3));
+    assert_eq!(
+        serde_json::to_value(&plan.tasks[1].limits).unwrap()["max_repeats"],
+        "off"
+    );
+    for (bad, says) in [
+        ("0", "write `off`"),
+        ("1", "at least 2"),
+        ("1000001", "at most 1000000"),
+        ("-2", "negative"),
+        ("never", "use 2 to 1000000 or `off`"),
+        ("false", "use 2 to 1000000 or `off`"),
+    ] {
+        let e = load(&format!(
+            "name: t\ndefaults: {{ model: m, sim: {INLINE} }}\ntasks:\n  - id: a\n    prompt: p\n    limits: {{ max_repeats: {bad} }}\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("job.yaml:6:"), "{bad}: {e}");
+        assert!(e.contains(says), "{bad}: {e}");
+    }
+}

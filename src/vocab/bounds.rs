@@ -20,6 +20,8 @@ pub const PLAN_TASKS: u64 = 1_000_000;
 pub const TOKENS_PER_REQUEST: u64 = 1_000_000;
 /// Model requests per task.
 pub const TURNS: u64 = 1_000_000;
+/// `limits.max_repeats`: like turns, since more repeats than turns can never be seen.
+pub const REPEATS: u64 = TURNS;
 /// A task's input or output token budget, and the tier boundary of a long-context price.
 pub const TOKEN_BUDGET: u64 = 1_000_000_000_000;
 /// Retries of one request.

@@ -22,6 +22,111 @@ pub struct Limits {
     pub wrap_up: bool,
     /// Tell the model its remaining budget before every request.
     pub show_budget: bool,
+    /// Identical steps in a row (same calls, same results) after which the model is
+    /// warned, and stopped with `stuck` if it goes on; None when the check is off.
+    #[serde(serialize_with = "max_repeats_compat::serialize")]
+    pub max_repeats: Option<u32>,
+}
+
+mod max_repeats_compat {
+    use serde::Serializer;
+    pub fn serialize<S: Serializer>(n: &Option<u32>, s: S) -> Result<S::Ok, S::Error> {
+        match n {
+            Some(n) => s.serialize_u32(*n),
+            None => s.serialize_str(OFF),
+        }
+    }
+    pub const OFF: &str = "off";
+}
+
+/// `limits.max_repeats` as a job file writes it: a count from 2, or the word `off`.
+/// Zero is refused rather than read as off, so that `0` never silently means "no
+/// check" to one reader and "stop at once" to another; 1 is refused since one turn is
+/// no repeat (it would warn after every call).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MaxRepeats {
+    Off,
+    Times(u32),
+}
+
+impl MaxRepeats {
+    /// The count the loop checks against, None when off.
+    pub fn times(self) -> Option<u32> {
+        match self {
+            MaxRepeats::Off => None,
+            MaxRepeats::Times(n) => Some(n),
+        }
+    }
+}
+
+impl Serialize for MaxRepeats {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        max_repeats_compat::serialize(&self.times(), s)
+    }
+}
+
+impl<'de> Deserialize<'de> for MaxRepeats {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<MaxRepeats, D::Error> {
+        d.deserialize_any(RepeatsVisitor)
+    }
+}
+
+struct RepeatsVisitor;
+
+impl serde::de::Visitor<'_> for RepeatsVisitor {
+    type Value = MaxRepeats;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(
+            f,
+            "a whole number from 2 to {}, or `off`",
+            crate::vocab::bounds::REPEATS
+        )
+    }
+    fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<MaxRepeats, E> {
+        let max = crate::vocab::bounds::REPEATS;
+        if n == 0 {
+            return Err(E::custom(
+                "0 is not a number of repeats: write `off` to turn the check off, or at least 2",
+            ));
+        }
+        if n == 1 {
+            return Err(E::custom(
+                "1 would warn after every call (one turn is no repeat): use at least 2, or `off`",
+            ));
+        }
+        if n > max {
+            return Err(E::custom(format!("{n} is too large: at most {max}")));
+        }
+        u32::try_from(n)
+            .map(MaxRepeats::Times)
+            .map_err(|_| E::custom(format!("{n} is too large for this machine")))
+    }
+    fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<MaxRepeats, E> {
+        match u64::try_from(n) {
+            Ok(n) => self.visit_u64(n),
+            Err(_) => Err(E::custom(format!(
+                "{n} is negative: use 2 to {} or `off`",
+                crate::vocab::bounds::REPEATS
+            ))),
+        }
+    }
+    fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<MaxRepeats, E> {
+        if s == max_repeats_compat::OFF {
+            Ok(MaxRepeats::Off)
+        } else {
+            Err(E::custom(format!(
+                "\"{}\" is not a number of repeats: use 2 to {} or `off`",
+                crate::text::prefix(s, crate::text::QUOTE_CHARS),
+                crate::vocab::bounds::REPEATS
+            )))
+        }
+    }
+    fn visit_bool<E: serde::de::Error>(self, b: bool) -> Result<MaxRepeats, E> {
+        Err(E::custom(format!(
+            "{b} is not a number of repeats: use 2 to {} or `off`",
+            crate::vocab::bounds::REPEATS
+        )))
+    }
 }
 
 mod humantime_serde_compat {

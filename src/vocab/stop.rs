@@ -19,6 +19,10 @@ pub enum StopReason {
     ModelMaxTokens,
     Refusal,
     ContextWindow,
+    /// The model repeated the same calls with the same results (`limits.max_repeats`)
+    /// after it was warned: the agent's doing, so its outcome is the check's or
+    /// `unchecked`, never `error`.
+    Stuck,
     ProviderError,
     RateLimited,
     LedgerError,
@@ -29,7 +33,7 @@ pub enum StopReason {
 }
 
 impl StopReason {
-    pub const ALL: [StopReason; 16] = [
+    pub const ALL: [StopReason; 17] = [
         StopReason::Completed,
         StopReason::MaxTurns,
         StopReason::TimeLimit,
@@ -40,6 +44,7 @@ impl StopReason {
         StopReason::ModelMaxTokens,
         StopReason::Refusal,
         StopReason::ContextWindow,
+        StopReason::Stuck,
         StopReason::ProviderError,
         StopReason::RateLimited,
         StopReason::LedgerError,
@@ -60,6 +65,7 @@ impl StopReason {
             StopReason::ModelMaxTokens => "model_max_tokens",
             StopReason::Refusal => "refusal",
             StopReason::ContextWindow => "context_window",
+            StopReason::Stuck => "stuck",
             StopReason::ProviderError => "provider_error",
             StopReason::RateLimited => "rate_limited",
             StopReason::LedgerError => "ledger_error",
@@ -170,6 +176,20 @@ mod tests {
     fn vocabulary_is_snake_case_and_complete() {
         for r in StopReason::ALL {
             assert_eq!(serde_json::to_value(r).unwrap(), r.as_str());
+            assert_eq!(StopReason::parse(r.as_str()), Some(r));
         }
+    }
+
+    #[test]
+    fn stuck_is_the_agents_doing_like_max_turns() {
+        let s = StopReason::Stuck;
+        assert_eq!(s.as_str(), "stuck");
+        assert!(!s.is_infra(), "resume must not run it again");
+        assert!(!s.is_budget(), "more budget would not have helped");
+        assert_eq!(s.unchecked_outcome(), Outcome::Unchecked);
+        assert_eq!(
+            s.unchecked_outcome(),
+            StopReason::MaxTurns.unchecked_outcome()
+        );
     }
 }

@@ -422,6 +422,37 @@ pub enum TranscriptEvent {
         #[serde(default, deserialize_with = "lenient")]
         tool_choice: String,
     },
+    /// The model made the same calls with the same results `max_repeats` times in a row,
+    /// or went round the same short cycle of turns that often: the note was appended to
+    /// the turn's last tool result (call `id`), so the model reads it with the results.
+    RepeatWarning {
+        #[serde(default, deserialize_with = "lenient")]
+        turn: u32,
+        /// The tools called in the repeated turns, in order.
+        #[serde(default, deserialize_with = "lenient")]
+        tools: Vec<String>,
+        /// Turns in the cycle: 1 when the same turn came again.
+        #[serde(default, deserialize_with = "lenient")]
+        period: u32,
+        /// Times in a row the turn (or cycle) was made.
+        #[serde(default, deserialize_with = "lenient")]
+        times: u32,
+        #[serde(default, deserialize_with = "lenient")]
+        id: String,
+        #[serde(default, deserialize_with = "lenient")]
+        note: String,
+    },
+    /// The model went on repeating after the warning: the task stops with `stuck`.
+    RepeatStop {
+        #[serde(default, deserialize_with = "lenient")]
+        turn: u32,
+        #[serde(default, deserialize_with = "lenient")]
+        tools: Vec<String>,
+        #[serde(default, deserialize_with = "lenient")]
+        period: u32,
+        #[serde(default, deserialize_with = "lenient")]
+        times: u32,
+    },
     /// The runner starts on a tool call.
     ToolCall {
         #[serde(default, deserialize_with = "lenient")]

@@ -14,7 +14,7 @@ const WRITTEN_BEFORE: &str = include_str!(concat!(
 
 /// Every event name on disk. Renaming one breaks every transcript already written and
 /// every reader of them (resume, audit, scripts): change this list only on purpose.
-const NAMES: [&str; 29] = [
+const NAMES: [&str; 31] = [
     "task_start",
     "workspace",
     "sandbox",
@@ -36,6 +36,8 @@ const NAMES: [&str; 29] = [
     "settle",
     "rate_pause",
     "wrap_up",
+    "repeat_warning",
+    "repeat_stop",
     "tool_call",
     "tool_result",
     "stop",
@@ -71,6 +73,8 @@ fn name_of(e: &TranscriptEvent) -> &'static str {
         E::Settle { .. } => "settle",
         E::RatePause { .. } => "rate_pause",
         E::WrapUp { .. } => "wrap_up",
+        E::RepeatWarning { .. } => "repeat_warning",
+        E::RepeatStop { .. } => "repeat_stop",
         E::ToolCall { .. } => "tool_call",
         E::ToolResult { .. } => "tool_result",
         E::Stop { .. } => "stop",

@@ -218,7 +218,7 @@ fn the_demo_runs_offline_and_shows_its_stop_reasons() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("reports: "), "{stdout}");
     let rows = read_csv(&out_dir.join("demo/results.csv"));
-    assert_eq!(rows.len(), 7);
+    assert_eq!(rows.len(), 8);
     let mut reasons: Vec<&str> = rows.iter().map(|r| r["stop_reason"].as_str()).collect();
     reasons.sort();
     assert_eq!(
@@ -230,6 +230,7 @@ fn the_demo_runs_offline_and_shows_its_stop_reasons() {
             "model_max_tokens",
             "provider_error",
             "refusal",
+            "stuck",
             "time_limit"
         ]
     );

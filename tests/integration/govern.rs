@@ -19,6 +19,8 @@ fn d(s: &str) -> Decimal {
     Decimal::from_str(s).unwrap()
 }
 
+/// Loops on get_time until a cap stops it; the clock's seconds repeat within a second,
+/// so the jobs that run it long turn `max_repeats` off.
 const LOOP: &str = "{ latency: 10ms, repeat_last: true, turns: [ { content: [ { text: working }, { tool_use: { name: get_time, input: {} } } ], usage: { output_tokens: 200 } } ] }";
 
 fn tasks(n: usize) -> String {
@@ -81,7 +83,7 @@ async fn a_team_cap_binds_exactly_with_200_tasks_in_flight() {
     let case = Case::new();
     let ran = case
         .run(&format!(
-            "name: caps\nconcurrency: 200\nteams:\n  platform: {{ max_cost_usd: 2 }}\ndefaults:\n  team: platform\n  model: claude-sonnet-4-5\n  tools: [get_time]\n  limits: {{ max_turns: 40, min_max_tokens: 128 }}\n  sim: {LOOP}\ntasks:\n{}",
+            "name: caps\nconcurrency: 200\nteams:\n  platform: {{ max_cost_usd: 2 }}\ndefaults:\n  team: platform\n  model: claude-sonnet-4-5\n  tools: [get_time]\n  limits: {{ max_turns: 40, min_max_tokens: 128, max_repeats: off }}\n  sim: {LOOP}\ntasks:\n{}",
             tasks(200)
         ))
         .await;
@@ -128,7 +130,7 @@ async fn an_exhausted_run_pool_starts_no_new_task() {
     let case = Case::new();
     let ran = case
         .run(&format!(
-            "name: caps\nconcurrency: 4\nmax_cost_usd: 0.05\ndefaults:\n  model: claude-sonnet-4-5\n  tools: [get_time]\n  limits: {{ max_turns: 40, min_max_tokens: 128 }}\n  sim: {LOOP}\ntasks:\n{}",
+            "name: caps\nconcurrency: 4\nmax_cost_usd: 0.05\ndefaults:\n  model: claude-sonnet-4-5\n  tools: [get_time]\n  limits: {{ max_turns: 40, min_max_tokens: 128, max_repeats: off }}\n  sim: {LOOP}\ntasks:\n{}",
             tasks(30)
         ))
         .await;
@@ -168,7 +170,7 @@ fn two_runner_processes_share_one_persistent_team_cap() {
     case.write(
         "job.yaml",
         &format!(
-            "name: shared\nconcurrency: 15\nledger: ledger.sqlite\nteams:\n  platform: {{ cap: {{ usd: 0.40, period: day }} }}\ndefaults:\n  team: platform\n  model: claude-sonnet-4-5\n  tools: [get_time]\n  limits: {{ max_turns: 40, min_max_tokens: 128 }}\n  sim: {LOOP}\ntasks:\n{}",
+            "name: shared\nconcurrency: 15\nledger: ledger.sqlite\nteams:\n  platform: {{ cap: {{ usd: 0.40, period: day }} }}\ndefaults:\n  team: platform\n  model: claude-sonnet-4-5\n  tools: [get_time]\n  limits: {{ max_turns: 40, min_max_tokens: 128, max_repeats: off }}\n  sim: {LOOP}\ntasks:\n{}",
             tasks(30)
         ),
     );

@@ -14,6 +14,9 @@ use serde_json::{json, Value};
 
 use crate::common::{job, num, Case};
 
+/// Calls get_time forever. Its result is to the second, so a loop longer than
+/// `max_repeats` turns within one second is `stuck`: the tests that need more turns
+/// turn the check off.
 const TOOL_LOOP: &str = "      repeat_last: true\n      turns:\n        - content: [ { text: \"again\" }, { tool_use: { name: get_time, input: {} } } ]\n";
 
 /// What the simulator reported as usage, per answered request.
@@ -110,7 +113,7 @@ async fn input_token_budget_is_checked_before_each_request() {
     let case = Case::new();
     let ran = case
         .run(&job(
-            "  limits: { max_input_tokens: 6000 }\n",
+            "  limits: { max_input_tokens: 6000, max_repeats: off }\n",
             &format!("  - id: t\n    prompt: loop\n    sim:\n{TOOL_LOOP}"),
         ))
         .await;
@@ -129,7 +132,7 @@ async fn cost_cap_is_never_exceeded_by_what_the_provider_billed() {
     // A pricey model: every request costs cents, so the cap is reached in a few turns.
     let ran = case
         .run(&job(
-            "  model: pricey\n  limits: { max_cost_usd: 0.25 }\n",
+            "  model: pricey\n  limits: { max_cost_usd: 0.25, max_repeats: off }\n",
             &[("t", "1024"), ("shrinking", "64")]
                 .iter()
                 .map(|(id, floor)| format!("  - id: {id}\n    prompt: loop\n    limits: {{ min_max_tokens: {floor} }}\n    sim:\n      repeat_last: true\n      turns:\n        - content: [ {{ text: \"spending\" }}, {{ tool_use: {{ name: get_time, input: {{}} }} }} ]\n          usage: {{ output_tokens: 800 }}\n"))

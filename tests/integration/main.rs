@@ -19,5 +19,6 @@ mod mcp;
 mod openai;
 mod prompt_cache;
 mod protocol;
+mod repeats;
 mod repo;
 mod reports;

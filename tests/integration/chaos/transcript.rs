@@ -1,6 +1,7 @@
 //! The invariants one task's transcript must keep: its money adds up, the file tools
 //! stayed in the workspace, valid writes at the root worked, the simulator refused
-//! nothing the runner sent, and `completed` follows a documented end.
+//! nothing the runner sent, `completed` follows a documented end, and `stuck` a
+//! warning the model was sent.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -67,6 +68,34 @@ fn ended_properly(events: &[Value]) -> Result<(), String> {
             body.pointer("/choices/0/finish_reason").unwrap_or(&Value::Null)
         ))
     }
+}
+
+/// A `stuck` stop: a `repeat_warning` whose note reached the model in a later request,
+/// then a `repeat_stop` on the very next turn, then the stop.
+fn warned_before_stuck(events: &[Value]) -> Result<(), String> {
+    let at = |kind: &str| events.iter().rposition(|e| e["event"] == kind);
+    let (Some(warn), Some(stop)) = (at("repeat_warning"), at("repeat_stop")) else {
+        return Err("stuck without a repeat_warning and a repeat_stop".into());
+    };
+    let turn = |i: usize| events[i]["turn"].as_u64().unwrap_or_default();
+    if warn > stop || turn(stop) != turn(warn) + 1 {
+        return Err(format!(
+            "warned on turn {}, stopped on turn {}",
+            turn(warn),
+            turn(stop)
+        ));
+    }
+    let note = events[warn]["note"].as_str().unwrap_or_default();
+    // As the note is written inside the request's JSON text.
+    let escaped = Value::from(note).to_string();
+    let escaped = escaped.trim_matches('"');
+    let sent = events[warn..stop]
+        .iter()
+        .any(|e| e["event"] == "request" && e["new_messages"].to_string().contains(escaped));
+    if note.is_empty() || !sent {
+        return Err(format!("the warning of turn {} was never sent", turn(warn)));
+    }
+    Ok(())
 }
 
 /// The invariants of one task's transcript: money, confinement of the file tools, the
@@ -184,6 +213,11 @@ pub(super) fn check_transcript(
     if row["stop_reason"] == "completed" {
         if let Err(e) = ended_properly(events) {
             add("an unexpected stop is never success", e);
+        }
+    }
+    if row["stop_reason"] == "stuck" {
+        if let Err(e) = warned_before_stuck(events) {
+            add("`stuck` only after the model was warned", e);
         }
     }
     if row["stop_reason"] == "cancelled" || row["stop_reason"] == "internal_error" {
