@@ -318,6 +318,7 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
         usage: meter.usage,
         usage_estimated_turns: tally.usage_estimated_turns,
         cost_usd: cost,
+        cache_saved_usd: spec.price.as_ref().map(|_| meter.saved),
         wall_ms: t0.elapsed().as_millis() as u64,
         model_ms: tally.model.as_millis() as u64,
         tool_ms: tally.tools.as_millis() as u64,

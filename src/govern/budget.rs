@@ -23,6 +23,8 @@ pub struct Meter {
     pub unsettled: Usage,
     /// Dollars spent: settled costs plus the reservations of possibly billed failures.
     pub cost: Decimal,
+    /// What caching saved on the settled requests (uncached cost minus cost).
+    pub saved: Decimal,
 }
 
 /// The request the budgets allow.
@@ -138,8 +140,11 @@ impl Meter {
     pub fn settle(&mut self, usage: &Usage, price: Option<&Price>) -> Option<Decimal> {
         self.usage.add(usage);
         let cost = price.map(|p| p.cost(usage));
-        if let Some(c) = cost {
+        if let (Some(c), Some(p)) = (cost, price) {
             self.cost = self.cost.saturating_add(c);
+            self.saved = self
+                .saved
+                .saturating_add(p.uncached_cost(usage).saturating_sub(c));
         }
         cost
     }

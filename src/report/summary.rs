@@ -21,6 +21,8 @@ pub struct RunTotals {
     pub tool_errors: u64,
     pub usage: Usage,
     pub cost_usd: Decimal,
+    /// What prompt caching saved over the priced tasks (uncached cost minus cost).
+    pub cache_saved_usd: Decimal,
     /// Tasks whose model has no price (their cost is not in cost_usd).
     pub unpriced_tasks: usize,
     pub retries: u64,
@@ -38,6 +40,9 @@ impl RunTotals {
         self.tool_calls += u64::from(r.tool_calls);
         self.tool_errors += u64::from(r.tool_errors);
         self.usage.add(&r.usage);
+        if let Some(saved) = r.cache_saved_usd {
+            self.cache_saved_usd = self.cache_saved_usd.saturating_add(saved);
+        }
         match r.cost_usd {
             Some(c) => self.cost_usd += c,
             None => self.unpriced_tasks += 1,
@@ -117,7 +122,7 @@ impl Summary {
         );
         let _ = write!(
             s,
-            "tokens in {} out {} (cache read {}, write {}); cost ${:.4}{}",
+            "tokens in {} out {} (cache read {}, write {}); cost ${:.4}{}{}",
             t.usage.input_tokens,
             t.usage.output_tokens,
             t.usage.cache_read_tokens,
@@ -125,6 +130,11 @@ impl Summary {
             t.cost_usd,
             if t.unpriced_tasks > 0 {
                 format!(" (+{} task(s) without a price)", t.unpriced_tasks)
+            } else {
+                String::new()
+            },
+            if t.usage.cache_read_tokens > 0 || t.usage.cache_write_tokens > 0 {
+                format!("; caching saved ${:.4}", t.cache_saved_usd)
             } else {
                 String::new()
             }

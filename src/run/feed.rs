@@ -194,6 +194,7 @@ fn unrun(spec: &TaskSpec, detail: &str) -> TaskResult {
         usage: Usage::default(),
         usage_estimated_turns: 0,
         cost_usd: None,
+        cache_saved_usd: None,
         wall_ms: 0,
         model_ms: 0,
         tool_ms: 0,

@@ -41,6 +41,8 @@ pub struct TaskResult {
     pub usage_estimated_turns: u32,
     /// None when the model has no price.
     pub cost_usd: Option<Decimal>,
+    /// What prompt caching saved (see results.csv's `cache_saved_usd`).
+    pub cache_saved_usd: Option<Decimal>,
     pub wall_ms: u64,
     pub model_ms: u64,
     pub tool_ms: u64,

@@ -151,6 +151,17 @@ impl Price {
         })
     }
 
+    /// What `u` would have cost without caching: every prompt token at the input rate.
+    pub fn uncached_cost(&self, u: &Usage) -> Decimal {
+        self.cost(&Usage {
+            input_tokens: u.prompt_tokens(),
+            cache_read_tokens: 0,
+            cache_write_tokens: 0,
+            cache_write_1h_tokens: 0,
+            ..*u
+        })
+    }
+
     /// The most a prompt token can cost (any tier, plain input or a cache write: 5-minute,
     /// or 1-hour when the task asks for those), for worst-case reservations.
     pub fn max_input_rate(&self) -> Decimal {

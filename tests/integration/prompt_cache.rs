@@ -259,6 +259,12 @@ async fn every_request_after_the_first_reads_the_previous_ones_prefix() {
         r["cost_usd"].parse::<rust_decimal::Decimal>().unwrap()
     };
     assert_eq!(plain.row("t")["cache_read_tokens"], "0");
+    // What caching saved is the difference, as results.csv says.
+    let saved = row["cache_saved_usd"]
+        .parse::<rust_decimal::Decimal>()
+        .unwrap();
+    assert!(saved > rust_decimal::Decimal::ZERO, "{row:?}");
+    assert_eq!(plain.row("t")["cache_saved_usd"], "0");
     assert!(
         cost(&row) < cost(&plain.row("t")),
         "cached {} vs uncached {}",

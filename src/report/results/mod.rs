@@ -22,7 +22,7 @@ pub(crate) use read::{parse_results, read_results, ResultsFile};
 
 /// The columns of results.csv, in order. Scripts read them by name; new columns are
 /// only ever added at the end. [`ResultRow`]'s fields are these, in this order.
-pub const COLUMNS: [&str; 35] = [
+pub const COLUMNS: [&str; 36] = [
     "run_id",
     "task_id",
     "provider",
@@ -58,6 +58,7 @@ pub const COLUMNS: [&str; 35] = [
     "usage_estimated_turns",
     "variant",
     "epoch",
+    "cache_saved_usd",
 ];
 
 /// The prefix of the columns that hold one matrix axis each (`matrix.model`).
@@ -136,6 +137,10 @@ pub(crate) struct ResultRow {
     /// 1 in runs older than epochs.
     #[serde(deserialize_with = "de_epoch")]
     pub epoch: u32,
+    /// What prompt caching saved: the cost the same usage would have had uncached,
+    /// minus its cost (negative when writes were not read back). None without a price.
+    #[serde(serialize_with = "ser_decimal", deserialize_with = "de_decimal")]
+    pub cache_saved_usd: Option<Decimal>,
     /// The matrix axis values by axis name (empty values left out): the `matrix.*`
     /// columns, which follow the fixed ones.
     #[serde(skip)]
@@ -166,6 +171,7 @@ impl Default for ResultRow {
             cache_read_tokens: None,
             cache_write_tokens: None,
             cost_usd: None,
+            cache_saved_usd: None,
             wall_ms: None,
             model_ms: None,
             tool_ms: None,
@@ -370,6 +376,7 @@ impl ResultRow {
             usage_estimated_turns: Some(r.usage_estimated_turns.into()),
             variant: r.variant.clone(),
             epoch: r.epoch,
+            cache_saved_usd: r.cache_saved_usd,
             axes: r
                 .axes
                 .iter()
@@ -575,7 +582,7 @@ mod tests {
         assert_eq!(file.axes, ["model"]);
         assert!(file.cut_off.is_none());
         let mut back = file.rows[0].clone();
-        assert_eq!((back.line, back.fields.len()), (2, 36));
+        assert_eq!((back.line, back.fields.len()), (2, COLUMNS.len() + 1));
         back.fields = csv::StringRecord::new();
         back.line = 0;
         assert_eq!(
