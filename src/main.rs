@@ -598,6 +598,10 @@ async fn bench_cmd(
         let r = bench::rate_goodput(scale, out).await?;
         println!("{r}");
     }
+    if matches!(which, bench::Which::Cache | bench::Which::All) {
+        let r = bench::cache_savings(out).await?;
+        println!("{r}");
+    }
     if matches!(which, bench::Which::Caps | bench::Which::All) {
         let r = bench::cap_precision(out).await?;
         println!("{r}");

@@ -20,7 +20,9 @@ use crate::sim::Sim;
 use crate::tools::Registry;
 use crate::vocab::price;
 
+mod cache;
 mod load;
+pub use cache::{cache_savings, CacheReport};
 pub use load::{history_growth, run_load, Load, LoadReport};
 
 /// Which benchmark to run.
@@ -36,6 +38,8 @@ pub enum Which {
     Scale,
     /// W3: 50 tasks x 50, 100 and 200 turns with 2 KB tool outputs.
     History,
+    /// Prompt caching: dollars per 30-turn repo-fix-shaped task, off and on, per protocol.
+    Cache,
     /// Governance (rate, caps) and load (throughput, scale, history).
     All,
 }
