@@ -35,6 +35,8 @@ pub struct VariantSummary {
     pub superseded_cost: Decimal,
     /// What attempts cut off by a kill spent (no row anywhere; run.json's resumes).
     pub killed_cost: Decimal,
+    /// What prompt caching saved on the variant's rows (results.csv's `cache_saved_usd`).
+    pub cache_saved: Decimal,
 }
 
 impl VariantSummary {
@@ -85,6 +87,7 @@ pub(crate) fn summary_columns(axes: &[String]) -> Vec<String> {
         "median_turns",
         "wall_s",
         "median_wall_s",
+        "cache_saved_usd",
     ] {
         c.push(s.into());
     }
@@ -172,6 +175,7 @@ pub(crate) fn summarize(
             v.cost += c;
             v.costs.push(c);
         }
+        v.cache_saved += row.cache_saved_usd.unwrap_or_default();
         v.input_tokens += row.input_tokens.unwrap_or(0);
         v.output_tokens += row.output_tokens.unwrap_or(0);
         v.turns.push(row.turns.unwrap_or(0));
@@ -266,6 +270,7 @@ pub(crate) fn write_summary_csv(
             format!("{:.3}", wall_total as f64 / 1000.0),
             median_u64(&mut v.wall_ms.clone())
                 .map_or(String::new(), |m| format!("{:.3}", m / 1000.0)),
+            v.cache_saved.normalize().to_string(),
         ]);
         w.write_record(&row).map_err(|x| e(&x))?;
     }

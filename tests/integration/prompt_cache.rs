@@ -264,6 +264,8 @@ async fn every_request_after_the_first_reads_the_previous_ones_prefix() {
         .parse::<rust_decimal::Decimal>()
         .unwrap();
     assert!(saved > rust_decimal::Decimal::ZERO, "{row:?}");
+    let summary = crate::common::read_csv(&ran.dir.join("summary.csv"));
+    assert_eq!(summary[0]["cache_saved_usd"], row["cache_saved_usd"]);
     assert_eq!(plain.row("t")["cache_saved_usd"], "0");
     assert!(
         cost(&row) < cost(&plain.row("t")),
