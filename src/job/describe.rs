@@ -120,6 +120,7 @@ pub fn describe(plan: &Plan) -> String {
             or_dash(l.max_cost_usd.map(|c| c.normalize())),
             l.max_repeats.map_or("off".to_string(), |n| n.to_string()),
         );
+        let _ = writeln!(s, "      cache: {}", describe_cache(t));
         if let Some(r) = &t.repo {
             let _ = writeln!(
                 s,
@@ -255,5 +256,31 @@ fn describe_caps(plan: &Plan, s: &mut String) {
     }
     for w in warnings {
         let _ = writeln!(s, "warning: {w}");
+    }
+}
+
+/// A task's caching as validate shows it, with the dearest rate a prompt token can be
+/// billed at under it (what its worst cases are priced at).
+fn describe_cache(t: &TaskSpec) -> String {
+    use crate::vocab::cache::CacheTtl;
+    use crate::vocab::protocol::Protocol;
+    if !t.cache.is_on() {
+        return "off".into();
+    }
+    let how = match t.provider.protocol {
+        Protocol::Anthropic => match t.cache.ttl {
+            CacheTtl::FiveMinutes => "on, breakpoints placed by the runner, 5-minute entries",
+            CacheTtl::OneHour => "on, breakpoints placed by the runner, 1-hour entries",
+        },
+        Protocol::OpenaiResponses | Protocol::OpenaiChat => {
+            "on (automatic), a prompt_cache_key per task"
+        }
+    };
+    match &t.price {
+        Some(p) => format!(
+            "{how}; worst case prices the prompt at ${}/Mtok",
+            p.max_input_rate().normalize()
+        ),
+        None => how.to_string(),
     }
 }

@@ -274,3 +274,24 @@ async fn every_request_after_the_first_reads_the_previous_ones_prefix() {
         plain.row("t")["cost_usd"]
     );
 }
+
+/// `validate` says how each task caches and what its worst case prices a prompt token at.
+#[test]
+fn validate_shows_caching_and_the_worst_case_rate() {
+    let case = Case::new();
+    let yaml = three_turns("Be brief.").replace(
+        "  provider: sim\n",
+        "  provider: sim\n  cache: { ttl: 1h }\n",
+    );
+    case.write("job.yaml", &yaml);
+    let out = case.agentbatch(&["validate", "job.yaml"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("cache: on, breakpoints placed by the runner, 1-hour entries; worst case prices the prompt at $6/Mtok"),
+        "{text}"
+    );
+    case.write("job.yaml", &yaml.replace("ttl: 1h", "mode: off"));
+    let out = case.agentbatch(&["validate", "job.yaml"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("      cache: off\n"));
+}
