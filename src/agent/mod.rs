@@ -123,12 +123,8 @@ fn params(spec: &TaskSpec, toolset: &Toolset) -> Params {
 /// every run (they share the task's prompt and tools), so its requests land on the
 /// machines that hold its prefix. A digest, so no task name leaves the machine.
 fn prompt_cache_key(spec: &TaskSpec) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in spec.task.bytes().chain([0]).chain(spec.variant.bytes()) {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    format!("agentbatch-{h:016x}")
+    let named = [spec.task.as_bytes(), &[0], spec.variant.as_bytes()].concat();
+    format!("agentbatch-{:016x}", crate::job::fnv1a(&named))
 }
 
 /// The worst-case cost of a task's smallest first request (its whole first prompt and

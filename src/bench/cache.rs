@@ -102,17 +102,6 @@ fn prompt_cost(price: &crate::vocab::price::Price, u: &Usage) -> Decimal {
     })
 }
 
-/// The same prompt tokens, none of them cached.
-fn usage_uncached(u: &Usage) -> Usage {
-    Usage {
-        input_tokens: u.prompt_tokens(),
-        cache_read_tokens: 0,
-        cache_write_tokens: 0,
-        cache_write_1h_tokens: 0,
-        ..*u
-    }
-}
-
 /// Runs the cache benchmark: every protocol, caching off then on.
 pub async fn cache_savings(out: &Path) -> anyhow::Result<CacheReport> {
     let dir = bench_dir(out, "cache");
@@ -151,7 +140,7 @@ pub async fn cache_savings(out: &Path) -> anyhow::Result<CacheReport> {
                 })
                 .count();
             let read = usage.cache_read_tokens as f64 / usage.prompt_tokens().max(1) as f64;
-            let uncached = prompt_cost(&price, &usage_uncached(&usage)) / n;
+            let uncached = prompt_cost(&price, &usage.uncached()) / n;
             figures.push((
                 cost / n,
                 prompt_cost(&price, &usage) / n,

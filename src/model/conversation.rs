@@ -117,15 +117,36 @@ pub struct Conversation {
     /// The newest message of the last request sent, which carried a cache breakpoint:
     /// the next request marks it again, to read what that one wrote.
     cached_tail: Option<usize>,
+    /// The encoded size of `tools`, and (Anthropic with caching, when that size reaches
+    /// the model's minimum) the declarations with a breakpoint on the last one: both
+    /// change only with the tools, so no request computes them again.
+    tools_bytes: u64,
+    marked_tools: Option<Vec<Value>>,
 }
 
-/// The cache breakpoints of one Anthropic request (see [`Conversation::cache_marks`]).
+/// The cache breakpoints of one Anthropic request (see [`Conversation::cache_marks`]);
+/// the tools' breakpoint is `Conversation::marked_tools`.
 #[derive(Default)]
 struct CacheMarks {
     system: Option<Value>,
-    tools: Option<Vec<Value>>,
     /// Marked copies of history entries, by index.
     messages: Vec<(usize, Value)>,
+}
+
+/// The size of tool declarations and, when they carry a breakpoint of their own, their
+/// marked copy.
+fn cacheable_tools(
+    protocol: Protocol,
+    params: &Params,
+    tools: &[Value],
+) -> (u64, Option<Vec<Value>>) {
+    let bytes = len_of(&tools);
+    let marked = (protocol == Protocol::Anthropic
+        && params.cache.is_on()
+        && bytes >= crate::vocab::cache::min_cacheable_tokens(&params.model))
+    .then(|| anthropic::marked_tools(tools, &params.cache.marker()))
+    .flatten();
+    (bytes, marked)
 }
 
 /// The request body of `protocol` for a history (values, or entries already encoded).
@@ -194,6 +215,7 @@ impl Conversation {
     ) -> Result<Self, String> {
         let headers = endpoint.headers()?;
         let tools = declarations(endpoint.protocol, &params.tools);
+        let (tools_bytes, marked_tools) = cacheable_tools(endpoint.protocol, &params, &tools);
         Ok(Conversation {
             history: vec![first_message(endpoint.protocol, prompt, &params, &tools)],
             encoded: Vec::new(),
@@ -207,6 +229,8 @@ impl Conversation {
             bytes_since: 0,
             call_ids: Default::default(),
             cached_tail: None,
+            tools_bytes,
+            marked_tools,
         })
     }
 
@@ -233,7 +257,7 @@ impl Conversation {
             &self.endpoint.max_tokens_field,
             &self.params,
             marks.system.as_ref(),
-            marks.tools.as_deref().unwrap_or(&self.tools),
+            self.marked_tools.as_deref().unwrap_or(&self.tools),
             &marked,
             max_tokens,
         )
@@ -255,10 +279,7 @@ impl Conversation {
         }
         let marker = self.params.cache.marker();
         let min = crate::vocab::cache::min_cacheable_tokens(&self.params.model);
-        let mut prefix = len_of(&self.tools);
-        if prefix >= min {
-            marks.tools = anthropic::marked_tools(&self.tools, &marker);
-        }
+        let mut prefix = self.tools_bytes;
         if let Some(system) = self.params.system.as_deref() {
             prefix = prefix.saturating_add(system.len() as u64);
             if prefix >= min && !system.is_empty() {
@@ -329,7 +350,7 @@ impl Conversation {
             &self.endpoint.max_tokens_field,
             &self.params,
             marks.system.as_ref(),
-            marks.tools.as_deref().unwrap_or(&self.tools),
+            self.marked_tools.as_deref().unwrap_or(&self.tools),
             &entries,
             max_tokens,
         )
@@ -574,8 +595,10 @@ impl Conversation {
     /// Declares a new set of tools (an MCP server's list changed).
     pub fn set_tools(&mut self, neutral: Vec<Value>) {
         let tools = declarations(self.endpoint.protocol, &neutral);
+        let (bytes, marked) = cacheable_tools(self.endpoint.protocol, &self.params, &tools);
         // The next prompt is larger by the new declarations, at most.
-        self.bytes_since = self.bytes_since.saturating_add(len_of(&tools));
+        self.bytes_since = self.bytes_since.saturating_add(bytes);
+        (self.tools_bytes, self.marked_tools) = (bytes, marked);
         self.tools = tools;
         self.params.tools = neutral;
     }

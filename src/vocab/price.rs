@@ -153,13 +153,7 @@ impl Price {
 
     /// What `u` would have cost without caching: every prompt token at the input rate.
     pub fn uncached_cost(&self, u: &Usage) -> Decimal {
-        self.cost(&Usage {
-            input_tokens: u.prompt_tokens(),
-            cache_read_tokens: 0,
-            cache_write_tokens: 0,
-            cache_write_1h_tokens: 0,
-            ..*u
-        })
+        self.cost(&u.uncached())
     }
 
     /// The most a prompt token can cost (any tier, plain input or a cache write: 5-minute,

@@ -26,6 +26,18 @@ impl Usage {
             .saturating_add(self.cache_write_tokens)
     }
 
+    /// The same prompt with nothing read from or written to a cache: every prompt token
+    /// plain input (what caching is measured against).
+    pub fn uncached(&self) -> Usage {
+        Usage {
+            input_tokens: self.prompt_tokens(),
+            cache_read_tokens: 0,
+            cache_write_tokens: 0,
+            cache_write_1h_tokens: 0,
+            ..*self
+        }
+    }
+
     /// Adds another response's usage; saturating, since the figures come from outside.
     pub fn add(&mut self, other: &Usage) {
         self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);

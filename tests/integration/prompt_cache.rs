@@ -295,3 +295,25 @@ fn validate_shows_caching_and_the_worst_case_rate() {
     let out = case.agentbatch(&["validate", "job.yaml"]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("      cache: off\n"));
 }
+
+/// Odd shapes: no tools, an empty system prompt, a long prompt. The marker goes on the
+/// prompt (in block form), none on the empty system prompt, and the simulator (which
+/// refuses what the API refuses) accepts every request.
+#[tokio::test]
+async fn no_tools_an_empty_system_prompt_and_a_long_prompt_are_marked_where_they_can_be() {
+    let case = Case::new();
+    let prompt = "Fix the failing test in the module you are given. ".repeat(60);
+    let ran = case
+        .run(&job(
+            "  system: \"\"\n  tools: []\n",
+            &format!(
+                "  - id: t\n    prompt: \"{prompt}\"\n    sim: {{ turns: [ {{ content: [ {{ text: \"\" }}, {{ text: looked }} ] }} ] }}\n"
+            ),
+        ))
+        .await;
+    assert_eq!(ran.stop("t"), "completed", "{:?}", ran.row("t"));
+    let body = &ran.requests("t")[0].body;
+    assert_eq!(markers(body), ["messages.0.0: text"]);
+    assert_eq!(body["messages"][0]["content"][0]["text"], prompt.as_str());
+    assert!(!body["system"].is_array(), "{}", body["system"]);
+}
