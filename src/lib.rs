@@ -9,6 +9,7 @@
 pub(crate) mod agent;
 pub mod audit;
 pub mod bench;
+pub mod bucket;
 pub mod commands;
 pub mod compare;
 pub mod govern;

@@ -109,6 +109,11 @@ fn params(spec: &TaskSpec, toolset: &Toolset) -> Params {
         extra
             .entry("prompt_cache_key")
             .or_insert_with(|| prompt_cache_key(spec).into());
+        if let Some(r) = spec.cache.retention {
+            extra
+                .entry("prompt_cache_retention")
+                .or_insert_with(|| r.wire().into());
+        }
     }
     Params {
         model: spec.model.clone(),

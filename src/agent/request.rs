@@ -13,6 +13,7 @@ use crate::govern::ledger::{Need, Reservation};
 use crate::model::backoff::{jitter, retry_delay};
 use crate::model::Conversation;
 use crate::model::{RateHeaders, Turn, Usage};
+use crate::vocab::limits::TokenCount;
 use crate::vocab::stop::{Stop, StopReason};
 use crate::vocab::transcript::{TranscriptEvent, Usd};
 use rust_decimal::Decimal;
@@ -39,6 +40,11 @@ impl Loop<'_> {
                 self.spec.thinking_budget,
             )?;
             let held = self.hold_shared(&mut plan).await?;
+            // What the rate gates take: the tokens the provider's limits will count.
+            let paced = TokenCount {
+                input: conv.estimate_rate_tokens(),
+                output: u64::from(plan.max_tokens),
+            };
             if attempt == 1 {
                 self.meter.turns = turn_no;
             }
@@ -50,11 +56,12 @@ impl Loop<'_> {
                     attempt,
                     max_tokens: plan.max_tokens,
                     prompt_tokens_upper_bound: plan.prompt_tokens,
+                    paced_input_tokens: Some(paced.input),
                     reserved_usd: plan.reserved_usd.map(Usd),
                     spent_usd: Usd(self.meter.cost),
                 })
                 .await;
-            if let Err(stop) = self.admit(&plan).await {
+            if let Err(stop) = self.admit(paced).await {
                 self.give_back(held, false).await;
                 return Err(stop);
             }
@@ -88,6 +95,7 @@ impl Loop<'_> {
                     return Err(stop);
                 }
                 Ok(Ok(turn)) => {
+                    self.correct_gates(paced, Some(conv.rate_counted(&turn.usage)));
                     self.settle(&turn.usage, turn.usage_estimated, &plan, held, turn_no)
                         .await;
                     self.note_rate_headers(&turn.rate);
@@ -95,6 +103,13 @@ impl Loop<'_> {
                 }
                 Ok(Err(f)) => f,
             };
+            // A refused request counted nothing; one that failed after saying what it
+            // used counted that; any other failure keeps its whole charge.
+            match (&failure.usage, failure.rate_limited) {
+                (Some(u), _) => self.correct_gates(paced, Some(conv.rate_counted(u))),
+                (None, true) => self.correct_gates(paced, None),
+                (None, false) => {}
+            }
             // `charged`: a worst case counted as spent (logged below); `billed`: the cost
             // of a failed answer that said what it used (logged by its settle event).
             let (charged, billed) = match (failure.usage, failure.maybe_billed) {
@@ -266,18 +281,29 @@ impl Loop<'_> {
         Ok(Some(res))
     }
 
-    /// Waits for the team's and the provider's rate gates (counted as rate_wait_ms).
-    async fn admit(&mut self, plan: &RequestPlan) -> Result<(), Stop> {
-        let gates = [
+    /// The team's and the provider's rate gates.
+    fn gates(&self) -> [Option<std::sync::Arc<crate::govern::rate::Gate>>; 2] {
+        [
             self.env.gates.team(self.spec.team_name()),
             self.env.gates.provider(&self.spec.provider.name),
-        ];
-        let (input, output) = (plan.prompt_tokens, u64::from(plan.max_tokens));
+        ]
+    }
+
+    /// Corrects the gates' pre-charge to what the provider counted (None: nothing).
+    fn correct_gates(&self, charged: TokenCount, counted: Option<TokenCount>) {
+        for g in self.gates().iter().flatten() {
+            g.correct(charged, counted.unwrap_or_default());
+        }
+    }
+
+    /// Waits for the team's and the provider's rate gates (counted as rate_wait_ms).
+    async fn admit(&mut self, paced: TokenCount) -> Result<(), Stop> {
+        let gates = self.gates();
         let started = Instant::now();
         let admitted = guarded(
             async {
                 for g in gates.iter().flatten() {
-                    g.admit(input, output).await;
+                    g.admit(paced.input, paced.output).await;
                 }
             },
             self.deadline,

@@ -36,6 +36,9 @@ pub struct GroupSummary {
     pub median_wall_ms: Option<f64>,
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// What prompt caching saved the group's rows: the cost their usage would have had
+    /// uncached, less what it cost.
+    pub cache_saved: Decimal,
 }
 
 impl GroupSummary {
@@ -177,6 +180,7 @@ pub(crate) fn summarize(group: &Group) -> GroupSummary {
         median_wall_ms: None,
         input_tokens: 0,
         output_tokens: 0,
+        cache_saved: Decimal::ZERO,
     };
     let mut reasons: BTreeMap<&str, u64> = BTreeMap::new();
     let mut turns = Vec::new();
@@ -203,6 +207,7 @@ pub(crate) fn summarize(group: &Group) -> GroupSummary {
         walls.extend(row.wall_ms);
         s.input_tokens += row.input_tokens.unwrap_or(0);
         s.output_tokens += row.output_tokens.unwrap_or(0);
+        s.cache_saved += row.cache_saved.unwrap_or_default();
     }
     s.models.sort();
     s.interval = wilson95(s.passes, s.graded);
@@ -301,6 +306,7 @@ mod tests {
             turns: Some(3),
             wall_ms: Some(100),
             input_tokens: Some(10),
+            cache_saved: None,
             output_tokens: Some(2),
             file: 0,
             line: 2,

@@ -196,6 +196,7 @@ mod tests {
             turns: None,
             wall_ms: None,
             input_tokens: None,
+            cache_saved: None,
             output_tokens: None,
             file: 0,
             line,

@@ -34,6 +34,8 @@ pub(crate) struct Row {
     pub wall_ms: Option<u64>,
     pub input_tokens: Option<u64>,
     pub output_tokens: Option<u64>,
+    /// What prompt caching saved the row (empty in runs from before the column).
+    pub cache_saved: Option<Decimal>,
     /// Where the row is, for warnings: the results file and its line.
     pub file: usize,
     pub line: u64,
@@ -118,6 +120,7 @@ pub(crate) fn parse(
             wall_ms: r.wall_ms,
             input_tokens: r.input_tokens,
             output_tokens: r.output_tokens,
+            cache_saved: r.cache_saved_usd,
             file: index,
             line: r.line,
         })

@@ -305,6 +305,7 @@ mod tests {
             median_turns: None,
             median_wall_ms: None,
             input_tokens: 0,
+            cache_saved: Decimal::ZERO,
             output_tokens: 0,
         }
     }

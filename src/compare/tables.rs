@@ -101,9 +101,12 @@ pub(crate) fn groups(groups: &[GroupSummary], full: bool) -> Table {
         "cost",
         "$/task",
         "$/pass",
+        "cache saved",
         "turns",
     ];
-    let mut numeric = vec![false, true, true, true, true, true, true, true, true, true];
+    let mut numeric = vec![
+        false, true, true, true, true, true, true, true, true, true, true,
+    ];
     if full {
         header.extend(["wall s", "tokens in", "tokens out", "models"]);
         numeric.extend([true, true, true, false]);
@@ -123,6 +126,7 @@ pub(crate) fn groups(groups: &[GroupSummary], full: bool) -> Table {
                 format::total(g.cost, g.unpriced),
                 format::money(g.cost_per_task()),
                 format::money(g.cost_per_pass()),
+                format::money(Some(g.cache_saved)),
                 format::median(g.median_turns),
             ];
             if full {

@@ -1,7 +1,8 @@
 //! Pacing requests to rate limits instead of running into them: per provider and per
-//! team, requests, input tokens and output tokens per minute (governor's GCRA, with a
-//! burst allowance of one second's worth unless configured), plus a pause that a 429
-//! or a provider's "nothing remaining" headers put on everyone using that provider.
+//! team, requests (governor's GCRA) and input and output tokens (a [`Bucket`] that
+//! takes back what a request did not use) per minute, with a burst allowance of one
+//! second's worth unless configured, plus a pause that a 429 or a provider's "nothing
+//! remaining" headers put on everyone using that provider.
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
@@ -10,10 +11,11 @@ use std::time::{Duration, Instant};
 
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 
+use crate::bucket::Bucket;
 use crate::job::Plan;
-use crate::vocab::limits::RateLimits;
+use crate::vocab::limits::{RateLimits, TokenCount};
 
-/// One per-minute limit.
+/// The requests-per-minute limit.
 struct Limit {
     limiter: DefaultDirectRateLimiter,
     /// The most cells one wait may ask for (the burst allowance).
@@ -27,14 +29,18 @@ struct Limit {
 const RATE_SHARE: f64 = 0.99;
 const BURST_RESERVE: f64 = 0.10;
 
+/// Cells per `burst` span, at least one, minus the reserve.
+fn burst_cells(per_minute: u32, burst: Duration) -> u32 {
+    let cells = (u64::from(per_minute) * burst.as_millis() as u64) / 60_000;
+    let reserve = ((cells as f64 * BURST_RESERVE).ceil() as u64).max(1);
+    let cells = cells.saturating_sub(reserve).clamp(1, u64::from(u32::MAX));
+    u32::try_from(cells).unwrap_or(u32::MAX)
+}
+
 impl Limit {
     fn new(per_minute: u32, burst: Duration) -> Limit {
         let per_minute = per_minute.max(1);
-        // cells per `burst` span, at least one, minus the reserve
-        let cells = (u64::from(per_minute) * burst.as_millis() as u64) / 60_000;
-        let reserve = ((cells as f64 * BURST_RESERVE).ceil() as u64).max(1);
-        let burst_cells = cells.saturating_sub(reserve).clamp(1, u64::from(u32::MAX));
-        let burst_cells = u32::try_from(burst_cells).unwrap_or(u32::MAX);
+        let burst_cells = burst_cells(per_minute, burst);
         let period = Duration::from_secs_f64(60.0 / (f64::from(per_minute) * RATE_SHARE));
         let quota = Quota::with_period(period)
             .unwrap_or_else(|| Quota::per_minute(NonZeroU32::MIN))
@@ -59,11 +65,72 @@ impl Limit {
     }
 }
 
+/// A tokens-per-minute limit.
+struct TokenLimit {
+    bucket: Mutex<Bucket>,
+    /// Wakes a waiter when tokens come back, so it does not sleep out a wait computed
+    /// before the refund.
+    refunded: tokio::sync::Notify,
+}
+
+impl TokenLimit {
+    fn new(per_minute: u32, burst: Duration) -> TokenLimit {
+        let per_minute = per_minute.max(1);
+        let capacity = u64::from(burst_cells(per_minute, burst));
+        let per_second = f64::from(per_minute) * RATE_SHARE / 60.0;
+        TokenLimit {
+            bucket: Mutex::new(Bucket::new(capacity, per_second, Instant::now())),
+            refunded: tokio::sync::Notify::new(),
+        }
+    }
+
+    fn bucket(&self) -> std::sync::MutexGuard<'_, Bucket> {
+        self.bucket.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Waits until `n` tokens are taken, in bucket-sized steps (so a request larger
+    /// than the burst is paced rather than refused).
+    async fn take(&self, mut n: u64) {
+        while n > 0 {
+            // Registered before looking, so a refund in between is not missed.
+            let refunded = self.refunded.notified();
+            let taken = {
+                let mut b = self.bucket();
+                let step = n.min(b.capacity());
+                b.take(step, Instant::now()).map(|()| step)
+            };
+            match taken {
+                Ok(step) => n -= step,
+                Err(wait) => {
+                    tokio::select! {
+                        () = tokio::time::sleep(wait) => {}
+                        () = refunded => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// Corrects a pre-charge of `charged` to what the provider counted.
+    fn correct(&self, charged: u64, counted: u64) {
+        let now = Instant::now();
+        let mut b = self.bucket();
+        match charged.cmp(&counted) {
+            std::cmp::Ordering::Greater => {
+                b.refund(charged - counted, now);
+                self.refunded.notify_waiters();
+            }
+            std::cmp::Ordering::Less => b.owe(counted - charged, now),
+            std::cmp::Ordering::Equal => {}
+        }
+    }
+}
+
 /// The limits of one provider or team.
 pub struct Gate {
     rpm: Option<Limit>,
-    itpm: Option<Limit>,
-    otpm: Option<Limit>,
+    itpm: Option<TokenLimit>,
+    otpm: Option<TokenLimit>,
     /// Waiters are served in arrival order (tokio's mutex is fair), one at a time, so
     /// nobody starves and the limiter is not polled by a herd.
     queue: tokio::sync::Mutex<()>,
@@ -74,8 +141,8 @@ impl Gate {
     pub fn new(limits: &RateLimits) -> Gate {
         Gate {
             rpm: limits.rpm.map(|r| Limit::new(r, limits.burst)),
-            itpm: limits.itpm.map(|r| Limit::new(r, limits.burst)),
-            otpm: limits.otpm.map(|r| Limit::new(r, limits.burst)),
+            itpm: limits.itpm.map(|r| TokenLimit::new(r, limits.burst)),
+            otpm: limits.otpm.map(|r| TokenLimit::new(r, limits.burst)),
             queue: tokio::sync::Mutex::new(()),
             paused_until: Mutex::new(None),
         }
@@ -101,8 +168,8 @@ impl Gate {
         p.filter(|t| *t > Instant::now())
     }
 
-    /// Waits for the gate to admit a request of `input` prompt tokens that may produce
-    /// `output` tokens (pre-charged at max_tokens, as providers do).
+    /// Waits for the gate to admit a request of `input` rate-counted prompt tokens that
+    /// may produce `output` tokens (pre-charged at max_tokens, as providers do).
     pub async fn admit(&self, input: u64, output: u64) {
         let _turn = self.queue.lock().await;
         while let Some(until) = self.pause() {
@@ -116,6 +183,17 @@ impl Gate {
         }
         if let Some(l) = &self.otpm {
             l.take(output).await;
+        }
+    }
+
+    /// Corrects what [`Gate::admit`] took (`charged`) to what the provider counted:
+    /// tokens not used go back at once, tokens used beyond the charge are owed.
+    pub fn correct(&self, charged: TokenCount, counted: TokenCount) {
+        if let Some(l) = &self.itpm {
+            l.correct(charged.input, counted.input);
+        }
+        if let Some(l) = &self.otpm {
+            l.correct(charged.output, counted.output);
         }
     }
 }
@@ -192,6 +270,46 @@ mod tests {
         g.admit(3000, 0).await; // 990/s with a burst of 900: over two seconds
         assert!(
             start.elapsed() >= Duration::from_millis(1900),
+            "{:?}",
+            start.elapsed()
+        );
+    }
+
+    #[tokio::test]
+    async fn tokens_given_back_wake_a_waiter_and_debts_hold_the_next() {
+        let g = Arc::new(Gate::new(&RateLimits {
+            rpm: None,
+            itpm: Some(60_000),
+            otpm: None,
+            burst: Duration::from_secs(1),
+        }));
+        g.admit(900, 0).await; // the whole burst; refilling takes about 909 ms
+        let start = Instant::now();
+        let waiter = tokio::spawn({
+            let g = g.clone();
+            async move { g.admit(900, 0).await }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let charged = TokenCount {
+            input: 900,
+            output: 0,
+        };
+        g.correct(charged, TokenCount::default());
+        waiter.await.unwrap();
+        let woke = start.elapsed();
+        assert!(woke < Duration::from_millis(500), "{woke:?}");
+        // Counted at twice the charge: the next request waits out the debt too.
+        g.correct(
+            charged,
+            TokenCount {
+                input: 1800,
+                output: 0,
+            },
+        );
+        let start = Instant::now();
+        g.admit(1, 0).await;
+        assert!(
+            start.elapsed() >= Duration::from_millis(800),
             "{:?}",
             start.elapsed()
         );

@@ -268,13 +268,23 @@ fn describe_cache(t: &TaskSpec) -> String {
         return "off".into();
     }
     let how = match t.provider.protocol {
+        Protocol::Anthropic if !t.cache.marks_prefix() => match t.cache.ttl {
+            CacheTtl::FiveMinutes => "on, one breakpoint on the newest message, 5-minute entries",
+            CacheTtl::OneHour => "on, one breakpoint on the newest message, 1-hour entries",
+        },
         Protocol::Anthropic => match t.cache.ttl {
             CacheTtl::FiveMinutes => "on, breakpoints placed by the runner, 5-minute entries",
             CacheTtl::OneHour => "on, breakpoints placed by the runner, 1-hour entries",
         },
-        Protocol::OpenaiResponses | Protocol::OpenaiChat => {
-            "on (automatic), a prompt_cache_key per task"
-        }
+        Protocol::OpenaiResponses | Protocol::OpenaiChat => match t.cache.retention {
+            None => "on (automatic), a prompt_cache_key per task",
+            Some(crate::vocab::cache::CacheRetention::InMemory) => {
+                "on (automatic), a prompt_cache_key per task, in-memory retention"
+            }
+            Some(crate::vocab::cache::CacheRetention::Extended) => {
+                "on (automatic), a prompt_cache_key per task, 24-hour retention"
+            }
+        },
     };
     match &t.price {
         Some(p) => format!(

@@ -412,6 +412,7 @@ fn resolve_cache(t: &TaskFields, d: &TaskFields, p: Option<&ProviderSpec>) -> Ca
             .flatten()
             .find_map(|c| c.ttl)
             .unwrap_or_default(),
+        retention: layers.iter().flatten().find_map(|c| c.retention),
     }
 }
 

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::model::Protocol;
 use crate::sim::script::Script;
 use crate::vocab::bounds::{self, at_most};
-use crate::vocab::cache::{CacheMode, CacheTtl};
+use crate::vocab::cache::{CacheMode, CacheRetention, CacheTtl};
 use crate::vocab::limits::{MaxRepeats, Period};
 use crate::vocab::price::PriceFields;
 use crate::vocab::values::{ByteSize, HumanDuration, Money};
@@ -464,8 +464,9 @@ pub struct ProviderFields {
     pub server_limits: Option<ServerLimitFields>,
 }
 
-/// `cache: {mode: auto|off, ttl: 5m|1h}`; each field falls back to the provider's, then
-/// the defaults'.
+/// `cache: {mode: auto|last_message|off, ttl: 5m|1h, retention: in_memory|24h}`; each
+/// field falls back to the provider's, then the defaults'. `ttl` is Anthropic's,
+/// `retention` OpenAI's.
 #[derive(Debug, Clone, Copy, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct CacheFields {
@@ -473,6 +474,8 @@ pub struct CacheFields {
     pub mode: Option<CacheMode>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttl: Option<CacheTtl>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<CacheRetention>,
 }
 
 /// `parallel_tool_calls`: a value to send, or `omit`.

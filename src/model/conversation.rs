@@ -2,19 +2,19 @@
 //! events, turning an answer into a `Turn`, and the upper bound on the next prompt's
 //! size that the budgets rely on. The protocol modules supply bodies and parsers.
 
-use std::time::Duration;
-
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
-use reqwest::{Client, Url};
+use reqwest::header::HeaderMap;
+use reqwest::Client;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
+use super::endpoint::Endpoint;
 use super::http::{post_once, Post};
 use super::{
     anthropic, chat, responses, ModelError, Parsed, Protocol, SendError, ToolResult, Turn, Usage,
     WireError,
 };
-use crate::vocab::cache::Caching;
+use crate::vocab::cache::{cache_reads_count_toward_itpm, rate_counted_input, Caching};
+use crate::vocab::limits::TokenCount;
 use crate::vocab::log::TaskLog;
 use crate::vocab::transcript::{RequestParams, TranscriptEvent};
 
@@ -23,58 +23,6 @@ use crate::vocab::transcript::{RequestParams, TranscriptEvent};
 const FIRST_REQUEST_OVERHEAD: u64 = 1024;
 /// Framing tokens allowed per later request on top of the bytes appended.
 const TURN_OVERHEAD: u64 = 64;
-
-/// Where and how to reach a provider's endpoint.
-#[derive(Debug, Clone)]
-pub struct Endpoint {
-    pub protocol: Protocol,
-    /// The full URL of the endpoint (messages, responses or chat/completions).
-    pub url: Url,
-    /// Sent as `x-api-key` (Anthropic) or a bearer token (OpenAI); marked sensitive so it
-    /// never shows in debug output. None for servers that take no key.
-    pub api_key: Option<String>,
-    /// The `anthropic-version` header (Anthropic only).
-    pub anthropic_version: String,
-    /// Chat Completions: the field that carries the output limit (`max_tokens` for most
-    /// compatible servers, `max_completion_tokens` for OpenAI's reasoning models).
-    pub max_tokens_field: String,
-    /// Per attempt, body included.
-    pub timeout: Duration,
-    /// The largest response body read (`max_response_bytes`).
-    pub max_response_bytes: u64,
-}
-
-impl Endpoint {
-    fn headers(&self) -> Result<HeaderMap, String> {
-        let mut h = HeaderMap::new();
-        h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        let secret = |v: String| {
-            HeaderValue::from_str(&v)
-                .map(|mut v| {
-                    v.set_sensitive(true);
-                    v
-                })
-                .map_err(|_| "the API key contains characters not allowed in a header".to_string())
-        };
-        match self.protocol {
-            Protocol::Anthropic => {
-                let version = HeaderValue::from_str(&self.anthropic_version).map_err(|_| {
-                    format!("invalid anthropic_version \"{}\"", self.anthropic_version)
-                })?;
-                h.insert(HeaderName::from_static("anthropic-version"), version);
-                if let Some(key) = &self.api_key {
-                    h.insert(HeaderName::from_static("x-api-key"), secret(key.clone())?);
-                }
-            }
-            Protocol::OpenaiResponses | Protocol::OpenaiChat => {
-                if let Some(key) = &self.api_key {
-                    h.insert(AUTHORIZATION, secret(format!("Bearer {key}"))?);
-                }
-            }
-        }
-        Ok(h)
-    }
-}
 
 /// Request fields besides the conversation, fixed for the whole task.
 #[derive(Debug, Clone, Default)]
@@ -111,6 +59,10 @@ pub struct Conversation {
     last_prompt_tokens: Option<u64>,
     /// Bytes of history appended since the last answered request.
     bytes_since: u64,
+    /// The tokens the last answered request read from or wrote to the cache (the
+    /// prefix the next one reads, Anthropic), and when it was answered.
+    cached_prefix: u64,
+    answered_at: Option<std::time::Instant>,
     /// Every tool-call id of the history (Anthropic and Responses refuse a conversation
     /// that has one twice).
     call_ids: std::collections::HashSet<String>,
@@ -142,7 +94,7 @@ fn cacheable_tools(
 ) -> (u64, Option<Vec<Value>>) {
     let bytes = len_of(&tools);
     let marked = (protocol == Protocol::Anthropic
-        && params.cache.is_on()
+        && params.cache.marks_prefix()
         && bytes >= crate::vocab::cache::min_cacheable_tokens(&params.model))
     .then(|| anthropic::marked_tools(tools, &params.cache.marker()))
     .flatten();
@@ -227,6 +179,8 @@ impl Conversation {
             logged: 0,
             last_prompt_tokens: None,
             bytes_since: 0,
+            cached_prefix: 0,
+            answered_at: None,
             call_ids: Default::default(),
             cached_tail: None,
             tools_bytes,
@@ -282,13 +236,14 @@ impl Conversation {
         let mut prefix = self.tools_bytes;
         if let Some(system) = self.params.system.as_deref() {
             prefix = prefix.saturating_add(system.len() as u64);
-            if prefix >= min && !system.is_empty() {
+            if prefix >= min && !system.is_empty() && self.params.cache.marks_prefix() {
                 marks.system = Some(marker.clone());
             }
         }
         let last = self.history.len().saturating_sub(1);
         let mut at = Vec::with_capacity(2);
-        if let Some(prev) = self.cached_tail.filter(|p| *p < last) {
+        let lookback = self.params.cache.marks_prefix();
+        if let Some(prev) = self.cached_tail.filter(|p| *p < last && lookback) {
             at.push(prev);
         }
         at.push(last);
@@ -395,6 +350,34 @@ impl Conversation {
                 .saturating_add(self.bytes_since)
                 .saturating_add(TURN_OVERHEAD),
             None => (self.body(u32::MAX).len() as u64).saturating_add(FIRST_REQUEST_OVERHEAD),
+        }
+    }
+
+    /// An upper bound on what the provider's input-tokens-per-minute limit counts for
+    /// the next request: the prompt bound, less (Anthropic with caching, on a model
+    /// whose limit leaves out cache reads) the prefix the last request left in the
+    /// cache, unless its entry may have expired since. A cache that drops an entry
+    /// early makes the count higher; the gates then owe the difference.
+    pub fn estimate_rate_tokens(&self) -> u64 {
+        let whole = self.estimate_prompt_tokens();
+        let cache = &self.params.cache;
+        let reads_free = self.endpoint.protocol == Protocol::Anthropic
+            && cache.is_on()
+            && !cache_reads_count_toward_itpm(&self.params.model);
+        match self.answered_at {
+            Some(at) if reads_free && at.elapsed() < cache.ttl() => {
+                whole.saturating_sub(self.cached_prefix)
+            }
+            _ => whole,
+        }
+    }
+
+    /// What a provider's token limits counted for an answered request: the input its
+    /// protocol and model count (see [`rate_counted_input`]) and every output token.
+    pub fn rate_counted(&self, usage: &Usage) -> TokenCount {
+        TokenCount {
+            input: rate_counted_input(self.endpoint.protocol, &self.params.model, usage),
+            output: usage.output_tokens,
         }
     }
 
@@ -542,6 +525,10 @@ impl Conversation {
         // billed in full); its output count bounds that.
         self.bytes_since = answer_bytes.max(usage.output_tokens);
         self.last_prompt_tokens = Some(usage.prompt_tokens());
+        self.cached_prefix = usage
+            .cache_read_tokens
+            .saturating_add(usage.cache_write_tokens);
+        self.answered_at = Some(std::time::Instant::now());
         self.history.extend(items);
         // The answer is in the response event; the next request event lists only what
         // comes after it.
@@ -633,6 +620,8 @@ impl Conversation {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use reqwest::Url;
+    use std::time::Duration;
 
     fn conversation(protocol: Protocol) -> Conversation {
         let endpoint = Endpoint {

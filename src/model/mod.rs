@@ -10,6 +10,7 @@ pub(crate) mod anthropic;
 pub(crate) mod backoff;
 pub(crate) mod chat;
 mod conversation;
+mod endpoint;
 mod http;
 pub(crate) mod responses;
 
@@ -19,7 +20,8 @@ use serde_json::Value;
 pub use crate::vocab::protocol::Protocol;
 pub(crate) use crate::vocab::usage::openai_usage;
 pub use crate::vocab::usage::Usage;
-pub use conversation::{Conversation, Endpoint, Params};
+pub use conversation::{Conversation, Params};
+pub use endpoint::Endpoint;
 pub use http::{client, parse_go_duration, Failure, HttpError, RateHeaders};
 
 /// A tool call the model asked for.

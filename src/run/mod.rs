@@ -209,6 +209,7 @@ mod tests {
             attempt: 1,
             max_tokens: 1024,
             prompt_tokens_upper_bound: 10,
+            paced_input_tokens: None,
             reserved_usd: Some(rust_decimal::Decimal::new(5, 2).into()),
             spent_usd: rust_decimal::Decimal::ZERO.into(),
         });
@@ -225,6 +226,7 @@ mod tests {
             attempt: 1,
             max_tokens: 1024,
             prompt_tokens_upper_bound: 10,
+            paced_input_tokens: None,
             reserved_usd: Some(rust_decimal::Decimal::new(4, 2).into()),
             spent_usd: rust_decimal::Decimal::new(1, 2).into(),
         });

@@ -380,11 +380,21 @@ impl PromptCache {
 
     /// Reads and writes the cache for one answered request.
     pub fn apply(&self, protocol: Protocol, request: &Value) -> CacheUse {
+        self.request(protocol, request, true)
+    }
+
+    /// What [`PromptCache::apply`] would read and write now, changing nothing (the rate
+    /// limits count a request before it is answered).
+    pub fn peek(&self, protocol: Protocol, request: &Value) -> CacheUse {
+        self.request(protocol, request, false)
+    }
+
+    fn request(&self, protocol: Protocol, request: &Value, commit: bool) -> CacheUse {
         match protocol {
             Protocol::Anthropic => match anthropic_prefix(request) {
                 Ok(b) => {
                     let model = request.get("model").and_then(Value::as_str).unwrap_or("");
-                    self.anthropic(&b, anthropic_minimum(model))
+                    self.anthropic(&b, anthropic_minimum(model), commit)
                 }
                 Err(_) => CacheUse::default(),
             },
@@ -394,7 +404,7 @@ impl PromptCache {
                 } else {
                     IN_MEMORY
                 };
-                self.openai(&openai_prefix(protocol, request), ttl)
+                self.openai(&openai_prefix(protocol, request), ttl, commit)
             }
         }
     }
@@ -402,7 +412,8 @@ impl PromptCache {
     /// Anthropic: the longest live prefix found at or up to 20 blocks before a
     /// breakpoint is read; the breakpoints past it are written, 1h first (billed
     /// 1h up to the last 1h breakpoint, 5m from there to the last breakpoint).
-    pub fn anthropic(&self, bounds: &[Boundary], minimum: u64) -> CacheUse {
+    /// Without `commit`, nothing is written or refreshed.
+    pub fn anthropic(&self, bounds: &[Boundary], minimum: u64, commit: bool) -> CacheUse {
         let mut store = lock(&self.store);
         let now = self.now(&store);
         let live = |s: &Store, b: &Boundary| {
@@ -419,7 +430,10 @@ impl PromptCache {
             }
         }
         let read = hit.map_or(0, |h| h.tokens);
-        if let Some(e) = hit.and_then(|h| store.entries.get_mut(&h.key)) {
+        if let Some(e) = hit
+            .filter(|_| commit)
+            .and_then(|h| store.entries.get_mut(&h.key))
+        {
             e.expires = now + e.ttl;
         }
         let marked: Vec<&Boundary> = bounds
@@ -433,7 +447,7 @@ impl PromptCache {
             .map(|b| b.tokens)
             .max()
             .unwrap_or(read);
-        for b in &marked {
+        for b in marked.iter().filter(|_| commit) {
             let ttl = b.mark.unwrap_or(FIVE_MINUTES);
             upsert(&mut store, b.key, now, ttl);
         }
@@ -446,14 +460,15 @@ impl PromptCache {
 
     /// OpenAI: the longest live prefix of at least 1024 tokens is read, rounded down
     /// to a multiple of 128 tokens; every prefix of at least 1024 tokens is kept.
-    pub fn openai(&self, bounds: &[Boundary], ttl: Duration) -> CacheUse {
+    /// Without `commit`, nothing is written or refreshed.
+    pub fn openai(&self, bounds: &[Boundary], ttl: Duration, commit: bool) -> CacheUse {
         let mut store = lock(&self.store);
         let now = self.now(&store);
         let hit = bounds.iter().rev().find(|b| {
             b.tokens >= OPENAI_MIN && store.entries.get(&b.key).is_some_and(|e| e.expires > now)
         });
         let read = hit.map_or(0, |h| h.tokens / OPENAI_STEP * OPENAI_STEP);
-        for b in bounds.iter().filter(|b| b.tokens >= OPENAI_MIN) {
+        for b in bounds.iter().filter(|b| commit && b.tokens >= OPENAI_MIN) {
             upsert(&mut store, b.key, now, ttl);
         }
         CacheUse {

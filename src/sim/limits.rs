@@ -1,12 +1,15 @@
-//! The simulator's own rate limits: requests, input tokens and output tokens per minute
-//! (GCRA via governor, burst of `burst` worth of the rate). A request over a limit gets
+//! The simulator's own rate limits: requests (GCRA via governor), input tokens and
+//! output tokens (a [`Bucket`]) per minute, each with a burst of `burst` worth of its
+//! rate. Input counts what the provider counts (for Anthropic, not cache reads); output
+//! is pre-charged at max_tokens and corrected when the answer is known. A request over a limit gets
 //! 429 with `retry-after`, and every answer carries the protocol's rate-limit headers
 //! (`anthropic-ratelimit-*-{limit,remaining,reset}` with RFC 3339 resets, or OpenAI's
 //! `x-ratelimit-{limit,remaining,reset}-{requests,tokens}` with duration resets), so
 //! client pacing is tested against a server that punishes mistakes.
 
 use std::num::NonZeroU32;
-use std::time::Duration;
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use chrono::{SecondsFormat, Utc};
 use governor::clock::{Clock, DefaultClock};
@@ -14,18 +17,35 @@ use governor::middleware::StateInformationMiddleware;
 use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
 
+use crate::bucket::Bucket;
 use crate::model::Protocol;
+use crate::vocab::cache::cache_reads_count_toward_itpm;
+use serde_json::Value;
+
+use super::cache::PromptCache;
 use crate::vocab::limits::RateLimits;
 
 type Limiter = RateLimiter<NotKeyed, InMemoryState, DefaultClock, StateInformationMiddleware>;
 
-struct Window {
-    /// `requests`, `input-tokens` or `output-tokens`, as in the header names.
+/// What one window is called in the header names, and its configured rate.
+struct Named {
+    /// `requests`, `input-tokens` or `output-tokens`.
     name: &'static str,
     per_minute: u32,
+}
+
+/// Requests: governor's GCRA (a request is never given back).
+struct Requests {
+    named: Named,
     burst: u32,
     interval: Duration,
     limiter: Limiter,
+}
+
+/// Input or output tokens: a bucket, so the output pre-charge can be corrected.
+struct Tokens {
+    named: Named,
+    bucket: Bucket,
 }
 
 /// Rate-limit headers for a response: (name, value).
@@ -33,80 +53,183 @@ pub type Headers = Vec<(String, String)>;
 
 /// The limits a simulator enforces.
 pub struct ServerLimits {
-    windows: Vec<Window>,
+    requests: Option<Requests>,
+    /// Input, then output; under one lock, so a request is charged all or nothing.
+    tokens: Mutex<Vec<Tokens>>,
     clock: DefaultClock,
+}
+
+/// A window's burst: `burst` worth of its rate, at least one.
+fn burst_of(per_minute: u32, burst: Duration) -> u32 {
+    u32::try_from((u64::from(per_minute) * burst.as_millis() as u64 / 60_000).max(1))
+        .unwrap_or(u32::MAX)
 }
 
 impl ServerLimits {
     pub fn new(l: &RateLimits) -> ServerLimits {
-        let windows = [
-            ("requests", l.rpm),
-            ("input-tokens", l.itpm),
-            ("output-tokens", l.otpm),
-        ]
-        .into_iter()
-        .filter_map(|(name, rate)| rate.map(|r| (name, r.max(1))))
-        .map(|(name, per_minute)| {
-            let burst =
-                u32::try_from((u64::from(per_minute) * l.burst.as_millis() as u64 / 60_000).max(1))
-                    .unwrap_or(u32::MAX);
+        let requests = l.rpm.map(|r| r.max(1)).map(|per_minute| {
+            let burst = burst_of(per_minute, l.burst);
             let interval = Duration::from_nanos(60_000_000_000 / u64::from(per_minute));
             let quota = Quota::with_period(interval)
                 .unwrap_or_else(|| Quota::per_minute(NonZeroU32::MIN))
                 .allow_burst(NonZeroU32::new(burst).unwrap_or(NonZeroU32::MIN));
-            Window {
-                name,
-                per_minute,
+            Requests {
+                named: Named {
+                    name: "requests",
+                    per_minute,
+                },
                 burst,
                 interval,
                 limiter: RateLimiter::direct(quota).with_middleware::<StateInformationMiddleware>(),
             }
-        })
-        .collect();
+        });
+        let tokens = [("input-tokens", l.itpm), ("output-tokens", l.otpm)]
+            .into_iter()
+            .filter_map(|(name, rate)| rate.map(|r| (name, r.max(1))))
+            .map(|(name, per_minute)| Tokens {
+                named: Named { name, per_minute },
+                bucket: Bucket::new(
+                    u64::from(burst_of(per_minute, l.burst)),
+                    f64::from(per_minute) / 60.0,
+                    Instant::now(),
+                ),
+            })
+            .collect();
         ServerLimits {
-            windows,
+            requests,
+            tokens: Mutex::new(tokens),
             clock: DefaultClock::default(),
         }
     }
 
-    /// Charges a request: one request, its input tokens, its max_tokens (a charge above
-    /// the burst takes the whole burst). Ok(headers), or Err((wait, headers)) for a 429.
+    fn tokens(&self) -> std::sync::MutexGuard<'_, Vec<Tokens>> {
+        self.tokens.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Charges a request: one request, the input tokens the provider counts, its
+    /// max_tokens (a charge above the burst takes the whole burst). All or nothing:
+    /// Ok(the requests window's headers), or Err((wait, headers)) for a 429.
     pub fn charge(
         &self,
         protocol: Protocol,
         input_tokens: u64,
         max_tokens: u64,
     ) -> Result<Headers, (Duration, Headers)> {
+        let now = Instant::now();
+        let mut tokens = self.tokens();
         let mut headers = Vec::new();
-        for w in &self.windows {
-            let n = match w.name {
-                "requests" => 1,
+        let mut taken: Vec<(usize, u64)> = Vec::new();
+        let refund = |tokens: &mut Vec<Tokens>, taken: &[(usize, u64)]| {
+            for (i, n) in taken {
+                tokens[*i].bucket.refund(*n, now);
+            }
+        };
+        for (i, t) in tokens.iter_mut().enumerate() {
+            let n = match t.named.name {
                 "input-tokens" => input_tokens,
                 _ => max_tokens,
             }
-            .clamp(1, u64::from(w.burst));
-            let cells =
-                NonZeroU32::new(u32::try_from(n).unwrap_or(w.burst)).unwrap_or(NonZeroU32::MIN);
-            match w.limiter.check_n(cells) {
-                Ok(Ok(snapshot)) => {
-                    let remaining = snapshot.remaining_burst_capacity();
-                    let refill = w.interval * (w.burst - remaining.min(w.burst));
-                    headers.extend(window_headers(protocol, w, remaining, refill));
-                }
-                Ok(Err(not_until)) => {
-                    let wait = not_until.wait_time_from(self.clock.now());
-                    headers.extend(window_headers(protocol, w, 0, wait));
+            .max(1);
+            match t.bucket.take(n, now) {
+                Ok(()) => taken.push((i, n.min(t.bucket.capacity()))),
+                Err(wait) => {
+                    headers.extend(window_headers(protocol, &t.named, 0, wait));
+                    refund(&mut tokens, &taken);
                     return Err((wait, headers));
                 }
-                // `n` is clamped to the burst, so this cannot happen; refuse for a second.
-                Err(_) => return Err((Duration::from_secs(1), headers)),
+            }
+        }
+        if let Some(r) = &self.requests {
+            match r.limiter.check() {
+                Ok(snapshot) => {
+                    let remaining = snapshot.remaining_burst_capacity();
+                    let refill = r.interval * (r.burst - remaining.min(r.burst));
+                    headers.extend(window_headers(protocol, &r.named, remaining, refill));
+                }
+                Err(not_until) => {
+                    let wait = not_until.wait_time_from(self.clock.now());
+                    headers.extend(window_headers(protocol, &r.named, 0, wait));
+                    refund(&mut tokens, &taken);
+                    return Err((wait, headers));
+                }
             }
         }
         Ok(headers)
     }
+
+    /// Gives back the part of an output pre-charge the answer did not use, as both
+    /// providers correct it at the end of a request, and returns the token windows'
+    /// headers for the answer (what is left once it is corrected).
+    pub fn refund_output(&self, protocol: Protocol, unused: u64) -> Headers {
+        let now = Instant::now();
+        let mut headers = Vec::new();
+        for t in self.tokens().iter_mut() {
+            if t.named.name == "output-tokens" {
+                t.bucket.refund(unused, now);
+            }
+            let remaining = u32::try_from(t.bucket.available(now)).unwrap_or(u32::MAX);
+            let until_full = t.bucket.until_full(now);
+            headers.extend(window_headers(protocol, &t.named, remaining, until_full));
+        }
+        headers
+    }
 }
 
-fn window_headers(protocol: Protocol, w: &Window, remaining: u32, until_full: Duration) -> Headers {
+/// The output limit a request asks for, under each protocol's field name.
+pub fn requested_max_tokens(protocol: Protocol, request: &Value) -> u64 {
+    let field = |f: &str| request.get(f).and_then(Value::as_u64);
+    match protocol {
+        Protocol::Anthropic => field("max_tokens"),
+        Protocol::OpenaiResponses => field("max_output_tokens"),
+        Protocol::OpenaiChat => field("max_completion_tokens").or_else(|| field("max_tokens")),
+    }
+    .unwrap_or(0)
+}
+
+/// The input tokens of a request that the provider's ITPM limit counts on arrival: the
+/// whole prompt, less (Anthropic, on the models that leave them out) what the cache
+/// will read.
+pub fn counted_input(
+    cache: &PromptCache,
+    protocol: Protocol,
+    request: &Value,
+    body_len: usize,
+) -> u64 {
+    let prompt = (body_len as u64).div_ceil(4);
+    let model = request.get("model").and_then(Value::as_str).unwrap_or("");
+    match protocol {
+        Protocol::Anthropic if !cache_reads_count_toward_itpm(model) => {
+            prompt.saturating_sub(cache.peek(protocol, request).read)
+        }
+        _ => prompt,
+    }
+}
+
+/// The output tokens an answer reports (None when it reports no usage: the body's
+/// size then stands in).
+pub fn output_tokens(protocol: Protocol, rendered: &Value) -> Option<u64> {
+    let field = match protocol {
+        Protocol::OpenaiChat => "completion_tokens",
+        _ => "output_tokens",
+    };
+    rendered["usage"][field].as_u64()
+}
+
+/// How long to wait, as each vendor says it on a 429: Anthropic whole seconds in
+/// `retry-after`; OpenAI `retry-after-ms` as well.
+pub fn retry_after(protocol: Protocol, wait: Duration) -> Vec<(String, String)> {
+    let secs = wait.as_secs_f64().ceil().max(1.0).to_string();
+    let mut h = vec![("retry-after".to_string(), secs)];
+    if protocol != Protocol::Anthropic {
+        h.push((
+            "retry-after-ms".to_string(),
+            wait.as_millis().max(1).to_string(),
+        ));
+    }
+    h
+}
+
+fn window_headers(protocol: Protocol, w: &Named, remaining: u32, until_full: Duration) -> Headers {
     let limit = w.per_minute.to_string();
     match protocol {
         Protocol::Anthropic => {
@@ -185,6 +308,31 @@ mod tests {
             .map(|(_, v)| v.clone())
             .unwrap();
         assert!(crate::model::parse_go_duration(&reset).is_some(), "{reset}");
+    }
+
+    #[test]
+    fn output_is_corrected_at_the_end_and_a_refused_request_takes_nothing() {
+        let l = ServerLimits::new(&RateLimits {
+            rpm: Some(60),
+            itpm: Some(60_000),
+            otpm: Some(60_000),
+            burst: Duration::from_secs(1),
+        });
+        // burst: 1 request, 1,000 input and 1,000 output tokens
+        assert!(l.charge(Protocol::Anthropic, 100, 1000).is_ok());
+        let h = l.refund_output(Protocol::Anthropic, 990);
+        let remaining = |h: &Headers, k: &str| {
+            h.iter()
+                .find(|(n, _)| n == &format!("anthropic-ratelimit-{k}-remaining"))
+                .map(|(_, v)| v.parse::<u64>().unwrap())
+                .unwrap()
+        };
+        assert!(remaining(&h, "output-tokens") >= 990, "{h:?}");
+        assert!(remaining(&h, "input-tokens") < 910, "{h:?}");
+        // The request window is empty: refused, and its tokens are not taken.
+        assert!(l.charge(Protocol::Anthropic, 800, 900).is_err());
+        let h = l.refund_output(Protocol::Anthropic, 0);
+        assert!(remaining(&h, "input-tokens") >= 900, "{h:?}");
     }
 
     #[test]

@@ -417,17 +417,6 @@ fn check_headers(protocol: Protocol, headers: &HeaderMap) -> Result<String, Refu
     Ok(version)
 }
 
-/// The output limit a request asks for, under each protocol's field name.
-fn requested_max_tokens(protocol: Protocol, request: &Value) -> u64 {
-    let field = |f: &str| request.get(f).and_then(Value::as_u64);
-    match protocol {
-        Protocol::Anthropic => field("max_tokens"),
-        Protocol::OpenaiResponses => field("max_output_tokens"),
-        Protocol::OpenaiChat => field("max_completion_tokens").or_else(|| field("max_tokens")),
-    }
-    .unwrap_or(0)
-}
-
 /// Checks and answers one request; `rec` names the run, script key and protocol and
 /// receives what happened.
 async fn answer(
@@ -466,14 +455,15 @@ async fn answer(
     }
     .map_err(|v| Refusal::bad_request(v.0))?;
     let limits = lock(&state.limits).clone();
-    let rate_headers = match limits {
+    let max_tokens = limits::requested_max_tokens(protocol, &request);
+    let mut rate_headers = match &limits {
         None => Vec::new(),
         Some(l) => {
-            let max_tokens = requested_max_tokens(protocol, &request);
-            match l.charge(protocol, (body_len as u64).div_ceil(4), max_tokens) {
+            let counted = limits::counted_input(&state.cache, protocol, &request, body_len);
+            match l.charge(protocol, counted, max_tokens) {
                 Ok(h) => h,
                 Err((wait, mut h)) => {
-                    h.extend(retry_after(protocol, wait));
+                    h.extend(limits::retry_after(protocol, wait));
                     rec.status = 429;
                     rec.error = Some(format!("rate limited: retry in {} ms", wait.as_millis()));
                     let mut r = Refusal::new(
@@ -529,6 +519,7 @@ async fn answer(
         Protocol::OpenaiResponses => responses::render(turn, &request, body_len, key, step, c),
         Protocol::OpenaiChat => chat::render(turn, &request, body_len, key, step, c),
     };
+    let used = limits::output_tokens(protocol, &rendered);
     // What the client receives: the rendered answer, or a scripted raw body (which is
     // only an answer if it parses as one).
     let (sent, mut bytes) = match &turn.raw_body {
@@ -557,6 +548,10 @@ async fn answer(
             None => map.remove(&(conv.to_string(), step)),
         };
     }
+    if let Some(l) = &limits {
+        let used = used.unwrap_or_else(|| (bytes.len() as u64).div_ceil(4));
+        rate_headers.extend(l.refund_output(protocol, max_tokens.saturating_sub(used)));
+    }
     rec.response = sent;
     if turn.truncate_body {
         bytes.truncate(bytes.len() / 2);
@@ -580,20 +575,6 @@ async fn answer(
     }
     add_headers(h, &rate_headers);
     Ok(resp)
-}
-
-/// How long to wait, as each vendor says it on a 429: Anthropic whole seconds in
-/// `retry-after`; OpenAI `retry-after-ms` as well.
-fn retry_after(protocol: Protocol, wait: Duration) -> Vec<(String, String)> {
-    let secs = wait.as_secs_f64().ceil().max(1.0).to_string();
-    let mut h = vec![("retry-after".to_string(), secs)];
-    if protocol != Protocol::Anthropic {
-        h.push((
-            "retry-after-ms".to_string(),
-            wait.as_millis().max(1).to_string(),
-        ));
-    }
-    h
 }
 
 fn slow_body(bytes: Vec<u8>, delay: Duration) -> Body {

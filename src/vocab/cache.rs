@@ -4,6 +4,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::protocol::Protocol;
+use super::usage::Usage;
+
 /// Whether the runner asks the provider to cache a task's prompts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -12,6 +15,9 @@ pub enum CacheMode {
     /// task (OpenAI caches on its own).
     #[default]
     Auto,
+    /// Anthropic: one breakpoint, on the newest message's last block (what
+    /// mini-swe-agent and SWE-agent do), to compare strategies; OpenAI: as `auto`.
+    LastMessage,
     /// Nothing cache-related is sent (for compatible servers that refuse the fields).
     Off,
 }
@@ -28,11 +34,33 @@ pub enum CacheTtl {
     OneHour,
 }
 
+/// OpenAI's `prompt_cache_retention`, sent only when a job sets it: without it the API
+/// picks (24 hours for organizations without zero data retention on the models that
+/// offer it, and always on gpt-5.5 and later, which refuse `in_memory`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CacheRetention {
+    #[serde(rename = "in_memory")]
+    InMemory,
+    #[serde(rename = "24h")]
+    Extended,
+}
+
+impl CacheRetention {
+    pub fn wire(&self) -> &'static str {
+        match self {
+            CacheRetention::InMemory => "in_memory",
+            CacheRetention::Extended => "24h",
+        }
+    }
+}
+
 /// A task's resolved caching.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Caching {
     pub mode: CacheMode,
     pub ttl: CacheTtl,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retention: Option<CacheRetention>,
 }
 
 impl Caching {
@@ -40,10 +68,26 @@ impl Caching {
     pub const OFF: Caching = Caching {
         mode: CacheMode::Off,
         ttl: CacheTtl::FiveMinutes,
+        retention: None,
     };
 
     pub fn is_on(&self) -> bool {
+        self.mode != CacheMode::Off
+    }
+
+    /// Whether Anthropic breakpoints also go on the tools, the system prompt and the
+    /// previous request's newest message (the runner's strategy), not only on the
+    /// newest message.
+    pub fn marks_prefix(&self) -> bool {
         self.mode == CacheMode::Auto
+    }
+
+    /// How long an entry lives after its last use.
+    pub fn ttl(&self) -> std::time::Duration {
+        match self.ttl {
+            CacheTtl::FiveMinutes => std::time::Duration::from_secs(5 * 60),
+            CacheTtl::OneHour => std::time::Duration::from_secs(60 * 60),
+        }
     }
 
     /// Anthropic's `cache_control` marker for this setting.
@@ -75,9 +119,57 @@ pub fn min_cacheable_tokens(model: &str) -> u64 {
     }
 }
 
+/// Whether an Anthropic model's input-tokens-per-minute limit counts cache reads: the
+/// rate-limit documentation marks the older models that do (Claude 3 and 3.5, except
+/// 3.7 Sonnet, with which cache-aware limits began); the runner and the simulator
+/// both use this.
+pub fn cache_reads_count_toward_itpm(model: &str) -> bool {
+    let m = model.strip_prefix("claude-").unwrap_or(model);
+    m.starts_with("3-") && !m.starts_with("3-7")
+}
+
+/// The prompt tokens of an answered request that a provider's input-tokens-per-minute
+/// limit counts: Anthropic counts uncached input and cache writes (and reads for the
+/// models above), OpenAI the whole prompt, cached tokens included.
+pub fn rate_counted_input(protocol: Protocol, model: &str, usage: &Usage) -> u64 {
+    match protocol {
+        Protocol::Anthropic if !cache_reads_count_toward_itpm(model) => usage
+            .prompt_tokens()
+            .saturating_sub(usage.cache_read_tokens),
+        _ => usage.prompt_tokens(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn anthropic_itpm_leaves_out_cache_reads_except_on_the_older_models() {
+        let u = Usage {
+            input_tokens: 10,
+            cache_read_tokens: 1000,
+            cache_write_tokens: 100,
+            ..Usage::default()
+        };
+        assert_eq!(
+            rate_counted_input(Protocol::Anthropic, "claude-sonnet-4-5", &u),
+            110
+        );
+        assert_eq!(
+            rate_counted_input(Protocol::Anthropic, "claude-3-7-sonnet-latest", &u),
+            110
+        );
+        assert_eq!(
+            rate_counted_input(Protocol::Anthropic, "claude-3-5-haiku-latest", &u),
+            1110
+        );
+        assert_eq!(rate_counted_input(Protocol::OpenaiChat, "gpt-5", &u), 1110);
+        assert_eq!(
+            rate_counted_input(Protocol::OpenaiResponses, "gpt-5", &u),
+            1110
+        );
+    }
 
     #[test]
     fn minimum_lengths_follow_the_model_family() {

@@ -163,3 +163,12 @@ impl RateLimits {
         self.rpm.is_none() && self.itpm.is_none() && self.otpm.is_none()
     }
 }
+
+/// Tokens as a provider's per-minute limits count them: what one request takes from the
+/// gates, and what the provider counted once it answered (the gates correct the one to
+/// the other).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TokenCount {
+    pub input: u64,
+    pub output: u64,
+}

@@ -285,6 +285,15 @@ pub enum TranscriptEvent {
         max_tokens: u32,
         #[serde(default, deserialize_with = "lenient")]
         prompt_tokens_upper_bound: u64,
+        /// The input tokens the rate gates take for it: at most what the provider's
+        /// input-tokens-per-minute limit counts (for Anthropic with caching, the part
+        /// not expected from the cache). Absent in transcripts from before it existed.
+        #[serde(
+            default,
+            deserialize_with = "lenient",
+            skip_serializing_if = "Option::is_none"
+        )]
+        paced_input_tokens: Option<u64>,
         /// None without a price.
         #[serde(default, deserialize_with = "lenient")]
         reserved_usd: Option<Usd>,

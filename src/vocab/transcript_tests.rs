@@ -119,6 +119,7 @@ fn representative_events_serialize_to_the_keys_they_always_had() {
                 attempt: 1,
                 max_tokens: 1024,
                 prompt_tokens_upper_bound: 600,
+                paced_input_tokens: None,
                 reserved_usd: None,
                 spent_usd: Usd("0.0100".parse().unwrap()),
             },
@@ -201,6 +202,7 @@ fn readers_take_partial_lines_and_pass_over_unknown_ones() {
             attempt: 0,
             max_tokens: 0,
             prompt_tokens_upper_bound: 0,
+            paced_input_tokens: None,
             reserved_usd: Some(Usd("0.05".parse().unwrap())),
             spent_usd: Usd(Decimal::ZERO),
         })

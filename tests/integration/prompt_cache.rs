@@ -157,6 +157,30 @@ async fn a_prompt_below_the_minimum_and_caching_off_send_no_marker() {
 }
 
 #[tokio::test]
+async fn the_last_message_strategy_marks_only_the_newest_message_and_still_reads() {
+    let case = Case::new();
+    let ran = case
+        .run(&three_turns(&long_system()).replace(
+            "  provider: sim\n",
+            "  provider: sim\n  cache: { mode: last_message }\n",
+        ))
+        .await;
+    assert_eq!(ran.stop("t"), "completed");
+    let reqs = ran.requests("t");
+    let marks: Vec<Vec<String>> = reqs.iter().map(|r| markers(&r.body)).collect();
+    assert_eq!(marks[0], ["messages.0.0: text"]);
+    assert_eq!(marks[1], ["messages.2.0: tool_result"]);
+    assert_eq!(marks[2], ["messages.4.1: tool_result"]);
+    // The lookback finds the previous request's breakpoint a few blocks back.
+    for r in &reqs[1..] {
+        let read = r.response.as_ref().unwrap()["usage"]["cache_read_input_tokens"]
+            .as_u64()
+            .unwrap();
+        assert!(read > 1000, "{read}");
+    }
+}
+
+#[tokio::test]
 async fn one_hour_entries_are_asked_for_and_priced_at_the_one_hour_rate() {
     let case = Case::new();
     let ran = case
@@ -194,6 +218,17 @@ async fn openai_requests_carry_one_cache_key_per_task_and_none_when_off() {
         assert_eq!(a.len(), 2, "{protocol}");
         assert!(a[0].is_string() && a[0] == a[1], "{protocol}: {a:?}");
         assert!(b[0].is_string() && b[0] != a[0], "{protocol}: {b:?}");
+        // The API picks the retention unless the job does.
+        assert!(ran.requests("a")[0]
+            .body
+            .get("prompt_cache_retention")
+            .is_none());
+        let case = Case::new();
+        let extended = case.run(&yaml(", cache: { retention: 24h }")).await;
+        assert_eq!(extended.stop("a"), "completed");
+        for r in extended.requests("a") {
+            assert_eq!(r.body["prompt_cache_retention"], "24h", "{protocol}");
+        }
         let case = Case::new();
         let off = case.run(&yaml(", cache: { mode: off }")).await;
         for r in off.requests("a") {
@@ -273,6 +308,30 @@ async fn every_request_after_the_first_reads_the_previous_ones_prefix() {
         row["cost_usd"],
         plain.row("t")["cost_usd"]
     );
+    // compare shows it per group (the second run renamed: both cases call theirs r1).
+    let out = tempfile::tempdir().unwrap();
+    let renamed = out.path().join("off");
+    std::fs::create_dir_all(&renamed).unwrap();
+    let rows = std::fs::read_to_string(plain.dir.join("results.csv")).unwrap();
+    let rows: Vec<String> = rows
+        .lines()
+        .map(|l| match l.strip_prefix("r1,") {
+            Some(rest) => format!("r-off,{rest}"),
+            None => l.to_string(),
+        })
+        .collect();
+    std::fs::write(renamed.join("results.csv"), rows.join("\n") + "\n").unwrap();
+    let report = agentbatch::compare::compare(&agentbatch::compare::CompareOptions {
+        runs: vec![ran.dir.clone(), renamed],
+        by: None,
+        out_dir: out.path().to_path_buf(),
+    })
+    .unwrap();
+    let saved_by_group: Vec<rust_decimal::Decimal> =
+        report.groups.iter().map(|g| g.cache_saved).collect();
+    assert_eq!(saved_by_group, [saved, rust_decimal::Decimal::ZERO]);
+    let md = std::fs::read_to_string(out.path().join("compare.md")).unwrap();
+    assert!(md.contains("cache saved"), "{md}");
 }
 
 /// `validate` says how each task caches and what its worst case prices a prompt token at.
@@ -316,4 +375,96 @@ async fn no_tools_an_empty_system_prompt_and_a_long_prompt_are_marked_where_they
     assert_eq!(markers(body), ["messages.0.0: text"]);
     assert_eq!(body["messages"][0]["content"][0]["text"], prompt.as_str());
     assert!(!body["system"].is_array(), "{}", body["system"]);
+}
+
+/// `tasks` tasks of `turns` turns each (a tool call every turn but the last) on a
+/// provider whose runner limits equal the simulator's: input and output tokens per
+/// minute with a two-second burst.
+fn paced_job(cache: &str, tasks: usize, turns: usize, itpm: u32, otpm: u32) -> String {
+    let system = "You fix bugs in small Python projects. Read before you write. ".repeat(75);
+    let mut script = String::new();
+    for _ in 0..turns - 1 {
+        script.push_str("        - content: [ { tool_use: { name: get_time, input: {} } } ]\n");
+    }
+    script.push_str("        - content: [ { text: done } ]\n");
+    let limits = format!("itpm: {itpm}, otpm: {otpm}, burst: 2s");
+    let ids: String = (0..tasks)
+        .map(|i| format!("  - {{ id: t{i}, prompt: \"fix bug {i}\" }}\n"))
+        .collect();
+    format!(
+        "name: paced\nconcurrency: {tasks}\nproviders:\n  sim:\n    itpm: {itpm}\n    otpm: {otpm}\n    burst: 2s\n    server_limits: {{ {limits} }}\ndefaults:\n  provider: sim\n  model: claude-sonnet-4-5\n  max_tokens: 1024\n  cache: {{ mode: {cache} }}\n  system: \"{system}\"\n  tools: [get_time]\n  limits: {{ max_repeats: off }}\n  sim:\n    turns:\n{script}tasks:\n{ids}"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cached_prompts_are_paced_on_the_tokens_the_limit_counts_and_see_no_429() {
+    // 8 tasks x 10 turns. The server counts about 1,200 input tokens for a first
+    // request and about 100 for a later one (cache reads do not count for this model):
+    // some 16,000 in all, twice its burst, so a runner that did not pace would be
+    // refused. Output is pre-charged at max_tokens (80 x 1024, far over the output
+    // limit's minute) and corrected to the few tokens each answer used.
+    let case = Case::new();
+    let ran = case.run(&paced_job("auto", 8, 10, 240_000, 60_000)).await;
+    let log = ran.sim.requests();
+    assert_eq!(
+        log.iter().filter(|r| r.status == 429).count(),
+        0,
+        "paced at the server's own limits: {:?}",
+        log.iter().find(|r| r.status == 429).map(|r| &r.error)
+    );
+    assert_eq!(log.len(), 80);
+    let rows = ran.rows();
+    assert!(
+        rows.iter().all(|r| r["stop_reason"] == "completed"),
+        "{rows:?}"
+    );
+    let (mut paced, mut bound, mut counted) = (0u64, 0u64, 0u64);
+    for r in &rows {
+        let id = &r["task_id"];
+        let reserves = ran.events(id, "reserve");
+        let settles = ran.events(id, "settle");
+        assert_eq!(reserves.len(), 10);
+        for (turn, (res, set)) in reserves.iter().zip(&settles).enumerate().skip(1) {
+            let p = res["paced_input_tokens"].as_u64().unwrap();
+            let u = &set["usage"];
+            let server =
+                u["input_tokens"].as_u64().unwrap() + u["cache_write_tokens"].as_u64().unwrap();
+            assert!(
+                u["cache_read_tokens"].as_u64().unwrap() > 1000,
+                "{id} turn {}: {u}",
+                turn + 1
+            );
+            // An upper bound on what the server counted, not the whole prompt.
+            assert!(
+                p >= server,
+                "{id} turn {}: paced {p} < counted {server}",
+                turn + 1
+            );
+            paced += p;
+            bound += res["prompt_tokens_upper_bound"].as_u64().unwrap();
+            counted += server;
+        }
+    }
+    assert!(
+        paced * 4 < bound,
+        "later requests are paced on their new part: {paced} of {bound}"
+    );
+    assert!(counted <= paced, "{counted} > {paced}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_caching_the_whole_prompt_is_paced_and_still_sees_no_429() {
+    let case = Case::new();
+    let ran = case.run(&paced_job("off", 3, 4, 240_000, 60_000)).await;
+    let log = ran.sim.requests();
+    assert_eq!(log.iter().filter(|r| r.status == 429).count(), 0);
+    for r in ran.rows() {
+        assert_eq!(r["stop_reason"], "completed");
+        for res in ran.events(&r["task_id"], "reserve") {
+            assert_eq!(
+                res["paced_input_tokens"], res["prompt_tokens_upper_bound"],
+                "nothing is expected from a cache"
+            );
+        }
+    }
 }

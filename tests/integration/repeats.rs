@@ -199,3 +199,58 @@ async fn parallel_calls_repeated_together_are_one_step_and_the_note_goes_on_the_
     );
     audit_is_clean(&ran);
 }
+
+/// The tool results an OpenAI request sent: Responses `function_call_output` items,
+/// Chat Completions `tool` messages.
+fn openai_results(body: &Value) -> Vec<String> {
+    let items = body["input"]
+        .as_array()
+        .or_else(|| body["messages"].as_array())
+        .cloned()
+        .unwrap_or_default();
+    items
+        .iter()
+        .filter_map(|i| match (i["type"].as_str(), i["role"].as_str()) {
+            (Some("function_call_output"), _) => Some(i["output"].clone()),
+            (_, Some("tool")) => Some(i["content"].clone()),
+            _ => None,
+        })
+        .map(|v| match v {
+            Value::String(s) => s,
+            other => other.to_string(),
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn openai_protocols_are_warned_and_stopped_as_stuck_too() {
+    for protocol in ["openai-responses", "openai-chat"] {
+        let case = Case::new();
+        calc_fixture(&case, "calc");
+        let yaml = job("max_turns: 10", READ)
+            .replace(
+                "defaults:\n  provider: sim\n  model: claude-sonnet-4-5\n",
+                &format!(
+                    "providers:\n  o: {{ protocol: {protocol}, simulator: true }}\ndefaults:\n  provider: o\n  model: gpt-5.4\n"
+                ),
+            );
+        let ran = case.run(&yaml).await;
+        let row = ran.row("t");
+        assert_eq!(row["stop_reason"], "stuck", "{protocol}: {row:?}");
+        assert_eq!(row["protocol"], protocol);
+        let requests = ran.requests("t");
+        assert_eq!(requests.len(), 4, "{protocol}");
+        let last = openai_results(&requests[3].body);
+        assert!(
+            last.last().is_some_and(|r| r.contains(NOTE)),
+            "{protocol}: the warning rides on the newest result: {last:?}"
+        );
+        assert!(
+            !openai_results(&requests[2].body)
+                .iter()
+                .any(|r| r.contains(NOTE)),
+            "{protocol}: no warning before the third repeat"
+        );
+        audit_is_clean(&ran);
+    }
+}
