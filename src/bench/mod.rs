@@ -38,7 +38,7 @@ pub enum Which {
     Scale,
     /// W3: 50 tasks x 50, 100 and 200 turns with 2 KB tool outputs.
     History,
-    /// Prompt caching: dollars per 30-turn repo-fix-shaped task, off and on, per protocol.
+    /// Prompt caching: dollars per 30-turn repo-fix-shaped task per strategy and protocol, and throughput under an itpm limit.
     Cache,
     /// Governance (rate, caps) and load (throughput, scale, history).
     All,
