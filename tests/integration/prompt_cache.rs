@@ -468,3 +468,68 @@ async fn without_caching_the_whole_prompt_is_paced_and_still_sees_no_429() {
         }
     }
 }
+
+/// What the simulator billed for every answer it gave, priced from its own usage with
+/// 5-minute and 1-hour writes at their rates.
+fn billed(
+    ran: &crate::common::Ran,
+    price: &agentbatch::vocab::price::Price,
+) -> rust_decimal::Decimal {
+    ran.sim
+        .requests()
+        .iter()
+        .filter(|r| r.status == 200)
+        .filter_map(|r| r.response.as_ref())
+        .map(|m| {
+            let u = &m["usage"];
+            let n = |v: &Value| v.as_u64().unwrap_or(0);
+            price.cost(&agentbatch::model::Usage {
+                input_tokens: n(&u["input_tokens"]),
+                output_tokens: n(&u["output_tokens"]),
+                cache_read_tokens: n(&u["cache_read_input_tokens"]),
+                cache_write_tokens: n(&u["cache_creation_input_tokens"]),
+                cache_write_1h_tokens: n(&u["cache_creation"]["ephemeral_1h_input_tokens"]),
+                ..Default::default()
+            })
+        })
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn caps_hold_with_caching_on_and_the_report_is_what_was_billed() {
+    // 40 looping tasks under a team cap, half of them writing 1-hour entries (2x the
+    // input rate): every worst case must price a write at its dearest rate.
+    let system = "You fix bugs in small Python projects. Read before you write. ".repeat(75);
+    let tasks: String = (0..40)
+        .map(|i| {
+            let ttl = if i % 2 == 0 { "5m" } else { "1h" };
+            format!("  - {{ id: t{i:02}, prompt: \"go {i}\", cache: {{ ttl: {ttl} }} }}\n")
+        })
+        .collect();
+    let yaml = format!(
+        "name: caps\nconcurrency: 40\nteams:\n  platform: {{ max_cost_usd: 0.5 }}\ndefaults:\n  team: platform\n  provider: sim\n  model: claude-sonnet-4-5\n  max_tokens: 1024\n  system: \"{system}\"\n  tools: [get_time]\n  limits: {{ max_turns: 60, min_max_tokens: 128, max_repeats: off }}\n  sim: {{ latency: 5ms, repeat_last: true, turns: [ {{ content: [ {{ text: working }}, {{ tool_use: {{ name: get_time, input: {{}} }} }} ], usage: {{ output_tokens: 100 }} }} ] }}\ntasks:\n{tasks}"
+    );
+    let case = Case::new();
+    let ran = case.run(&yaml).await;
+    let rows = ran.rows();
+    let dec = |s: &str| s.parse::<rust_decimal::Decimal>().unwrap();
+    let spent: rust_decimal::Decimal = rows.iter().map(|r| dec(&r["cost_usd"])).sum();
+    assert!(spent <= dec("0.5"), "spent {spent} over the $0.5 cap");
+    assert!(
+        rows.iter().any(|r| r["stop_reason"] == "team_budget"),
+        "the cap should bind"
+    );
+    let price = agentbatch::vocab::price::lookup(&Default::default(), "claude-sonnet-4-5").unwrap();
+    assert_eq!(billed(&ran, &price), spent, "the report is what was billed");
+    let mut read = 0u64;
+    for r in &rows {
+        read += r["cache_read_tokens"].parse::<u64>().unwrap_or(0);
+        let over = ran.events(&r["task_id"], "reservation_exceeded");
+        assert!(
+            over.is_empty(),
+            "{}: a worst case was too small: {over:?}",
+            r["task_id"]
+        );
+    }
+    assert!(read > 0, "caching was at work");
+}
