@@ -8,6 +8,7 @@ mod repeats;
 mod repo;
 mod request;
 pub(crate) mod stop;
+mod window;
 mod wrap;
 
 use std::sync::Arc;
@@ -158,6 +159,7 @@ struct Tally {
     denied_calls: u32,
     /// Answers without usage, counted at an upper bound.
     usage_estimated_turns: u32,
+    compactions: u32,
     rate_wait: Duration,
     budget_wait: Duration,
     longest_request: Duration,
@@ -318,6 +320,7 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
         tool_errors: tally.tool_errors,
         usage: meter.usage,
         usage_estimated_turns: tally.usage_estimated_turns,
+        compactions: tally.compactions,
         cost_usd: cost,
         cache_saved_usd: spec.price.as_ref().map(|_| meter.saved),
         wall_ms: t0.elapsed().as_millis() as u64,
@@ -377,6 +380,9 @@ impl Loop<'_> {
                 return s;
             }
             self.prepare_turn(conv);
+            if let Err(s) = self.keep_inside_window(conv, false) {
+                return s;
+            }
             let turn = match self.request(conv).await {
                 Ok(t) => t,
                 Err(s) => return s,

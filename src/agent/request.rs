@@ -132,6 +132,23 @@ impl Loop<'_> {
                 (None, None) => String::new(),
             };
             self.note_rate_headers(&failure.rate);
+            if failure.error.is_context_overflow() {
+                // Not billed; compact and send again, or stop if nothing is left to
+                // compact.
+                match self.keep_inside_window(conv, true) {
+                    Ok(true) => continue,
+                    Ok(false) => {
+                        return Err(Stop::new(
+                            StopReason::ContextWindow,
+                            format!("{}; nothing was left to compact", failure.error),
+                        ))
+                    }
+                    Err(mut stop) => {
+                        stop.detail = format!("{} ({})", failure.error, stop.detail);
+                        return Err(stop);
+                    }
+                }
+            }
             if failure.rate_limited {
                 // A 429 that says when to come back is the rate limit: it pauses the
                 // whole provider and retries on its own budget. One without any wait (a

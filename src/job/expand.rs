@@ -359,6 +359,7 @@ fn expand_task(
         return None;
     }
     let cache = resolve_cache(t, d, provider.as_deref());
+    let context = super::window::resolve_context(i, t, d, &model, cx);
     let one_hour = cache.is_on()
         && cache.ttl == crate::vocab::cache::CacheTtl::OneHour
         && provider
@@ -392,6 +393,7 @@ fn expand_task(
         extra: request.extra,
         thinking_budget: request.thinking_budget,
         cache,
+        context,
         price,
         sim,
     })

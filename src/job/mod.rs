@@ -22,6 +22,7 @@ mod teams;
 #[cfg(test)]
 mod tests;
 mod toolsets;
+mod window;
 
 use std::fmt;
 use std::path::Path;

@@ -11,6 +11,7 @@ use crate::model::Protocol;
 use crate::sim::script::Script;
 use crate::vocab::bounds::{self, at_most};
 use crate::vocab::cache::{CacheMode, CacheRetention, CacheTtl};
+use crate::vocab::context::ContextStrategy;
 use crate::vocab::limits::{MaxRepeats, Period};
 use crate::vocab::price::PriceFields;
 use crate::vocab::values::{ByteSize, HumanDuration, Money};
@@ -305,6 +306,10 @@ pub struct TaskFields {
     /// Prompt caching (default: on, 5-minute entries).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache: Option<CacheFields>,
+    /// Keeping the prompt inside the context window (default: clear old tool results
+    /// at 85% of the model's window).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<ContextFields>,
     /// The simulator script: a path relative to the job file, or the script inline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sim: Option<SimSource>,
@@ -476,6 +481,23 @@ pub struct CacheFields {
     pub ttl: Option<CacheTtl>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retention: Option<CacheRetention>,
+}
+
+/// `context: {window, strategy: clear_tool_results|off, at, keep, exempt}`; each field
+/// falls back to the defaults'.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ContextFields {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strategy: Option<ContextStrategy>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exempt: Option<Vec<String>>,
 }
 
 /// `parallel_tool_calls`: a value to send, or `omit`.

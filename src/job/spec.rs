@@ -16,6 +16,7 @@ use crate::sim::script::Script;
 use crate::tools::mcp::McpServerSpec;
 use crate::tools::{Policy, RunLimits, SandboxConfig};
 use crate::vocab::cache::Caching;
+use crate::vocab::context::ContextPolicy;
 use crate::vocab::limits::{Limits, Period, RateLimits};
 use crate::vocab::price::Price;
 
@@ -172,6 +173,8 @@ pub struct TaskSpec {
     pub price: Option<Price>,
     /// Prompt caching, resolved from the task, its provider and the defaults.
     pub cache: Caching,
+    /// How the prompt is kept inside the context window.
+    pub context: ContextPolicy,
     #[serde(skip)]
     pub sim: Option<Arc<Script>>,
 }

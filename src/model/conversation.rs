@@ -43,22 +43,26 @@ pub struct Params {
 /// One task's conversation with a provider, in that provider's wire protocol.
 pub struct Conversation {
     client: Client,
-    endpoint: Endpoint,
+    pub(super) endpoint: Endpoint,
     headers: HeaderMap,
     params: Params,
     /// The tool declarations in the protocol's shape.
     tools: Vec<Value>,
     /// The native history: messages (Anthropic, Chat) or input items (Responses).
-    history: Vec<Value>,
+    pub(super) history: Vec<Value>,
     /// The same entries already encoded, up to the first one not encoded yet: each
     /// request copies them instead of serializing the whole history again.
-    encoded: Vec<Box<RawValue>>,
+    pub(super) encoded: Vec<Box<RawValue>>,
     /// History entries already written to the transcript in an earlier event.
     logged: usize,
     /// Prompt tokens of the last answered request, the base of the next estimate.
-    last_prompt_tokens: Option<u64>,
+    pub(super) last_prompt_tokens: Option<u64>,
     /// Bytes of history appended since the last answered request.
-    bytes_since: u64,
+    pub(super) bytes_since: u64,
+    /// The body size of the last answered request (its tokens per byte scale the
+    /// estimates compaction works with), and the tokens compaction removed since.
+    pub(super) last_body_bytes: u64,
+    pub(super) compacted_tokens: u64,
     /// The tokens the last answered request read from or wrote to the cache (the
     /// prefix the next one reads, Anthropic), and when it was answered.
     cached_prefix: u64,
@@ -179,6 +183,8 @@ impl Conversation {
             logged: 0,
             last_prompt_tokens: None,
             bytes_since: 0,
+            last_body_bytes: 0,
+            compacted_tokens: 0,
             cached_prefix: 0,
             answered_at: None,
             call_ids: Default::default(),
@@ -525,6 +531,7 @@ impl Conversation {
         // billed in full); its output count bounds that.
         self.bytes_since = answer_bytes.max(usage.output_tokens);
         self.last_prompt_tokens = Some(usage.prompt_tokens());
+        (self.last_body_bytes, self.compacted_tokens) = (sent_bytes, 0);
         self.cached_prefix = usage
             .cache_read_tokens
             .saturating_add(usage.cache_write_tokens);

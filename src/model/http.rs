@@ -337,6 +337,9 @@ fn error_body(bytes: &[u8]) -> (String, String) {
             .any(|f| f.as_str() == Some("insufficient_quota"));
         let t = if quota {
             "insufficient_quota"
+        } else if e["code"].as_str() == Some("context_length_exceeded") {
+            // OpenAI's type is invalid_request_error; the code says what is wrong.
+            "context_length_exceeded"
         } else {
             e["type"]
                 .as_str()

@@ -9,6 +9,7 @@
 pub(crate) mod anthropic;
 pub(crate) mod backoff;
 pub(crate) mod chat;
+mod compact;
 mod conversation;
 mod endpoint;
 mod http;
@@ -20,6 +21,7 @@ use serde_json::Value;
 pub use crate::vocab::protocol::Protocol;
 pub(crate) use crate::vocab::usage::openai_usage;
 pub use crate::vocab::usage::Usage;
+pub use compact::Cleared;
 pub use conversation::{Conversation, Params};
 pub use endpoint::Endpoint;
 pub use http::{client, parse_go_duration, Failure, HttpError, RateHeaders};
@@ -102,6 +104,25 @@ pub enum ModelError {
         message: String,
         request_id: Option<String>,
     },
+}
+
+impl ModelError {
+    /// The provider refused the prompt as longer than the model's context window
+    /// (Anthropic: 400 "prompt is too long"; OpenAI: `context_length_exceeded`).
+    pub fn is_context_overflow(&self) -> bool {
+        match self {
+            ModelError::Http(HttpError::Status {
+                status: 400,
+                error_type,
+                message,
+                ..
+            }) => {
+                error_type == "context_length_exceeded" || message.starts_with("prompt is too long")
+            }
+            ModelError::Failed { code, .. } => code == "context_length_exceeded",
+            _ => false,
+        }
+    }
 }
 
 /// Why a protocol could not read an answer.

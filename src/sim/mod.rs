@@ -22,6 +22,7 @@ mod limits;
 mod respond;
 mod responses;
 pub mod script;
+mod window;
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -454,8 +455,19 @@ async fn answer(
         Protocol::OpenaiChat => chat::check_request(&request, &history),
     }
     .map_err(|v| Refusal::bad_request(v.0))?;
-    let limits = lock(&state.limits).clone();
     let max_tokens = limits::requested_max_tokens(protocol, &request);
+    if let Some((message, code)) = window::refusal(
+        protocol,
+        &request,
+        body_len,
+        max_tokens,
+        script.context_window,
+    ) {
+        let mut r = Refusal::bad_request(message);
+        r.code = code.map(str::to_string);
+        return Err(r);
+    }
+    let limits = lock(&state.limits).clone();
     let mut rate_headers = match &limits {
         None => Vec::new(),
         Some(l) => {

@@ -29,6 +29,10 @@ pub struct Script {
     /// Generate every turn from a seed instead (an erratic model, for property tests).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chaos: Option<Chaos>,
+    /// The context window the simulator enforces, in its tokens (a quarter of the
+    /// request's bytes); default: the model's from the built-in table.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_window: Option<u64>,
 }
 
 /// One simulated model response, optionally preceded by faults.

@@ -6,6 +6,7 @@
 
 pub(crate) mod bounds;
 pub mod cache;
+pub mod context;
 pub mod limits;
 pub(crate) mod log;
 pub mod price;

@@ -462,6 +462,23 @@ pub enum TranscriptEvent {
         #[serde(default, deserialize_with = "lenient")]
         times: u32,
     },
+    /// The prompt was made smaller to stay inside the context window, in what the model
+    /// is sent only: this transcript keeps every original tool result. Token figures
+    /// are the runner's estimates of the next prompt.
+    Compaction {
+        #[serde(default, deserialize_with = "lenient")]
+        turn: u32,
+        #[serde(default, deserialize_with = "lenient")]
+        strategy: String,
+        #[serde(default, deserialize_with = "lenient")]
+        cleared_results: u32,
+        #[serde(default, deserialize_with = "lenient")]
+        cleared_bytes: u64,
+        #[serde(default, deserialize_with = "lenient")]
+        tokens_before: u64,
+        #[serde(default, deserialize_with = "lenient")]
+        tokens_after: u64,
+    },
     /// The runner starts on a tool call.
     ToolCall {
         #[serde(default, deserialize_with = "lenient")]

@@ -14,7 +14,7 @@ const WRITTEN_BEFORE: &str = include_str!(concat!(
 
 /// Every event name on disk. Renaming one breaks every transcript already written and
 /// every reader of them (resume, audit, scripts): change this list only on purpose.
-const NAMES: [&str; 31] = [
+const NAMES: [&str; 32] = [
     "task_start",
     "workspace",
     "sandbox",
@@ -38,6 +38,7 @@ const NAMES: [&str; 31] = [
     "wrap_up",
     "repeat_warning",
     "repeat_stop",
+    "compaction",
     "tool_call",
     "tool_result",
     "stop",
@@ -75,6 +76,7 @@ fn name_of(e: &TranscriptEvent) -> &'static str {
         E::WrapUp { .. } => "wrap_up",
         E::RepeatWarning { .. } => "repeat_warning",
         E::RepeatStop { .. } => "repeat_stop",
+        E::Compaction { .. } => "compaction",
         E::ToolCall { .. } => "tool_call",
         E::ToolResult { .. } => "tool_result",
         E::Stop { .. } => "stop",

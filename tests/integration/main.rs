@@ -8,6 +8,7 @@ mod cli;
 mod common;
 mod compare;
 mod conformance;
+mod context;
 mod faults;
 mod govern;
 mod hostile;

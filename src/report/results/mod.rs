@@ -22,7 +22,7 @@ pub(crate) use read::{parse_results, read_results, ResultsFile};
 
 /// The columns of results.csv, in order. Scripts read them by name; new columns are
 /// only ever added at the end. [`ResultRow`]'s fields are these, in this order.
-pub const COLUMNS: [&str; 36] = [
+pub const COLUMNS: [&str; 37] = [
     "run_id",
     "task_id",
     "provider",
@@ -59,6 +59,7 @@ pub const COLUMNS: [&str; 36] = [
     "variant",
     "epoch",
     "cache_saved_usd",
+    "compactions",
 ];
 
 /// The prefix of the columns that hold one matrix axis each (`matrix.model`).
@@ -141,6 +142,9 @@ pub(crate) struct ResultRow {
     /// minus its cost (negative when writes were not read back). None without a price.
     #[serde(serialize_with = "ser_decimal", deserialize_with = "de_decimal")]
     pub cache_saved_usd: Option<Decimal>,
+    /// Times the prompt was compacted (empty in runs from before the column).
+    #[serde(default, deserialize_with = "de_whole")]
+    pub compactions: Option<u64>,
     /// The matrix axis values by axis name (empty values left out): the `matrix.*`
     /// columns, which follow the fixed ones.
     #[serde(skip)]
@@ -172,6 +176,7 @@ impl Default for ResultRow {
             cache_write_tokens: None,
             cost_usd: None,
             cache_saved_usd: None,
+            compactions: None,
             wall_ms: None,
             model_ms: None,
             tool_ms: None,
@@ -266,6 +271,7 @@ impl BadValue {
                 "denied_calls",
                 "reasoning_tokens",
                 "usage_estimated_turns",
+                "compactions",
             ],
         }
     }
@@ -377,6 +383,7 @@ impl ResultRow {
             variant: r.variant.clone(),
             epoch: r.epoch,
             cache_saved_usd: r.cache_saved_usd,
+            compactions: Some(r.compactions.into()),
             axes: r
                 .axes
                 .iter()

@@ -1,0 +1,58 @@
+//! A task's context policy (`context:`), merged field by field from the task and
+//! `defaults`, with the model's window from the built-in table unless the job sets one.
+
+use super::context::Ctx;
+use super::diagnostics::origin;
+use super::schema::{ContextFields, TaskFields};
+use crate::vocab::context::{context_window, ContextPolicy, DEFAULT_AT, DEFAULT_KEEP};
+
+/// Most tool results a task may keep whole (more would never compact).
+const MAX_KEEP: usize = 10_000;
+
+pub(super) fn resolve_context(
+    i: usize,
+    t: &TaskFields,
+    d: &TaskFields,
+    model: &str,
+    cx: &mut Ctx,
+) -> ContextPolicy {
+    let (tc, dc) = (t.context.as_ref(), d.context.as_ref());
+    let pick = |f: fn(&ContextFields) -> bool| tc.is_some_and(f);
+    let at_field = |name: &str, set: bool| origin(i, set, &["context", name]);
+    let window = tc
+        .and_then(|c| c.window)
+        .or_else(|| dc.and_then(|c| c.window));
+    if window == Some(0) {
+        cx.err(
+            &at_field("window", pick(|c| c.window.is_some())),
+            "must be at least 1 (tokens)",
+        );
+    }
+    let at = tc.and_then(|c| c.at).or_else(|| dc.and_then(|c| c.at));
+    if let Some(a) = at.filter(|a| !(*a > 0.0 && *a <= 1.0)) {
+        cx.err(
+            &at_field("at", pick(|c| c.at.is_some())),
+            format!("{a} is not a share of the window: write a number above 0 and at most 1, such as 0.85"),
+        );
+    }
+    let keep = tc.and_then(|c| c.keep).or_else(|| dc.and_then(|c| c.keep));
+    if keep.is_some_and(|k| k > MAX_KEEP) {
+        cx.err(
+            &at_field("keep", pick(|c| c.keep.is_some())),
+            format!("at most {MAX_KEEP} tool results can be kept whole"),
+        );
+    }
+    ContextPolicy {
+        window: window.filter(|w| *w > 0).or_else(|| context_window(model)),
+        strategy: tc
+            .and_then(|c| c.strategy)
+            .or_else(|| dc.and_then(|c| c.strategy))
+            .unwrap_or_default(),
+        at: at.filter(|a| *a > 0.0 && *a <= 1.0).unwrap_or(DEFAULT_AT),
+        keep: keep.unwrap_or(DEFAULT_KEEP).min(MAX_KEEP),
+        exempt: tc
+            .and_then(|c| c.exempt.clone())
+            .or_else(|| dc.and_then(|c| c.exempt.clone()))
+            .unwrap_or_default(),
+    }
+}

@@ -1,0 +1,201 @@
+//! Keeping the prompt inside the context window without a model call: old tool results
+//! are replaced with a short placeholder in what the model is sent (the transcript keeps
+//! every original). One compaction clears all but the newest results in one step, so
+//! the cached prefix breaks once, not on every turn.
+
+use serde_json::Value;
+
+use super::conversation::Conversation;
+use super::Protocol;
+
+/// What replaces a cleared result; also how a cleared one is recognised.
+const CLEARED: &str =
+    "[agentbatch: this tool result was cleared to keep the prompt inside the context window";
+
+/// What one compaction did, with the prompt estimates around it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cleared {
+    pub results: usize,
+    pub bytes: u64,
+    pub tokens_before: u64,
+    pub tokens_after: u64,
+}
+
+/// Where one tool result sits in the native history, and the tool that made it.
+struct Slot {
+    entry: usize,
+    /// The block within an Anthropic user message.
+    block: Option<usize>,
+    tool: String,
+    bytes: u64,
+}
+
+impl Conversation {
+    /// The prompt size the next request is expected to have: the last answer's count,
+    /// the bytes appended since at the last request's tokens per byte, less what
+    /// compaction removed. An estimate for deciding when to compact, not the bound the
+    /// budgets use.
+    pub fn context_estimate(&self) -> u64 {
+        let Some(last) = self.last_prompt_tokens else {
+            return self.estimate_prompt_tokens();
+        };
+        let per_byte = match self.last_body_bytes {
+            0 => 1.0,
+            b => (last as f64 / b as f64).min(1.0),
+        };
+        let added = (self.bytes_since as f64 * per_byte) as u64;
+        last.saturating_add(added)
+            .saturating_sub(self.compacted_tokens)
+    }
+
+    /// Clears every tool result but the newest `keep` and those of `exempt` tools.
+    /// None when nothing was left to clear.
+    pub fn clear_tool_results(&mut self, keep: usize, exempt: &[String]) -> Option<Cleared> {
+        let protocol = self.endpoint.protocol;
+        let names = tool_names(protocol, &self.history);
+        let mut slots = result_slots(protocol, &self.history, &names);
+        let keep_from = slots.len().saturating_sub(keep);
+        slots.truncate(keep_from);
+        slots.retain(|s| !exempt.contains(&s.tool));
+        let per_byte = match (self.last_prompt_tokens, self.last_body_bytes) {
+            (Some(t), b) if b > 0 => (t as f64 / b as f64).min(1.0),
+            _ => 1.0,
+        };
+        let before = self.context_estimate();
+        let (mut results, mut bytes, mut first) = (0, 0u64, usize::MAX);
+        for s in &slots {
+            let note = format!(
+                "{CLEARED}; it was {} bytes. Call the tool again if you need it.]",
+                s.bytes
+            );
+            if s.bytes <= note.len() as u64 {
+                continue;
+            }
+            let Some(target) = result_value(protocol, &mut self.history, s) else {
+                continue;
+            };
+            *target = Value::String(note.clone());
+            results += 1;
+            bytes += s.bytes - note.len() as u64;
+            first = first.min(s.entry);
+        }
+        if results == 0 {
+            return None;
+        }
+        // Entries from the first changed one must be encoded again.
+        self.encoded.truncate(first);
+        self.compacted_tokens = self
+            .compacted_tokens
+            .saturating_add((bytes as f64 * per_byte) as u64);
+        Some(Cleared {
+            results,
+            bytes,
+            tokens_before: before,
+            tokens_after: self.context_estimate(),
+        })
+    }
+}
+
+/// Tool names by call id, from the assistant turns.
+fn tool_names(protocol: Protocol, history: &[Value]) -> std::collections::HashMap<String, String> {
+    let mut names = std::collections::HashMap::new();
+    let mut add = |id: &Value, name: &Value| {
+        if let (Some(i), Some(n)) = (id.as_str(), name.as_str()) {
+            names.insert(i.to_string(), n.to_string());
+        }
+    };
+    for e in history {
+        match protocol {
+            Protocol::Anthropic => {
+                for b in e["content"].as_array().into_iter().flatten() {
+                    if b["type"] == "tool_use" {
+                        add(&b["id"], &b["name"]);
+                    }
+                }
+            }
+            Protocol::OpenaiResponses => {
+                if e["type"] == "function_call" {
+                    add(&e["call_id"], &e["name"]);
+                }
+            }
+            Protocol::OpenaiChat => {
+                for c in e["tool_calls"].as_array().into_iter().flatten() {
+                    add(&c["id"], &c["function"]["name"]);
+                }
+            }
+        }
+    }
+    names
+}
+
+/// Every tool result not cleared yet, oldest first.
+fn result_slots(
+    protocol: Protocol,
+    history: &[Value],
+    names: &std::collections::HashMap<String, String>,
+) -> Vec<Slot> {
+    let mut out = Vec::new();
+    let size = |v: &Value| serde_json::to_vec(v).map_or(0, |b| b.len() as u64);
+    let cleared = |v: &Value| v.as_str().is_some_and(|s| s.starts_with(CLEARED));
+    let name = |id: &Value| {
+        id.as_str()
+            .and_then(|i| names.get(i))
+            .cloned()
+            .unwrap_or_default()
+    };
+    for (entry, e) in history.iter().enumerate() {
+        match protocol {
+            Protocol::Anthropic => {
+                for (block, b) in e["content"].as_array().into_iter().flatten().enumerate() {
+                    if b["type"] == "tool_result" && !cleared(&b["content"]) {
+                        out.push(Slot {
+                            entry,
+                            block: Some(block),
+                            tool: name(&b["tool_use_id"]),
+                            bytes: size(&b["content"]),
+                        });
+                    }
+                }
+            }
+            Protocol::OpenaiResponses => {
+                if e["type"] == "function_call_output" && !cleared(&e["output"]) {
+                    out.push(Slot {
+                        entry,
+                        block: None,
+                        tool: name(&e["call_id"]),
+                        bytes: size(&e["output"]),
+                    });
+                }
+            }
+            Protocol::OpenaiChat => {
+                if e["role"] == "tool" && !cleared(&e["content"]) {
+                    out.push(Slot {
+                        entry,
+                        block: None,
+                        tool: name(&e["tool_call_id"]),
+                        bytes: size(&e["content"]),
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The value that holds a slot's result text.
+fn result_value<'a>(
+    protocol: Protocol,
+    history: &'a mut [Value],
+    s: &Slot,
+) -> Option<&'a mut Value> {
+    let e = history.get_mut(s.entry)?;
+    match protocol {
+        Protocol::Anthropic => e
+            .get_mut("content")?
+            .as_array_mut()?
+            .get_mut(s.block?)?
+            .get_mut("content"),
+        Protocol::OpenaiResponses => e.get_mut("output"),
+        Protocol::OpenaiChat => e.get_mut("content"),
+    }
+}

@@ -1,0 +1,35 @@
+//! The simulator's context window: a request whose prompt and `max_tokens` pass the
+//! model's window is refused with the API's own error, so compaction is tested against
+//! a server that enforces the limit.
+
+use serde_json::Value;
+
+use crate::model::Protocol;
+use crate::vocab::context::context_window;
+
+/// Why a prompt is too long, as each API says it; None when it fits (or the model's
+/// window is unknown and the script sets none).
+pub fn refusal(
+    protocol: Protocol,
+    request: &Value,
+    body_len: usize,
+    max_tokens: u64,
+    scripted: Option<u64>,
+) -> Option<(String, Option<&'static str>)> {
+    let model = request.get("model").and_then(Value::as_str).unwrap_or("");
+    let window = scripted.or_else(|| context_window(model))?;
+    let prompt = (body_len as u64).div_ceil(4);
+    if prompt.saturating_add(max_tokens) <= window {
+        return None;
+    }
+    Some(match protocol {
+        Protocol::Anthropic => (
+            format!("prompt is too long: {prompt} tokens > {} maximum", window.saturating_sub(max_tokens)),
+            None,
+        ),
+        _ => (
+            format!("Your input exceeds the context window of this model ({window} tokens, {prompt} in the prompt and {max_tokens} asked for). Please adjust your input and try again."),
+            Some("context_length_exceeded"),
+        ),
+    })
+}

@@ -1,0 +1,163 @@
+//! Context windows over real HTTP: a long task whose history outgrows the window keeps
+//! going by clearing old tool results in what the model is sent (the transcript keeps
+//! every original), the simulator refuses a prompt longer than the window as the APIs
+//! do, and a task that cannot be made to fit stops `context_window`.
+
+use serde_json::Value;
+
+use crate::common::{num, Case, Ran};
+
+/// A 2 KB file at the root of a plain folder, read on every turn.
+fn folder(case: &Case) {
+    let line = "def total(xs):\n    return sum(x for x in xs if x is not None)  # blank cells\n";
+    let text = line.repeat(2048 / line.len() + 1);
+    case.write("repo/module.py", &text[..2048]);
+}
+
+/// `turns` turns reading the file, then an answer; `protocol` on the simulator.
+fn job(protocol: &str, model: &str, turns: usize, context: &str, sim_window: &str) -> String {
+    let mut script = String::new();
+    for _ in 0..turns - 1 {
+        script.push_str(
+            "        - content: [ { tool_use: { name: read_file, input: { path: module.py } } } ]\n",
+        );
+    }
+    script.push_str("        - content: [ { text: done } ]\n");
+    format!(
+        "name: ctx\nproviders:\n  p: {{ protocol: {protocol}, simulator: true }}\ndefaults:\n  provider: p\n  model: {model}\n  max_tokens: 1024\n  toolset: coding\n  repo: repo\n  keep_workspaces: never\n  context: {context}\n  limits: {{ max_turns: {turns}, max_repeats: off, time_limit: 10m }}\ntasks:\n  - id: t\n    prompt: fix it\n    sim:\n{sim_window}      turns:\n{script}"
+    )
+}
+
+fn results_sent(ran: &Ran) -> Vec<String> {
+    // every tool result the transcript holds, as the tool returned it
+    ran.events("t", "tool_result")
+        .iter()
+        .map(|e| e["content"].to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_hundred_turns_of_2kb_results_complete_under_a_200k_window() {
+    let case = Case::new();
+    folder(&case);
+    let ran = case
+        .run(&job(
+            "anthropic",
+            "claude-sonnet-4-5",
+            300,
+            "{ window: 200000 }",
+            "",
+        ))
+        .await;
+    let row = ran.row("t");
+    assert_eq!(row["stop_reason"], "completed", "{row:?}");
+    assert_eq!(num(&row, "turns"), 300);
+    assert!(num(&row, "compactions") >= 1, "{row:?}");
+    let requests = ran.requests("t");
+    assert!(requests.iter().all(|r| r.status == 200));
+    // The transcript keeps every original result; the requests carried placeholders.
+    let kept = results_sent(&ran);
+    assert_eq!(kept.len(), 299);
+    assert!(kept.iter().all(|c| c.contains("def total(xs)")));
+    let last = &requests.last().unwrap().body;
+    let cleared = last
+        .to_string()
+        .matches("[agentbatch: this tool result was cleared")
+        .count();
+    assert!(cleared > 100, "{cleared}");
+    for e in ran.events("t", "compaction") {
+        assert!(
+            e["tokens_after"].as_u64() < e["tokens_before"].as_u64(),
+            "{e}"
+        );
+        assert_eq!(e["strategy"], "clear_tool_results");
+    }
+}
+
+#[tokio::test]
+async fn every_protocol_compacts_under_a_small_window_and_stops_when_it_cannot() {
+    for (protocol, model) in [
+        ("anthropic", "claude-sonnet-4-5"),
+        ("openai-responses", "gpt-5.4"),
+        ("openai-chat", "gpt-5.4"),
+    ] {
+        let case = Case::new();
+        folder(&case);
+        let sim_window = "      context_window: 12000\n";
+        let ran = case
+            .run(&job(
+                protocol,
+                model,
+                40,
+                "{ window: 12000, keep: 2 }",
+                sim_window,
+            ))
+            .await;
+        let row = ran.row("t");
+        assert_eq!(row["stop_reason"], "completed", "{protocol}: {row:?}");
+        assert!(num(&row, "compactions") >= 3, "{protocol}: {row:?}");
+        let requests = ran.requests("t");
+        let refused: Vec<&Value> = requests
+            .iter()
+            .filter(|r| r.status != 200)
+            .map(|r| &r.body)
+            .collect();
+        assert!(
+            refused.is_empty(),
+            "{protocol}: the runner compacts before the server refuses"
+        );
+
+        // Compaction off: the runner stops before sending what cannot fit.
+        let case = Case::new();
+        folder(&case);
+        let off = case
+            .run(&job(
+                protocol,
+                model,
+                40,
+                "{ window: 12000, strategy: off }",
+                sim_window,
+            ))
+            .await;
+        let row = off.row("t");
+        assert_eq!(row["stop_reason"], "context_window", "{protocol}: {row:?}");
+        assert!(
+            row["stop_detail"].contains("12000-token context window")
+                && row["stop_detail"].contains("context.strategy: off"),
+            "{protocol}: {row:?}"
+        );
+        assert!(
+            off.requests("t").iter().all(|r| r.status == 200),
+            "{protocol}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_server_that_refuses_a_long_prompt_gets_a_compacted_one() {
+    // The job does not know the window (the model's is 200k); the server's is smaller.
+    let case = Case::new();
+    folder(&case);
+    let ran = case
+        .run(&job(
+            "anthropic",
+            "claude-sonnet-4-5",
+            30,
+            "{ keep: 2 }",
+            "      context_window: 12000\n",
+        ))
+        .await;
+    let row = ran.row("t");
+    assert_eq!(row["stop_reason"], "completed", "{row:?}");
+    let requests = ran.requests("t");
+    let refused: Vec<_> = requests.iter().filter(|r| r.status == 400).collect();
+    assert!(!refused.is_empty());
+    assert!(refused[0]
+        .error
+        .as_deref()
+        .unwrap_or("")
+        .contains("prompt is too long"));
+    assert_eq!(num(&row, "compactions") as usize, refused.len());
+    // Refused requests are not billed, and not retries of a provider error.
+    assert_eq!(row["retries"], "0");
+}
