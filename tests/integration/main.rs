@@ -22,3 +22,4 @@ mod protocol;
 mod repeats;
 mod repo;
 mod reports;
+mod streaming;
