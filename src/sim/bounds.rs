@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use super::script::{Block, Chaos, Fault, Script, ScriptTurn, UsageScript};
+use super::script::{Block, Chaos, Fault, MidStream, Script, ScriptTurn, UsageScript};
 use crate::vocab::values::HumanDuration;
 
 /// A number in a simulator script past its bound, named by its place in the script.
@@ -40,6 +40,8 @@ pub const MAX_TURNS: usize = 100_000;
 pub const MAX_FAULTS: usize = 100;
 /// Error statuses a fault may play.
 pub const STATUSES: std::ops::RangeInclusive<u16> = 400..=599;
+/// `faults[].after_events`: far more events than any streamed answer holds.
+pub const MAX_EVENTS: u64 = 1_000_000;
 /// Chaos: turns before the final answer.
 pub const MAX_CHAOS_TURNS: u32 = 1_000;
 /// Chaos: tool calls in one turn.
@@ -81,9 +83,9 @@ impl Script {
         }
         for (i, t) in self.turns.iter().enumerate() {
             for f in &t.faults {
-                if (f.status, f.disconnect) == (None, false) {
+                if (f.status, f.disconnect, f.mid_stream) == (None, false, None) {
                     return Err(format!(
-                        "turns[{i}].faults: a fault needs `status: <code>` or `disconnect: true`"
+                        "turns[{i}].faults: a fault needs `status: <code>`, `disconnect: true` or `mid_stream: <kind>`"
                     )
                     .into());
                 }
@@ -185,7 +187,49 @@ fn check_fault(at: &str, f: &Fault) -> Result<(), OutOfBounds> {
         }
     }
     delay_at_most(&format!("{at}.retry_after"), f.retry_after, MAX_HEADER_WAIT)?;
-    delay_at_most(&format!("{at}.reset_after"), f.reset_after, MAX_HEADER_WAIT)
+    delay_at_most(&format!("{at}.reset_after"), f.reset_after, MAX_HEADER_WAIT)?;
+    check_mid_stream(at, f)
+}
+
+/// A mid-stream fault is a 200 that breaks later: it has no status and no retry advice
+/// in its headers, and its own fields mean nothing without it.
+fn check_mid_stream(at: &str, f: &Fault) -> Result<(), OutOfBounds> {
+    let Some(kind) = f.mid_stream else {
+        for (field, set) in [
+            ("after_events", f.after_events.is_some()),
+            ("stall_for", f.stall_for.is_some()),
+        ] {
+            if set {
+                return Err(format!("{at}.{field}: only with `mid_stream`").into());
+            }
+        }
+        return Ok(());
+    };
+    if f.status.is_some() || f.disconnect {
+        return Err(format!(
+            "{at}.mid_stream: a fault is one of `status`, `disconnect` or `mid_stream` (a mid-stream fault answers 200)"
+        )
+        .into());
+    }
+    for (field, set) in [
+        ("retry_after", f.retry_after.is_some()),
+        ("reset_after", f.reset_after.is_some()),
+        ("should_retry", f.should_retry.is_some()),
+    ] {
+        if set {
+            return Err(format!(
+                "{at}.{field}: not with `mid_stream` (its headers are a 200's, sent before the failure)"
+            )
+            .into());
+        }
+    }
+    if f.stall_for.is_some() && kind != MidStream::Stall {
+        return Err(format!("{at}.stall_for: only with `mid_stream: stall`").into());
+    }
+    if let Some(n) = f.after_events {
+        at_most(&format!("{at}.after_events"), n, MAX_EVENTS)?;
+    }
+    delay_at_most(&format!("{at}.stall_for"), f.stall_for, MAX_DELAY)
 }
 
 fn check_chaos(c: &Chaos) -> Result<(), OutOfBounds> {
@@ -307,6 +351,30 @@ mod tests {
             ),
             ("chaos: { seed: 1, max_turns: 0 }\n", "lower bound of 1"),
             (
+                "turns: [ { faults: [ { mid_stream: cut, after_events: 1000001 } ] } ]\n",
+                "turns[0].faults[0].after_events: 1000001 is over the upper bound of 1000000",
+            ),
+            (
+                "turns: [ { faults: [ { mid_stream: stall, stall_for: 11m } ] } ]\n",
+                "turns[0].faults[0].stall_for: 11m is over the upper bound of 10m",
+            ),
+            (
+                "turns: [ { faults: [ { mid_stream: cut, stall_for: 1s } ] } ]\n",
+                "turns[0].faults[0].stall_for: only with `mid_stream: stall`",
+            ),
+            (
+                "turns: [ { faults: [ { status: 500, after_events: 3 } ] } ]\n",
+                "turns[0].faults[0].after_events: only with `mid_stream`",
+            ),
+            (
+                "turns: [ { faults: [ { status: 529, mid_stream: error } ] } ]\n",
+                "turns[0].faults[0].mid_stream: a fault is one of",
+            ),
+            (
+                "turns: [ { faults: [ { mid_stream: error, retry_after: 1s } ] } ]\n",
+                "turns[0].faults[0].retry_after: not with `mid_stream`",
+            ),
+            (
                 "chaos: { seed: 1, outside: '/tmp/a$b' }\n",
                 "holds a quote, `$`",
             ),
@@ -335,6 +403,16 @@ mod tests {
             "latency: 10m\nturns: [ { usage: { output_tokens: 1000000000 }, faults: [ { status: 599, retry_after: 7days, reset_after: 2h } ] } ]\n",
         );
         assert_eq!(s.check(), Ok(()));
+        let s = parse(
+            "turns: [ { faults: [ { mid_stream: stall, after_events: 1000000, stall_for: 10m }, { mid_stream: error, error_type: api_error, message: x, code: c }, { mid_stream: cut }, { mid_stream: failed, after_events: 0 } ] } ]\n",
+        );
+        assert_eq!(s.check(), Ok(()));
+        let e = serde_yaml::from_str::<Script>("turns: [ { faults: [ { mid_stream: hang } ] } ]\n")
+            .expect_err("unknown kind");
+        assert!(
+            e.to_string().contains("mid_stream") && e.to_string().contains("hang"),
+            "{e}"
+        );
         let s = parse("chaos: { seed: 18446744073709551615, max_turns: 1000, max_calls: 64, fault_percent: 100, misbehave_percent: 100, invalid_percent: 100, max_string: 8388608, max_delay: 10s, outside: /tmp/x }\n");
         assert_eq!(s.check(), Ok(()));
     }

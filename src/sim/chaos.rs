@@ -44,12 +44,12 @@ impl Script {
 /// A small deterministic generator: SplitMix64 seeded by an FNV-1a hash of what the turn
 /// depends on. Written out rather than taken from `rand`, whose generators promise no
 /// stable output across versions: a failing seed must replay the same next year.
-struct Rng(u64);
+pub(super) struct Rng(u64);
 
 impl Rng {
     /// One stream per (seed, key, step, purpose), so that e.g. the number of calls a
     /// turn makes does not shift its faults.
-    fn new(seed: u64, key: &str, step: usize, stream: &str) -> Rng {
+    pub(super) fn new(seed: u64, key: &str, step: usize, stream: &str) -> Rng {
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
         for part in [
             &seed.to_le_bytes()[..],
@@ -67,7 +67,7 @@ impl Rng {
         Rng(h)
     }
 
-    fn next(&mut self) -> u64 {
+    pub(super) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -76,7 +76,7 @@ impl Rng {
     }
 
     /// A number in 0..n (0 when n is 0).
-    fn below(&mut self, n: usize) -> usize {
+    pub(super) fn below(&mut self, n: usize) -> usize {
         if n == 0 {
             return 0;
         }
@@ -84,7 +84,7 @@ impl Rng {
     }
 
     /// A number in lo..=hi.
-    fn between(&mut self, lo: u64, hi: u64) -> u64 {
+    pub(super) fn between(&mut self, lo: u64, hi: u64) -> u64 {
         if hi <= lo {
             return lo;
         }
@@ -95,7 +95,7 @@ impl Rng {
         }
     }
 
-    fn percent(&mut self, p: u32) -> bool {
+    pub(super) fn percent(&mut self, p: u32) -> bool {
         self.next() % 100 < u64::from(p)
     }
 
@@ -208,6 +208,15 @@ pub fn turn(c: &Chaos, protocol: Protocol, request: &Value, key: &str, step: usi
         t.faults = (0..n)
             .map(|_| misbehave::fault(&mut f, c, protocol))
             .collect();
+    }
+    if request.get("stream").and_then(Value::as_bool) == Some(true) {
+        // Its own stream of numbers: a client that does not stream plays as before.
+        let mut s = Rng::new(c.seed, key, step, "stream faults");
+        if s.percent(c.fault_percent) {
+            let at = s.below(t.faults.len() + 1);
+            t.faults
+                .insert(at, misbehave::mid_stream(&mut s, c, protocol));
+        }
     }
     let mut m = Rng::new(c.seed, key, step, "misbehave");
     if m.percent(c.misbehave_percent) {

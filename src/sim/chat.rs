@@ -165,6 +165,7 @@ pub fn check_request(body: &Value, history: &dyn History) -> Result<(), Violatio
         }
     }
     super::cache::check_openai_fields(body)?;
+    super::stream::check_fields(crate::model::Protocol::OpenaiChat, body)?;
     check_tools(obj.get("tools"))?;
     let msgs = obj
         .get("messages")

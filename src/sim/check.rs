@@ -39,6 +39,7 @@ pub fn check_request(body: &Value, version: &str, history: &dyn History) -> Resu
         Some(Value::String(m)) if !m.is_empty() => {}
         _ => return Err("model: Field required".into()),
     }
+    super::stream::check_fields(crate::model::Protocol::Anthropic, body)?;
     let max_tokens = match obj.get("max_tokens").and_then(Value::as_u64) {
         Some(n) if n >= 1 => n,
         _ => return Err("max_tokens: Field required (an integer of at least 1)".into()),

@@ -18,10 +18,12 @@ mod cache;
 pub(crate) mod chaos;
 mod chat;
 mod check;
+mod fault;
 mod limits;
 mod respond;
 mod responses;
 pub mod script;
+mod stream;
 mod window;
 
 use std::collections::{BTreeMap, HashMap};
@@ -42,7 +44,8 @@ use tokio::task::JoinHandle;
 
 use crate::model::Protocol;
 use check::History;
-use script::{Fault, Script};
+use fault::{play_fault, slow_body};
+use script::Script;
 
 /// What the simulator answered at one step of a conversation, for checking replays.
 #[derive(Debug, Clone, PartialEq)]
@@ -516,22 +519,40 @@ async fn answer(
     if let Some(latency) = turn.latency.or(script.latency) {
         tokio::time::sleep(latency.0).await;
     }
+    let streaming = stream::wanted(&request);
+    let render = |c| match protocol {
+        Protocol::Anthropic => respond::render(turn, &request, body_len, key, step, c),
+        Protocol::OpenaiResponses => responses::render(turn, &request, body_len, key, step, c),
+        Protocol::OpenaiChat => chat::render(turn, &request, body_len, key, step, c),
+    };
     if let Some(fault) = turn.faults.get(attempt) {
-        rec.status = fault.status.unwrap_or(200);
         rec.error = Some(format!(
             "scripted fault {} of {}",
             attempt + 1,
             turn.faults.len()
         ));
-        return Ok(play_fault(protocol, fault, request_id));
+        let resp = match fault.mid_stream {
+            None => play_fault(protocol, fault, request_id),
+            Some(kind) if streaming => {
+                // The answer the stream starts to send, without touching the cache.
+                let rendered = render(state.cache.peek(protocol, &request));
+                let body = stream::broken(protocol, fault, kind, &rendered, &request, key, step);
+                ok_response(
+                    body,
+                    protocol,
+                    request_id,
+                    stream::CONTENT_TYPE,
+                    &rate_headers,
+                )
+            }
+            Some(kind) => stream::unstreamed(protocol, fault, kind, request_id),
+        };
+        rec.status = resp.status().as_u16();
+        return Ok(resp);
     }
-    let c = state.cache.apply(protocol, &request);
-    let rendered = match protocol {
-        Protocol::Anthropic => respond::render(turn, &request, body_len, key, step, c),
-        Protocol::OpenaiResponses => responses::render(turn, &request, body_len, key, step, c),
-        Protocol::OpenaiChat => chat::render(turn, &request, body_len, key, step, c),
-    };
+    let rendered = render(state.cache.apply(protocol, &request));
     let used = limits::output_tokens(protocol, &rendered);
+    let streamed = streaming.then(|| stream::body(protocol, turn, &rendered, &request, key, step));
     // What the client receives: the rendered answer, or a scripted raw body (which is
     // only an answer if it parses as one).
     let (sent, mut bytes) = match &turn.raw_body {
@@ -565,6 +586,15 @@ async fn answer(
         rate_headers.extend(l.refund_output(protocol, max_tokens.saturating_sub(used)));
     }
     rec.response = sent;
+    if let Some(body) = streamed {
+        return Ok(ok_response(
+            body,
+            protocol,
+            request_id,
+            stream::CONTENT_TYPE,
+            &rate_headers,
+        ));
+    }
     if turn.truncate_body {
         bytes.truncate(bytes.len() / 2);
     }
@@ -572,9 +602,29 @@ async fn answer(
         Some(d) => slow_body(bytes, d.0),
         None => Body::from(bytes),
     };
+    Ok(ok_response(
+        body,
+        protocol,
+        request_id,
+        "application/json",
+        &rate_headers,
+    ))
+}
+
+/// A 200 answer with its request id and rate-limit headers.
+fn ok_response(
+    body: Body,
+    protocol: Protocol,
+    request_id: &str,
+    content_type: &'static str,
+    rate_headers: &[(String, String)],
+) -> Response {
     let mut resp = Response::new(body);
     let h = resp.headers_mut();
-    h.insert("content-type", HeaderValue::from_static("application/json"));
+    h.insert("content-type", HeaderValue::from_static(content_type));
+    if content_type == stream::CONTENT_TYPE {
+        h.insert("cache-control", HeaderValue::from_static("no-cache"));
+    }
     if let Ok(v) = HeaderValue::from_str(request_id) {
         h.insert(
             if protocol == Protocol::Anthropic {
@@ -585,83 +635,6 @@ async fn answer(
             v,
         );
     }
-    add_headers(h, &rate_headers);
-    Ok(resp)
-}
-
-fn slow_body(bytes: Vec<u8>, delay: Duration) -> Body {
-    let stream = futures::stream::once(async move {
-        tokio::time::sleep(delay).await;
-        Ok::<_, std::io::Error>(Bytes::from(bytes))
-    });
-    Body::from_stream(stream)
-}
-
-fn play_fault(protocol: Protocol, fault: &Fault, request_id: &str) -> Response {
-    if fault.disconnect {
-        let half = Bytes::from_static(b"{\"id\":\"sim\",\"content\":[{\"type\":\"te");
-        let stream = futures::stream::iter(vec![
-            Ok(half),
-            Err(std::io::Error::new(
-                std::io::ErrorKind::ConnectionReset,
-                "simulated disconnect",
-            )),
-        ]);
-        let mut resp = Response::new(Body::from_stream(stream));
-        resp.headers_mut()
-            .insert("content-type", HeaderValue::from_static("application/json"));
-        return resp;
-    }
-    let status = fault.status.unwrap_or(500);
-    let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let error_type = fault
-        .error_type
-        .clone()
-        .unwrap_or_else(|| respond::default_error_type(status).to_string());
-    let message = fault
-        .message
-        .clone()
-        .unwrap_or_else(|| format!("simulated {status} {error_type}"));
-    let mut extra = Vec::new();
-    if let Some(wait) = fault.retry_after {
-        extra.push((
-            "retry-after".to_string(),
-            wait.0.as_secs_f64().ceil().to_string(),
-        ));
-        extra.push(("retry-after-ms".to_string(), wait.0.as_millis().to_string()));
-    }
-    if let Some(reset) = fault.reset_after {
-        extra.extend(match protocol {
-            Protocol::Anthropic => [
-                (
-                    "anthropic-ratelimit-requests-remaining".to_string(),
-                    "0".to_string(),
-                ),
-                (
-                    "anthropic-ratelimit-requests-reset".to_string(),
-                    limits::reset_time(reset.0),
-                ),
-            ],
-            _ => [
-                (
-                    "x-ratelimit-remaining-requests".to_string(),
-                    "0".to_string(),
-                ),
-                (
-                    "x-ratelimit-reset-requests".to_string(),
-                    limits::go_duration(reset.0),
-                ),
-            ],
-        });
-    }
-    if let Some(v) = fault.should_retry {
-        extra.push(("x-should-retry".to_string(), v.to_string()));
-    }
-    let refusal = Refusal {
-        status: code,
-        error_type,
-        code: fault.code.clone(),
-        message,
-    };
-    error_response(protocol, &refusal, request_id, &extra)
+    add_headers(h, rate_headers);
+    resp
 }

@@ -153,6 +153,7 @@ pub fn check_request(body: &Value, history: &dyn History) -> Result<(), Violatio
         }
     }
     super::cache::check_openai_fields(body)?;
+    super::stream::check_fields(crate::model::Protocol::OpenaiResponses, body)?;
     check_tools(obj.get("tools"))?;
     let input = match obj.get("input") {
         Some(Value::Array(items)) => items.as_slice(),

@@ -196,7 +196,7 @@ pub struct UsageScript {
 }
 
 /// A failed attempt.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Fault {
     /// HTTP status (429, 500, 529, 400, ...). Absent with `disconnect`.
@@ -225,6 +225,34 @@ pub struct Fault {
     /// as `1.5s` for OpenAI), without `retry-after`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reset_after: Option<HumanDuration>,
+    /// Answer 200 and start streaming the turn's answer, then fail this way (real
+    /// servers fail after the headers too, and a client must not keep half a message).
+    /// A request that does not stream gets the nearest non-streaming failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mid_stream: Option<MidStream>,
+    /// With `mid_stream`: how many events go out before the failure (default: half
+    /// the stream); capped below the stream's length, so the final event never does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_events: Option<u64>,
+    /// With `mid_stream: stall`: how long nothing comes before the connection closes
+    /// (default: forever, the connection held open), to test idle timeouts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stall_for: Option<HumanDuration>,
+}
+
+/// How a streamed answer fails after its first events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MidStream {
+    /// An error event in the protocol's shape (Messages `event: error` with
+    /// `overloaded_error`, Responses `error`, Chat a `data: {"error": ...}` chunk).
+    Error,
+    /// Responses: a `response.failed` event; the other protocols play it as `error`.
+    Failed,
+    /// The connection breaks: no final event.
+    Cut,
+    /// Nothing more for `stall_for` (or forever), then the connection breaks.
+    Stall,
 }
 
 /// `sim: {chaos: {...}}`: the seed and the knobs of the chaos model. Bounds are in

@@ -23,3 +23,4 @@ mod protocol;
 mod repeats;
 mod repo;
 mod reports;
+mod streaming;

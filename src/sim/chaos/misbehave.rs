@@ -7,21 +7,12 @@ use serde_json::json;
 use super::{call, delay, Chaos, Declared, Rng};
 use crate::model::Protocol;
 use crate::sim::script::{
-    Block, Fault, ResponseErrorScript, ScriptTurn, ToolUseScript, UsageScript,
+    Block, Fault, MidStream, ResponseErrorScript, ScriptTurn, ToolUseScript, UsageScript,
 };
 
 /// One failed attempt of the kinds the simulator plays, with short waits.
 pub(super) fn fault(r: &mut Rng, c: &Chaos, protocol: Protocol) -> Fault {
-    let mut f = Fault {
-        status: None,
-        retry_after: None,
-        error_type: None,
-        message: None,
-        disconnect: false,
-        should_retry: None,
-        code: None,
-        reset_after: None,
-    };
+    let mut f = Fault::default();
     let kinds: &[u8] = match protocol {
         Protocol::Anthropic => &[0, 0, 1, 2, 2, 3, 3, 4, 5, 6, 7, 8],
         _ => &[0, 0, 1, 2, 2, 3, 4, 5, 6, 7, 8, 9],
@@ -69,6 +60,28 @@ pub(super) fn fault(r: &mut Rng, c: &Chaos, protocol: Protocol) -> Fault {
         }
     }
     f
+}
+
+/// A streamed answer that breaks after a few events: an error event (Responses: or
+/// `response.failed`), a cut, or a short stall before the cut (never forever, so a
+/// property test ends).
+pub(super) fn mid_stream(r: &mut Rng, c: &Chaos, protocol: Protocol) -> Fault {
+    let kinds: &[MidStream] = match protocol {
+        Protocol::OpenaiResponses => &[
+            MidStream::Error,
+            MidStream::Failed,
+            MidStream::Cut,
+            MidStream::Stall,
+        ],
+        _ => &[MidStream::Error, MidStream::Cut, MidStream::Stall],
+    };
+    let kind = *r.pick(kinds);
+    Fault {
+        mid_stream: Some(kind),
+        after_events: r.percent(80).then(|| r.between(0, 40)),
+        stall_for: (kind == MidStream::Stall).then(|| delay(r, c)),
+        ..Fault::default()
+    }
 }
 
 /// The misbehaviours, weighted: odd stops are the most common.
