@@ -193,6 +193,7 @@ fn unrun(spec: &TaskSpec, detail: &str) -> TaskResult {
         tool_errors: 0,
         usage: Usage::default(),
         usage_estimated_turns: 0,
+        ttft_ms: None,
         cost_usd: None,
         cache_saved_usd: None,
         wall_ms: 0,

@@ -39,6 +39,8 @@ pub struct TaskResult {
     pub usage: Usage,
     /// Turns whose answer carried no usage, counted at an upper bound instead.
     pub usage_estimated_turns: u32,
+    /// The median time to first token of the task's streamed answers (None: none).
+    pub ttft_ms: Option<u64>,
     /// None when the model has no price.
     pub cost_usd: Option<Decimal>,
     /// What prompt caching saved (see results.csv's `cache_saved_usd`).

@@ -22,7 +22,7 @@ pub(crate) use read::{parse_results, read_results, ResultsFile};
 
 /// The columns of results.csv, in order. Scripts read them by name; new columns are
 /// only ever added at the end. [`ResultRow`]'s fields are these, in this order.
-pub const COLUMNS: [&str; 36] = [
+pub const COLUMNS: [&str; 37] = [
     "run_id",
     "task_id",
     "provider",
@@ -59,6 +59,7 @@ pub const COLUMNS: [&str; 36] = [
     "variant",
     "epoch",
     "cache_saved_usd",
+    "ttft_ms",
 ];
 
 /// The prefix of the columns that hold one matrix axis each (`matrix.model`).
@@ -141,6 +142,10 @@ pub(crate) struct ResultRow {
     /// minus its cost (negative when writes were not read back). None without a price.
     #[serde(serialize_with = "ser_decimal", deserialize_with = "de_decimal")]
     pub cache_saved_usd: Option<Decimal>,
+    /// The median time to first token over the task's streamed answers, in ms; empty
+    /// when none was streamed (and in runs from before streaming).
+    #[serde(deserialize_with = "de_whole")]
+    pub ttft_ms: Option<u64>,
     /// The matrix axis values by axis name (empty values left out): the `matrix.*`
     /// columns, which follow the fixed ones.
     #[serde(skip)]
@@ -172,6 +177,7 @@ impl Default for ResultRow {
             cache_write_tokens: None,
             cost_usd: None,
             cache_saved_usd: None,
+            ttft_ms: None,
             wall_ms: None,
             model_ms: None,
             tool_ms: None,
@@ -266,6 +272,7 @@ impl BadValue {
                 "denied_calls",
                 "reasoning_tokens",
                 "usage_estimated_turns",
+                "ttft_ms",
             ],
         }
     }
@@ -377,6 +384,7 @@ impl ResultRow {
             variant: r.variant.clone(),
             epoch: r.epoch,
             cache_saved_usd: r.cache_saved_usd,
+            ttft_ms: r.ttft_ms,
             axes: r
                 .axes
                 .iter()
@@ -556,6 +564,7 @@ mod tests {
             started_at: "2026-01-01T00:00:00.000Z".into(),
             variant: "model=a".into(),
             epoch: 2,
+            ttft_ms: Some(250),
             axes: BTreeMap::from([("model".to_string(), "a".to_string())]),
             ..ResultRow::default()
         }
