@@ -51,7 +51,7 @@ pub(super) fn resolve_stream(
         cx.err(
             &set_at,
             format!(
-                "max_tokens {max_tokens} is too large for a non-streaming request (the API drops requests expected to run over 10 minutes, above about {MAX_NON_STREAMING_TOKENS} tokens): leave `stream` at auto or set it to always, or use at most {MAX_NON_STREAMING_TOKENS}"
+                "{max_tokens} is too large for a non-streaming request (the API drops requests expected to run over 10 minutes, above about {MAX_NON_STREAMING_TOKENS} tokens): leave `stream` at auto or set it to always, or use at most {MAX_NON_STREAMING_TOKENS}"
             ),
         );
     }
