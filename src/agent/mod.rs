@@ -101,6 +101,7 @@ fn endpoint(spec: &TaskSpec, sim_base: Option<&str>, run_id: &str) -> Result<End
         max_tokens_field: p.max_tokens_field.clone(),
         timeout: p.timeout,
         max_response_bytes: p.max_response_bytes,
+        stream_idle: spec.stream.then_some(p.stream_idle_timeout),
     })
 }
 
@@ -114,6 +115,15 @@ fn params(spec: &TaskSpec, toolset: &Toolset) -> Params {
             extra
                 .entry("prompt_cache_retention")
                 .or_insert_with(|| r.wire().into());
+        }
+    }
+    if spec.stream {
+        extra.insert("stream".into(), true.into());
+        if spec.provider.protocol == Protocol::OpenaiChat && spec.provider.stream_usage {
+            extra.insert(
+                "stream_options".into(),
+                serde_json::json!({"include_usage": true}),
+            );
         }
     }
     Params {
@@ -167,6 +177,8 @@ struct Tally {
     tool_errors: u32,
     model: Duration,
     tools: Duration,
+    /// Time to first token of each streamed answer, in ms.
+    ttfts: Vec<u64>,
 }
 
 enum Interrupt {
@@ -321,6 +333,7 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
         usage: meter.usage,
         usage_estimated_turns: tally.usage_estimated_turns,
         compactions: tally.compactions,
+        ttft_ms: crate::stats::median_u64(&mut tally.ttfts.clone()).map(|m| m.round() as u64),
         cost_usd: cost,
         cache_saved_usd: spec.price.as_ref().map(|_| meter.saved),
         wall_ms: t0.elapsed().as_millis() as u64,

@@ -95,6 +95,7 @@ impl Loop<'_> {
                     return Err(stop);
                 }
                 Ok(Ok(turn)) => {
+                    self.tally.ttfts.extend(turn.ttft_ms);
                     self.correct_gates(paced, Some(conv.rate_counted(&turn.usage)));
                     self.settle(&turn.usage, turn.usage_estimated, &plan, held, turn_no)
                         .await;

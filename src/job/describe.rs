@@ -121,6 +121,15 @@ pub fn describe(plan: &Plan) -> String {
             l.max_repeats.map_or("off".to_string(), |n| n.to_string()),
         );
         let _ = writeln!(s, "      cache: {}", describe_cache(t));
+        let stream = if t.stream {
+            format!(
+                "yes (SSE), cut when idle for {}",
+                humantime::format_duration(t.provider.stream_idle_timeout)
+            )
+        } else {
+            "no (whole answers)".to_string()
+        };
+        let _ = writeln!(s, "      stream: {stream}");
         if let Some(r) = &t.repo {
             let _ = writeln!(
                 s,

@@ -23,6 +23,7 @@ use super::sampling::{resolve_max_tokens, resolve_request_fields};
 use super::schema::{JobFile, TaskFields};
 use super::scripts::resolve_task_script;
 use super::spec::{Plan, ProviderSpec, TaskSpec, TeamSpec, ToolsetSpec};
+use super::streaming::resolve_stream;
 use super::teams::{resolve_task_team, resolve_teams};
 use super::toolsets::{check_toolset_needs, resolve_task_toolset, resolve_toolsets};
 use super::JobError;
@@ -314,7 +315,15 @@ fn expand_task(
     let prompt = resolve_prompt(i, t, d, cx);
     let (provider, provider_at) = resolve_task_provider(i, t, d, shared.providers, cx);
     let (model, model_at) = resolve_model(i, t, d, cx);
-    let (max_tokens, max_tokens_at) = resolve_max_tokens(i, t, d, provider.as_deref(), cx);
+    let (max_tokens, max_tokens_at) = resolve_max_tokens(i, t, d, cx);
+    let stream = resolve_stream(
+        i,
+        t,
+        d,
+        provider.as_deref(),
+        (max_tokens, &max_tokens_at),
+        cx,
+    );
     let toolset = resolve_task_toolset(i, t, d, shared.toolsets, registry, cx);
     let tools = toolset
         .as_ref()
@@ -394,6 +403,7 @@ fn expand_task(
         thinking_budget: request.thinking_budget,
         cache,
         context,
+        stream,
         price,
         sim,
     })

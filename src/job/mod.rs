@@ -18,6 +18,7 @@ pub(crate) mod schema;
 mod scripts;
 pub(crate) mod source;
 mod spec;
+mod streaming;
 mod teams;
 #[cfg(test)]
 mod tests;

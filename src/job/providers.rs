@@ -10,7 +10,9 @@ use super::context::Ctx;
 use super::diagnostics::{key, origin};
 use super::environment::Environment;
 use super::locate::Seg;
-use super::schema::{JobFile, MaxTokensField, ParallelToolCalls, ProviderFields, TaskFields};
+use super::schema::{
+    JobFile, MaxTokensField, ParallelToolCalls, ProviderFields, StreamOptions, TaskFields,
+};
 use super::spec::{ProviderKind, ProviderSpec};
 use crate::model::Protocol;
 use crate::vocab::bounds;
@@ -22,6 +24,9 @@ const DEFAULT_RATE_LIMIT_RETRIES: u32 = 8;
 /// The default `max_response_bytes`: far above any real answer (a 128k-token answer with
 /// its JSON framing is well under 2 MB), far below what would hurt the runner.
 const DEFAULT_RESPONSE_BYTES: u64 = 64 << 20;
+/// The default `stream_idle_timeout`: Anthropic pings an idle stream every few seconds,
+/// so two minutes without a byte is a dead connection, not a slow model.
+const DEFAULT_STREAM_IDLE: Duration = Duration::from_secs(120);
 
 /// The built-in providers: (name, protocol, simulated).
 const BUILTIN_PROVIDERS: [(&str, Protocol, bool); 3] = [
@@ -117,6 +122,9 @@ fn resolve_provider(
         max_tokens_field,
         parallel_tool_calls,
         cache,
+        stream,
+        stream_idle_timeout,
+        stream_options,
         rpm,
         itpm,
         otpm,
@@ -128,6 +136,7 @@ fn resolve_provider(
     let openai_only = [
         ("max_tokens_field", max_tokens_field.is_some()),
         ("parallel_tool_calls", parallel_tool_calls.is_some()),
+        ("stream_options", stream_options.is_some()),
     ];
     for (field, set) in anthropic_only {
         if set && protocol != Protocol::Anthropic {
@@ -139,7 +148,7 @@ fn resolve_provider(
     }
     for (field, set) in openai_only {
         let applies = match field {
-            "max_tokens_field" => protocol == Protocol::OpenaiChat,
+            "max_tokens_field" | "stream_options" => protocol == Protocol::OpenaiChat,
             _ => protocol != Protocol::Anthropic,
         };
         if set && !applies {
@@ -228,6 +237,9 @@ fn resolve_provider(
             None => Some(true),
         },
         timeout: timeout.map_or(Duration::from_secs(600), |d| d.0),
+        stream,
+        stream_idle_timeout: stream_idle_timeout.map_or(DEFAULT_STREAM_IDLE, |d| d.0),
+        stream_usage: stream_options != Some(StreamOptions::Omit),
         max_response_bytes: max_response_bytes.map_or(DEFAULT_RESPONSE_BYTES, |b| b.0),
         max_retries: max_retries.unwrap_or(2),
         max_rate_limit_retries: max_rate_limit_retries.unwrap_or(DEFAULT_RATE_LIMIT_RETRIES),

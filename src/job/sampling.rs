@@ -10,37 +10,24 @@ use super::diagnostics::{key, origin};
 use super::limits::limit_origin;
 use super::locate::Seg;
 use super::schema::{ReasoningFields, TaskFields, ThinkingFields, ThinkingKind};
-use super::spec::{ProviderKind, ProviderSpec};
+use super::spec::ProviderSpec;
 use crate::model::Protocol;
 
 const DEFAULT_MAX_TOKENS: u32 = 4096;
 /// The API version that removed sampling parameters.
 const NO_SAMPLING_VERSION: &str = "2026-10-21";
-/// Largest max_tokens the SDKs allow without streaming (PROTOCOLS.md A12).
-const MAX_NON_STREAMING_TOKENS: u32 = 21_333;
 
 /// The task's `max_tokens`, and where it was set.
 pub(super) fn resolve_max_tokens(
     i: usize,
     t: &TaskFields,
     d: &TaskFields,
-    provider: Option<&ProviderSpec>,
     cx: &mut Ctx,
 ) -> (u32, Vec<Seg>) {
     let max_tokens = t.max_tokens.or(d.max_tokens).unwrap_or(DEFAULT_MAX_TOKENS);
     let max_tokens_at = origin(i, t.max_tokens.is_some(), &["max_tokens"]);
     if max_tokens == 0 {
         cx.err(&max_tokens_at, "must be at least 1");
-    }
-    if provider.is_some_and(|p| p.kind == ProviderKind::Api && p.protocol == Protocol::Anthropic)
-        && max_tokens > MAX_NON_STREAMING_TOKENS
-    {
-        cx.err(
-            &max_tokens_at,
-            format!(
-                "{max_tokens} is too large for a non-streaming request (the API drops requests expected to run over 10 minutes, above about {MAX_NON_STREAMING_TOKENS} tokens) and agentbatch does not stream yet: use at most {MAX_NON_STREAMING_TOKENS}"
-            ),
-        );
     }
     (max_tokens, max_tokens_at)
 }

@@ -310,6 +310,10 @@ pub struct TaskFields {
     /// at 85% of the model's window).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<ContextFields>,
+    /// Whether answers are streamed (SSE): `auto` (default) streams when a whole
+    /// answer could outlast the API's 10 minutes (large max_tokens, thinking).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<StreamMode>,
     /// The simulator script: a path relative to the job file, or the script inline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sim: Option<SimSource>,
@@ -420,6 +424,18 @@ pub struct ProviderFields {
     pub parallel_tool_calls: Option<ParallelToolCalls>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub anthropic_version: Option<String>,
+    /// Streaming for the provider's tasks (a task's own `stream` wins, then this, then
+    /// the defaults').
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<StreamMode>,
+    /// How long a streamed answer may go without a byte before it counts as cut
+    /// (default 2m).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_idle_timeout: Option<HumanDuration>,
+    /// openai-chat: `omit` leaves `stream_options` (which asks for the usage at the end
+    /// of a stream) out, for compatible servers that refuse the field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_options: Option<StreamOptions>,
     /// Per HTTP request (the task's time_limit still applies).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<HumanDuration>,
@@ -498,6 +514,25 @@ pub struct ContextFields {
     pub keep: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exempt: Option<Vec<String>>,
+}
+
+/// When a task's answers are streamed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StreamMode {
+    /// When a whole answer could take longer than the API allows (see the README).
+    #[default]
+    Auto,
+    Always,
+    Never,
+}
+
+/// `stream_options` on Chat Completions: ask for the usage (default), or leave it out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StreamOptions {
+    IncludeUsage,
+    Omit,
 }
 
 /// `parallel_tool_calls`: a value to send, or `omit`.

@@ -59,6 +59,14 @@ pub struct ProviderSpec {
     pub parallel_tool_calls: Option<bool>,
     #[serde(serialize_with = "human")]
     pub timeout: Duration,
+    /// The provider's own `stream:`, which a task's overrides.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stream: Option<crate::job::schema::StreamMode>,
+    /// How long a streamed answer may go without a byte.
+    #[serde(serialize_with = "human")]
+    pub stream_idle_timeout: Duration,
+    /// openai-chat streams ask for their usage (`stream_options.include_usage`).
+    pub stream_usage: bool,
     /// The largest response body read; a longer one ends the task (`provider_error`).
     pub max_response_bytes: u64,
     /// Retries of 408/409/5xx/529 and connection errors per request.
@@ -175,6 +183,9 @@ pub struct TaskSpec {
     pub cache: Caching,
     /// How the prompt is kept inside the context window.
     pub context: ContextPolicy,
+    /// Answers are streamed (resolved from `stream` on the task, its provider and the
+    /// defaults, and for `auto` from max_tokens and thinking).
+    pub stream: bool,
     #[serde(skip)]
     pub sim: Option<Arc<Script>>,
 }

@@ -423,3 +423,88 @@ fn max_repeats_is_on_by_default_off_by_word_and_bounded_where_written() {
         assert!(e.contains(says), "{bad}: {e}");
     }
 }
+
+#[test]
+fn streaming_is_resolved_task_then_provider_then_defaults_and_auto_follows_the_sdk_rule() {
+    let env = Environment::with_set(["ANTHROPIC_API_KEY", "OPENAI_API_KEY"]);
+    let job = |providers: &str, defaults: &str, tasks: &str| {
+        format!("name: t\nproviders:\n{providers}\ndefaults: {{ model: claude-sonnet-4-5, {defaults} }}\ntasks:\n{tasks}")
+    };
+    let plan = load_with_env(
+        &job(
+            "  anthropic: { stream_idle_timeout: 30s }\n  openai: { stream: always }\n  local: { protocol: openai-chat, base_url: \"http://127.0.0.1:9/v1\", api_key_optional: true, stream_options: omit }",
+            "provider: anthropic",
+            "  - { id: small, prompt: p }\n  - { id: large, prompt: p, max_tokens: 32000 }\n  - { id: think, prompt: p, max_tokens: 4096, thinking: { type: enabled, budget_tokens: 2048 } }\n  - { id: off, prompt: p, thinking: { type: enabled, budget_tokens: 2048 }, stream: never }\n  - { id: oai, prompt: p, provider: openai }\n  - { id: own, prompt: p, provider: openai, stream: never }\n  - { id: chat, prompt: p, provider: local, max_tokens: 30000 }\n",
+        ),
+        &env,
+    )
+    .unwrap();
+    let streams: Vec<(&str, bool)> = plan
+        .tasks
+        .iter()
+        .map(|t| (t.id.as_str(), t.stream))
+        .collect();
+    assert_eq!(
+        streams,
+        [
+            ("small", false),
+            ("large", true),
+            ("think", true),
+            ("off", false),
+            ("oai", true),
+            ("own", false),
+            ("chat", true),
+        ]
+    );
+    assert_eq!(
+        plan.tasks[0].provider.stream_idle_timeout,
+        std::time::Duration::from_secs(30)
+    );
+    assert_eq!(
+        plan.tasks[4].provider.stream_idle_timeout,
+        std::time::Duration::from_secs(120)
+    );
+    assert!(!plan.tasks[6].provider.stream_usage);
+    assert!(plan.tasks[4].provider.stream_usage);
+    let text = super::describe(&plan);
+    assert!(
+        text.contains("      stream: yes (SSE), cut when idle for 30s\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("      stream: no (whole answers)\n"),
+        "{text}"
+    );
+
+    // Whole answers above the SDKs' limit are refused on the real Anthropic API, at the
+    // field that made them whole.
+    let e = load_with_env(
+        &job(
+            "  anthropic: { stream: never }",
+            "provider: anthropic",
+            "  - { id: a, prompt: p, max_tokens: 32000 }\n  - { id: b, prompt: p, max_tokens: 32000, stream: never }\n",
+        ),
+        &env,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("tasks[0].max_tokens: 32000 is too large for a non-streaming request"),
+        "{e}"
+    );
+    assert!(e.contains("tasks[1].stream: 32000 is too large"), "{e}");
+    let e = load_with_env(
+        &job(
+            "  anthropic: { stream_options: omit }",
+            "provider: anthropic",
+            "  - { id: a, prompt: p }\n",
+        ),
+        &env,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("providers.anthropic.stream_options: does not apply to the anthropic protocol"),
+        "{e}"
+    );
+}

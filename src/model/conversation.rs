@@ -8,7 +8,7 @@ use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
 use super::endpoint::Endpoint;
-use super::http::{post_once, Post};
+use super::http::Post;
 use super::{
     anthropic, chat, responses, ModelError, Parsed, Protocol, SendError, ToolResult, Turn, Usage,
     WireError,
@@ -426,7 +426,10 @@ impl Conversation {
             timeout: self.endpoint.timeout,
             max_body: self.endpoint.max_response_bytes,
         };
-        let reply = post_once(&post, body).await.map_err(SendError::from)?;
+        let (protocol, idle) = (self.endpoint.protocol, self.endpoint.stream_idle);
+        let reply = super::stream::post(&post, body, protocol, idle)
+            .await
+            .map_err(SendError::from)?;
         let failed = |error: ModelError, retryable: bool| SendError {
             error,
             retryable,
@@ -456,6 +459,7 @@ impl Conversation {
                     ms: reply.ms,
                     body: None,
                     raw_body: Some(text.chars().take(4000).collect()),
+                    ttft_ms: reply.ttft_ms,
                 });
                 return Err(malformed(format!(
                     "the body is not JSON ({e}), {} bytes",
@@ -469,6 +473,7 @@ impl Conversation {
             ms: reply.ms,
             body: Some(raw.clone()),
             raw_body: None,
+            ttft_ms: reply.ttft_ms,
         });
         let parsed = match self.endpoint.protocol {
             Protocol::Anthropic => anthropic::parse(&raw),
@@ -547,6 +552,7 @@ impl Conversation {
             usage,
             rate: reply.rate,
             usage_estimated,
+            ttft_ms: reply.ttft_ms,
         })
     }
 
@@ -639,6 +645,7 @@ mod tests {
             max_tokens_field: "max_tokens".into(),
             timeout: Duration::from_secs(1),
             max_response_bytes: 1 << 20,
+            stream_idle: None,
         };
         let params = Params {
             model: "m".into(),

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
 use reqwest::Url;
 
 use super::Protocol;
@@ -26,12 +26,18 @@ pub struct Endpoint {
     pub timeout: Duration,
     /// The largest response body read (`max_response_bytes`).
     pub max_response_bytes: u64,
+    /// Answers are streamed (the body asks for it): how long the stream may go without
+    /// a byte before it counts as cut. None: answers come whole.
+    pub stream_idle: Option<Duration>,
 }
 
 impl Endpoint {
     pub(super) fn headers(&self) -> Result<HeaderMap, String> {
         let mut h = HeaderMap::new();
         h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if self.stream_idle.is_some() {
+            h.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+        }
         let secret = |v: String| {
             HeaderValue::from_str(&v)
                 .map(|mut v| {

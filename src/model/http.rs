@@ -35,6 +35,9 @@ pub struct Reply {
     pub request_id: Option<String>,
     pub ms: u64,
     pub rate: RateHeaders,
+    /// Streamed answers: milliseconds from the start of the attempt to the first
+    /// content delta (None when not streamed, or when no content came).
+    pub ttft_ms: Option<u64>,
 }
 
 /// What a provider says about its rate-limit windows: Anthropic's
@@ -154,6 +157,25 @@ pub enum HttpError {
     Redirect { status: u16, location: String },
     #[error("the response body passed {limit} bytes (max_response_bytes) and was abandoned")]
     TooLarge { limit: u64 },
+    /// An error event inside a 200 event stream: the partial answer is lost.
+    #[error(
+        "error event in the response stream: {error_type}: {message}{}",
+        rid(request_id)
+    )]
+    InStream {
+        error_type: String,
+        message: String,
+        request_id: Option<String>,
+    },
+    /// The event stream ended, or broke, before its final event.
+    #[error("the response stream was cut off before its final event ({0})")]
+    StreamCut(String),
+    /// No byte of the event stream for `stream_idle_timeout`.
+    #[error("the response stream stalled: nothing for {} (stream_idle_timeout)", humantime::format_duration(*.0))]
+    StreamIdle(Duration),
+    /// The events do not make an answer of the protocol.
+    #[error("malformed response stream: {0}")]
+    BadStream(String),
 }
 
 fn rid(request_id: &Option<String>) -> String {
@@ -197,36 +219,53 @@ pub struct Post<'a> {
 
 /// POSTs `body` once.
 pub async fn post_once(post: &Post<'_>, body: Vec<u8>) -> Result<Reply, Failure> {
-    let started = Instant::now();
-    let (body, request_id, rate) = once(post, body).await?;
-    Ok(Reply {
-        body,
-        request_id,
-        ms: started.elapsed().as_millis() as u64,
-        rate,
-    })
+    let opened = open(post, body).await?;
+    read_whole(post, opened).await
 }
 
-async fn once(
-    post: &Post<'_>,
-    body: Vec<u8>,
-) -> Result<(Vec<u8>, Option<String>, RateHeaders), Failure> {
-    let timeout = post.timeout;
-    let transport = |e: reqwest::Error| {
-        let error = if e.is_timeout() {
-            HttpError::Timeout(timeout)
-        } else {
-            HttpError::Transport(error_chain(&e))
-        };
-        // Only a refused connection proves the request never reached the server.
-        Failure {
-            error,
-            retryable: true,
-            server_wait: None,
-            maybe_billed: !e.is_connect(),
-            rate: RateHeaders::default(),
-        }
+/// A 2xx answer whose status and headers are read, its body not yet: a whole JSON body
+/// or an event stream is read from here.
+pub(super) struct Opened {
+    pub resp: reqwest::Response,
+    pub request_id: Option<String>,
+    pub rate: RateHeaders,
+    /// When the attempt began: `ms` and the time to first token count from here.
+    pub started: Instant,
+}
+
+/// A failure of the connection or of reading the body. Only a refused connection
+/// proves the request never reached the server.
+pub(super) fn transport_failure(e: &reqwest::Error, timeout: Duration) -> Failure {
+    let error = if e.is_timeout() {
+        HttpError::Timeout(timeout)
+    } else {
+        HttpError::Transport(error_chain(e))
     };
+    Failure {
+        error,
+        retryable: true,
+        server_wait: None,
+        maybe_billed: !e.is_connect(),
+        rate: RateHeaders::default(),
+    }
+}
+
+/// An answer larger than `limit` bytes: it may still have been generated, and billed.
+pub(super) fn too_large(limit: u64, rate: &RateHeaders) -> Failure {
+    Failure {
+        error: HttpError::TooLarge { limit },
+        retryable: false,
+        server_wait: None,
+        maybe_billed: true,
+        rate: rate.clone(),
+    }
+}
+
+/// Sends the request and reads the status and headers; a redirect or an error status
+/// (its body read and quoted) is a failure.
+pub(super) async fn open(post: &Post<'_>, body: Vec<u8>) -> Result<Opened, Failure> {
+    let started = Instant::now();
+    let timeout = post.timeout;
     let mut resp = post
         .client
         .post(post.url.clone())
@@ -235,7 +274,7 @@ async fn once(
         .body(body)
         .send()
         .await
-        .map_err(transport)?;
+        .map_err(|e| transport_failure(&e, timeout))?;
     let status = resp.status().as_u16();
     let h = resp.headers();
     let header = |name: &str| {
@@ -267,38 +306,30 @@ async fn once(
             rate,
         });
     }
-    let success = (200..300).contains(&status);
-    let limit = if success {
-        post.max_body
-    } else {
-        MAX_ERROR_BODY as u64
-    };
-    // An answer that is too large may still have been generated, and billed.
-    let too_large = || Failure {
-        error: HttpError::TooLarge { limit },
-        retryable: false,
-        server_wait: None,
-        maybe_billed: true,
-        rate: rate.clone(),
-    };
-    if success && resp.content_length().is_some_and(|n| n > limit) {
-        return Err(too_large());
+    if (200..300).contains(&status) {
+        if resp.content_length().is_some_and(|n| n > post.max_body) {
+            return Err(too_large(post.max_body, &rate));
+        }
+        return Ok(Opened {
+            resp,
+            request_id,
+            rate,
+            started,
+        });
     }
+    // An error body is only quoted: its start is enough.
+    let limit = MAX_ERROR_BODY;
     let mut bytes: Vec<u8> = Vec::new();
-    while let Some(chunk) = resp.chunk().await.map_err(transport)? {
-        if (bytes.len() + chunk.len()) as u64 > limit {
-            if success {
-                return Err(too_large());
-            }
-            // An error body is only quoted: its start is enough.
-            let room = (limit as usize).saturating_sub(bytes.len());
-            bytes.extend_from_slice(&chunk[..room.min(chunk.len())]);
+    while let Some(chunk) = resp
+        .chunk()
+        .await
+        .map_err(|e| transport_failure(&e, timeout))?
+    {
+        let room = limit.saturating_sub(bytes.len());
+        bytes.extend_from_slice(&chunk[..room.min(chunk.len())]);
+        if bytes.len() >= limit {
             break;
         }
-        bytes.extend_from_slice(&chunk);
-    }
-    if success {
-        return Ok((bytes, request_id, rate));
     }
     let (error_type, message) = error_body(&bytes);
     // OpenAI's quota 429 (no credit, a spend limit) never recovers by waiting.
@@ -314,6 +345,33 @@ async fn once(
         server_wait,
         maybe_billed: false,
         rate,
+    })
+}
+
+/// Reads a whole 2xx body, at most `max_body` bytes.
+pub(super) async fn read_whole(post: &Post<'_>, opened: Opened) -> Result<Reply, Failure> {
+    let Opened {
+        mut resp,
+        request_id,
+        rate,
+        started,
+    } = opened;
+    let mut bytes: Vec<u8> = Vec::new();
+    while let Some(chunk) = resp.chunk().await.map_err(|e| Failure {
+        rate: rate.clone(),
+        ..transport_failure(&e, post.timeout)
+    })? {
+        if (bytes.len() + chunk.len()) as u64 > post.max_body {
+            return Err(too_large(post.max_body, &rate));
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok(Reply {
+        body: bytes,
+        request_id,
+        ms: started.elapsed().as_millis() as u64,
+        rate,
+        ttft_ms: None,
     })
 }
 

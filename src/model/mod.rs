@@ -4,7 +4,8 @@
 //!
 //! `conversation.rs` holds what every protocol shares (the history, sending, the
 //! transcript events, prompt-size estimates); `anthropic.rs`, `responses.rs` and
-//! `chat.rs` hold what differs (request bodies, parsing answers, returning results).
+//! `chat.rs` hold what differs (request bodies, parsing answers, returning results);
+//! `stream.rs` turns a streamed answer into the body those parsers read.
 
 pub(crate) mod anthropic;
 pub(crate) mod backoff;
@@ -14,6 +15,7 @@ mod conversation;
 mod endpoint;
 mod http;
 pub(crate) mod responses;
+mod stream;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -24,7 +26,7 @@ pub use crate::vocab::usage::Usage;
 pub use compact::Cleared;
 pub use conversation::{Conversation, Params};
 pub use endpoint::Endpoint;
-pub use http::{client, parse_go_duration, Failure, HttpError, RateHeaders};
+pub use http::{client, parse_go_duration, Failure, HttpError, RateHeaders, Reply};
 
 /// A tool call the model asked for.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -83,6 +85,8 @@ pub struct Turn {
     /// The answer carried no usage (some OpenAI-compatible servers): `usage` is an
     /// upper bound worked out from the sizes of the request and the answer.
     pub usage_estimated: bool,
+    /// A streamed answer: milliseconds to its first content.
+    pub ttft_ms: Option<u64>,
 }
 
 /// Why a request produced no usable turn.

@@ -194,6 +194,7 @@ fn unrun(spec: &TaskSpec, detail: &str) -> TaskResult {
         usage: Usage::default(),
         usage_estimated_turns: 0,
         compactions: 0,
+        ttft_ms: None,
         cost_usd: None,
         cache_saved_usd: None,
         wall_ms: 0,

@@ -41,6 +41,8 @@ pub struct TaskResult {
     pub usage_estimated_turns: u32,
     /// Times the prompt was compacted to stay inside the context window.
     pub compactions: u32,
+    /// The median time to first token of the task's streamed answers (None: none).
+    pub ttft_ms: Option<u64>,
     /// None when the model has no price.
     pub cost_usd: Option<Decimal>,
     /// What prompt caching saved (see results.csv's `cache_saved_usd`).

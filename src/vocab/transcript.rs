@@ -338,6 +338,15 @@ pub enum TranscriptEvent {
             deserialize_with = "lenient"
         )]
         raw_body: Option<String>,
+        /// A streamed answer: milliseconds from the start of the attempt to its first
+        /// content delta. Absent for whole answers and in transcripts from before
+        /// streaming.
+        #[serde(
+            default,
+            skip_serializing_if = "Option::is_none",
+            deserialize_with = "lenient"
+        )]
+        ttft_ms: Option<u64>,
     },
     /// An attempt failed; a 429 carries `rate_limited` and `provider_paused_ms`, any
     /// other failure `retry_in_ms` (null when it is not retried).

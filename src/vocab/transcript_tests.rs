@@ -147,8 +147,20 @@ fn representative_events_serialize_to_the_keys_they_always_had() {
                 ms: 3,
                 body: Some(json!({"z": 1, "a": 2})),
                 raw_body: None,
+                ttft_ms: None,
             },
             r#"{"event":"response","turn":1,"request_id":null,"ms":3,"body":{"z":1,"a":2}}"#,
+        ),
+        (
+            TranscriptEvent::Response {
+                turn: 2,
+                request_id: None,
+                ms: 9,
+                body: Some(json!({})),
+                raw_body: None,
+                ttft_ms: Some(4),
+            },
+            r#"{"event":"response","turn":2,"request_id":null,"ms":9,"body":{},"ttft_ms":4}"#,
         ),
         (
             TranscriptEvent::ToolResult {

@@ -497,6 +497,19 @@ fn an_existing_run_folder_or_a_too_large_request_is_refused_before_anything_runs
         "big.yaml",
         "name: x\ndefaults: { provider: anthropic, model: claude-sonnet-4-5, max_tokens: 64000 }\ntasks:\n  - { id: a, prompt: p }\n",
     );
+    // Streamed (auto), so allowed; whole answers that large are refused.
+    let streamed = bin()
+        .args(["validate", "big.yaml"])
+        .env("ANTHROPIC_API_KEY", "k")
+        .current_dir(case.dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(streamed.status.code(), Some(0), "{}", stderr(&streamed));
+    assert!(String::from_utf8_lossy(&streamed.stdout).contains("stream: yes (SSE)"));
+    case.write(
+        "big.yaml",
+        "name: x\ndefaults: { provider: anthropic, model: claude-sonnet-4-5, max_tokens: 64000, stream: never }\ntasks:\n  - { id: a, prompt: p }\n",
+    );
     let out = bin()
         .args(["validate", "big.yaml"])
         .env("ANTHROPIC_API_KEY", "k")

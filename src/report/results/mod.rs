@@ -22,7 +22,7 @@ pub(crate) use read::{parse_results, read_results, ResultsFile};
 
 /// The columns of results.csv, in order. Scripts read them by name; new columns are
 /// only ever added at the end. [`ResultRow`]'s fields are these, in this order.
-pub const COLUMNS: [&str; 37] = [
+pub const COLUMNS: [&str; 38] = [
     "run_id",
     "task_id",
     "provider",
@@ -60,6 +60,7 @@ pub const COLUMNS: [&str; 37] = [
     "epoch",
     "cache_saved_usd",
     "compactions",
+    "ttft_ms",
 ];
 
 /// The prefix of the columns that hold one matrix axis each (`matrix.model`).
@@ -145,6 +146,10 @@ pub(crate) struct ResultRow {
     /// Times the prompt was compacted (empty in runs from before the column).
     #[serde(default, deserialize_with = "de_whole")]
     pub compactions: Option<u64>,
+    /// The median time to first token over the task's streamed answers, in ms; empty
+    /// when none was streamed (and in runs from before streaming).
+    #[serde(deserialize_with = "de_whole")]
+    pub ttft_ms: Option<u64>,
     /// The matrix axis values by axis name (empty values left out): the `matrix.*`
     /// columns, which follow the fixed ones.
     #[serde(skip)]
@@ -177,6 +182,7 @@ impl Default for ResultRow {
             cost_usd: None,
             cache_saved_usd: None,
             compactions: None,
+            ttft_ms: None,
             wall_ms: None,
             model_ms: None,
             tool_ms: None,
@@ -272,6 +278,7 @@ impl BadValue {
                 "reasoning_tokens",
                 "usage_estimated_turns",
                 "compactions",
+                "ttft_ms",
             ],
         }
     }
@@ -384,6 +391,7 @@ impl ResultRow {
             epoch: r.epoch,
             cache_saved_usd: r.cache_saved_usd,
             compactions: Some(r.compactions.into()),
+            ttft_ms: r.ttft_ms,
             axes: r
                 .axes
                 .iter()
@@ -563,6 +571,7 @@ mod tests {
             started_at: "2026-01-01T00:00:00.000Z".into(),
             variant: "model=a".into(),
             epoch: 2,
+            ttft_ms: Some(250),
             axes: BTreeMap::from([("model".to_string(), "a".to_string())]),
             ..ResultRow::default()
         }

@@ -231,6 +231,10 @@ mod tests {
         let file = parse("task_id,outcome\na,fail\n").unwrap();
         let r = &file.rows[0];
         assert_eq!((r.epoch, r.turns, r.cost_usd), (1, None, None));
+        assert_eq!(
+            r.ttft_ms, None,
+            "runs from before streaming have no ttft_ms"
+        );
         assert_eq!(r.outcome, Some(Outcome::Fail));
     }
 

@@ -1,0 +1,267 @@
+//! Streamed answers (SSE). The events are assembled into the exact JSON body the
+//! non-streaming API would have returned, so the protocol parsers and the history see
+//! no difference; what can go wrong on the way (an error event inside the 200, a stream
+//! cut before its final event, a stall) is a [`Failure`] like any other, so retries and
+//! charging stay the agent loop's. The per-protocol assemblers live in `stream/`.
+
+mod chat;
+mod messages;
+mod responses;
+
+use std::time::Duration;
+
+use eventsource_stream::{EventStreamError, Eventsource};
+use futures::StreamExt;
+use reqwest::header::CONTENT_TYPE;
+use serde_json::Value;
+
+use super::http::{open, post_once, read_whole, too_large, transport_failure, Opened, Post};
+use super::{Failure, HttpError, Protocol, Reply};
+
+/// What one event did to the answer being assembled.
+#[derive(Debug, PartialEq)]
+enum Step {
+    /// Nothing the caller needs to know (a start, a ping, an unknown event).
+    More,
+    /// The first or a later piece of content (text, thinking, tool arguments): the
+    /// first one marks the time to first token.
+    Content,
+    /// The final event: the assembled body.
+    Done(Value),
+}
+
+/// Why the events make no answer.
+#[derive(Debug, PartialEq)]
+enum Broken {
+    /// The server reported an error inside the stream.
+    Error { error_type: String, message: String },
+    /// The events are not what the protocol sends.
+    Malformed(String),
+}
+
+impl From<String> for Broken {
+    fn from(s: String) -> Self {
+        Broken::Malformed(s)
+    }
+}
+
+impl From<&str> for Broken {
+    fn from(s: &str) -> Self {
+        Broken::Malformed(s.to_string())
+    }
+}
+
+/// One protocol's answer under construction.
+enum Assembler {
+    Messages(messages::Message),
+    Responses(responses::Response),
+    Chat(chat::Completion),
+}
+
+impl Assembler {
+    fn new(protocol: Protocol) -> Assembler {
+        match protocol {
+            Protocol::Anthropic => Assembler::Messages(Default::default()),
+            Protocol::OpenaiResponses => Assembler::Responses(Default::default()),
+            Protocol::OpenaiChat => Assembler::Chat(Default::default()),
+        }
+    }
+
+    /// Takes one event: its SSE name (empty when it has none) and its data.
+    fn feed(&mut self, name: &str, data: &str) -> Result<Step, Broken> {
+        match self {
+            Assembler::Messages(m) => m.feed(name, data),
+            Assembler::Responses(r) => r.feed(name, data),
+            Assembler::Chat(c) => c.feed(data),
+        }
+    }
+}
+
+/// Parses an event's data as JSON.
+fn json(data: &str) -> Result<Value, Broken> {
+    serde_json::from_str(data).map_err(|e| {
+        Broken::Malformed(format!(
+            "an event's data is not JSON ({e}): {}",
+            crate::text::prefix(data, 200)
+        ))
+    })
+}
+
+/// Error types and codes, in either vendor's words, that a later attempt may not meet:
+/// the same as the retryable status codes (overloaded, server error, rate limit,
+/// timeout).
+fn retryable_error(error_type: &str) -> bool {
+    matches!(
+        error_type,
+        "overloaded_error"
+            | "api_error"
+            | "timeout_error"
+            | "rate_limit_error"
+            | "server_error"
+            | "rate_limit_exceeded"
+            | "internal_error"
+            | "service_unavailable"
+    )
+}
+
+/// The type and message of an error object, `{type|code, message}`.
+fn error_of(e: &Value) -> Broken {
+    let error_type = e["type"]
+        .as_str()
+        .filter(|t| *t != "error")
+        .or_else(|| e["code"].as_str())
+        .unwrap_or("unknown_error")
+        .to_string();
+    let message = e["message"].as_str().map_or_else(
+        || "(no message)".to_string(),
+        |m| crate::text::prefix(m, 1_000),
+    );
+    Broken::Error {
+        error_type,
+        message,
+    }
+}
+
+/// What stops reading the body before the final event.
+enum BodyError {
+    Transport(reqwest::Error),
+    Idle,
+    TooLarge,
+}
+
+/// POSTs once and reads the answer: as an event stream when `idle` is set (the
+/// stream's idle timeout) and the server answers with one, else whole. A server that
+/// ignores `stream` and sends JSON is read as JSON.
+pub(super) async fn post(
+    post: &Post<'_>,
+    body: Vec<u8>,
+    protocol: Protocol,
+    idle: Option<Duration>,
+) -> Result<Reply, Failure> {
+    let Some(idle) = idle else {
+        return post_once(post, body).await;
+    };
+    let opened = open(post, body).await?;
+    let sse = opened
+        .resp
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim_start().starts_with("text/event-stream"));
+    if !sse {
+        return read_whole(post, opened).await;
+    }
+    read_events(post, opened, protocol, idle).await
+}
+
+/// Reads events until the final one, within the body limit and the idle timeout.
+async fn read_events(
+    post: &Post<'_>,
+    opened: Opened,
+    protocol: Protocol,
+    idle: Duration,
+) -> Result<Reply, Failure> {
+    let Opened {
+        resp,
+        request_id,
+        rate,
+        started,
+    } = opened;
+    let limit = post.max_body;
+    // The body's chunks, each within `idle` of the last and all within `limit`.
+    let chunks = futures::stream::unfold(
+        (resp, 0u64, false),
+        move |(mut resp, read, over)| async move {
+            if over {
+                return None;
+            }
+            let next = match tokio::time::timeout(idle, resp.chunk()).await {
+                Err(_) => Err(BodyError::Idle),
+                Ok(Err(e)) => Err(BodyError::Transport(e)),
+                Ok(Ok(None)) => return None,
+                Ok(Ok(Some(c))) if read + c.len() as u64 > limit => Err(BodyError::TooLarge),
+                Ok(Ok(Some(c))) => Ok(c),
+            };
+            let read = read + next.as_ref().map_or(0, |c| c.len() as u64);
+            let over = next.is_err();
+            Some((next, (resp, read, over)))
+        },
+    );
+    let mut events = Box::pin(chunks.eventsource());
+    let mut assembler = Assembler::new(protocol);
+    let mut ttft_ms = None;
+    // A failure after the 200: the request reached the model and may be billed.
+    let lost = |error: HttpError, retryable: bool| Failure {
+        error,
+        retryable,
+        server_wait: None,
+        maybe_billed: true,
+        rate: rate.clone(),
+    };
+    loop {
+        let event = match events.next().await {
+            None => {
+                return Err(lost(
+                    HttpError::StreamCut("the body ended".to_string()),
+                    true,
+                ))
+            }
+            Some(Err(EventStreamError::Transport(BodyError::Idle))) => {
+                return Err(lost(HttpError::StreamIdle(idle), true))
+            }
+            Some(Err(EventStreamError::Transport(BodyError::TooLarge))) => {
+                return Err(too_large(limit, &rate))
+            }
+            Some(Err(EventStreamError::Transport(BodyError::Transport(e)))) => {
+                let f = transport_failure(&e, post.timeout);
+                let error = match f.error {
+                    HttpError::Transport(detail) => HttpError::StreamCut(detail),
+                    other => other,
+                };
+                return Err(lost(error, true));
+            }
+            Some(Err(EventStreamError::Utf8(e))) => {
+                return Err(lost(HttpError::BadStream(format!("not UTF-8: {e}")), false))
+            }
+            Some(Err(EventStreamError::Parser(e))) => {
+                return Err(lost(HttpError::BadStream(e.to_string()), false))
+            }
+            Some(Ok(event)) => event,
+        };
+        match assembler.feed(&event.event, &event.data) {
+            Ok(Step::More) => {}
+            Ok(Step::Content) => {
+                ttft_ms.get_or_insert_with(|| started.elapsed().as_millis() as u64);
+            }
+            Ok(Step::Done(body)) => {
+                return Ok(Reply {
+                    // Encoding a JSON value cannot fail.
+                    body: serde_json::to_vec(&body).unwrap_or_default(),
+                    request_id,
+                    ms: started.elapsed().as_millis() as u64,
+                    rate,
+                    ttft_ms,
+                });
+            }
+            Err(Broken::Error {
+                error_type,
+                message,
+            }) => {
+                return Err(lost(
+                    HttpError::InStream {
+                        error_type: error_type.clone(),
+                        message,
+                        request_id: request_id.clone(),
+                    },
+                    retryable_error(&error_type),
+                ))
+            }
+            Err(Broken::Malformed(detail)) => {
+                return Err(lost(HttpError::BadStream(detail), false))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
