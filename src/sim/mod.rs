@@ -458,6 +458,9 @@ async fn answer(
         Protocol::OpenaiChat => chat::check_request(&request, &history),
     }
     .map_err(|v| Refusal::bad_request(v.0))?;
+    // Tokens are counted on the body without the fields that only ask for a stream:
+    // an API counts the prompt, not how the answer is delivered.
+    let body_len = body_len.saturating_sub(stream::request_field_bytes(&request));
     let max_tokens = limits::requested_max_tokens(protocol, &request);
     if let Some((message, code)) = window::refusal(
         protocol,

@@ -594,5 +594,15 @@ fn anthropic(msg: &Value, split: &mut Splitter) -> Vec<Sse> {
     out
 }
 
+/// The bytes `"stream":...` and `"stream_options":...` take in a compact request body
+/// (with their separating commas): what a streamed request has and a whole one lacks.
+pub(super) fn request_field_bytes(request: &Value) -> usize {
+    ["stream", "stream_options"]
+        .iter()
+        .filter_map(|k| request.get(*k).map(|v| (k, v)))
+        .map(|(k, v)| k.len() + 2 + 1 + v.to_string().len() + 1)
+        .sum()
+}
+
 #[cfg(test)]
 mod tests;

@@ -23,4 +23,5 @@ mod protocol;
 mod repeats;
 mod repo;
 mod reports;
+mod stream_runs;
 mod streaming;
