@@ -626,6 +626,10 @@ async fn bench_cmd(
             runs.push(r);
         }
         println!("{}", bench::history_growth(&runs));
+        for compact in [true, false] {
+            let r = bench::run_load(&bench::Load::w3_window(200, fraction, compact), out).await?;
+            println!("{r}");
+        }
     }
     Ok(())
 }

@@ -25,6 +25,9 @@ pub struct Load {
     pub concurrency: usize,
     /// Bytes of the file each tool call reads back (0: the small get_time tool).
     pub tool_output: usize,
+    /// A context window the simulator enforces and the runner knows, in tokens, and
+    /// whether the runner compacts (`clear_tool_results`) or stops at it.
+    pub window: Option<(u64, bool)>,
 }
 
 impl Load {
@@ -37,6 +40,7 @@ impl Load {
             latency: Duration::from_millis(50),
             concurrency: 100,
             tool_output: 0,
+            window: None,
         }
     }
 
@@ -49,6 +53,7 @@ impl Load {
             latency: Duration::from_secs(1),
             concurrency: (5000.0 * fraction).round().max(1.0) as usize,
             tool_output: 0,
+            window: None,
         }
     }
 
@@ -61,6 +66,20 @@ impl Load {
             latency: Duration::from_millis(10),
             concurrency: (50.0 * fraction).round().max(1.0) as usize,
             tool_output: 2048,
+            window: None,
+        }
+    }
+
+    /// W3 at `turns` turns under a 60k-token window: compacting, or stopping at it.
+    pub fn w3_window(turns: u32, fraction: f64, compact: bool) -> Load {
+        Load {
+            name: if compact {
+                "w3-window-compact"
+            } else {
+                "w3-window-off"
+            },
+            window: Some((WINDOW, compact)),
+            ..Load::w3(turns, fraction)
         }
     }
 
@@ -78,6 +97,17 @@ impl Load {
 
     fn job(&self, base_url: &str, repo: Option<&Path>) -> String {
         let latency = format!("{}ms", self.latency.as_millis());
+        let (context, sim_window) = match self.window {
+            Some((w, true)) => (
+                format!("  context: {{ window: {w} }}\n"),
+                format!("    context_window: {w}\n"),
+            ),
+            Some((w, false)) => (
+                format!("  context: {{ window: {w}, strategy: off }}\n"),
+                format!("    context_window: {w}\n"),
+            ),
+            None => (String::new(), String::new()),
+        };
         let (tools, call, extra) = match repo {
             Some(r) => (
                 "[read_file]",
@@ -99,7 +129,7 @@ impl Load {
             .map(|i| format!("  - {{ id: t{i:05}, prompt: go }}\n"))
             .collect();
         format!(
-            "name: bench-{name}\nconcurrency: {conc}\nproviders:\n  bench: {{ protocol: anthropic, simulator: true, base_url: \"{base_url}\", timeout: 10m }}\ndefaults:\n  provider: bench\n  model: claude-haiku-4-5\n  max_tokens: 256\n  tools: {tools}\n{extra}  limits: {{ max_turns: {max_turns}, time_limit: 2h, max_repeats: off }}\n  sim:\n    latency: {latency}\n    turns:\n{turns}tasks:\n{tasks}",
+            "name: bench-{name}\nconcurrency: {conc}\nproviders:\n  bench: {{ protocol: anthropic, simulator: true, base_url: \"{base_url}\", timeout: 10m }}\ndefaults:\n  provider: bench\n  model: claude-haiku-4-5\n  max_tokens: 256\n  tools: {tools}\n{extra}{context}  limits: {{ max_turns: {max_turns}, time_limit: 2h, max_repeats: off }}\n  sim:\n{sim_window}    latency: {latency}\n    turns:\n{turns}tasks:\n{tasks}",
             name = self.name,
             conc = self.concurrency,
             max_turns = self.rounds + 1,
@@ -125,6 +155,9 @@ pub struct LoadReport {
     pub mean_request_kb: f64,
     /// How tasks that did not end as planned ended: (stop reason, detail, count).
     pub other_stops: Vec<(String, String, usize)>,
+    /// Dollars per task (the simulator's usage at list prices) and compactions in all.
+    pub usd_per_task: rust_decimal::Decimal,
+    pub compactions: u64,
     pub dir: PathBuf,
 }
 
@@ -171,7 +204,22 @@ impl fmt::Display for LoadReport {
             self.runner_rss_mb,
             self.sim_cpu_s
         )?;
+        if let Some((w, compact)) = l.window {
+            writeln!(
+                f,
+                "  {w}-token window, {}: {} compactions, ${:.4} per task, {:.1} turns per task",
+                if compact {
+                    "compacting"
+                } else {
+                    "compaction off"
+                },
+                self.compactions,
+                self.usd_per_task,
+                self.turns as f64 / l.tasks.max(1) as f64
+            )?;
+        }
         for (stop, detail, n) in &self.other_stops {
+            let detail = crate::text::prefix(detail, 160);
             writeln!(f, "  NOT AS PLANNED: {n} task(s) {stop}: {detail}")?;
         }
         write!(
@@ -292,9 +340,12 @@ pub async fn run_load(load: &Load, out: &Path) -> anyhow::Result<LoadReport> {
         "completed"
     };
     let (mut turns, mut completed, mut walls) = (0u64, 0usize, Vec::new());
+    let (mut usd, mut compactions) = (rust_decimal::Decimal::ZERO, 0u64);
     let mut sample = None;
     for rec in &results.rows {
         turns += rec.turns.unwrap_or(0);
+        usd += rec.cost_usd.unwrap_or_default();
+        compactions += rec.compactions.unwrap_or(0);
         if rec.stop_reason == expected_stop || rec.stop_reason == "completed" {
             completed += 1;
         } else {
@@ -339,9 +390,15 @@ pub async fn run_load(load: &Load, out: &Path) -> anyhow::Result<LoadReport> {
         p99_task_s: p99 as f64 / 1000.0,
         mean_request_kb,
         other_stops,
+        usd_per_task: usd / rust_decimal::Decimal::from(results.rows.len().max(1) as u64),
+        compactions,
         dir: run_dir,
     })
 }
+
+/// The window the W3 compaction runs work under: 200 turns of 2 KB results are about
+/// 120k of the simulator's tokens, so both runs pass it well before their end.
+const WINDOW: u64 = 60_000;
 
 /// How the runner's CPU per turn grows with the conversation's length (W3 at several
 /// lengths): linear growth per turn is the one serialization each request needs.

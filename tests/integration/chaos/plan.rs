@@ -36,6 +36,8 @@ pub(super) struct Task {
     turns: u32,
     /// wrap_up and show_budget: the last affordable request goes with tools off.
     wrap_up: bool,
+    /// `always` or `never`: streamed answers get the chaos model's mid-stream faults.
+    stream: &'static str,
 }
 
 /// An index in 0..k for one attribute of a seed's task, independent of the others
@@ -63,6 +65,7 @@ impl Task {
             faults: FAULTS[choose(seed, 6, 2)],
             turns: TURNS[choose(seed, 7, 3)],
             wrap_up: choose(seed, 8, 2) == 0,
+            stream: ["always", "never"][choose(seed, 9, 2)],
         }
     }
 
@@ -110,9 +113,10 @@ pub(super) fn job(tasks: &[Task], outside: &Path, caps: &Caps) -> String {
     );
     for t in tasks {
         y.push_str(&format!(
-            "  - id: {}\n    prompt: Fix the failing test.\n    provider: {}\n    repo: {}\n    limits: {{ max_cost_usd: {}, wrap_up: {}, show_budget: {} }}\n    sim: {{ chaos: {{ seed: {}, outside: '{}', max_string: {}, misbehave_percent: {}, fault_percent: {}, max_turns: {} }} }}\n",
+            "  - id: {}\n    prompt: Fix the failing test.\n    provider: {}\n    stream: {}\n    repo: {}\n    limits: {{ max_cost_usd: {}, wrap_up: {}, show_budget: {} }}\n    sim: {{ chaos: {{ seed: {}, outside: '{}', max_string: {}, misbehave_percent: {}, fault_percent: {}, max_turns: {} }} }}\n",
             t.id(),
             t.provider,
+            t.stream,
             t.repo,
             t.cap,
             t.wrap_up,
