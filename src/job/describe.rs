@@ -130,6 +130,7 @@ pub fn describe(plan: &Plan) -> String {
             "no (whole answers)".to_string()
         };
         let _ = writeln!(s, "      stream: {stream}");
+        let _ = writeln!(s, "      context: {}", describe_context(&t.context));
         if let Some(r) = &t.repo {
             let _ = writeln!(
                 s,
@@ -265,6 +266,33 @@ fn describe_caps(plan: &Plan, s: &mut String) {
     }
     for w in warnings {
         let _ = writeln!(s, "warning: {w}");
+    }
+}
+
+/// A task's context policy as validate shows it.
+fn describe_context(c: &crate::vocab::context::ContextPolicy) -> String {
+    use crate::vocab::context::ContextStrategy;
+    let window = c
+        .window
+        .map_or("window unknown (the provider decides)".to_string(), |w| {
+            format!("{w}-token window")
+        });
+    match c.strategy {
+        ContextStrategy::Off => {
+            format!("{window}; compaction off: a prompt that outgrows it stops the task")
+        }
+        ContextStrategy::ClearToolResults => {
+            let exempt = if c.exempt.is_empty() {
+                String::new()
+            } else {
+                format!(", never {}", c.exempt.join(", "))
+            };
+            format!(
+                "{window}; at {:.0}% clear old tool results, keeping the newest {}{exempt}",
+                c.at * 100.0,
+                c.keep
+            )
+        }
     }
 }
 

@@ -161,3 +161,93 @@ async fn a_server_that_refuses_a_long_prompt_gets_a_compacted_one() {
     // Refused requests are not billed, and not retries of a provider error.
     assert_eq!(row["retries"], "0");
 }
+
+#[test]
+fn validate_shows_the_context_policy_and_names_bad_fields() {
+    let case = Case::new();
+    case.write(
+        "job.yaml",
+        "name: v\ndefaults:\n  model: claude-sonnet-4-5\n  context: { keep: 5, exempt: [read_file] }\ntasks:\n  - { id: a, prompt: p, sim: { turns: [ { content: [ { text: hi } ] } ] } }\n  - { id: b, prompt: p, model: local-model, context: { strategy: off }, sim: { turns: [ { content: [ { text: hi } ] } ] } }\n",
+    );
+    let out = case.agentbatch(&["validate", "job.yaml"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("context: 200000-token window; at 85% clear old tool results, keeping the newest 5, never read_file"),
+        "{text}"
+    );
+    assert!(
+        text.contains("context: window unknown (the provider decides); compaction off"),
+        "{text}"
+    );
+    case.write(
+        "bad.yaml",
+        "name: v\ndefaults:\n  model: claude-sonnet-4-5\n  context: { at: 1.5 }\ntasks:\n  - { id: a, prompt: p, context: { window: 0, strategy: summarise }, sim: { turns: [ { content: [ { text: hi } ] } ] } }\n",
+    );
+    let bad = case.agentbatch(&["validate", "bad.yaml"]);
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert_eq!(bad.status.code(), Some(2), "{err}");
+    assert!(err.contains("summarise"), "{err}");
+    case.write(
+        "bad2.yaml",
+        "name: v\ndefaults:\n  model: claude-sonnet-4-5\n  context: { at: 1.5 }\ntasks:\n  - { id: a, prompt: p, context: { window: 0 }, sim: { turns: [ { content: [ { text: hi } ] } ] } }\n",
+    );
+    let bad = case.agentbatch(&["validate", "bad2.yaml"]);
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert_eq!(bad.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("defaults.context.at") && err.contains("1.5 is not a share"),
+        "{err}"
+    );
+    assert!(
+        err.contains("tasks[0].context.window") && err.contains("at least 1"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn streamed_answers_compact_the_same_way() {
+    for protocol in ["anthropic", "openai-chat"] {
+        let model = if protocol == "anthropic" {
+            "claude-sonnet-4-5"
+        } else {
+            "gpt-5.4"
+        };
+        let yaml = |stream: &str| {
+            job(
+                protocol,
+                model,
+                40,
+                "{ window: 12000, keep: 2 }",
+                "      context_window: 12000\n",
+            )
+            .replace(
+                "  keep_workspaces: never\n",
+                &format!("  keep_workspaces: never\n  stream: {stream}\n"),
+            )
+        };
+        let (a, b) = (Case::new(), Case::new());
+        folder(&a);
+        folder(&b);
+        let streamed = a.run(&yaml("always")).await;
+        let whole = b.run(&yaml("never")).await;
+        for ran in [&streamed, &whole] {
+            assert_eq!(ran.stop("t"), "completed", "{protocol}: {:?}", ran.row("t"));
+        }
+        assert_eq!(
+            streamed.row("t")["compactions"],
+            whole.row("t")["compactions"],
+            "{protocol}"
+        );
+        assert_eq!(
+            streamed.row("t")["input_tokens"],
+            whole.row("t")["input_tokens"],
+            "{protocol}"
+        );
+    }
+}
