@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use crate::model::Protocol;
+use crate::vocab::transcript::TranscriptEvent;
 
 /// How bad a problem is. The command exits non-zero on violations only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -59,6 +60,8 @@ pub enum ProblemKind {
     MisplacedResult,
     /// The transcript itself: cut off mid-line, or not enough of it to check.
     Transcript,
+    /// A compaction that cleared nothing or made the prompt estimate larger.
+    Compaction,
 }
 
 impl ProblemKind {
@@ -74,6 +77,7 @@ impl ProblemKind {
             ProblemKind::MissingResult => "missing_result",
             ProblemKind::OrphanResult => "orphan_result",
             ProblemKind::DuplicateResult => "duplicate_result",
+            ProblemKind::Compaction => "compaction",
             ProblemKind::MisplacedResult => "misplaced_result",
             ProblemKind::Transcript => "transcript",
         }
@@ -91,7 +95,7 @@ impl ProblemKind {
             | ProblemKind::OrphanResult
             | ProblemKind::DuplicateResult
             | ProblemKind::MisplacedResult => "result returned",
-            ProblemKind::Transcript => return None,
+            ProblemKind::Transcript | ProblemKind::Compaction => return None,
         })
     }
 }
@@ -153,6 +157,10 @@ pub struct AuditReport {
     /// The transcript has its `stop` event: the loop ended on its own terms rather
     /// than being killed.
     pub finished: bool,
+    /// Times the prompt was compacted (`compaction` events). Compaction rewrites only
+    /// old tool results in what was sent, never a call or its id, so the checks above
+    /// hold across it; each event is checked to have cleared something.
+    pub compactions: u32,
 }
 
 impl AuditReport {
@@ -178,11 +186,17 @@ impl AuditReport {
     pub fn summary(&self) -> String {
         let plural =
             |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
-        let head = format!(
+        let mut head = format!(
             "{}, {}",
             plural(self.turns as usize, "turn", "turns"),
             plural(self.calls as usize, "tool call", "tool calls")
         );
+        if self.compactions > 0 {
+            head.push_str(&format!(
+                ", {}",
+                plural(self.compactions as usize, "compaction", "compactions")
+            ));
+        }
         if self.problems.is_empty() {
             return format!("{head}: no problems found");
         }
@@ -298,6 +312,35 @@ pub fn audit_events(events: &[(usize, Value)]) -> AuditReport {
     audit(events, None)
 }
 
+/// Counts the compactions and warns about one that did not shrink the prompt.
+fn check_compactions(events: &[(usize, Value)], report: &mut AuditReport) {
+    for (line, v) in events {
+        let Some(TranscriptEvent::Compaction {
+            turn,
+            cleared_results,
+            tokens_before,
+            tokens_after,
+            ..
+        }) = TranscriptEvent::from_value(v)
+        else {
+            continue;
+        };
+        report.compactions += 1;
+        if cleared_results == 0 || tokens_after > tokens_before {
+            report.push(Problem {
+                turn: Some(turn),
+                call_id: None,
+                kind: ProblemKind::Compaction,
+                severity: Severity::Warning,
+                message: format!(
+                    "a compaction cleared {cleared_results} results and took the prompt estimate from {tokens_before} to {tokens_after} tokens"
+                ),
+                line: Some(*line),
+            });
+        }
+    }
+}
+
 fn audit(events: &[(usize, Value)], cut_off: Option<usize>) -> AuditReport {
     let walked = walk::walk(events);
     let mut report = AuditReport {
@@ -306,8 +349,10 @@ fn audit(events: &[(usize, Value)], cut_off: Option<usize>) -> AuditReport {
         protocol: walked.protocol,
         finished: walked.finished,
         problems: Vec::new(),
+        compactions: 0,
     };
     checks::check(&walked, &mut report);
+    check_compactions(events, &mut report);
     let ended = match cut_off {
         Some(line) => Some(("transcript ends mid-line (the run was killed?)", Some(line))),
         None if !walked.finished => Some((

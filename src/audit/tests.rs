@@ -102,6 +102,28 @@ fn a_clean_transcript_has_no_problems() {
 }
 
 #[test]
+fn compactions_are_counted_and_one_that_shrinks_nothing_is_a_warning() {
+    let compaction = |cleared: u32, before: u64, after: u64| json!({"event": "compaction", "turn": 2, "strategy": "clear_tool_results", "cleared_results": cleared, "cleared_bytes": 100, "tokens_before": before, "tokens_after": after});
+    let mut ev = clean_claude(&[("a", "get_time")]);
+    ev.insert(ev.len() - 2, compaction(3, 900, 400));
+    let r = audit(ev.clone());
+    assert!(r.problems.is_empty(), "{r}");
+    assert_eq!(r.compactions, 1);
+    assert_eq!(
+        r.render(),
+        "2 turns, 1 tool call, 1 compaction: no problems found\n"
+    );
+    ev.insert(ev.len() - 2, compaction(0, 900, 950));
+    let r = audit(ev);
+    assert_eq!(r.compactions, 2);
+    assert_eq!(
+        found(&r),
+        [(ProblemKind::Compaction, Severity::Warning, Some(2), None)]
+    );
+    assert_eq!(r.violations(), 0, "a warning, not a protocol violation");
+}
+
+#[test]
 fn an_undeclared_tool_is_a_warning_when_refused_and_a_violation_when_run() {
     let mut ev = start("anthropic", &["get_time"]);
     ev.push(claude(1, &[("a", "launch_rockets")]));
