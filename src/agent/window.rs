@@ -44,7 +44,9 @@ impl Loop<'_> {
             Some(fits) => after > fits,
             None => forced,
         };
-        if too_long && !compacted {
+        // Before any answer the size is only an upper bound (about four times the real
+        // count): send, and let the provider say if it is too long.
+        if too_long && !compacted && (conv.calibrated() || forced) {
             let window = policy
                 .window
                 .map_or("the model's".to_string(), |w| format!("the {w}-token"));

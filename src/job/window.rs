@@ -42,6 +42,12 @@ pub(super) fn resolve_context(
             format!("at most {MAX_KEEP} tool results can be kept whole"),
         );
     }
+    if keep == Some(0) {
+        cx.err(
+            &at_field("keep", pick(|c| c.keep.is_some())),
+            "must be at least 1: with 0 a compaction would clear the results the model has not read yet",
+        );
+    }
     ContextPolicy {
         window: window.filter(|w| *w > 0).or_else(|| context_window(model)),
         strategy: tc
@@ -49,7 +55,7 @@ pub(super) fn resolve_context(
             .or_else(|| dc.and_then(|c| c.strategy))
             .unwrap_or_default(),
         at: at.filter(|a| *a > 0.0 && *a <= 1.0).unwrap_or(DEFAULT_AT),
-        keep: keep.unwrap_or(DEFAULT_KEEP).min(MAX_KEEP),
+        keep: keep.unwrap_or(DEFAULT_KEEP).clamp(1, MAX_KEEP),
         exempt: tc
             .and_then(|c| c.exempt.clone())
             .or_else(|| dc.and_then(|c| c.exempt.clone()))

@@ -48,6 +48,12 @@ impl Conversation {
             .saturating_sub(self.compacted_tokens)
     }
 
+    /// Whether an answer has said how many tokens a prompt of this conversation is: the
+    /// first request's size is only known as an upper bound.
+    pub fn calibrated(&self) -> bool {
+        self.last_prompt_tokens.is_some()
+    }
+
     /// Clears every tool result but the newest `keep` and those of `exempt` tools.
     /// None when nothing was left to clear.
     pub fn clear_tool_results(&mut self, keep: usize, exempt: &[String]) -> Option<Cleared> {

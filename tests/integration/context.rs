@@ -251,3 +251,41 @@ async fn streamed_answers_compact_the_same_way() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_first_prompt_is_judged_by_the_provider_not_by_its_upper_bound() {
+    let one_turn = |system_bytes: usize| {
+        let system = "x".repeat(system_bytes);
+        format!(
+            "name: first\ndefaults:\n  provider: sim\n  model: claude-sonnet-4-5\n  max_tokens: 500\n  system: \"{system}\"\n  context: {{ window: 3000 }}\ntasks:\n  - id: t\n    prompt: p\n    sim:\n      context_window: 3000\n      turns:\n        - content: [ {{ text: done }} ]\n"
+        )
+    };
+    // 6 KB: its bound (a token per byte) is over the window, its real size is not.
+    let case = Case::new();
+    let fits = case.run(&one_turn(6_000)).await;
+    assert_eq!(fits.stop("t"), "completed", "{:?}", fits.row("t"));
+    // 20 KB: too long for the server, which refuses it; nothing is billed.
+    let case = Case::new();
+    let long = case.run(&one_turn(20_000)).await;
+    let row = long.row("t");
+    assert_eq!(row["stop_reason"], "context_window", "{row:?}");
+    assert!(row["stop_detail"].contains("prompt is too long"), "{row:?}");
+    assert_eq!(row["cost_usd"], "0", "{row:?}");
+    assert_eq!(long.requests("t").len(), 1);
+}
+
+#[test]
+fn keeping_no_result_whole_is_refused() {
+    let case = Case::new();
+    case.write(
+        "job.yaml",
+        "name: v\ndefaults:\n  model: claude-sonnet-4-5\ntasks:\n  - { id: a, prompt: p, context: { keep: 0 }, sim: { turns: [ { content: [ { text: hi } ] } ] } }\n",
+    );
+    let out = case.agentbatch(&["validate", "job.yaml"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("tasks[0].context.keep") && err.contains("not read yet"),
+        "{err}"
+    );
+}
