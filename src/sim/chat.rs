@@ -332,17 +332,20 @@ pub fn render(
                 input,
                 arguments,
             } => {
-                let mut call = json!({
-                    "type": "function",
-                    "function": {"name": name, "arguments": arguments.clone().unwrap_or_else(|| input.to_string())},
-                });
+                // In the API's order: id, type, function.
+                let mut call = serde_json::Map::new();
                 if !turn.omit_call_ids {
-                    call["id"] =
-                        json!(id
-                            .clone()
-                            .unwrap_or_else(|| stable_id("call_sim_", &ask, j)));
+                    let id = id
+                        .clone()
+                        .unwrap_or_else(|| stable_id("call_sim_", &ask, j));
+                    call.insert("id".into(), json!(id));
                 }
-                calls.push(call);
+                call.insert("type".into(), json!("function"));
+                call.insert(
+                    "function".into(),
+                    json!({"name": name, "arguments": arguments.clone().unwrap_or_else(|| input.to_string())}),
+                );
+                calls.push(Value::Object(call));
             }
             Played::Raw(v) => calls.push(v.clone()),
             Played::Thinking(_) | Played::RedactedThinking(_) => {}

@@ -11,8 +11,16 @@ use crate::common::{num, Case, Ran};
 
 fn job(protocol: &str, model: &str, stream: &str, turns: &str, provider_extra: &str) -> String {
     format!(
-        "name: s\nproviders:\n  p: {{ protocol: {protocol}, simulator: true{provider_extra} }}\ndefaults:\n  provider: p\n  model: {model}\n  max_tokens: 1024\n  stream: {stream}\n  tools: [get_time]\n  limits: {{ max_repeats: off }}\ntasks:\n  - id: t\n    prompt: \"Quelle heure est-il ? 時間\"\n    sim:\n      turns:\n{turns}"
+        "name: s\nproviders:\n  p: {{ protocol: {protocol}, simulator: true{provider_extra} }}\ndefaults:\n  provider: p\n  model: {model}\n  max_tokens: 1024\n  stream: {stream}\n  tools: [get_time, read_file]\n  repo: repo\n  keep_workspaces: never\n  limits: {{ max_repeats: off }}\ntasks:\n  - id: t\n    prompt: \"Quelle heure est-il ? 時間\"\n    sim:\n      turns:\n{turns}"
     )
+}
+
+/// A case with the plain folder the tasks work in: a file with a non-ASCII name and
+/// text, read by the script (get_time would differ between two runs).
+fn repo_case() -> Case {
+    let case = Case::new();
+    case.write("repo/notes/été.txt", "Réunion à 15 h — 会議は15時\n");
+    case
 }
 
 /// Three turns with text in several scripts, two parallel calls, and (Anthropic)
@@ -24,7 +32,7 @@ fn turns(protocol: &str) -> String {
         ""
     };
     format!(
-        "        - content:\n{thinking}            - text: \"Je regarde l'horloge… ⏰ 時計を見ます\"\n            - tool_use: {{ name: get_time, input: {{ tz: \"Europe/Paris\", note: \"é\\\"\\\\ü\" }} }}\n            - tool_use: {{ name: get_time, input: {{}} }}\n        - content:\n            - text: \"Encore une fois.\"\n            - tool_use: {{ name: get_time, input: {{ tz: UTC }} }}\n        - content:\n            - text: \"Il est l'heure. 終わり。\"\n"
+        "        - content:\n{thinking}            - text: \"Je regarde l'horloge… ⏰ 時計を見ます\"\n            - tool_use: {{ name: read_file, input: {{ path: \"notes/été.txt\", note: \"é\\\"\\\\ü\" }} }}\n            - tool_use: {{ name: read_file, input: {{ path: \"notes/été.txt\" }} }}\n        - content:\n            - text: \"Encore une fois.\"\n            - tool_use: {{ name: read_file, input: {{ path: missing.txt }} }}\n        - content:\n            - text: \"Il est l'heure. 終わり。\"\n"
     )
 }
 
@@ -70,11 +78,11 @@ async fn streamed_and_whole_answers_leave_the_same_histories_and_rows() {
         ("openai-responses", "gpt-5.4"),
         ("openai-chat", "gpt-5.4"),
     ] {
-        let whole_case = Case::new();
+        let whole_case = repo_case();
         let whole = whole_case
             .run(&job(protocol, model, "never", &turns(protocol), ""))
             .await;
-        let streamed_case = Case::new();
+        let streamed_case = repo_case();
         let streamed = streamed_case
             .run(&job(protocol, model, "always", &turns(protocol), ""))
             .await;
@@ -135,7 +143,7 @@ async fn faults_inside_a_stream_retry_and_a_cut_one_is_charged_at_its_worst_case
         };
         // An error event: retried; the partial answer may be billed, so it is charged
         // at its worst case.
-        let case = Case::new();
+        let case = repo_case();
         let ran = case
             .run(&job(
                 protocol,
@@ -161,7 +169,7 @@ async fn faults_inside_a_stream_retry_and_a_cut_one_is_charged_at_its_worst_case
         );
 
         // A cut: retried, and its reservation counts as spent.
-        let case = Case::new();
+        let case = repo_case();
         let cut = case
             .run(&job(
                 protocol,
@@ -188,7 +196,7 @@ async fn faults_inside_a_stream_retry_and_a_cut_one_is_charged_at_its_worst_case
         );
 
         // A stall past stream_idle_timeout: cut by the runner, retried, charged.
-        let case = Case::new();
+        let case = repo_case();
         let stalled = case
             .run(&job(
                 protocol,

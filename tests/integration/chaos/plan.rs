@@ -38,6 +38,9 @@ pub(super) struct Task {
     wrap_up: bool,
     /// `always` or `never`: streamed answers get the chaos model's mid-stream faults.
     stream: &'static str,
+    /// A context window the simulator enforces and the job states (0: the model's),
+    /// small enough for long chaos answers to pass it: compaction under fire.
+    window: u64,
 }
 
 /// An index in 0..k for one attribute of a seed's task, independent of the others
@@ -66,6 +69,7 @@ impl Task {
             turns: TURNS[choose(seed, 7, 3)],
             wrap_up: choose(seed, 8, 2) == 0,
             stream: ["always", "never"][choose(seed, 9, 2)],
+            window: [0, 8_000, 4_000][choose(seed, 10, 3)],
         }
     }
 
@@ -128,6 +132,17 @@ pub(super) fn job(tasks: &[Task], outside: &Path, caps: &Caps) -> String {
             t.faults,
             t.turns
         ));
+        if t.window > 0 {
+            y = y.replacen(
+                &format!("    sim: {{ chaos: {{ seed: {},", t.seed),
+                &format!(
+                    "    context: {{ window: {w}, keep: 2 }}\n    sim: {{ context_window: {w}, chaos: {{ seed: {},",
+                    t.seed,
+                    w = t.window
+                ),
+                1,
+            );
+        }
         if let Some(team) = t.team {
             y.push_str(&format!("    team: {team}\n"));
         }
