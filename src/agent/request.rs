@@ -28,9 +28,11 @@ impl Loop<'_> {
     pub(super) async fn request(&mut self, conv: &mut Conversation) -> Result<Turn, Stop> {
         let price = self.spec.price.as_ref();
         let turn_no = self.meter.turns + 1;
-        let (mut errors, mut limited) = (0u32, 0u32);
+        // Attempts that failed, were rate limited, or were refused as too long (then
+        // compacted): each attempt of a turn gets its own number.
+        let (mut errors, mut limited, mut refits) = (0u32, 0u32, 0u32);
         loop {
-            let attempt = errors + limited + 1;
+            let attempt = errors + limited + refits + 1;
             let mut plan = plan_request(
                 &self.spec.limits,
                 &self.meter,
@@ -137,7 +139,10 @@ impl Loop<'_> {
                 // Not billed; compact and send again, or stop if nothing is left to
                 // compact.
                 match self.keep_inside_window(conv, true) {
-                    Ok(true) => continue,
+                    Ok(true) => {
+                        refits += 1;
+                        continue;
+                    }
                     Ok(false) => {
                         return Err(Stop::new(
                             StopReason::ContextWindow,

@@ -158,8 +158,18 @@ async fn a_server_that_refuses_a_long_prompt_gets_a_compacted_one() {
         .unwrap_or("")
         .contains("prompt is too long"));
     assert_eq!(num(&row, "compactions") as usize, refused.len());
-    // Refused requests are not billed, and not retries of a provider error.
+    // Refused requests are not billed, and not retries of a provider error; each
+    // attempt of a turn has its own number.
     assert_eq!(row["retries"], "0");
+    let mut attempts: Vec<(u64, u64)> = ran
+        .events("t", "reserve")
+        .iter()
+        .map(|e| (e["turn"].as_u64().unwrap(), e["attempt"].as_u64().unwrap()))
+        .collect();
+    let n = attempts.len();
+    attempts.dedup();
+    assert_eq!(attempts.len(), n, "{attempts:?}");
+    assert!(attempts.iter().any(|(_, a)| *a == 2), "{attempts:?}");
 }
 
 #[test]
