@@ -98,6 +98,8 @@ fn endpoint(spec: &TaskSpec, sim_base: Option<&str>, run_id: &str) -> Result<End
         url: p.protocol.url(&base)?,
         api_key,
         anthropic_version: p.anthropic_version.clone(),
+        anthropic_beta: (native_context(spec))
+            .then(|| crate::vocab::context::CONTEXT_MANAGEMENT_BETA.to_string()),
         max_tokens_field: p.max_tokens_field.clone(),
         timeout: p.timeout,
         max_response_bytes: p.max_response_bytes,
@@ -126,6 +128,9 @@ fn params(spec: &TaskSpec, toolset: &Toolset) -> Params {
             );
         }
     }
+    if native_context(spec) {
+        extra.insert("context_management".into(), context_edits(spec));
+    }
     Params {
         model: spec.model.clone(),
         system: spec.system.clone(),
@@ -133,6 +138,30 @@ fn params(spec: &TaskSpec, toolset: &Toolset) -> Params {
         extra,
         cache: spec.cache,
     }
+}
+
+/// The task leaves clearing old tool results to Anthropic's context editing.
+fn native_context(spec: &TaskSpec) -> bool {
+    spec.context.strategy == crate::vocab::context::ContextStrategy::Native
+        && spec.provider.protocol == Protocol::Anthropic
+}
+
+/// `context_management` for Anthropic's context editing: clear old tool results once
+/// the prompt passes the task's threshold, keeping the newest `keep` and the exempt
+/// tools' results.
+fn context_edits(spec: &TaskSpec) -> serde_json::Value {
+    let c = &spec.context;
+    let mut edit = serde_json::json!({
+        "type": "clear_tool_uses_20250919",
+        "keep": {"type": "tool_uses", "value": c.keep},
+    });
+    if let Some(t) = c.threshold(spec.max_tokens) {
+        edit["trigger"] = serde_json::json!({"type": "input_tokens", "value": t.max(1)});
+    }
+    if !c.exempt.is_empty() {
+        edit["exclude_tools"] = serde_json::json!(c.exempt);
+    }
+    serde_json::json!({ "edits": [edit] })
 }
 
 /// OpenAI's `prompt_cache_key`: one per task and variant, the same in every epoch and
@@ -400,6 +429,7 @@ impl Loop<'_> {
                 Ok(t) => t,
                 Err(s) => return s,
             };
+            self.note_context_edits(turn.context_edits, turn.usage.prompt_tokens());
             match after_response(&turn.stop, turn.calls.len()) {
                 Next::Stop(s) => return s,
                 Next::Resend => continue,

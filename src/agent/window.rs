@@ -4,11 +4,27 @@
 
 use super::Loop;
 use crate::model::Conversation;
-use crate::vocab::context::ContextStrategy;
+use crate::vocab::context::{ContextEdits, ContextStrategy};
 use crate::vocab::stop::{Stop, StopReason};
 use crate::vocab::transcript::TranscriptEvent;
 
 impl Loop<'_> {
+    /// Records what the provider's own context editing cleared for this answer.
+    pub(super) fn note_context_edits(&mut self, edits: Option<ContextEdits>, prompt_tokens: u64) {
+        let Some(e) = edits else {
+            return;
+        };
+        self.tally.compactions += 1;
+        self.log.emit(TranscriptEvent::Compaction {
+            turn: self.meter.turns,
+            strategy: "native".into(),
+            cleared_results: u32::try_from(e.tool_uses).unwrap_or(u32::MAX),
+            cleared_bytes: 0,
+            tokens_before: prompt_tokens.saturating_add(e.input_tokens),
+            tokens_after: prompt_tokens,
+        });
+    }
+
     /// Compacts the prompt if the next request would pass the threshold; Err when it
     /// cannot fit the window even so. `forced`: the provider refused the prompt as too
     /// long, so compact whatever the estimate says.
@@ -52,6 +68,10 @@ impl Loop<'_> {
                 .map_or("the model's".to_string(), |w| format!("the {w}-token"));
             let how = match policy.strategy {
                 ContextStrategy::Off => "compaction is off (context.strategy: off)".to_string(),
+                ContextStrategy::Native => {
+                    "the provider's context editing (context.strategy: native) did not clear enough"
+                        .to_string()
+                }
                 ContextStrategy::ClearToolResults => format!(
                     "clearing old tool results left nothing more to clear (context.keep: {})",
                     policy.keep

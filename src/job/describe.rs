@@ -281,6 +281,11 @@ fn describe_context(c: &crate::vocab::context::ContextPolicy) -> String {
         ContextStrategy::Off => {
             format!("{window}; compaction off: a prompt that outgrows it stops the task")
         }
+        ContextStrategy::Native => format!(
+            "{window}; at {:.0}% Anthropic's context editing clears old tool results, keeping the newest {}",
+            c.at * 100.0,
+            c.keep
+        ),
         ContextStrategy::ClearToolResults => {
             let exempt = if c.exempt.is_empty() {
                 String::new()

@@ -368,7 +368,8 @@ fn expand_task(
         return None;
     }
     let cache = resolve_cache(t, d, provider.as_deref());
-    let context = super::window::resolve_context(i, t, d, &model, cx);
+    let context =
+        super::window::resolve_context(i, t, d, &model, provider.as_ref().map(|p| p.protocol), cx);
     let one_hour = cache.is_on()
         && cache.ttl == crate::vocab::cache::CacheTtl::OneHour
         && provider

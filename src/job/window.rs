@@ -4,7 +4,10 @@
 use super::context::Ctx;
 use super::diagnostics::origin;
 use super::schema::{ContextFields, TaskFields};
-use crate::vocab::context::{context_window, ContextPolicy, DEFAULT_AT, DEFAULT_KEEP};
+use crate::vocab::context::{
+    context_window, ContextPolicy, ContextStrategy, DEFAULT_AT, DEFAULT_KEEP,
+};
+use crate::vocab::protocol::Protocol;
 
 /// Most tool results a task may keep whole (more would never compact).
 const MAX_KEEP: usize = 10_000;
@@ -14,6 +17,7 @@ pub(super) fn resolve_context(
     t: &TaskFields,
     d: &TaskFields,
     model: &str,
+    protocol: Option<Protocol>,
     cx: &mut Ctx,
 ) -> ContextPolicy {
     let (tc, dc) = (t.context.as_ref(), d.context.as_ref());
@@ -48,12 +52,19 @@ pub(super) fn resolve_context(
             "must be at least 1: with 0 a compaction would clear the results the model has not read yet",
         );
     }
+    let strategy = tc
+        .and_then(|c| c.strategy)
+        .or_else(|| dc.and_then(|c| c.strategy))
+        .unwrap_or_default();
+    if strategy == ContextStrategy::Native && protocol.is_some_and(|p| p != Protocol::Anthropic) {
+        cx.err(
+            &at_field("strategy", pick(|c| c.strategy.is_some())),
+            "native is Anthropic's context editing; OpenAI's own compaction is not supported yet: use clear_tool_results",
+        );
+    }
     ContextPolicy {
         window: window.filter(|w| *w > 0).or_else(|| context_window(model)),
-        strategy: tc
-            .and_then(|c| c.strategy)
-            .or_else(|| dc.and_then(|c| c.strategy))
-            .unwrap_or_default(),
+        strategy,
         at: at.filter(|a| *a > 0.0 && *a <= 1.0).unwrap_or(DEFAULT_AT),
         keep: keep.unwrap_or(DEFAULT_KEEP).clamp(1, MAX_KEEP),
         exempt: tc

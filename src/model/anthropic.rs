@@ -152,6 +152,20 @@ pub(super) fn parse(raw: &Value) -> Result<Parsed, WireError> {
     })
 }
 
+/// What `context_management.applied_edits` says was cleared (None when nothing was).
+pub(super) fn applied_edits(raw: &Value) -> Option<crate::vocab::context::ContextEdits> {
+    let edits = raw
+        .pointer("/context_management/applied_edits")?
+        .as_array()?;
+    let mut sum = crate::vocab::context::ContextEdits::default();
+    for e in edits {
+        let n = |k: &str| e.get(k).and_then(Value::as_u64).unwrap_or(0);
+        sum.tool_uses = sum.tool_uses.saturating_add(n("cleared_tool_uses"));
+        sum.input_tokens = sum.input_tokens.saturating_add(n("cleared_input_tokens"));
+    }
+    (sum != Default::default()).then_some(sum)
+}
+
 struct Message {
     content: Value,
     calls: Vec<ToolCall>,

@@ -553,6 +553,9 @@ impl Conversation {
             rate: reply.rate,
             usage_estimated,
             ttft_ms: reply.ttft_ms,
+            context_edits: (self.endpoint.protocol == Protocol::Anthropic)
+                .then(|| anthropic::applied_edits(&raw))
+                .flatten(),
         })
     }
 
@@ -642,6 +645,7 @@ mod tests {
             url: Url::parse("http://127.0.0.1:9/v1/messages").unwrap(),
             api_key: None,
             anthropic_version: "2023-06-01".into(),
+            anthropic_beta: None,
             max_tokens_field: "max_tokens".into(),
             timeout: Duration::from_secs(1),
             max_response_bytes: 1 << 20,

@@ -19,6 +19,8 @@ pub struct Endpoint {
     pub api_key: Option<String>,
     /// The `anthropic-version` header (Anthropic only).
     pub anthropic_version: String,
+    /// The `anthropic-beta` header, when a feature in beta is used (Anthropic only).
+    pub anthropic_beta: Option<String>,
     /// Chat Completions: the field that carries the output limit (`max_tokens` for most
     /// compatible servers, `max_completion_tokens` for OpenAI's reasoning models).
     pub max_tokens_field: String,
@@ -52,6 +54,11 @@ impl Endpoint {
                     format!("invalid anthropic_version \"{}\"", self.anthropic_version)
                 })?;
                 h.insert(HeaderName::from_static("anthropic-version"), version);
+                if let Some(beta) = &self.anthropic_beta {
+                    let beta = HeaderValue::from_str(beta)
+                        .map_err(|_| format!("invalid anthropic-beta \"{beta}\""))?;
+                    h.insert(HeaderName::from_static("anthropic-beta"), beta);
+                }
                 if let Some(key) = &self.api_key {
                     h.insert(HeaderName::from_static("x-api-key"), secret(key.clone())?);
                 }

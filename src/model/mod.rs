@@ -87,6 +87,8 @@ pub struct Turn {
     pub usage_estimated: bool,
     /// A streamed answer: milliseconds to its first content.
     pub ttft_ms: Option<u64>,
+    /// What Anthropic's context editing cleared before the model read the prompt.
+    pub context_edits: Option<crate::vocab::context::ContextEdits>,
 }
 
 /// Why a request produced no usable turn.

@@ -461,6 +461,17 @@ async fn answer(
     // Tokens are counted on the body without the fields that only ask for a stream:
     // an API counts the prompt, not how the answer is delivered.
     let body_len = body_len.saturating_sub(stream::request_field_bytes(&request));
+    // Anthropic's context editing rewrites the prompt before anything counts it.
+    let beta = headers
+        .get("anthropic-beta")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let edited =
+        window::context_edits(protocol, beta, &request, body_len).map_err(Refusal::bad_request)?;
+    let (request, body_len, applied) = match edited {
+        Some(e) => (e.request, e.body_len, Some(e.applied)),
+        None => (request, body_len, None),
+    };
     let max_tokens = limits::requested_max_tokens(protocol, &request);
     if let Some((message, code)) = window::refusal(
         protocol,
@@ -554,6 +565,10 @@ async fn answer(
         return Ok(resp);
     }
     let rendered = render(state.cache.apply(protocol, &request));
+    let mut rendered = rendered;
+    if let Some(a) = applied {
+        rendered["context_management"] = a;
+    }
     let used = limits::output_tokens(protocol, &rendered);
     let streamed = streaming.then(|| stream::body(protocol, turn, &rendered, &request, key, step));
     // What the client receives: the rendered answer, or a scripted raw body (which is

@@ -47,8 +47,22 @@ pub enum ContextStrategy {
     /// and the transcript keeps every original).
     #[default]
     ClearToolResults,
+    /// Anthropic's context editing: the API clears old tool results itself
+    /// (`clear_tool_uses_20250919`, beta `context-management-2025-06-27`) once the
+    /// prompt passes the threshold; the history the runner keeps is unchanged.
+    Native,
     /// Never compact: a task whose prompt outgrows the window stops `context_window`.
     Off,
+}
+
+/// The beta that Anthropic's context editing needs.
+pub const CONTEXT_MANAGEMENT_BETA: &str = "context-management-2025-06-27";
+
+/// What the provider's own context editing cleared for one answer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ContextEdits {
+    pub tool_uses: u64,
+    pub input_tokens: u64,
 }
 
 /// A task's resolved context policy.

@@ -299,3 +299,72 @@ fn keeping_no_result_whole_is_refused() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn anthropic_context_editing_clears_on_the_server_and_the_history_stays_whole() {
+    let case = Case::new();
+    folder(&case);
+    let ran = case
+        .run(&job(
+            "anthropic",
+            "claude-sonnet-4-5",
+            40,
+            "{ window: 12000, strategy: native, keep: 2 }",
+            "      context_window: 12000\n",
+        ))
+        .await;
+    let row = ran.row("t");
+    assert_eq!(row["stop_reason"], "completed", "{row:?}");
+    let requests = ran.requests("t");
+    assert!(
+        requests.iter().all(|r| r.status == 200),
+        "the server cleared in time"
+    );
+    for r in &requests {
+        assert_eq!(
+            r.headers.get("anthropic-beta").map(String::as_str),
+            Some("context-management-2025-06-27")
+        );
+        let edit = &r.body["context_management"]["edits"][0];
+        assert_eq!(edit["type"], "clear_tool_uses_20250919");
+        assert_eq!(
+            edit["keep"],
+            serde_json::json!({"type": "tool_uses", "value": 2})
+        );
+        assert!(!r
+            .body
+            .to_string()
+            .contains("[agentbatch: this tool result was cleared"));
+    }
+    let applied = requests
+        .iter()
+        .filter(|r| {
+            r.response.as_ref().is_some_and(|m| {
+                m["context_management"]["applied_edits"][0]["cleared_tool_uses"].as_u64() > Some(0)
+            })
+        })
+        .count();
+    assert!(applied > 5, "{applied}");
+    assert_eq!(num(&row, "compactions") as usize, applied);
+    let events = ran.events("t", "compaction");
+    assert!(events
+        .iter()
+        .all(|e| e["strategy"] == "native"
+            && e["tokens_after"].as_u64() < e["tokens_before"].as_u64()));
+}
+
+#[test]
+fn native_context_editing_is_refused_on_openai_protocols() {
+    let case = Case::new();
+    case.write(
+        "job.yaml",
+        "name: v\nproviders:\n  o: { protocol: openai-chat, simulator: true }\ndefaults:\n  model: gpt-5.4\n  provider: o\ntasks:\n  - { id: a, prompt: p, context: { strategy: native }, sim: { turns: [ { content: [ { text: hi } ] } ] } }\n",
+    );
+    let out = case.agentbatch(&["validate", "job.yaml"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("tasks[0].context.strategy") && err.contains("Anthropic's context editing"),
+        "{err}"
+    );
+}
