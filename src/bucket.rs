@@ -54,7 +54,8 @@ impl Bucket {
 
     fn wait_for(&self, level: f64) -> Duration {
         let missing = (level - self.level).max(0.0);
-        Duration::from_secs_f64(missing / self.per_second)
+        // A huge debt (a provider reporting absurd usage) waits "forever", not panics.
+        Duration::try_from_secs_f64(missing / self.per_second).unwrap_or(Duration::MAX)
     }
 
     /// Takes `n` tokens (at most the capacity: a larger charge takes a full bucket), or
@@ -74,6 +75,16 @@ impl Bucket {
     pub fn refund(&mut self, n: u64, now: Instant) {
         self.refill(now);
         self.level = (self.level + n as f64).min(self.capacity);
+    }
+
+    /// Corrects a charge of `charged` to what was `counted`: the difference goes back,
+    /// or is owed.
+    pub fn correct(&mut self, charged: u64, counted: u64, now: Instant) {
+        match charged.cmp(&counted) {
+            std::cmp::Ordering::Greater => self.refund(charged - counted, now),
+            std::cmp::Ordering::Less => self.owe(counted - charged, now),
+            std::cmp::Ordering::Equal => {}
+        }
     }
 
     /// Charges tokens that were used beyond what was taken, even into debt.

@@ -422,7 +422,7 @@ impl Loop<'_> {
                 return s;
             }
             self.prepare_turn(conv);
-            if let Err(s) = self.keep_inside_window(conv, false) {
+            if let Err(s) = self.keep_inside_window(conv, self.meter.turns + 1, false) {
                 return s;
             }
             let turn = match self.request(conv).await {

@@ -33,18 +33,19 @@ impl Loop<'_> {
         let (mut errors, mut limited, mut refits) = (0u32, 0u32, 0u32);
         loop {
             let attempt = errors + limited + refits + 1;
+            let bound = conv.estimate_prompt_tokens();
             let mut plan = plan_request(
                 &self.spec.limits,
                 &self.meter,
                 price,
                 self.spec.max_tokens,
-                conv.estimate_prompt_tokens(),
+                bound,
                 self.spec.thinking_budget,
             )?;
             let held = self.hold_shared(&mut plan).await?;
             // What the rate gates take: the tokens the provider's limits will count.
             let paced = TokenCount {
-                input: conv.estimate_rate_tokens(),
+                input: conv.estimate_rate_tokens(bound),
                 output: u64::from(plan.max_tokens),
             };
             if attempt == 1 {
@@ -106,12 +107,15 @@ impl Loop<'_> {
                 }
                 Ok(Err(f)) => f,
             };
-            // A refused request counted nothing; one that failed after saying what it
-            // used counted that; any other failure keeps its whole charge.
-            match (&failure.usage, failure.rate_limited) {
-                (Some(u), _) => self.correct_gates(paced, Some(conv.rate_counted(u))),
-                (None, true) => self.correct_gates(paced, None),
-                (None, false) => {}
+            // A request refused for the rate limit or as too long counted nothing; one
+            // that failed after saying what it used counted that; any other failure
+            // keeps its whole charge.
+            match &failure.usage {
+                Some(u) => self.correct_gates(paced, Some(conv.rate_counted(u))),
+                None if failure.rate_limited || failure.error.is_context_overflow() => {
+                    self.correct_gates(paced, None)
+                }
+                None => {}
             }
             // `charged`: a worst case counted as spent (logged below); `billed`: the cost
             // of a failed answer that said what it used (logged by its settle event).
@@ -138,7 +142,7 @@ impl Loop<'_> {
             if failure.error.is_context_overflow() {
                 // Not billed; compact and send again, or stop if nothing is left to
                 // compact.
-                match self.keep_inside_window(conv, true) {
+                match self.keep_inside_window(conv, turn_no, true) {
                     Ok(true) => {
                         refits += 1;
                         continue;

@@ -28,11 +28,19 @@ impl Loop<'_> {
     /// Compacts the prompt if the next request would pass the threshold; Err when it
     /// cannot fit the window even so. `forced`: the provider refused the prompt as too
     /// long, so compact whatever the estimate says.
+    /// `turn` is the request's turn number (the compaction event's).
     pub(super) fn keep_inside_window(
         &mut self,
         conv: &mut Conversation,
+        turn: u32,
         forced: bool,
     ) -> Result<bool, Stop> {
+        // Before any answer there are no tool results to clear, and the size is only an
+        // upper bound (about four times the real count): send, and let the provider say
+        // if it is too long.
+        if !conv.calibrated() && !forced {
+            return Ok(false);
+        }
         let policy = &self.spec.context;
         let max_tokens = self.spec.max_tokens;
         let before = conv.context_estimate();
@@ -46,7 +54,7 @@ impl Loop<'_> {
                 compacted = true;
                 self.tally.compactions += 1;
                 self.log.emit(TranscriptEvent::Compaction {
-                    turn: self.meter.turns + 1,
+                    turn,
                     strategy: "clear_tool_results".into(),
                     cleared_results: u32::try_from(c.results).unwrap_or(u32::MAX),
                     cleared_bytes: c.bytes,
@@ -55,14 +63,16 @@ impl Loop<'_> {
                 });
             }
         }
-        let after = conv.context_estimate();
+        let after = if compacted {
+            conv.context_estimate()
+        } else {
+            before
+        };
         let too_long = match policy.fits(max_tokens) {
             Some(fits) => after > fits,
             None => forced,
         };
-        // Before any answer the size is only an upper bound (about four times the real
-        // count): send, and let the provider say if it is too long.
-        if too_long && !compacted && (conv.calibrated() || forced) {
+        if too_long && !compacted {
             let window = policy
                 .window
                 .map_or("the model's".to_string(), |w| format!("the {w}-token"));

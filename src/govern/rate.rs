@@ -111,17 +111,12 @@ impl TokenLimit {
         }
     }
 
-    /// Corrects a pre-charge of `charged` to what the provider counted.
+    /// Corrects a pre-charge of `charged` to what the provider counted, waking a
+    /// waiter when tokens come back.
     fn correct(&self, charged: u64, counted: u64) {
-        let now = Instant::now();
-        let mut b = self.bucket();
-        match charged.cmp(&counted) {
-            std::cmp::Ordering::Greater => {
-                b.refund(charged - counted, now);
-                self.refunded.notify_waiters();
-            }
-            std::cmp::Ordering::Less => b.owe(counted - charged, now),
-            std::cmp::Ordering::Equal => {}
+        self.bucket().correct(charged, counted, Instant::now());
+        if charged > counted {
+            self.refunded.notify_waiters();
         }
     }
 }

@@ -39,13 +39,18 @@ impl Conversation {
         let Some(last) = self.last_prompt_tokens else {
             return self.estimate_prompt_tokens();
         };
-        let per_byte = match self.last_body_bytes {
-            0 => 1.0,
-            b => (last as f64 / b as f64).min(1.0),
-        };
-        let added = (self.bytes_since as f64 * per_byte) as u64;
+        let added = (self.bytes_since as f64 * self.tokens_per_byte()) as u64;
         last.saturating_add(added)
             .saturating_sub(self.compacted_tokens)
+    }
+
+    /// The last answer's prompt tokens per byte of its body (at most one), which
+    /// scales bytes to the estimates compaction works with.
+    fn tokens_per_byte(&self) -> f64 {
+        match (self.last_prompt_tokens, self.last_body_bytes) {
+            (Some(t), b) if b > 0 => (t as f64 / b as f64).min(1.0),
+            _ => 1.0,
+        }
     }
 
     /// Whether an answer has said how many tokens a prompt of this conversation is: the
@@ -63,10 +68,7 @@ impl Conversation {
         let keep_from = slots.len().saturating_sub(keep);
         slots.truncate(keep_from);
         slots.retain(|s| !exempt.contains(&s.tool));
-        let per_byte = match (self.last_prompt_tokens, self.last_body_bytes) {
-            (Some(t), b) if b > 0 => (t as f64 / b as f64).min(1.0),
-            _ => 1.0,
-        };
+        let per_byte = self.tokens_per_byte();
         let before = self.context_estimate();
         let (mut results, mut bytes, mut first) = (0, 0u64, usize::MAX);
         for s in &slots {
@@ -88,8 +90,10 @@ impl Conversation {
         if results == 0 {
             return None;
         }
-        // Entries from the first changed one must be encoded again.
+        // Entries from the first changed one must be encoded again, and the cached
+        // prefix now ends before it: the next request cannot read the old one whole.
         self.encoded.truncate(first);
+        self.cached_prefix = 0;
         self.compacted_tokens = self
             .compacted_tokens
             .saturating_add((bytes as f64 * per_byte) as u64);

@@ -65,7 +65,7 @@ pub struct Conversation {
     pub(super) compacted_tokens: u64,
     /// The tokens the last answered request read from or wrote to the cache (the
     /// prefix the next one reads, Anthropic), and when it was answered.
-    cached_prefix: u64,
+    pub(super) cached_prefix: u64,
     answered_at: Option<std::time::Instant>,
     /// Every tool-call id of the history (Anthropic and Responses refuse a conversation
     /// that has one twice).
@@ -364,8 +364,9 @@ impl Conversation {
     /// whose limit leaves out cache reads) the prefix the last request left in the
     /// cache, unless its entry may have expired since. A cache that drops an entry
     /// early makes the count higher; the gates then owe the difference.
-    pub fn estimate_rate_tokens(&self) -> u64 {
-        let whole = self.estimate_prompt_tokens();
+    /// `whole` is [`Conversation::estimate_prompt_tokens`], which the caller has already
+    /// worked out for the budgets (on a first request it encodes the whole body).
+    pub fn estimate_rate_tokens(&self, whole: u64) -> u64 {
         let cache = &self.params.cache;
         let reads_free = self.endpoint.protocol == Protocol::Anthropic
             && cache.is_on()

@@ -175,15 +175,21 @@ async fn read_events(
             if over {
                 return None;
             }
+            let mut ended = false;
             let next = match tokio::time::timeout(idle, resp.chunk()).await {
                 Err(_) => Err(BodyError::Idle),
                 Ok(Err(e)) => Err(BodyError::Transport(e)),
-                Ok(Ok(None)) => return None,
+                // A last event without its closing blank line is still an event: the
+                // parser drops what it holds when the body ends, so end it here.
+                Ok(Ok(None)) => {
+                    ended = true;
+                    Ok(Into::into(&b"\n\n"[..]))
+                }
                 Ok(Ok(Some(c))) if read + c.len() as u64 > limit => Err(BodyError::TooLarge),
                 Ok(Ok(Some(c))) => Ok(c),
             };
             let read = read + next.as_ref().map_or(0, |c| c.len() as u64);
-            let over = next.is_err();
+            let over = next.is_err() || ended;
             Some((next, (resp, read, over)))
         },
     );

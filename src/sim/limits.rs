@@ -157,15 +157,17 @@ impl ServerLimits {
         Ok(headers)
     }
 
-    /// Gives back the part of an output pre-charge the answer did not use, as both
-    /// providers correct it at the end of a request, and returns the token windows'
-    /// headers for the answer (what is left once it is corrected).
-    pub fn refund_output(&self, protocol: Protocol, unused: u64) -> Headers {
+    /// Corrects the output pre-charge of a request that asked for `max_tokens` to the
+    /// `used` tokens its answer reports, as both providers do at the end of a request
+    /// (what was taken was the pre-charge capped at the burst: more used is owed), and
+    /// returns the token windows' headers for the answer (once it is corrected).
+    pub fn correct_output(&self, protocol: Protocol, max_tokens: u64, used: u64) -> Headers {
         let now = Instant::now();
         let mut headers = Vec::new();
         for t in self.tokens().iter_mut() {
             if t.named.name == "output-tokens" {
-                t.bucket.refund(unused, now);
+                let taken = max_tokens.max(1).min(t.bucket.capacity());
+                t.bucket.correct(taken, used, now);
             }
             let remaining = u32::try_from(t.bucket.available(now)).unwrap_or(u32::MAX);
             let until_full = t.bucket.until_full(now);
@@ -320,7 +322,7 @@ mod tests {
         });
         // burst: 1 request, 1,000 input and 1,000 output tokens
         assert!(l.charge(Protocol::Anthropic, 100, 1000).is_ok());
-        let h = l.refund_output(Protocol::Anthropic, 990);
+        let h = l.correct_output(Protocol::Anthropic, 1000, 10);
         let remaining = |h: &Headers, k: &str| {
             h.iter()
                 .find(|(n, _)| n == &format!("anthropic-ratelimit-{k}-remaining"))
@@ -331,7 +333,7 @@ mod tests {
         assert!(remaining(&h, "input-tokens") < 910, "{h:?}");
         // The request window is empty: refused, and its tokens are not taken.
         assert!(l.charge(Protocol::Anthropic, 800, 900).is_err());
-        let h = l.refund_output(Protocol::Anthropic, 0);
+        let h = l.correct_output(Protocol::Anthropic, 900, 900);
         assert!(remaining(&h, "input-tokens") >= 900, "{h:?}");
     }
 

@@ -539,6 +539,13 @@ async fn answer(
         Protocol::OpenaiResponses => responses::render(turn, &request, body_len, key, step, c),
         Protocol::OpenaiChat => chat::render(turn, &request, body_len, key, step, c),
     };
+    // What context editing cleared goes with the answer, streamed or broken too.
+    let with_edits = |mut r: Value| {
+        if let Some(a) = &applied {
+            r["context_management"] = a.clone();
+        }
+        r
+    };
     if let Some(fault) = turn.faults.get(attempt) {
         rec.error = Some(format!(
             "scripted fault {} of {}",
@@ -549,7 +556,7 @@ async fn answer(
             None => play_fault(protocol, fault, request_id),
             Some(kind) if streaming => {
                 // The answer the stream starts to send, without touching the cache.
-                let rendered = render(state.cache.peek(protocol, &request));
+                let rendered = with_edits(render(state.cache.peek(protocol, &request)));
                 let body = stream::broken(protocol, fault, kind, &rendered, &request, key, step);
                 ok_response(
                     body,
@@ -564,11 +571,7 @@ async fn answer(
         rec.status = resp.status().as_u16();
         return Ok(resp);
     }
-    let rendered = render(state.cache.apply(protocol, &request));
-    let mut rendered = rendered;
-    if let Some(a) = applied {
-        rendered["context_management"] = a;
-    }
+    let rendered = with_edits(render(state.cache.apply(protocol, &request)));
     let used = limits::output_tokens(protocol, &rendered);
     let streamed = streaming.then(|| stream::body(protocol, turn, &rendered, &request, key, step));
     // What the client receives: the rendered answer, or a scripted raw body (which is
@@ -601,7 +604,7 @@ async fn answer(
     }
     if let Some(l) = &limits {
         let used = used.unwrap_or_else(|| (bytes.len() as u64).div_ceil(4));
-        rate_headers.extend(l.refund_output(protocol, max_tokens.saturating_sub(used)));
+        rate_headers.extend(l.correct_output(protocol, max_tokens, used));
     }
     rec.response = sent;
     if let Some(body) = streamed {

@@ -45,7 +45,8 @@ pub struct Edited {
 }
 
 /// Anthropic's context editing (`clear_tool_uses_20250919`): once the prompt passes
-/// the trigger (default 100,000 input tokens), the oldest tool results but the newest
+/// the trigger (default 100,000 input tokens; or, with `type: tool_uses`, that many
+/// tool results), the oldest tool results but the newest
 /// `keep` (default 3) and those of `exclude_tools` are replaced with a placeholder
 /// before the model reads the prompt. Err: a request the API would refuse.
 pub fn context_edits(
@@ -69,7 +70,7 @@ pub fn context_edits(
         .get("edits")
         .and_then(Value::as_array)
         .ok_or("context_management.edits: Input should be a valid list")?;
-    let mut edited = request.clone();
+    let mut edited: Option<Value> = None;
     let mut applied = Vec::new();
     let mut len = body_len;
     for (i, e) in edits.iter().enumerate() {
@@ -89,8 +90,14 @@ pub fn context_edits(
                 .and_then(Value::as_u64)
                 .unwrap_or(default)
         };
-        let (trigger, keep) = (value("trigger", 100_000), value("keep", 3) as usize);
-        if (len as u64).div_ceil(4) <= trigger {
+        let keep = value("keep", 3) as usize;
+        let trigger = value("trigger", 100_000);
+        let current = edited.as_ref().unwrap_or(request);
+        let reached = match e.pointer("/trigger/type").and_then(Value::as_str) {
+            Some("tool_uses") => tool_results(current) as u64 > trigger,
+            _ => (len as u64).div_ceil(4) > trigger,
+        };
+        if !reached {
             continue;
         }
         let exclude: Vec<&str> = e
@@ -98,9 +105,13 @@ pub fn context_edits(
             .and_then(Value::as_array)
             .map(|a| a.iter().filter_map(Value::as_str).collect())
             .unwrap_or_default();
-        let (uses, tokens) = clear_results(&mut edited, keep, &exclude);
+        let target = edited.get_or_insert_with(|| request.clone());
+        let (uses, removed) = clear_results(target, keep, &exclude);
         if uses > 0 {
-            len = serde_json::to_vec(&edited).map_or(len, |b| b.len());
+            // The client's byte count less what was cleared, so every other count (the
+            // stream fields left out) stays as it was.
+            len = len.saturating_sub(removed);
+            let tokens = (removed as u64).div_ceil(4);
             applied.push(json!({
                 "type": "clear_tool_uses_20250919",
                 "cleared_tool_uses": uses,
@@ -108,9 +119,9 @@ pub fn context_edits(
             }));
         }
     }
-    if applied.is_empty() {
+    let Some(edited) = edited.filter(|_| !applied.is_empty()) else {
         return Ok(None);
-    }
+    };
     Ok(Some(Edited {
         request: edited,
         body_len: len,
@@ -120,9 +131,20 @@ pub fn context_edits(
 
 const PLACEHOLDER: &str = "[tool result cleared by context editing]";
 
+/// The tool results of a Messages request.
+fn tool_results(request: &Value) -> usize {
+    request["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|m| m["content"].as_array().into_iter().flatten())
+        .filter(|b| b["type"] == "tool_result")
+        .count()
+}
+
 /// Clears the tool results of a Messages request but the newest `keep`; returns the
-/// results cleared and their tokens (a quarter of their bytes).
-fn clear_results(request: &mut Value, keep: usize, exclude: &[&str]) -> (u64, u64) {
+/// results cleared and the bytes that removed from the body.
+fn clear_results(request: &mut Value, keep: usize, exclude: &[&str]) -> (u64, usize) {
     let messages = match request.get_mut("messages").and_then(Value::as_array_mut) {
         Some(m) => m,
         None => return (0, 0),
@@ -153,16 +175,16 @@ fn clear_results(request: &mut Value, keep: usize, exclude: &[&str]) -> (u64, u6
         }
     }
     let cut = places.len().saturating_sub(keep);
-    let (mut uses, mut bytes) = (0u64, 0u64);
+    let (mut uses, mut bytes) = (0u64, 0usize);
     for (i, j) in places.into_iter().take(cut) {
         if let Some(b) = messages[i]["content"].get_mut(j) {
             let old = b["content"].to_string().len();
             b["content"] = json!(PLACEHOLDER);
             uses += 1;
-            bytes += old.saturating_sub(PLACEHOLDER.len() + 2) as u64;
+            bytes += old.saturating_sub(PLACEHOLDER.len() + 2);
         }
     }
-    (uses, bytes.div_ceil(4))
+    (uses, bytes)
 }
 
 #[cfg(test)]

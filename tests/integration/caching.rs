@@ -20,18 +20,8 @@ async fn sim() -> Sim {
 /// Posts `body` to `path` under the script key; returns the status, the answer and the
 /// prompt's size in the simulator's tokens (a quarter of the bytes sent).
 async fn post(sim: &Sim, path: &str, body: &Value) -> (u16, Value, u64) {
-    let text = body.to_string();
-    let tokens = (text.len() as u64).div_ceil(4);
-    let resp = reqwest::Client::new()
-        .post(format!("{}/{path}", sim.base_url_for("k")))
-        .header("x-api-key", "test")
-        .header("authorization", "Bearer test")
-        .header("anthropic-version", "2023-06-01")
-        .header("content-type", "application/json")
-        .body(text)
-        .send()
-        .await
-        .unwrap();
+    let tokens = (body.to_string().len() as u64).div_ceil(4);
+    let resp = crate::common::post_to_sim(sim, path, body).await;
     let status = resp.status().as_u16();
     (status, resp.json().await.unwrap(), tokens)
 }

@@ -287,3 +287,18 @@ pub fn calc_fixture(case: &Case, name: &str) -> PathBuf {
     case.write(&format!("{name}/.gitignore"), "__pycache__/\n");
     case.path(name)
 }
+
+/// POSTs `body` to `path` under the simulator's script key `k`, with the headers every
+/// protocol needs (both vendors' keys, the Anthropic version).
+pub async fn post_to_sim(sim: &Sim, path: &str, body: &Value) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(format!("{}/{path}", sim.base_url_for("k")))
+        .header("x-api-key", "test")
+        .header("authorization", "Bearer test")
+        .header("anthropic-version", "2023-06-01")
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("the simulator answers")
+}

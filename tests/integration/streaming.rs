@@ -71,16 +71,7 @@ impl Got {
 }
 
 async fn post(sim: &Sim, path: &str, body: &Value) -> Got {
-    let resp = reqwest::Client::new()
-        .post(format!("{}/{path}", sim.base_url_for("k")))
-        .header("x-api-key", "test")
-        .header("authorization", "Bearer test")
-        .header("anthropic-version", "2023-06-01")
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap();
+    let resp = crate::common::post_to_sim(sim, path, body).await;
     let status = resp.status().as_u16();
     let content_type = resp
         .headers()

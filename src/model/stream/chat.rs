@@ -23,7 +23,10 @@ pub(in crate::model) struct Completion {
 #[derive(Default)]
 struct Choice {
     message: Map<String, Value>,
-    calls: BTreeMap<u64, Call>,
+    /// By (index, generation): a fragment with a new id at an index that already has
+    /// one is a new call (some compatible servers send every call as index 0).
+    calls: BTreeMap<(u64, u32), Call>,
+    generation: BTreeMap<u64, u32>,
     finish_reason: Option<Value>,
 }
 
@@ -44,8 +47,11 @@ impl Completion {
             return self.finish().map(Step::Done);
         }
         let v = json(data)?;
-        if let Some(e) = v.get("error").filter(|e| e.is_object()) {
-            return Err(error_of(e));
+        match v.get("error") {
+            Some(e) if e.is_object() => return Err(error_of(e)),
+            // Some servers send the message alone.
+            Some(Value::String(m)) => return Err(error_of(&serde_json::json!({ "message": m }))),
+            _ => {}
         }
         let chunk = v.as_object().ok_or("a chunk is not a JSON object")?;
         if self.head.is_none() {
@@ -113,9 +119,15 @@ impl Choice {
                             .get("index")
                             .and_then(Value::as_u64)
                             .unwrap_or(position as u64);
-                        let call = self.calls.entry(index).or_default();
                         let text = |p: &str| f.pointer(p).and_then(Value::as_str);
-                        if let Some(id) = text("/id").filter(|id| !id.is_empty()) {
+                        let id = text("/id").filter(|id| !id.is_empty());
+                        let g = self.generation.entry(index).or_default();
+                        let taken = self.calls.get(&(index, *g)).and_then(|c| c.id.as_deref());
+                        if id.is_some() && taken.is_some() && taken != id {
+                            *g += 1;
+                        }
+                        let call = self.calls.entry((index, *g)).or_default();
+                        if let Some(id) = id {
                             call.id.get_or_insert_with(|| id.to_string());
                         }
                         if let Some(kind) = text("/type") {
@@ -299,5 +311,46 @@ mod tests {
             run(&["[DONE]".to_string()]),
             Err(Broken::Malformed(_))
         ));
+        // A bare message string is an error too, not a chunk to pass over.
+        let e = run(&[json!({"error": "upstream died"}).to_string()]).unwrap_err();
+        assert!(matches!(e, Broken::Error { ref message, .. } if message == "upstream died"));
+    }
+
+    #[test]
+    fn a_new_id_at_an_index_already_taken_is_a_new_call() {
+        // Some compatible servers number every call 0.
+        let call = |id: &str, args: &str| {
+            chunk(
+                json!({"tool_calls": [{"index": 0, "id": id, "type": "function", "function": {"name": "read_file", "arguments": args}}]}),
+                Value::Null,
+            )
+        };
+        let chunks = [
+            chunk(json!({"role": "assistant", "content": null}), Value::Null),
+            call("call_a", "{\"path\":"),
+            chunk(
+                json!({"tool_calls": [{"index": 0, "function": {"arguments": "\"a\"}"}}]}),
+                Value::Null,
+            ),
+            call("call_b", "{\"path\":\"b\"}"),
+            chunk(json!({}), json!("tool_calls")),
+            "[DONE]".to_string(),
+        ];
+        let Step::Done(body) = run(&chunks).unwrap() else {
+            panic!()
+        };
+        let parsed = crate::model::chat::parse(&body, 1).unwrap();
+        let got: Vec<(String, Value)> = parsed
+            .calls
+            .iter()
+            .map(|c| (c.id.clone(), c.input.clone()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("call_a".to_string(), json!({"path": "a"})),
+                ("call_b".to_string(), json!({"path": "b"}))
+            ]
+        );
     }
 }

@@ -59,8 +59,12 @@ impl Message {
                     .get("content_block")
                     .and_then(Value::as_object)
                     .ok_or("content_block_start has no `content_block` object")?;
+                let i = index()?;
+                if self.blocks.contains_key(&i) {
+                    return Err(format!("content block {i} started twice").into());
+                }
                 self.blocks.insert(
-                    index()?,
+                    i,
                     Block {
                         value: block.clone(),
                         input_json: None,
@@ -75,6 +79,9 @@ impl Message {
                     .blocks
                     .get_mut(&i)
                     .ok_or_else(|| format!("a delta for content block {i}, which never started"))?;
+                if block.stopped {
+                    return Err(format!("a delta for content block {i} after it stopped").into());
+                }
                 let delta = v.get("delta").unwrap_or(&Value::Null);
                 let text = |f: &str| delta.get(f).and_then(Value::as_str).unwrap_or_default();
                 match delta.get("type").and_then(Value::as_str) {
@@ -315,6 +322,26 @@ mod tests {
             body["content"][0],
             json!({"type": "text", "text": "hi", "citations": [{"cited_text": "a"}]})
         );
+    }
+
+    #[test]
+    fn a_block_started_twice_or_changed_after_its_stop_is_refused() {
+        let twice = [
+            start(),
+            block_start(0, json!({"type": "text", "text": ""})),
+            block_start(0, json!({"type": "text", "text": ""})),
+        ];
+        assert!(matches!(run(&twice), Err(Broken::Malformed(_))));
+        let late = [
+            start(),
+            block_start(
+                0,
+                json!({"type": "tool_use", "id": "t", "name": "n", "input": {}}),
+            ),
+            stop(0),
+            delta(0, json!({"type": "input_json_delta", "partial_json": "{}"})),
+        ];
+        assert!(matches!(run(&late), Err(Broken::Malformed(_))));
     }
 
     #[test]

@@ -18,14 +18,19 @@ pub(in crate::model) struct Response {
 
 impl Response {
     pub(super) fn feed(&mut self, name: &str, data: &str) -> Result<Step, Broken> {
-        let v = json(data)?;
-        let kind = v.get("type").and_then(Value::as_str).unwrap_or(name);
+        let mut v = json(data)?;
+        let kind = v
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or(name)
+            .to_string();
+        let kind = kind.as_str();
         match kind {
             "response.completed" | "response.incomplete" | "response.failed" => {
                 let mut r = v
-                    .get("response")
+                    .get_mut("response")
                     .filter(|r| r.is_object())
-                    .cloned()
+                    .map(Value::take)
                     .ok_or_else(|| format!("{kind} has no `response` object"))?;
                 let empty = r
                     .get("output")

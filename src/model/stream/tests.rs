@@ -278,6 +278,21 @@ async fn chat_chunks_end_at_done_and_a_json_answer_is_read_whole() {
     assert_eq!(body["choices"][0]["message"]["content"], "hello");
     assert_eq!(body["object"], "chat.completion");
 
+    // A body that ends right after `data: [DONE]`, without the blank line, still ends
+    // at [DONE] rather than as a cut.
+    let unterminated = &bytes[..bytes.len() - 1];
+    let url = serve(Canned {
+        content_type: "text/event-stream",
+        pieces: pieces(unterminated, &[10, 50]),
+        hold: Duration::ZERO,
+    })
+    .await;
+    let reply = send(&url, Protocol::OpenaiChat, Duration::from_secs(5), 1 << 20)
+        .await
+        .unwrap();
+    let body: Value = serde_json::from_slice(&reply.body).unwrap();
+    assert_eq!(body["choices"][0]["message"]["content"], "hello");
+
     let whole = json!({"id": "c1", "choices": []}).to_string().into_bytes();
     let url = serve(Canned {
         content_type: "application/json",
