@@ -23,23 +23,29 @@ pub(super) fn resolve_context(
     let (tc, dc) = (t.context.as_ref(), d.context.as_ref());
     let pick = |f: fn(&ContextFields) -> bool| tc.is_some_and(f);
     let at_field = |name: &str, set: bool| origin(i, set, &["context", name]);
-    let window = tc
-        .and_then(|c| c.window)
-        .or_else(|| dc.and_then(|c| c.window));
+    // Each field from the task, else the defaults.
+    let layers = [tc, dc];
+    fn first<T>(
+        layers: &[Option<&ContextFields>; 2],
+        f: impl Fn(&ContextFields) -> Option<T>,
+    ) -> Option<T> {
+        layers.iter().flatten().find_map(|c| f(c))
+    }
+    let window = first(&layers, |c| c.window);
     if window == Some(0) {
         cx.err(
             &at_field("window", pick(|c| c.window.is_some())),
             "must be at least 1 (tokens)",
         );
     }
-    let at = tc.and_then(|c| c.at).or_else(|| dc.and_then(|c| c.at));
+    let at = first(&layers, |c| c.at);
     if let Some(a) = at.filter(|a| !(*a > 0.0 && *a <= 1.0)) {
         cx.err(
             &at_field("at", pick(|c| c.at.is_some())),
             format!("{a} is not a share of the window: write a number above 0 and at most 1, such as 0.85"),
         );
     }
-    let keep = tc.and_then(|c| c.keep).or_else(|| dc.and_then(|c| c.keep));
+    let keep = first(&layers, |c| c.keep);
     if keep.is_some_and(|k| k > MAX_KEEP) {
         cx.err(
             &at_field("keep", pick(|c| c.keep.is_some())),
@@ -52,10 +58,7 @@ pub(super) fn resolve_context(
             "must be at least 1: with 0 a compaction would clear the results the model has not read yet",
         );
     }
-    let strategy = tc
-        .and_then(|c| c.strategy)
-        .or_else(|| dc.and_then(|c| c.strategy))
-        .unwrap_or_default();
+    let strategy = first(&layers, |c| c.strategy).unwrap_or_default();
     if strategy == ContextStrategy::Native && protocol.is_some_and(|p| p != Protocol::Anthropic) {
         cx.err(
             &at_field("strategy", pick(|c| c.strategy.is_some())),
@@ -67,9 +70,6 @@ pub(super) fn resolve_context(
         strategy,
         at: at.filter(|a| *a > 0.0 && *a <= 1.0).unwrap_or(DEFAULT_AT),
         keep: keep.unwrap_or(DEFAULT_KEEP).clamp(1, MAX_KEEP),
-        exempt: tc
-            .and_then(|c| c.exempt.clone())
-            .or_else(|| dc.and_then(|c| c.exempt.clone()))
-            .unwrap_or_default(),
+        exempt: first(&layers, |c| c.exempt.clone()).unwrap_or_default(),
     }
 }

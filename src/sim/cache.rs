@@ -337,10 +337,14 @@ pub fn check_openai_fields(request: &Value) -> Result<(), String> {
 }
 
 /// The boundaries of an OpenAI prompt (tools, then instructions or messages, then
-/// input items), scoped by model and `prompt_cache_key`.
+/// input items), scoped by protocol, model and `prompt_cache_key`.
 pub fn openai_prefix(protocol: Protocol, request: &Value) -> Vec<Boundary> {
     let text = |f: &str| request.get(f).and_then(Value::as_str).unwrap_or("");
-    let mut prefix = Prefix::new(&["openai", text("model"), text("prompt_cache_key")]);
+    let scope = match protocol {
+        Protocol::OpenaiChat => "openai-chat",
+        _ => "openai-responses",
+    };
+    let mut prefix = Prefix::new(&[scope, text("model"), text("prompt_cache_key")]);
     let items = |f: &str| {
         request
             .get(f)
