@@ -286,6 +286,7 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
         meter: Meter::default(),
         tally: Tally::default(),
         repeats: repeats::Repeats::new(spec.limits.max_repeats),
+        refused_too_long: false,
     };
     let stop = if let Some(failed) = prepared.failed.clone().or(mcp_failed) {
         failed
@@ -405,6 +406,8 @@ struct Loop<'a> {
     meter: Meter,
     tally: Tally,
     repeats: repeats::Repeats,
+    /// The last request was refused as too long and only a summary can shorten it.
+    refused_too_long: bool,
 }
 
 impl Loop<'_> {
@@ -422,11 +425,22 @@ impl Loop<'_> {
                 return s;
             }
             self.prepare_turn(conv);
-            if let Err(s) = self.keep_inside_window(conv, self.meter.turns + 1, false) {
+            if let Err(s) = self.keep_inside_window(conv, false).await {
                 return s;
             }
             let turn = match self.request(conv).await {
                 Ok(t) => t,
+                // Refused as too long with nothing left to clear: summarize, then send
+                // again as a new turn.
+                Err(s) if std::mem::take(&mut self.refused_too_long) => {
+                    match self.keep_inside_window(conv, true).await {
+                        Ok(()) => continue,
+                        Err(mut stop) => {
+                            stop.detail = format!("{} ({})", s.detail, stop.detail);
+                            return stop;
+                        }
+                    }
+                }
                 Err(s) => return s,
             };
             self.note_context_edits(turn.context_edits, turn.usage.prompt_tokens());

@@ -142,7 +142,7 @@ impl Loop<'_> {
             if failure.error.is_context_overflow() {
                 // Not billed; compact and send again, or stop if nothing is left to
                 // compact.
-                match self.keep_inside_window(conv, turn_no, true) {
+                match self.refit(conv, turn_no) {
                     Ok(true) => {
                         refits += 1;
                         continue;
@@ -150,7 +150,7 @@ impl Loop<'_> {
                     Ok(false) => {
                         return Err(Stop::new(
                             StopReason::ContextWindow,
-                            format!("{}; nothing was left to compact", failure.error),
+                            format!("{}; nothing was left to clear", failure.error),
                         ))
                     }
                     Err(mut stop) => {

@@ -1,7 +1,9 @@
 //! Keeping the next request inside the model's context window: compact before it would
-//! pass the task's threshold, and stop `context_window` (before sending anything) only
+//! pass the task's threshold (the cheapest way first: clear old tool results, then ask
+//! the model for a summary), and stop `context_window` (before sending anything) only
 //! when compaction cannot make it fit.
 
+use super::stop::check_turn_and_clock;
 use super::Loop;
 use crate::model::Conversation;
 use crate::vocab::context::{ContextEdits, ContextStrategy};
@@ -28,73 +30,163 @@ impl Loop<'_> {
     /// Compacts the prompt if the next request would pass the threshold; Err when it
     /// cannot fit the window even so. `forced`: the provider refused the prompt as too
     /// long, so compact whatever the estimate says.
-    /// `turn` is the request's turn number (the compaction event's).
-    pub(super) fn keep_inside_window(
+    pub(super) async fn keep_inside_window(
         &mut self,
         conv: &mut Conversation,
-        turn: u32,
         forced: bool,
-    ) -> Result<bool, Stop> {
+    ) -> Result<(), Stop> {
         // Before any answer there are no tool results to clear, and the size is only an
         // upper bound (about four times the real count): send, and let the provider say
         // if it is too long.
         if !conv.calibrated() && !forced {
-            return Ok(false);
+            return Ok(());
         }
         let policy = &self.spec.context;
-        let max_tokens = self.spec.max_tokens;
-        let before = conv.context_estimate();
-        let over = policy.threshold(max_tokens).is_some_and(|t| before > t);
-        if !(over || forced) {
-            return Ok(false);
+        let (strategy, threshold) = (policy.strategy, policy.threshold(self.spec.max_tokens));
+        let over = |c: &Conversation| threshold.is_some_and(|t| c.context_estimate() > t);
+        if !(over(conv) || forced) {
+            return Ok(());
         }
-        let mut compacted = false;
-        if policy.strategy == ContextStrategy::ClearToolResults {
-            if let Some(c) = conv.clear_tool_results(policy.keep, &policy.exempt) {
-                compacted = true;
-                self.tally.compactions += 1;
-                self.log.emit(TranscriptEvent::Compaction {
-                    turn,
-                    strategy: "clear_tool_results".into(),
-                    cleared_results: u32::try_from(c.results).unwrap_or(u32::MAX),
-                    cleared_bytes: c.bytes,
-                    tokens_before: c.tokens_before,
-                    tokens_after: c.tokens_after,
-                });
+        let mut compacted = strategy.clears() && self.clear_results(conv, self.meter.turns + 1);
+        if strategy.summarizes() && (over(conv) || (forced && !compacted)) {
+            compacted |= self.summarize(conv, forced).await?;
+            if let Some(s) = check_turn_and_clock(
+                &self.spec.limits,
+                self.meter.turns,
+                std::time::Instant::now(),
+                self.deadline,
+            ) {
+                return Err(s);
             }
         }
-        let after = if compacted {
-            conv.context_estimate()
-        } else {
-            before
+        self.check_fits(conv, forced, compacted)
+    }
+
+    /// The provider refused a prompt as too long: clears old tool results if the
+    /// strategy does (true: send again). A strategy that summarizes leaves the rest to
+    /// the loop, which asks for a summary as a turn of its own.
+    pub(super) fn refit(&mut self, conv: &mut Conversation, turn: u32) -> Result<bool, Stop> {
+        let strategy = self.spec.context.strategy;
+        if strategy.clears() && self.clear_results(conv, turn) {
+            return Ok(true);
+        }
+        if strategy.summarizes() {
+            self.refused_too_long = true;
+            return Ok(false);
+        }
+        self.check_fits(conv, true, false).map(|()| false)
+    }
+
+    /// Clears old tool results; true when any was cleared.
+    fn clear_results(&mut self, conv: &mut Conversation, turn: u32) -> bool {
+        let policy = &self.spec.context;
+        let Some(c) = conv.clear_tool_results(policy.keep, &policy.exempt) else {
+            return false;
         };
-        let too_long = match policy.fits(max_tokens) {
-            Some(fits) => after > fits,
-            None => forced,
+        self.tally.compactions += 1;
+        self.log.emit(TranscriptEvent::Compaction {
+            turn,
+            strategy: "clear_tool_results".into(),
+            cleared_results: u32::try_from(c.results).unwrap_or(u32::MAX),
+            cleared_bytes: c.bytes,
+            tokens_before: c.tokens_before,
+            tokens_after: c.tokens_after,
+        });
+        true
+    }
+
+    /// Asks the model for a summary (a turn of its own, charged to the task and its
+    /// budgets like any other) and replaces the older turns with it: the newest `keep`
+    /// turns stay whole unless the prompt is still over the threshold with them.
+    /// Ok(false) when there was nothing to summarize. `forced`: the provider refused
+    /// the prompt as too long, so the summary request (which is longer) is sent with its
+    /// old tool results cleared.
+    async fn summarize(&mut self, conv: &mut Conversation, forced: bool) -> Result<bool, Stop> {
+        let Some(mut ask) = conv.summary_request() else {
+            return Ok(false);
         };
-        if too_long && !compacted {
-            let window = policy
-                .window
-                .map_or("the model's".to_string(), |w| format!("the {w}-token"));
-            let how = match policy.strategy {
-                ContextStrategy::Off => "compaction is off (context.strategy: off)".to_string(),
-                ContextStrategy::Native => {
-                    "the provider's context editing (context.strategy: native) did not clear enough"
-                        .to_string()
-                }
-                ContextStrategy::ClearToolResults => format!(
-                    "clearing old tool results left nothing more to clear (context.keep: {})",
-                    policy.keep
-                ),
-            };
+        if forced {
+            let policy = &self.spec.context;
+            ask.clear_tool_results(policy.keep, &policy.exempt);
+        }
+        let answered = self.request(&mut ask).await;
+        // A summary request refused as too long is not retried by summarizing it.
+        self.refused_too_long = false;
+        let turn = answered.map_err(|mut s| {
+            s.detail = format!(
+                "while asking the model for a summary of the history: {}",
+                s.detail
+            );
+            s
+        })?;
+        if turn.text.trim().is_empty() {
             return Err(Stop::new(
                 StopReason::ContextWindow,
                 format!(
-                    "the next request (a prompt of about {after} tokens and max_tokens {max_tokens}) does not fit {window} context window of {}, and {how}",
-                    self.spec.model
+                    "the model was asked for a summary of the history to stay inside the context window, and answered without text (stop: {:?}); use context.strategy: clear_tool_results, or a larger max_tokens",
+                    turn.stop
                 ),
             ));
         }
-        Ok(compacted)
+        let policy = &self.spec.context;
+        let threshold = policy.threshold(self.spec.max_tokens);
+        let Some(mut done) = conv.replace_with_summary(&turn.text, policy.keep, &ask) else {
+            return Ok(false);
+        };
+        if threshold.is_some_and(|t| done.tokens_after > t) {
+            // The kept turns alone are too large: the summary goes on without them.
+            if let Some(more) = conv.replace_with_summary(&turn.text, 0, &ask) {
+                done.turns += more.turns;
+                done.results += more.results;
+                done.bytes = done.bytes.saturating_add(more.bytes);
+                done.tokens_after = more.tokens_after;
+            }
+        }
+        self.tally.compactions += 1;
+        self.log.emit(TranscriptEvent::Compaction {
+            turn: self.meter.turns,
+            strategy: "summarize".into(),
+            cleared_results: u32::try_from(done.results).unwrap_or(u32::MAX),
+            cleared_bytes: done.bytes,
+            tokens_before: done.tokens_before,
+            tokens_after: done.tokens_after,
+        });
+        Ok(true)
+    }
+
+    /// Err(context_window) when the next request cannot fit the window.
+    fn check_fits(&self, conv: &Conversation, forced: bool, compacted: bool) -> Result<(), Stop> {
+        let policy = &self.spec.context;
+        let max_tokens = self.spec.max_tokens;
+        let after = conv.context_estimate();
+        let too_long = forced || policy.fits(max_tokens).is_some_and(|fits| after > fits);
+        if !too_long || compacted {
+            return Ok(());
+        }
+        let window = policy
+            .window
+            .map_or("the model's".to_string(), |w| format!("the {w}-token"));
+        let how = match policy.strategy {
+            ContextStrategy::Off => "compaction is off (context.strategy: off)".to_string(),
+            ContextStrategy::Native => {
+                "the provider's context editing (context.strategy: native) did not clear enough"
+                    .to_string()
+            }
+            ContextStrategy::ClearToolResults => format!(
+                "clearing old tool results left nothing more to clear (context.keep: {})",
+                policy.keep
+            ),
+            ContextStrategy::Auto | ContextStrategy::Summarize => {
+                "neither clearing old tool results nor a summary left anything more to compact"
+                    .to_string()
+            }
+        };
+        Err(Stop::new(
+            StopReason::ContextWindow,
+            format!(
+                "the next request (a prompt of about {after} tokens and max_tokens {max_tokens}) does not fit {window} context window of {}, and {how}",
+                self.spec.model
+            ),
+        ))
     }
 }

@@ -286,18 +286,28 @@ fn describe_context(c: &crate::vocab::context::ContextPolicy) -> String {
             c.at * 100.0,
             c.keep
         ),
-        ContextStrategy::ClearToolResults => {
+        ContextStrategy::ClearToolResults | ContextStrategy::Auto => {
             let exempt = if c.exempt.is_empty() {
                 String::new()
             } else {
                 format!(", never {}", c.exempt.join(", "))
             };
+            let then = if c.strategy == ContextStrategy::Auto {
+                "; if that is not enough, the model summarizes the history (a model call, charged to the task)"
+            } else {
+                ""
+            };
             format!(
-                "{window}; at {:.0}% clear old tool results, keeping the newest {}{exempt}",
+                "{window}; at {:.0}% clear old tool results, keeping the newest {}{exempt}{then}",
                 c.at * 100.0,
                 c.keep
             )
         }
+        ContextStrategy::Summarize => format!(
+            "{window}; at {:.0}% the model summarizes the history (a model call, charged to the task), keeping the newest {} turns whole",
+            c.at * 100.0,
+            c.keep
+        ),
     }
 }
 

@@ -306,8 +306,8 @@ pub struct TaskFields {
     /// Prompt caching (default: on, 5-minute entries).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache: Option<CacheFields>,
-    /// Keeping the prompt inside the context window (default: clear old tool results
-    /// at 85% of the model's window).
+    /// Keeping the prompt inside the context window (default: at 85% of the model's
+    /// window clear old tool results, then summarize if that is not enough).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<ContextFields>,
     /// Whether answers are streamed (SSE): `auto` (default) streams when a whole
@@ -499,7 +499,8 @@ pub struct CacheFields {
     pub retention: Option<CacheRetention>,
 }
 
-/// `context: {window, strategy: clear_tool_results|off, at, keep, exempt}`; each field
+/// `context: {window, strategy: auto|clear_tool_results|summarize|native|off, at, keep,
+/// exempt}`; each field
 /// falls back to the defaults'.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]

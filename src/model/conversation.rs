@@ -20,7 +20,7 @@ use crate::vocab::transcript::{RequestParams, TranscriptEvent};
 
 /// Tokens the API adds to a request for its tool-use instructions and message framing;
 /// added to the first request's estimate so that it stays an upper bound.
-const FIRST_REQUEST_OVERHEAD: u64 = 1024;
+pub(super) const FIRST_REQUEST_OVERHEAD: u64 = 1024;
 /// Framing tokens allowed per later request on top of the bytes appended.
 const TURN_OVERHEAD: u64 = 64;
 
@@ -40,7 +40,9 @@ pub struct Params {
     pub cache: Caching,
 }
 
-/// One task's conversation with a provider, in that provider's wire protocol.
+/// One task's conversation with a provider, in that provider's wire protocol. A
+/// clone asks for a summary without touching the history it summarizes.
+#[derive(Clone)]
 pub struct Conversation {
     client: Client,
     pub(super) endpoint: Endpoint,
@@ -54,7 +56,7 @@ pub struct Conversation {
     /// request copies them instead of serializing the whole history again.
     pub(super) encoded: Vec<Box<RawValue>>,
     /// History entries already written to the transcript in an earlier event.
-    logged: usize,
+    pub(super) logged: usize,
     /// Prompt tokens of the last answered request, the base of the next estimate.
     pub(super) last_prompt_tokens: Option<u64>,
     /// Bytes of history appended since the last answered request.
@@ -72,7 +74,7 @@ pub struct Conversation {
     call_ids: std::collections::HashSet<String>,
     /// The newest message of the last request sent, which carried a cache breakpoint:
     /// the next request marks it again, to read what that one wrote.
-    cached_tail: Option<usize>,
+    pub(super) cached_tail: Option<usize>,
     /// The encoded size of `tools`, and (Anthropic with caching, when that size reaches
     /// the model's minimum) the declarations with a breakpoint on the last one: both
     /// change only with the tools, so no request computes them again.
@@ -199,7 +201,7 @@ impl Conversation {
         &self.history
     }
 
-    fn body(&self, max_tokens: u32) -> Vec<u8> {
+    pub(super) fn body(&self, max_tokens: u32) -> Vec<u8> {
         let marks = self.cache_marks();
         let marked: Vec<std::borrow::Cow<Value>> = self
             .history

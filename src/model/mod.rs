@@ -16,6 +16,7 @@ mod endpoint;
 mod http;
 pub(crate) mod responses;
 mod stream;
+mod summary;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -27,6 +28,7 @@ pub use compact::Cleared;
 pub use conversation::{Conversation, Params};
 pub use endpoint::Endpoint;
 pub use http::{client, parse_go_duration, Failure, HttpError, RateHeaders, Reply};
+pub use summary::Summarized;
 
 /// A tool call the model asked for.
 #[derive(Debug, Clone, PartialEq, Serialize)]

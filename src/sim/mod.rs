@@ -24,6 +24,7 @@ mod respond;
 mod responses;
 pub mod script;
 mod stream;
+mod summary;
 mod window;
 
 use std::collections::{BTreeMap, HashMap};
@@ -101,15 +102,18 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// What the simulator sent in one conversation, from the step its history's first
+/// model turn was (past 0 after a summary).
 struct ConversationHistory<'a> {
     state: &'a SimState,
     conv: &'a str,
+    base: usize,
 }
 
 impl History for ConversationHistory<'_> {
     fn sent(&self, step: usize) -> Option<Arc<SentTurn>> {
         lock(&self.state.sent)
-            .get(&(self.conv.to_string(), step))
+            .get(&(self.conv.to_string(), step + self.base))
             .cloned()
     }
 }
@@ -451,7 +455,8 @@ async fn answer(
             },
         )
     })?;
-    let history = ConversationHistory { state, conv };
+    let base = summary::base(protocol, &request);
+    let history = ConversationHistory { state, conv, base };
     match protocol {
         Protocol::Anthropic => check::check_request(&request, &version, &history),
         Protocol::OpenaiResponses => responses::check_request(&request, &history),
@@ -506,17 +511,24 @@ async fn answer(
             }
         }
     };
-    let step = match protocol {
-        Protocol::Anthropic => request["messages"]
-            .as_array()
-            .map_or(0, |m| m.iter().filter(|m| m["role"] == "assistant").count()),
-        Protocol::OpenaiResponses => responses::step(&request),
-        Protocol::OpenaiChat => chat::step(&request),
-    };
+    let step = base
+        + match protocol {
+            Protocol::Anthropic => request["messages"]
+                .as_array()
+                .map_or(0, |m| m.iter().filter(|m| m["role"] == "assistant").count()),
+            Protocol::OpenaiResponses => responses::step(&request),
+            Protocol::OpenaiChat => chat::step(&request),
+        };
     rec.step = Some(step);
-    let played = script
-        .turn_for(step, protocol, &request, key)
-        .ok_or_else(|| {
+    // A summary request is answered with a summary, not a script step: no faults, no
+    // attempt counted, nothing kept for replay checks.
+    let summarizing = summary::wanted(protocol, &request);
+    let played = if summarizing {
+        Some(std::borrow::Cow::Owned(summary::turn(protocol, &request, step)))
+    } else {
+        script.turn_for(step, protocol, &request, key)
+    }
+    .ok_or_else(|| {
             Refusal::bad_request(format!(
                 "simulator script for \"{key}\" has {} turn(s) and no repeat_last; this request asks for turn {}",
                 script.turns.len(),
@@ -524,7 +536,9 @@ async fn answer(
             ))
         })?;
     let turn: &script::ScriptTurn = &played;
-    let attempt = {
+    let attempt = if summarizing {
+        0
+    } else {
         let mut a = lock(&state.attempts);
         let n = a.entry((conv.to_string(), step)).or_insert(0);
         *n += 1;
@@ -595,7 +609,7 @@ async fn answer(
         Protocol::OpenaiResponses => responses::replayable(m, &request),
         Protocol::OpenaiChat => chat::replayable(m),
     });
-    {
+    if !summarizing {
         let mut map = lock(&state.sent);
         match replayable {
             Some(t) => map.insert((conv.to_string(), step), Arc::new(t)),

@@ -46,6 +46,11 @@ fn model_runs(items: &[Value]) -> Vec<(usize, &[Value])> {
 }
 
 /// The script turn a request asks for: the number of model turns in its input.
+/// The model turns among `items`.
+pub(super) fn runs_in(items: &[Value]) -> usize {
+    model_runs(items).len()
+}
+
 pub fn step(request: &Value) -> usize {
     model_runs(input_items(request)).len()
 }

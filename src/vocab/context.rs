@@ -43,10 +43,16 @@ pub fn context_window(model: &str) -> Option<u64> {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ContextStrategy {
+    /// The cheapest first, escalating: clear old tool results, and summarize only when
+    /// clearing cannot bring the prompt under the threshold.
+    #[default]
+    Auto,
     /// Replace old tool results with a short placeholder (the cheapest: no model call,
     /// and the transcript keeps every original).
-    #[default]
     ClearToolResults,
+    /// One model call, charged to the task, writes a summary that replaces the oldest
+    /// part of the history (the newest `keep` turns stay whole).
+    Summarize,
     /// Anthropic's context editing: the API clears old tool results itself
     /// (`clear_tool_uses_20250919`, beta `context-management-2025-06-27`) once the
     /// prompt passes the threshold; the history the runner keeps is unchanged.
@@ -74,17 +80,58 @@ pub struct ContextPolicy {
     /// Compact when the next request's prompt and answer would pass this share of the
     /// window.
     pub at: f64,
-    /// Tool results kept whole, newest first.
+    /// Tool results kept whole (clearing), or turns kept whole (summarizing), newest
+    /// first.
     pub keep: usize,
     /// Tools whose results are never cleared.
     pub exempt: Vec<String>,
+}
+
+impl ContextStrategy {
+    /// Whether the strategy clears old tool results in the runner.
+    pub fn clears(self) -> bool {
+        matches!(
+            self,
+            ContextStrategy::Auto | ContextStrategy::ClearToolResults
+        )
+    }
+
+    /// Whether the strategy may ask the model for a summary.
+    pub fn summarizes(self) -> bool {
+        matches!(self, ContextStrategy::Auto | ContextStrategy::Summarize)
+    }
+}
+
+/// The request that asks the model for a summary ends with this text, which is also
+/// how the simulator recognises it.
+pub const SUMMARY_REQUEST: &str = "[agentbatch: this conversation is about to outgrow the model's context window, so its history will be replaced by your summary. Do not call any tool in this answer. Write a summary that lets you go on with the task from it alone: the task, what you found (files, functions, errors, test output that matters, with exact paths, names and values), what you changed, what is left to do, and your next step.]";
+
+/// What opens the summary in the history that replaces the summarized part.
+pub const SUMMARY_HEADING: &str = "[agentbatch: the earlier part of this conversation was replaced by the summary below, written by you, to keep the prompt inside the context window. The tool results it mentions are no longer shown; call a tool again if you need one.]";
+
+/// Whether an entry of a protocol's history is the client's (a user, tool, system or
+/// developer message, a function call output) rather than the model's. Shared by the
+/// runner, which cuts a history at turns, and the simulator, which counts them.
+pub fn is_client_entry(e: &serde_json::Value) -> bool {
+    e["type"] == "function_call_output"
+        || matches!(
+            e["role"].as_str(),
+            Some("user" | "tool" | "system" | "developer")
+        )
+}
+
+/// Where each model turn of a history starts: a model entry right after a client one.
+pub fn turn_starts(history: &[serde_json::Value]) -> Vec<usize> {
+    (1..history.len())
+        .filter(|&i| !is_client_entry(&history[i]) && is_client_entry(&history[i - 1]))
+        .collect()
 }
 
 impl Default for ContextPolicy {
     fn default() -> ContextPolicy {
         ContextPolicy {
             window: None,
-            strategy: ContextStrategy::ClearToolResults,
+            strategy: ContextStrategy::Auto,
             at: DEFAULT_AT,
             keep: DEFAULT_KEEP,
             exempt: Vec::new(),

@@ -8,14 +8,20 @@ use serde_json::Value;
 use crate::common::{num, Case, Ran};
 
 /// A 2 KB file at the root of a plain folder, read on every turn.
-fn folder(case: &Case) {
+pub(crate) fn folder(case: &Case) {
     let line = "def total(xs):\n    return sum(x for x in xs if x is not None)  # blank cells\n";
     let text = line.repeat(2048 / line.len() + 1);
     case.write("repo/module.py", &text[..2048]);
 }
 
 /// `turns` turns reading the file, then an answer; `protocol` on the simulator.
-fn job(protocol: &str, model: &str, turns: usize, context: &str, sim_window: &str) -> String {
+pub(crate) fn job(
+    protocol: &str,
+    model: &str,
+    turns: usize,
+    context: &str,
+    sim_window: &str,
+) -> String {
     let mut script = String::new();
     for _ in 0..turns - 1 {
         script.push_str(
@@ -28,7 +34,7 @@ fn job(protocol: &str, model: &str, turns: usize, context: &str, sim_window: &st
     )
 }
 
-fn results_sent(ran: &Ran) -> Vec<String> {
+pub(crate) fn results_sent(ran: &Ran) -> Vec<String> {
     // every tool result the transcript holds, as the tool returned it
     ran.events("t", "tool_result")
         .iter()

@@ -25,3 +25,4 @@ mod repo;
 mod reports;
 mod stream_runs;
 mod streaming;
+mod summarize;

@@ -1,0 +1,199 @@
+//! The simulated model's side of summarizing: it recognises the runner's summary
+//! request, answers it with a summary (not a script step), and keeps counting script
+//! steps across the shortened history that follows. Its summary ends with a marker of
+//! how many steps it covers and the call ids of the last one, as a real model's summary
+//! carries the state of its task: a later request's kept turns are placed by those ids.
+
+use serde_json::Value;
+
+use super::script::{Block, ScriptTurn};
+use crate::model::Protocol;
+use crate::vocab::context::{is_client_entry, turn_starts, SUMMARY_REQUEST};
+
+const MARK: &str = "[agentbatch-sim summary: steps=";
+const CALLS: &str = " calls=";
+
+/// The request's history: messages, or input items.
+fn entries(protocol: Protocol, request: &Value) -> &[Value] {
+    let key = match protocol {
+        Protocol::OpenaiResponses => "input",
+        Protocol::Anthropic | Protocol::OpenaiChat => "messages",
+    };
+    request
+        .get(key)
+        .and_then(Value::as_array)
+        .map_or(&[], Vec::as_slice)
+}
+
+/// The texts of an entry: its content string, or its text parts.
+fn texts(e: &Value) -> Vec<&str> {
+    match &e["content"] {
+        Value::String(s) => vec![s.as_str()],
+        Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The call ids of the model entries in `turn`.
+fn call_ids(turn: &[Value]) -> Vec<&str> {
+    let mut ids = Vec::new();
+    for e in turn.iter().take_while(|e| !is_client_entry(e)) {
+        if e["type"] == "function_call" {
+            ids.extend(e["call_id"].as_str());
+        }
+        for c in e["tool_calls"].as_array().into_iter().flatten() {
+            ids.extend(c["id"].as_str());
+        }
+        for b in e["content"].as_array().into_iter().flatten() {
+            if b["type"] == "tool_use" {
+                ids.extend(b["id"].as_str());
+            }
+        }
+    }
+    ids
+}
+
+/// Script steps among `entries`, counted the way the protocol counts them.
+fn steps_in(protocol: Protocol, entries: &[Value]) -> usize {
+    match protocol {
+        Protocol::OpenaiResponses => super::responses::runs_in(entries),
+        Protocol::Anthropic | Protocol::OpenaiChat => {
+            entries.iter().filter(|m| m["role"] == "assistant").count()
+        }
+    }
+}
+
+/// Whether the request asks for a summary: its last client entry ends with the
+/// runner's instruction.
+pub fn wanted(protocol: Protocol, request: &Value) -> bool {
+    entries(protocol, request)
+        .last()
+        .filter(|e| is_client_entry(e))
+        .is_some_and(|e| texts(e).last() == Some(&SUMMARY_REQUEST))
+}
+
+/// The step of the first model turn in the request's history: 0, or after a summary
+/// the step its kept turns began at.
+pub fn base(protocol: Protocol, request: &Value) -> usize {
+    let h = entries(protocol, request);
+    let starts = turn_starts(h);
+    let head = &h[..starts.first().copied().unwrap_or(h.len())];
+    let Some((steps, calls)) = head.iter().flat_map(texts).find_map(marker) else {
+        return 0;
+    };
+    if calls.is_empty() {
+        return steps;
+    }
+    // The kept turn that was the last one summarized is step `steps - 1`.
+    starts
+        .iter()
+        .find(|&&s| call_ids(&h[s..]) == calls)
+        .and_then(|&s| steps.checked_sub(1 + steps_in(protocol, &h[..s])))
+        .unwrap_or(steps)
+}
+
+/// Reads a marker: the steps a summary covers and the last step's call ids.
+fn marker(text: &str) -> Option<(usize, Vec<&str>)> {
+    let rest = &text[text.find(MARK)? + MARK.len()..];
+    let (steps, rest) = rest.split_once(CALLS)?;
+    let calls = rest.split_once(']')?.0;
+    let calls = calls.split(',').filter(|c| !c.is_empty()).collect();
+    Some((steps.parse().ok()?, calls))
+}
+
+/// The answer to a summary request at `step` (the steps played so far): which tools
+/// the visible history called, how often, the latest result's start, and the marker.
+pub fn turn(protocol: Protocol, request: &Value, step: usize) -> ScriptTurn {
+    let h = entries(protocol, request);
+    let starts = turn_starts(h);
+    let mut names: Vec<(String, usize)> = Vec::new();
+    for &s in &starts {
+        for n in tool_names(&h[s..]) {
+            match names.iter_mut().find(|(m, _)| *m == n) {
+                Some((_, c)) => *c += 1,
+                None => names.push((n, 1)),
+            }
+        }
+    }
+    let tools: Vec<String> = names.iter().map(|(n, c)| format!("{n} x{c}")).collect();
+    let last = starts.last().map_or(Vec::new(), |&s| call_ids(&h[s..]));
+    let text = format!(
+        "Summary of the first {step} steps (simulated model). Tools called in the history I was shown: {}. {MARK}{step}{CALLS}{}]",
+        if tools.is_empty() { "none".to_string() } else { tools.join(", ") },
+        last.join(",")
+    );
+    ScriptTurn {
+        content: vec![Block::Text(text)],
+        ..ScriptTurn::default()
+    }
+}
+
+/// The tool names the model entries of `turn` call.
+fn tool_names(turn: &[Value]) -> Vec<String> {
+    let mut names = Vec::new();
+    for e in turn.iter().take_while(|e| !is_client_entry(e)) {
+        if e["type"] == "function_call" {
+            names.extend(e["name"].as_str().map(str::to_string));
+        }
+        for c in e["tool_calls"].as_array().into_iter().flatten() {
+            names.extend(c["function"]["name"].as_str().map(str::to_string));
+        }
+        for b in e["content"].as_array().into_iter().flatten() {
+            if b["type"] == "tool_use" {
+                names.extend(b["name"].as_str().map(str::to_string));
+            }
+        }
+    }
+    names
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn markers_round_trip_and_place_the_kept_turns() {
+        assert_eq!(
+            marker("x [agentbatch-sim summary: steps=7 calls=a,b] y"),
+            Some((7, vec!["a", "b"]))
+        );
+        assert_eq!(
+            marker("[agentbatch-sim summary: steps=3 calls=]"),
+            Some((3, vec![]))
+        );
+        assert_eq!(marker("[agentbatch-sim summary: steps=x calls=]"), None);
+        let summary = "s [agentbatch-sim summary: steps=5 calls=c4]";
+        let call = |id: &str| json!({"role": "assistant", "content": [{"type": "tool_use", "id": id, "name": "t", "input": {}}]});
+        let result = |id: &str| json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": id, "content": "r"}]});
+        // Kept turns: steps 3 and 4, then step 5 answered.
+        let req = json!({"messages": [
+            {"role": "user", "content": [{"type": "text", "text": "task"}, {"type": "text", "text": summary}]},
+            call("c3"), result("c3"), call("c4"), result("c4"), call("c5"), result("c5")
+        ]});
+        assert_eq!(base(Protocol::Anthropic, &req), 3);
+        // No kept turn: the next step is the sixth.
+        let req = json!({"messages": [{"role": "user", "content": summary}]});
+        assert_eq!(base(Protocol::Anthropic, &req), 5);
+        assert_eq!(
+            base(
+                Protocol::Anthropic,
+                &json!({"messages": [{"role": "user", "content": "task"}]})
+            ),
+            0
+        );
+    }
+
+    #[test]
+    fn summary_requests_end_with_the_instruction() {
+        let ask = json!({"messages": [{"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "a", "content": "r"},
+            {"type": "text", "text": SUMMARY_REQUEST}]}]});
+        assert!(wanted(Protocol::Anthropic, &ask));
+        let chat = json!({"messages": [{"role": "user", "content": SUMMARY_REQUEST}, {"role": "assistant", "content": "no"}]});
+        assert!(!wanted(Protocol::OpenaiChat, &chat));
+        let resp =
+            json!({"input": [{"type": "message", "role": "user", "content": SUMMARY_REQUEST}]});
+        assert!(wanted(Protocol::OpenaiResponses, &resp));
+    }
+}

@@ -1,0 +1,218 @@
+//! Summarizing over real HTTP: when the prompt nears the window the model is asked for
+//! a summary (a turn of its own, billed like any other), which replaces the older turns
+//! in what it is sent; the simulator answers summary requests and keeps checking every
+//! replayed turn across the shortened history, so a misplaced turn is a 400.
+
+use agentbatch::audit::audit_file;
+
+use crate::common::{num, transcript_money, Case, Ran};
+use crate::context::{folder, job, results_sent};
+
+/// A summary request ends with the runner's instruction.
+fn is_summary_request(body: &serde_json::Value) -> bool {
+    body.to_string()
+        .contains("will be replaced by your summary")
+}
+
+fn audit_clean(ran: &Ran, what: &str) {
+    let r = audit_file(&ran.dir.join("transcripts/t.jsonl")).expect("transcript reads");
+    assert_eq!(r.violations(), 0, "{what}: {:?}", r.problems);
+    assert!(
+        r.problems
+            .iter()
+            .all(|p| p.kind != agentbatch::audit::ProblemKind::Compaction),
+        "{what}: {:?}",
+        r.problems
+    );
+}
+
+#[tokio::test]
+async fn every_protocol_summarizes_under_a_small_window_and_replays_what_it_kept() {
+    for (protocol, model) in [
+        ("anthropic", "claude-sonnet-4-5"),
+        ("openai-responses", "gpt-5.4"),
+        ("openai-chat", "gpt-5.4"),
+    ] {
+        let case = Case::new();
+        folder(&case);
+        let yaml = job(
+            protocol,
+            model,
+            40,
+            "{ window: 12000, strategy: summarize, keep: 2 }",
+            "      context_window: 12000\n",
+        )
+        .replace("max_turns: 40,", "max_turns: 80,");
+        let ran = case.run(&yaml).await;
+        let row = ran.row("t");
+        assert_eq!(row["stop_reason"], "completed", "{protocol}: {row:?}");
+        let summaries = ran.events("t", "compaction");
+        assert!(summaries.len() >= 2, "{protocol}: {row:?}");
+        assert!(summaries.iter().all(|e| e["strategy"] == "summarize"
+            && e["tokens_after"].as_u64() < e["tokens_before"].as_u64()));
+        // Each summary is a turn of its own: 40 scripted turns and one per summary.
+        assert_eq!(
+            num(&row, "turns") as usize,
+            40 + summaries.len(),
+            "{protocol}"
+        );
+        assert_eq!(num(&row, "compactions") as usize, summaries.len());
+        let requests = ran.requests("t");
+        assert!(
+            requests.iter().all(|r| r.status == 200),
+            "{protocol}: every request fits and every kept turn replays as it was sent: {:?}",
+            requests.iter().find(|r| r.status != 200).map(|r| &r.error)
+        );
+        let asked: Vec<_> = requests
+            .iter()
+            .filter(|r| is_summary_request(&r.body))
+            .collect();
+        assert_eq!(asked.len(), summaries.len(), "{protocol}");
+        // After a summary the model is sent the summary and the two newest turns, not
+        // the history it summarized.
+        let after = requests
+            .iter()
+            .skip_while(|r| !is_summary_request(&r.body))
+            .nth(1)
+            .expect("a request after the first summary");
+        let text = after.body.to_string();
+        assert!(
+            text.contains("was replaced by the summary below"),
+            "{protocol}"
+        );
+        assert!(
+            text.contains("agentbatch-sim summary: steps="),
+            "{protocol}"
+        );
+        // The two kept turns' results and the pending one, at about 2.3 KB each.
+        assert!(text.len() < 3 * 2400 + 4000, "{protocol}: {}", text.len());
+        // The transcript keeps every original result, and the summaries are billed.
+        let kept = results_sent(&ran);
+        assert_eq!(kept.len(), 39, "{protocol}");
+        assert!(kept.iter().all(|c| c.contains("def total(xs)")));
+        let billed = transcript_money(&ran.transcript("t"));
+        assert_eq!(
+            row["cost_usd"].parse::<rust_decimal::Decimal>().ok(),
+            Some(billed),
+            "{protocol}"
+        );
+        audit_clean(&ran, protocol);
+    }
+}
+
+#[tokio::test]
+async fn the_default_clears_first_and_summarizes_when_clearing_is_not_enough() {
+    let case = Case::new();
+    folder(&case);
+    // Clearing alone keeps the prompt small: no summary is asked for.
+    let ran = case
+        .run(&job(
+            "anthropic",
+            "claude-sonnet-4-5",
+            40,
+            "{ window: 12000, keep: 2 }",
+            "      context_window: 12000\n",
+        ))
+        .await;
+    let strategies: Vec<String> = ran
+        .events("t", "compaction")
+        .iter()
+        .map(|e| e["strategy"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(ran.stop("t"), "completed");
+    assert!(
+        !strategies.is_empty() && strategies.iter().all(|s| s == "clear_tool_results"),
+        "{strategies:?}"
+    );
+    // Results of an exempt tool cannot be cleared: the loop escalates to a summary.
+    let case = Case::new();
+    folder(&case);
+    let yaml = job(
+        "openai-responses",
+        "gpt-5.4",
+        40,
+        "{ window: 12000, keep: 2, exempt: [read_file] }",
+        "      context_window: 12000\n",
+    )
+    .replace("max_turns: 40,", "max_turns: 80,");
+    let ran = case.run(&yaml).await;
+    let row = ran.row("t");
+    assert_eq!(row["stop_reason"], "completed", "{row:?}");
+    let strategies: Vec<String> = ran
+        .events("t", "compaction")
+        .iter()
+        .map(|e| e["strategy"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert!(
+        strategies.iter().any(|s| s == "summarize"),
+        "{strategies:?}"
+    );
+    assert!(ran.requests("t").iter().all(|r| r.status == 200));
+    audit_clean(&ran, "auto");
+}
+
+#[tokio::test]
+async fn a_server_that_refuses_a_long_prompt_gets_a_summarized_one() {
+    // The job does not know the window (the model's is 200k); the server's is smaller,
+    // so the first sign is a refusal, and the summary request is sent cleared.
+    let case = Case::new();
+    folder(&case);
+    let yaml = job(
+        "anthropic",
+        "claude-sonnet-4-5",
+        30,
+        "{ strategy: summarize, keep: 2 }",
+        "      context_window: 12000\n",
+    )
+    .replace("max_turns: 30,", "max_turns: 80,");
+    let ran = case.run(&yaml).await;
+    let row = ran.row("t");
+    assert_eq!(row["stop_reason"], "completed", "{row:?}");
+    let requests = ran.requests("t");
+    let refused = requests.iter().filter(|r| r.status == 400).count();
+    assert!(refused >= 1);
+    let summaries = ran.events("t", "compaction");
+    assert!(summaries.iter().all(|e| e["strategy"] == "summarize"));
+    assert_eq!(summaries.len(), refused, "one summary per refusal");
+    assert!(requests
+        .iter()
+        .filter(|r| is_summary_request(&r.body))
+        .all(|r| r.status == 200));
+    audit_clean(&ran, "refused");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_hundred_turns_complete_under_a_200k_window_summarized_or_edited_on_the_server() {
+    for strategy in ["summarize", "native"] {
+        let case = Case::new();
+        folder(&case);
+        let yaml = job(
+            "anthropic",
+            "claude-sonnet-4-5",
+            300,
+            &format!("{{ window: 200000, strategy: {strategy} }}"),
+            "      context_window: 200000\n",
+        )
+        .replace("max_turns: 300,", "max_turns: 320,");
+        let ran = case.run(&yaml).await;
+        let row = ran.row("t");
+        assert_eq!(row["stop_reason"], "completed", "{strategy}: {row:?}");
+        let compactions = ran.events("t", "compaction");
+        assert!(!compactions.is_empty(), "{strategy}: {row:?}");
+        assert!(compactions.iter().all(|e| e["strategy"] == strategy));
+        let summaries = if strategy == "summarize" {
+            compactions.len()
+        } else {
+            0
+        };
+        assert_eq!(num(&row, "turns") as usize, 300 + summaries, "{strategy}");
+        assert!(
+            ran.requests("t").iter().all(|r| r.status == 200),
+            "{strategy}"
+        );
+        let kept = results_sent(&ran);
+        assert_eq!(kept.len(), 299, "{strategy}");
+        assert!(kept.iter().all(|c| c.contains("def total(xs)")));
+        audit_clean(&ran, strategy);
+    }
+}
