@@ -140,17 +140,25 @@ fn params(spec: &TaskSpec, toolset: &Toolset) -> Params {
     }
 }
 
-/// The task leaves clearing old tool results to Anthropic's context editing.
+/// The task leaves compaction to the provider: Anthropic's context editing, or the
+/// Responses API's server-side compaction.
 fn native_context(spec: &TaskSpec) -> bool {
     spec.context.strategy == crate::vocab::context::ContextStrategy::Native
-        && spec.provider.protocol == Protocol::Anthropic
+        && spec.provider.protocol != Protocol::OpenaiChat
 }
 
-/// `context_management` for Anthropic's context editing: clear old tool results once
-/// the prompt passes the task's threshold, keeping the newest `keep` and the exempt
-/// tools' results.
+/// `context_management` for the provider's own compaction, past the task's threshold.
+/// Anthropic: clear old tool results, keeping the newest `keep` and the exempt tools'
+/// results. Responses: compact the whole context into one opaque item.
 fn context_edits(spec: &TaskSpec) -> serde_json::Value {
     let c = &spec.context;
+    if spec.provider.protocol == Protocol::OpenaiResponses {
+        let mut entry = serde_json::json!({"type": "compaction"});
+        if let Some(t) = c.threshold(spec.max_tokens) {
+            entry["compact_threshold"] = t.max(1).into();
+        }
+        return serde_json::json!([entry]);
+    }
     let mut edit = serde_json::json!({
         "type": "clear_tool_uses_20250919",
         "keep": {"type": "tool_uses", "value": c.keep},
@@ -428,7 +436,7 @@ impl Loop<'_> {
             if let Err(s) = self.keep_inside_window(conv, false).await {
                 return s;
             }
-            let turn = match self.request(conv).await {
+            let turn = match self.request(conv, self.spec.max_tokens).await {
                 Ok(t) => t,
                 // Refused as too long with nothing left to clear: summarize, then send
                 // again as a new turn.

@@ -24,8 +24,13 @@ const IN_FLIGHT_MARGIN: Duration = Duration::from_secs(60);
 impl Loop<'_> {
     /// Sends one model request, retrying retryable failures. Every attempt is planned
     /// and reserved against the budgets first, and charged in full when it may have
-    /// been billed without an answer.
-    pub(super) async fn request(&mut self, conv: &mut Conversation) -> Result<Turn, Stop> {
+    /// been billed without an answer. `max_tokens`: the task's, or a summary's (which
+    /// may have to be smaller to fit the window).
+    pub(super) async fn request(
+        &mut self,
+        conv: &mut Conversation,
+        max_tokens: u32,
+    ) -> Result<Turn, Stop> {
         let price = self.spec.price.as_ref();
         let turn_no = self.meter.turns + 1;
         // Attempts that failed, were rate limited, or were refused as too long (then
@@ -38,7 +43,7 @@ impl Loop<'_> {
                 &self.spec.limits,
                 &self.meter,
                 price,
-                self.spec.max_tokens,
+                max_tokens,
                 bound,
                 self.spec.thinking_budget,
             )?;
@@ -150,8 +155,12 @@ impl Loop<'_> {
                     Ok(false) => {
                         return Err(Stop::new(
                             StopReason::ContextWindow,
-                            format!("{}; nothing was left to clear", failure.error),
-                        ))
+                            match self.refused_too_long {
+                                // The loop asks for a summary next.
+                                true => failure.error.to_string(),
+                                false => format!("{}; nothing was left to clear", failure.error),
+                            },
+                        ));
                     }
                     Err(mut stop) => {
                         stop.detail = format!("{} ({})", failure.error, stop.detail);

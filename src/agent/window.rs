@@ -10,6 +10,9 @@ use crate::vocab::context::{ContextEdits, ContextStrategy};
 use crate::vocab::stop::{Stop, StopReason};
 use crate::vocab::transcript::TranscriptEvent;
 
+/// The least a summary request asks for, however little room the window leaves.
+const MIN_SUMMARY_TOKENS: u32 = 512;
+
 impl Loop<'_> {
     /// Records what the provider's own context editing cleared for this answer.
     pub(super) fn note_context_edits(&mut self, edits: Option<ContextEdits>, prompt_tokens: u64) {
@@ -109,8 +112,21 @@ impl Loop<'_> {
             let policy = &self.spec.context;
             ask.clear_tool_results(policy.keep, &policy.exempt);
         }
-        let answered = self.request(&mut ask).await;
-        // A summary request refused as too long is not retried by summarizing it.
+        let max_tokens = self.summary_max_tokens(&ask);
+        let mut answered = self.request(&mut ask, max_tokens).await;
+        // A summary request refused as too long (the history jumped past the window in
+        // one turn) goes once more with its old tool results cleared; it is never
+        // summarized itself.
+        if std::mem::take(&mut self.refused_too_long) && !forced {
+            let policy = &self.spec.context;
+            if ask
+                .clear_tool_results(policy.keep, &policy.exempt)
+                .is_some()
+            {
+                let max_tokens = self.summary_max_tokens(&ask);
+                answered = self.request(&mut ask, max_tokens).await;
+            }
+        }
         self.refused_too_long = false;
         let turn = answered.map_err(|mut s| {
             s.detail = format!(
@@ -154,9 +170,32 @@ impl Loop<'_> {
         Ok(true)
     }
 
-    /// Err(context_window) when the next request cannot fit the window.
+    /// The output limit of a summary request: the task's, or less when that would not
+    /// fit the window beside the prompt (a summary needs less room than a turn may;
+    /// with thinking on, the limit must stay above its budget).
+    fn summary_max_tokens(&self, ask: &Conversation) -> u32 {
+        let task = self.spec.max_tokens;
+        let Some(window) = self.spec.context.window else {
+            return task;
+        };
+        if self.spec.thinking_budget.is_some() {
+            return task;
+        }
+        // The estimate is not a bound: leave an eighth of it spare.
+        let prompt = ask.context_estimate();
+        let room = window.saturating_sub(prompt.saturating_add(prompt / 8));
+        let room = u32::try_from(room).unwrap_or(u32::MAX);
+        task.min(room.max(MIN_SUMMARY_TOKENS))
+    }
+
+    /// Err(context_window) when the next request cannot fit the window. With the
+    /// provider's own context management only its refusal says so: it compacts what
+    /// the runner sends.
     fn check_fits(&self, conv: &Conversation, forced: bool, compacted: bool) -> Result<(), Stop> {
         let policy = &self.spec.context;
+        if policy.strategy == ContextStrategy::Native && !forced {
+            return Ok(());
+        }
         let max_tokens = self.spec.max_tokens;
         let after = conv.context_estimate();
         let too_long = forced || policy.fits(max_tokens).is_some_and(|fits| after > fits);

@@ -59,10 +59,10 @@ pub(super) fn resolve_context(
         );
     }
     let strategy = first(&layers, |c| c.strategy).unwrap_or_default();
-    if strategy == ContextStrategy::Native && protocol.is_some_and(|p| p != Protocol::Anthropic) {
+    if strategy == ContextStrategy::Native && protocol == Some(Protocol::OpenaiChat) {
         cx.err(
             &at_field("strategy", pick(|c| c.strategy.is_some())),
-            "native is Anthropic's context editing; OpenAI's own compaction is not supported yet: use clear_tool_results",
+            "native is the provider's own context management (Anthropic's context editing, the Responses API's compaction), and Chat Completions has none: use auto, clear_tool_results or summarize",
         );
     }
     ContextPolicy {

@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use super::conversation::Conversation;
 use super::Protocol;
+use crate::vocab::context::ContextEdits;
 
 /// What replaces a cleared result; also how a cleared one is recognised.
 const CLEARED: &str =
@@ -102,6 +103,42 @@ impl Conversation {
             bytes,
             tokens_before: before,
             tokens_after: self.context_estimate(),
+        })
+    }
+}
+
+impl Conversation {
+    /// After an answer that opens with a `compaction` item (the Responses API's
+    /// server-side compaction), the items before the newest such item are not sent
+    /// again: the item stands for them (the API's guide allows dropping them). What
+    /// went, for the compaction event; None when the answer compacted nothing.
+    pub(super) fn after_server_compaction(&mut self) -> Option<ContextEdits> {
+        let c = self
+            .history
+            .iter()
+            .rposition(|e| e["type"] == "compaction")?;
+        if c == 0 {
+            return None;
+        }
+        let per_byte = self.tokens_per_byte();
+        let gone: Vec<Value> = self.history.drain(..c).collect();
+        let results = gone
+            .iter()
+            .filter(|e| e["type"] == "function_call_output")
+            .count();
+        let bytes: u64 = gone
+            .iter()
+            .map(|e| serde_json::to_vec(e).map_or(0, |b| b.len() as u64))
+            .sum();
+        self.encoded.drain(..c.min(self.encoded.len()));
+        self.cached_tail = None;
+        // The answer's count may or may not include what was compacted: the estimate
+        // leaves it out, the budgets' bound keeps it.
+        let tokens = (bytes as f64 * per_byte) as u64;
+        self.compacted_tokens = self.compacted_tokens.saturating_add(tokens);
+        Some(ContextEdits {
+            tool_uses: results as u64,
+            input_tokens: tokens,
         })
     }
 }

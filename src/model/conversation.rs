@@ -545,6 +545,11 @@ impl Conversation {
             .saturating_add(usage.cache_write_tokens);
         self.answered_at = Some(std::time::Instant::now());
         self.history.extend(items);
+        let context_edits = match self.endpoint.protocol {
+            Protocol::Anthropic => anthropic::applied_edits(&raw),
+            Protocol::OpenaiResponses => self.after_server_compaction(),
+            Protocol::OpenaiChat => None,
+        };
         // The answer is in the response event; the next request event lists only what
         // comes after it.
         self.logged = self.history.len();
@@ -556,9 +561,7 @@ impl Conversation {
             rate: reply.rate,
             usage_estimated,
             ttft_ms: reply.ttft_ms,
-            context_edits: (self.endpoint.protocol == Protocol::Anthropic)
-                .then(|| anthropic::applied_edits(&raw))
-                .flatten(),
+            context_edits,
         })
     }
 

@@ -23,14 +23,6 @@ fn role(m: &Value) -> &str {
     m.get("role").and_then(Value::as_str).unwrap_or("")
 }
 
-/// The script turn a request asks for: the assistant messages in its history.
-pub fn step(request: &Value) -> usize {
-    messages(request)
-        .iter()
-        .filter(|m| role(m) == "assistant")
-        .count()
-}
-
 /// The first tool message after the last assistant message, for `{{tool_result}}`.
 fn last_tool_result(msgs: &[Value]) -> String {
     let after = msgs
@@ -428,7 +420,14 @@ mod tests {
         assert!(e.0.contains("did not have response messages: b"), "{e}");
         let e = check_request(&req(json!([user, ta])), &h).unwrap_err();
         assert!(e.0.contains("role 'tool'"), "{e}");
-        assert_eq!(step(&req(json!([user, asst, ta, tb]))), 1);
+        assert_eq!(
+            crate::sim::summary::step(
+                crate::model::Protocol::OpenaiChat,
+                &req(json!([user, asst, ta, tb])),
+                0
+            ),
+            1
+        );
     }
 
     #[test]

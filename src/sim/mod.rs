@@ -18,6 +18,7 @@ mod cache;
 pub(crate) mod chaos;
 mod chat;
 mod check;
+mod compaction;
 mod fault;
 mod limits;
 mod respond;
@@ -463,6 +464,7 @@ async fn answer(
         Protocol::OpenaiChat => chat::check_request(&request, &history),
     }
     .map_err(|v| Refusal::bad_request(v.0))?;
+    let step = summary::step(protocol, &request, base);
     // Tokens are counted on the body without the fields that only ask for a stream:
     // an API counts the prompt, not how the answer is delivered.
     let body_len = body_len.saturating_sub(stream::request_field_bytes(&request));
@@ -477,6 +479,14 @@ async fn answer(
         Some(e) => (e.request, e.body_len, Some(e.applied)),
         None => (request, body_len, None),
     };
+    // OpenAI's server-side compaction: the answer is counted on the reduced context.
+    let compacted = match protocol {
+        Protocol::OpenaiResponses => {
+            compaction::apply(&request, body_len, step).map_err(Refusal::bad_request)?
+        }
+        _ => None,
+    };
+    let body_len = compacted.as_ref().map_or(body_len, |c| c.body_len);
     let max_tokens = limits::requested_max_tokens(protocol, &request);
     if let Some((message, code)) = window::refusal(
         protocol,
@@ -511,14 +521,6 @@ async fn answer(
             }
         }
     };
-    let step = base
-        + match protocol {
-            Protocol::Anthropic => request["messages"]
-                .as_array()
-                .map_or(0, |m| m.iter().filter(|m| m["role"] == "assistant").count()),
-            Protocol::OpenaiResponses => responses::step(&request),
-            Protocol::OpenaiChat => chat::step(&request),
-        };
     rec.step = Some(step);
     // A summary request is answered with a summary, not a script step: no faults, no
     // attempt counted, nothing kept for replay checks.
@@ -557,6 +559,9 @@ async fn answer(
     let with_edits = |mut r: Value| {
         if let Some(a) = &applied {
             r["context_management"] = a.clone();
+        }
+        if let Some(out) = compacted.as_ref().zip(r["output"].as_array_mut()) {
+            out.1.insert(0, out.0.item.clone());
         }
         r
     };

@@ -13,7 +13,7 @@ use super::SentTurn;
 /// Items the model produced (as opposed to the client's inputs).
 fn is_model_item(item: &Value) -> bool {
     match item.get("type").and_then(Value::as_str) {
-        Some("reasoning" | "function_call") => true,
+        Some("reasoning" | "function_call" | "compaction") => true,
         Some("message") | None => item.get("role").and_then(Value::as_str) == Some("assistant"),
         _ => false,
     }
@@ -45,14 +45,9 @@ fn model_runs(items: &[Value]) -> Vec<(usize, &[Value])> {
     runs
 }
 
-/// The script turn a request asks for: the number of model turns in its input.
 /// The model turns among `items`.
 pub(super) fn runs_in(items: &[Value]) -> usize {
     model_runs(items).len()
-}
-
-pub fn step(request: &Value) -> usize {
-    model_runs(input_items(request)).len()
 }
 
 /// The text of the latest function_call_output, for `{{tool_result}}`.
@@ -457,7 +452,10 @@ mod tests {
             .unwrap_err()
             .0
             .contains("encrypted_content"));
-        assert_eq!(step(&req(json!([user, call, out, call, out]))), 2);
+        assert_eq!(
+            runs_in(input_items(&req(json!([user, call, out, call, out])))),
+            2
+        );
     }
 
     #[test]

@@ -63,6 +63,11 @@ fn steps_in(protocol: Protocol, entries: &[Value]) -> usize {
     }
 }
 
+/// The script step a request asks for: its model turns, from `base`.
+pub fn step(protocol: Protocol, request: &Value, base: usize) -> usize {
+    base + steps_in(protocol, entries(protocol, request))
+}
+
 /// Whether the request asks for a summary: its last client entry ends with the
 /// runner's instruction.
 pub fn wanted(protocol: Protocol, request: &Value) -> bool {
@@ -72,10 +77,22 @@ pub fn wanted(protocol: Protocol, request: &Value) -> bool {
         .is_some_and(|e| texts(e).last() == Some(&SUMMARY_REQUEST))
 }
 
+/// The marker a summary (or a compaction item) carries.
+pub fn marker_text(steps: usize, calls: &[&str]) -> String {
+    format!("{MARK}{steps}{CALLS}{}]", calls.join(","))
+}
+
 /// The step of the first model turn in the request's history: 0, or after a summary
-/// the step its kept turns began at.
+/// the step its kept turns began at, or after a compaction item the step it opened.
 pub fn base(protocol: Protocol, request: &Value) -> usize {
     let h = entries(protocol, request);
+    if let Some(c) = h.iter().rposition(|e| e["type"] == "compaction") {
+        let steps = h[c]["encrypted_content"]
+            .as_str()
+            .and_then(marker)
+            .map_or(0, |(s, _)| s);
+        return steps.saturating_sub(steps_in(protocol, &h[..c]));
+    }
     let starts = turn_starts(h);
     let head = &h[..starts.first().copied().unwrap_or(h.len())];
     let Some((steps, calls)) = head.iter().flat_map(texts).find_map(marker) else {
@@ -118,9 +135,13 @@ pub fn turn(protocol: Protocol, request: &Value, step: usize) -> ScriptTurn {
     let tools: Vec<String> = names.iter().map(|(n, c)| format!("{n} x{c}")).collect();
     let last = starts.last().map_or(Vec::new(), |&s| call_ids(&h[s..]));
     let text = format!(
-        "Summary of the first {step} steps (simulated model). Tools called in the history I was shown: {}. {MARK}{step}{CALLS}{}]",
-        if tools.is_empty() { "none".to_string() } else { tools.join(", ") },
-        last.join(",")
+        "Summary of the first {step} steps (simulated model). Tools called in the history I was shown: {}. {}",
+        if tools.is_empty() {
+            "none".to_string()
+        } else {
+            tools.join(", ")
+        },
+        marker_text(step, &last)
     );
     ScriptTurn {
         content: vec![Block::Text(text)],

@@ -359,8 +359,63 @@ async fn anthropic_context_editing_clears_on_the_server_and_the_history_stays_wh
             && e["tokens_after"].as_u64() < e["tokens_before"].as_u64()));
 }
 
+#[tokio::test]
+async fn responses_compaction_on_the_server_replaces_the_history_with_its_item() {
+    for stream in ["never", "always"] {
+        let case = Case::new();
+        folder(&case);
+        let yaml = job(
+            "openai-responses",
+            "gpt-5.4",
+            40,
+            "{ window: 12000, strategy: native }",
+            "      context_window: 12000\n",
+        )
+        .replace(
+            "  keep_workspaces: never\n",
+            &format!("  keep_workspaces: never\n  stream: {stream}\n"),
+        );
+        let ran = case.run(&yaml).await;
+        let row = ran.row("t");
+        assert_eq!(row["stop_reason"], "completed", "{stream}: {row:?}");
+        assert_eq!(num(&row, "turns"), 40, "{stream}");
+        let requests = ran.requests("t");
+        assert!(
+            requests.iter().all(|r| r.status == 200),
+            "{stream}: the server compacted in time and every turn replayed: {:?}",
+            requests.iter().find(|r| r.status != 200).map(|r| &r.error)
+        );
+        for r in &requests {
+            let cm = &r.body["context_management"][0];
+            assert_eq!(cm["type"], "compaction");
+            assert!(cm["compact_threshold"].as_u64() < Some(12000));
+        }
+        // Each compaction opens its answer with the item; the next request starts
+        // from it, without the items it stands for (the transcript keeps them).
+        let compacted = requests
+            .iter()
+            .filter(|r| {
+                r.response
+                    .as_ref()
+                    .is_some_and(|m| m["output"][0]["type"] == "compaction")
+            })
+            .count();
+        assert!(compacted >= 2, "{stream}: {compacted}");
+        assert_eq!(num(&row, "compactions") as usize, compacted, "{stream}");
+        let last = &requests.last().unwrap().body["input"];
+        assert_eq!(last[0]["type"], "compaction", "{stream}");
+        assert!(last[0].get("id").is_none(), "{stream}");
+        assert!(last.as_array().unwrap().len() < 40, "{stream}");
+        assert_eq!(results_sent(&ran).len(), 39, "{stream}");
+        assert!(ran
+            .events("t", "compaction")
+            .iter()
+            .all(|e| e["strategy"] == "native" && e["cleared_results"].as_u64() > Some(0)));
+    }
+}
+
 #[test]
-fn native_context_editing_is_refused_on_openai_protocols() {
+fn native_context_management_is_refused_on_chat_completions() {
     let case = Case::new();
     case.write(
         "job.yaml",

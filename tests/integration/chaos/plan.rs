@@ -41,6 +41,9 @@ pub(super) struct Task {
     /// A context window the simulator enforces and the job states (0: the model's),
     /// small enough for long chaos answers to pass it: compaction under fire.
     window: u64,
+    /// How a small window is kept: the default escalation, summaries only, or the
+    /// provider's own context management (Chat Completions has none: summaries).
+    strategy: &'static str,
 }
 
 /// An index in 0..k for one attribute of a seed's task, independent of the others
@@ -70,6 +73,11 @@ impl Task {
             wrap_up: choose(seed, 8, 2) == 0,
             stream: ["always", "never"][choose(seed, 9, 2)],
             window: [0, 8_000, 4_000][choose(seed, 10, 3)],
+            strategy: match (choose(seed, 11, 3), seed % 3) {
+                (0, _) => "auto",
+                (1, _) | (_, 2) => "summarize",
+                _ => "native",
+            },
         }
     }
 
@@ -136,7 +144,8 @@ pub(super) fn job(tasks: &[Task], outside: &Path, caps: &Caps) -> String {
             y = y.replacen(
                 &format!("    sim: {{ chaos: {{ seed: {},", t.seed),
                 &format!(
-                    "    context: {{ window: {w}, keep: 2 }}\n    sim: {{ context_window: {w}, chaos: {{ seed: {},",
+                    "    context: {{ window: {w}, keep: 2, strategy: {} }}\n    sim: {{ context_window: {w}, chaos: {{ seed: {},",
+                    t.strategy,
                     t.seed,
                     w = t.window
                 ),
