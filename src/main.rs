@@ -626,8 +626,9 @@ async fn bench_cmd(
             runs.push(r);
         }
         println!("{}", bench::history_growth(&runs));
-        for compact in [true, false] {
-            let r = bench::run_load(&bench::Load::w3_window(200, fraction, compact), out).await?;
+        use agentbatch::vocab::context::ContextStrategy as S;
+        for strategy in [S::ClearToolResults, S::Summarize, S::Native, S::Off] {
+            let r = bench::run_load(&bench::Load::w3_window(200, fraction, strategy), out).await?;
             println!("{r}");
         }
     }

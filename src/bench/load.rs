@@ -2,6 +2,7 @@
 //! runs as a separate `agentbatch sim` process and the runner as an `agentbatch run`
 //! process, so that each one's CPU and memory come from the OS for that process alone.
 
+use crate::vocab::context::ContextStrategy;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -26,8 +27,8 @@ pub struct Load {
     /// Bytes of the file each tool call reads back (0: the small get_time tool).
     pub tool_output: usize,
     /// A context window the simulator enforces and the runner knows, in tokens, and
-    /// whether the runner compacts (`clear_tool_results`) or stops at it.
-    pub window: Option<(u64, bool)>,
+    /// how the runner keeps inside it (`off`: it stops at it).
+    pub window: Option<(u64, ContextStrategy)>,
 }
 
 impl Load {
@@ -70,15 +71,18 @@ impl Load {
         }
     }
 
-    /// W3 at `turns` turns under a 60k-token window: compacting, or stopping at it.
-    pub fn w3_window(turns: u32, fraction: f64, compact: bool) -> Load {
+    /// W3 at `turns` turns under a 60k-token window, kept inside it by `strategy`
+    /// (`off`: stopping at it).
+    pub fn w3_window(turns: u32, fraction: f64, strategy: ContextStrategy) -> Load {
         Load {
-            name: if compact {
-                "w3-window-compact"
-            } else {
-                "w3-window-off"
+            name: match strategy {
+                ContextStrategy::Auto => "w3-window-auto",
+                ContextStrategy::ClearToolResults => "w3-window-clear",
+                ContextStrategy::Summarize => "w3-window-summarize",
+                ContextStrategy::Native => "w3-window-native",
+                ContextStrategy::Off => "w3-window-off",
             },
-            window: Some((WINDOW, compact)),
+            window: Some((WINDOW, strategy)),
             ..Load::w3(turns, fraction)
         }
     }
@@ -98,14 +102,16 @@ impl Load {
     fn job(&self, base_url: &str, repo: Option<&Path>) -> String {
         let latency = format!("{}ms", self.latency.as_millis());
         let (context, sim_window) = match self.window {
-            Some((w, true)) => (
-                format!("  context: {{ window: {w} }}\n"),
-                format!("    context_window: {w}\n"),
-            ),
-            Some((w, false)) => (
-                format!("  context: {{ window: {w}, strategy: off }}\n"),
-                format!("    context_window: {w}\n"),
-            ),
+            Some((w, strategy)) => {
+                let name = serde_json::to_value(strategy)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default();
+                (
+                    format!("  context: {{ window: {w}, strategy: {name} }}\n"),
+                    format!("    context_window: {w}\n"),
+                )
+            }
             None => (String::new(), String::new()),
         };
         let (tools, call, extra) = match repo {
@@ -204,14 +210,13 @@ impl fmt::Display for LoadReport {
             self.runner_rss_mb,
             self.sim_cpu_s
         )?;
-        if let Some((w, compact)) = l.window {
+        if let Some((w, strategy)) = l.window {
             writeln!(
                 f,
                 "  {w}-token window, {}: {} compactions, ${:.4} per task, {:.1} turns per task",
-                if compact {
-                    "compacting"
-                } else {
-                    "compaction off"
+                match strategy {
+                    ContextStrategy::Off => "compaction off".to_string(),
+                    s => format!("{s:?}"),
                 },
                 self.compactions,
                 self.usd_per_task,
