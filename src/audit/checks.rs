@@ -447,6 +447,21 @@ fn check_rejected(out: &mut Out, r: &Rejected) {
 }
 
 /// Runs the checks over the walked transcript, adding what they find to `report`.
+/// A summary's answer: its calls are not run (the request asked for none), which is
+/// worth a note, not a violation.
+fn summary_calls(out: &mut Out, seg: &Segment) {
+    for c in &seg.calls {
+        out.report.push(Problem {
+            turn: Some(seg.turn),
+            call_id: c.id.clone(),
+            kind: ProblemKind::Compaction,
+            severity: Severity::Warning,
+            message: "the model called a tool in its answer to a summary request; the runner does not run such calls".into(),
+            line: Some(seg.line),
+        });
+    }
+}
+
 pub(super) fn check(w: &Walked, report: &mut AuditReport) {
     let mut out = Out { report };
     if let Some(line) = w.unknown_protocol {
@@ -499,6 +514,10 @@ pub(super) fn check(w: &Walked, report: &mut AuditReport) {
     for seg in &w.segments {
         while let Some(r) = rejected.next_if(|r| r.line < seg.line) {
             check_rejected(&mut out, r);
+        }
+        if w.summary_turns.contains(&seg.turn) {
+            summary_calls(&mut out, seg);
+            continue;
         }
         check_segment(&mut out, w, seg);
     }

@@ -157,9 +157,10 @@ pub struct AuditReport {
     /// The transcript has its `stop` event: the loop ended on its own terms rather
     /// than being killed.
     pub finished: bool,
-    /// Times the prompt was compacted (`compaction` events). Compaction rewrites only
-    /// old tool results in what was sent, never a call or its id, so the checks above
-    /// hold across it; each event is checked to have cleared something.
+    /// Times the prompt was compacted (`compaction` events). Compaction rewrites old
+    /// tool results, or replaces whole turns with a summary, in what is sent next; the
+    /// requests' new messages, which the checks read, are untouched, so the checks
+    /// hold across it. Each event is checked to have removed something.
     pub compactions: u32,
 }
 

@@ -100,6 +100,9 @@ pub(super) struct Walked {
     pub unknown_protocol: Option<usize>,
     /// Calls came but no event said which tools were declared.
     pub undeclared_unknown: bool,
+    /// Turns that asked the model for a summary of the history (a `compaction` event
+    /// with `strategy: summarize`): the runner runs none of their calls.
+    pub summary_turns: BTreeSet<u32>,
 }
 
 struct Pending {
@@ -394,6 +397,9 @@ pub(super) fn walk(events: &[(usize, Value)]) -> Walked {
             }
             TranscriptEvent::McpReady { tools, .. } | TranscriptEvent::ToolsChanged { tools } => {
                 declared = Some(declared_of(tools));
+            }
+            TranscriptEvent::Compaction { turn, strategy, .. } if strategy == "summarize" => {
+                w.summary_turns.insert(turn);
             }
             TranscriptEvent::Request {
                 turn,

@@ -81,11 +81,16 @@ impl Script {
             }
             _ => {}
         }
-        for (i, t) in self.turns.iter().enumerate() {
+        let named = self
+            .turns
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (format!("turns[{i}]"), t));
+        for (at, t) in named.chain(self.summary.iter().map(|t| ("summary".to_string(), t))) {
             for f in &t.faults {
                 if (f.status, f.disconnect, f.mid_stream) == (None, false, None) {
                     return Err(format!(
-                        "turns[{i}].faults: a fault needs `status: <code>`, `disconnect: true` or `mid_stream: <kind>`"
+                        "{at}.faults: a fault needs `status: <code>`, `disconnect: true` or `mid_stream: <kind>`"
                     )
                     .into());
                 }
@@ -94,7 +99,7 @@ impl Script {
                 if let Block::ToolUse(u) = b {
                     if !u.input.is_object() {
                         return Err(format!(
-                            "turns[{i}].content: tool_use `{}` input must be a map",
+                            "{at}.content: tool_use `{}` input must be a map",
                             u.name
                         )
                         .into());
@@ -136,6 +141,9 @@ fn numbers(script: &Script) -> Result<(), OutOfBounds> {
     at_most("turns", script.turns.len() as u64, MAX_TURNS as u64)?;
     for (i, t) in script.turns.iter().enumerate() {
         check_turn(&format!("turns[{i}]"), t)?;
+    }
+    if let Some(t) = &script.summary {
+        check_turn("summary", t)?;
     }
     if let Some(c) = &script.chaos {
         check_chaos(c)?;

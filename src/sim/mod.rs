@@ -522,11 +522,16 @@ async fn answer(
         }
     };
     rec.step = Some(step);
-    // A summary request is answered with a summary, not a script step: no faults, no
-    // attempt counted, nothing kept for replay checks.
+    // A summary request is answered with a summary, not a script step: its attempts
+    // are its own, and nothing is kept for replay checks.
     let summarizing = summary::wanted(protocol, &request);
     let played = if summarizing {
-        Some(std::borrow::Cow::Owned(summary::turn(protocol, &request, step)))
+        Some(std::borrow::Cow::Owned(summary::turn(
+            protocol,
+            &request,
+            step,
+            script.summary.as_ref(),
+        )))
     } else {
         script.turn_for(step, protocol, &request, key)
     }
@@ -538,11 +543,14 @@ async fn answer(
             ))
         })?;
     let turn: &script::ScriptTurn = &played;
-    let attempt = if summarizing {
-        0
-    } else {
+    let attempt = {
+        // A summary request's attempts are counted apart from the step's.
+        let counter = match summarizing {
+            true => format!("{conv}#summary"),
+            false => conv.to_string(),
+        };
         let mut a = lock(&state.attempts);
-        let n = a.entry((conv.to_string(), step)).or_insert(0);
+        let n = a.entry((counter, step)).or_insert(0);
         *n += 1;
         *n - 1
     };

@@ -33,6 +33,10 @@ pub struct Script {
     /// request's bytes); default: the model's from the built-in table.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_window: Option<u64>,
+    /// The answer to a summary request (default: the simulator's own summary). Its
+    /// last text block gets the simulator's step marker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<ScriptTurn>,
 }
 
 /// One simulated model response, optionally preceded by faults.

@@ -120,7 +120,12 @@ fn marker(text: &str) -> Option<(usize, Vec<&str>)> {
 
 /// The answer to a summary request at `step` (the steps played so far): which tools
 /// the visible history called, how often, the latest result's start, and the marker.
-pub fn turn(protocol: Protocol, request: &Value, step: usize) -> ScriptTurn {
+pub fn turn(
+    protocol: Protocol,
+    request: &Value,
+    step: usize,
+    scripted: Option<&ScriptTurn>,
+) -> ScriptTurn {
     let h = entries(protocol, request);
     let starts = turn_starts(h);
     let mut names: Vec<(String, usize)> = Vec::new();
@@ -133,7 +138,7 @@ pub fn turn(protocol: Protocol, request: &Value, step: usize) -> ScriptTurn {
         }
     }
     let tools: Vec<String> = names.iter().map(|(n, c)| format!("{n} x{c}")).collect();
-    let last = starts.last().map_or(Vec::new(), |&s| call_ids(&h[s..]));
+    let last = last_calls(h, &starts);
     let text = format!(
         "Summary of the first {step} steps (simulated model). Tools called in the history I was shown: {}. {}",
         if tools.is_empty() {
@@ -143,10 +148,28 @@ pub fn turn(protocol: Protocol, request: &Value, step: usize) -> ScriptTurn {
         },
         marker_text(step, &last)
     );
-    ScriptTurn {
-        content: vec![Block::Text(text)],
-        ..ScriptTurn::default()
+    let Some(scripted) = scripted else {
+        return ScriptTurn {
+            content: vec![Block::Text(text)],
+            ..ScriptTurn::default()
+        };
+    };
+    let mut t = scripted.clone();
+    if let Some(Block::Text(last)) = t
+        .content
+        .iter_mut()
+        .rev()
+        .find(|b| matches!(b, Block::Text(_)))
+    {
+        last.push(' ');
+        last.push_str(&marker_text(step, &last_calls(h, &starts)));
     }
+    t
+}
+
+/// The call ids of the request's last model turn.
+fn last_calls<'a>(h: &'a [Value], starts: &[usize]) -> Vec<&'a str> {
+    starts.last().map_or(Vec::new(), |&s| call_ids(&h[s..]))
 }
 
 /// The tool names the model entries of `turn` call.

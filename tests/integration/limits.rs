@@ -20,7 +20,7 @@ use crate::common::{job, num, Case};
 const TOOL_LOOP: &str = "      repeat_last: true\n      turns:\n        - content: [ { text: \"again\" }, { tool_use: { name: get_time, input: {} } } ]\n";
 
 /// What the simulator reported as usage, per answered request.
-fn sim_usage(ran: &crate::common::Ran, task: &str) -> Vec<Usage> {
+pub(crate) fn sim_usage(ran: &crate::common::Ran, task: &str) -> Vec<Usage> {
     ran.requests(task)
         .iter()
         .filter(|r| r.status == 200)

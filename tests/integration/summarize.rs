@@ -216,3 +216,163 @@ async fn three_hundred_turns_complete_under_a_200k_window_summarized_or_edited_o
         audit_clean(&ran, strategy);
     }
 }
+
+#[tokio::test]
+async fn a_cost_cap_holds_across_summaries_which_it_pays_for() {
+    let case = Case::new();
+    folder(&case);
+    let yaml = job(
+        "anthropic",
+        "claude-sonnet-4-5",
+        40,
+        "{ window: 12000, strategy: summarize, keep: 2 }",
+        "      context_window: 12000\n",
+    )
+    .replace("max_turns: 40,", "max_turns: 80, max_cost_usd: 0.12,");
+    let ran = case.run(&yaml).await;
+    let row = ran.row("t");
+    assert_eq!(row["stop_reason"], "cost_limit", "{row:?}");
+    assert!(!ran.events("t", "compaction").is_empty(), "{row:?}");
+    let price = agentbatch::vocab::price::lookup(&Default::default(), "claude-sonnet-4-5")
+        .expect("a built-in price");
+    let billed: rust_decimal::Decimal = crate::limits::sim_usage(&ran, "t")
+        .iter()
+        .map(|u| price.cost(u))
+        .sum();
+    let cap = rust_decimal::Decimal::new(12, 2);
+    assert!(billed <= cap, "billed {billed} > cap {cap}");
+    assert_eq!(
+        row["cost_usd"].parse::<rust_decimal::Decimal>().ok(),
+        Some(billed)
+    );
+    // The summary requests were reserved like any other.
+    let summaries = ran
+        .requests("t")
+        .iter()
+        .filter(|r| is_summary_request(&r.body))
+        .count();
+    assert!(summaries >= 1);
+    assert_eq!(ran.events("t", "reserve").len(), ran.requests("t").len());
+}
+
+#[tokio::test]
+async fn streamed_and_whole_summaries_leave_the_same_histories() {
+    for (protocol, model) in [
+        ("anthropic", "claude-sonnet-4-5"),
+        ("openai-responses", "gpt-5.4"),
+        ("openai-chat", "gpt-5.4"),
+    ] {
+        let mut histories = Vec::new();
+        for stream in ["never", "always"] {
+            let case = Case::new();
+            folder(&case);
+            let yaml = job(
+                protocol,
+                model,
+                30,
+                "{ window: 12000, strategy: summarize, keep: 2 }",
+                "      context_window: 12000\n",
+            )
+            .replace("max_turns: 30,", "max_turns: 60,")
+            .replace(
+                "  keep_workspaces: never\n",
+                &format!("  keep_workspaces: never\n  stream: {stream}\n"),
+            );
+            let ran = case.run(&yaml).await;
+            assert_eq!(ran.stop("t"), "completed", "{protocol} {stream}");
+            let field = if protocol == "openai-responses" {
+                "input"
+            } else {
+                "messages"
+            };
+            let sent: Vec<serde_json::Value> = ran
+                .requests("t")
+                .iter()
+                .map(|r| r.body[field].clone())
+                .collect();
+            assert!(sent
+                .iter()
+                .any(|h| h.to_string().contains("agentbatch-sim summary")));
+            histories.push(sent);
+        }
+        assert_eq!(histories[0], histories[1], "{protocol}");
+    }
+}
+
+/// The summarize job with the simulator's answer to summary requests scripted.
+fn scripted_summary(summary: &str) -> String {
+    job(
+        "anthropic",
+        "claude-sonnet-4-5",
+        40,
+        "{ window: 12000, strategy: summarize, keep: 2 }",
+        &format!("      context_window: 12000\n      summary: {summary}\n"),
+    )
+    .replace("max_turns: 40,", "max_turns: 80,")
+}
+
+#[tokio::test]
+async fn an_erratic_summarizer_is_retried_ignored_or_stops_the_task() {
+    // A summary request that fails once is retried and billed like any request.
+    let case = Case::new();
+    folder(&case);
+    let ran = case
+        .run(&scripted_summary(
+            "{ content: [ { text: \"what I did\" } ], faults: [ { status: 529 } ] }",
+        ))
+        .await;
+    let row = ran.row("t");
+    assert_eq!(row["stop_reason"], "completed", "{row:?}");
+    assert!(num(&row, "retries") >= 1, "{row:?}");
+    assert!(ran
+        .requests("t")
+        .iter()
+        .any(|r| r.status == 529 && is_summary_request(&r.body)));
+    audit_clean(&ran, "retried");
+
+    // Calls beside the summary are not run; the summary is used.
+    let case = Case::new();
+    folder(&case);
+    let ran = case
+        .run(&scripted_summary(
+            "{ content: [ { text: \"what I did\" }, { tool_use: { name: read_file, input: { path: module.py } } } ] }",
+        ))
+        .await;
+    let row = ran.row("t");
+    assert_eq!(row["stop_reason"], "completed", "{row:?}");
+    assert_eq!(
+        results_sent(&ran).len(),
+        39,
+        "no result for the summary's call"
+    );
+    let after = ran
+        .requests("t")
+        .iter()
+        .skip_while(|r| !is_summary_request(&r.body))
+        .nth(1)
+        .map(|r| r.body.to_string())
+        .unwrap_or_default();
+    assert!(after.contains("what I did"));
+    let r = audit_file(&ran.dir.join("transcripts/t.jsonl")).expect("transcript reads");
+    assert_eq!(r.violations(), 0, "{:?}", r.problems);
+    assert!(
+        r.problems
+            .iter()
+            .all(|p| p.message.contains("answer to a summary request")),
+        "{:?}",
+        r.problems
+    );
+    assert!(!r.problems.is_empty());
+
+    // A summary without text cannot replace anything: the task stops, saying why.
+    let case = Case::new();
+    folder(&case);
+    let ran = case
+        .run(&scripted_summary(
+            "{ content: [ { tool_use: { name: read_file, input: { path: module.py } } } ] }",
+        ))
+        .await;
+    let row = ran.row("t");
+    assert_eq!(row["stop_reason"], "context_window", "{row:?}");
+    assert!(row["stop_detail"].contains("without text"), "{row:?}");
+}
