@@ -51,7 +51,9 @@ impl Loop<'_> {
             return Ok(());
         }
         let mut compacted = strategy.clears() && self.clear_results(conv, self.meter.turns + 1);
-        if strategy.summarizes() && (over(conv) || (forced && !compacted)) {
+        // A summary is worth a turn only if a turn is left after it.
+        let turn_left = self.meter.turns.saturating_add(2) <= self.spec.limits.max_turns;
+        if strategy.summarizes() && turn_left && (over(conv) || (forced && !compacted)) {
             compacted |= self.summarize(conv, forced).await?;
             if let Some(s) = check_turn_and_clock(
                 &self.spec.limits,

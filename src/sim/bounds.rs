@@ -86,7 +86,7 @@ impl Script {
             .iter()
             .enumerate()
             .map(|(i, t)| (format!("turns[{i}]"), t));
-        for (at, t) in named.chain(self.summary.iter().map(|t| ("summary".to_string(), t))) {
+        for (at, t) in named.chain(self.summary.as_deref().map(|t| ("summary".to_string(), t))) {
             for f in &t.faults {
                 if (f.status, f.disconnect, f.mid_stream) == (None, false, None) {
                     return Err(format!(

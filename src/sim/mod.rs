@@ -530,7 +530,7 @@ async fn answer(
             protocol,
             &request,
             step,
-            script.summary.as_ref(),
+            script.summary.as_deref(),
         )))
     } else {
         script.turn_for(step, protocol, &request, key)

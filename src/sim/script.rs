@@ -36,7 +36,7 @@ pub struct Script {
     /// The answer to a summary request (default: the simulator's own summary). Its
     /// last text block gets the simulator's step marker.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub summary: Option<ScriptTurn>,
+    pub summary: Option<Box<ScriptTurn>>,
 }
 
 /// One simulated model response, optionally preceded by faults.

@@ -464,6 +464,7 @@ fn chaos_breaks_only_streams() {
             turns: vec![b.into_owned()],
             chaos: None,
             context_window: None,
+            summary: None,
         };
         assert_eq!(bounded.check(), Ok(()));
     }
