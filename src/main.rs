@@ -191,6 +191,9 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Before any thread starts: overlay workspaces are mounted only in a mount namespace
+    // of the process's own, so they vanish with it, even after kill -9.
+    agentbatch::tools::layer::private_mounts();
     // Thousands of loops in flight hold thousands of connections and transcripts.
     agentbatch::resources::raise_open_files_limit();
     let rt = match tokio::runtime::Builder::new_multi_thread()
@@ -617,6 +620,13 @@ async fn bench_cmd(
             "{}",
             bench::run_load(&bench::Load::w2(fraction), out).await?
         );
+    }
+    if matches!(which, Which::Workspaces) {
+        let files = ((20_000.0 * fraction).round() as usize).max(100);
+        let tasks = ((200.0 * fraction).round() as usize).max(2);
+        for r in bench::workspaces(out, files, tasks).await? {
+            println!("{r}");
+        }
     }
     if matches!(which, Which::History | Which::All) {
         let mut runs = Vec::new();

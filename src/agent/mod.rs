@@ -53,6 +53,8 @@ pub struct AgentEnv {
     pub cancel: CancellationToken,
     /// MCP servers shared by the run's tasks.
     pub mcp: Arc<McpHub>,
+    /// The pristine checkouts that overlay workspaces are layers over.
+    pub pristines: Arc<crate::tools::pristine::Pristines>,
 }
 
 /// Where a task's requests go, with the key read from the environment at run time. A
@@ -257,7 +259,9 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
         repo: serde_json::to_value(&spec.repo).unwrap_or_default(),
     });
     let prepared = match &spec.repo {
-        Some(repo) => repo::prepare(spec, repo, &env.work_dir, &log, &env.cancel).await,
+        Some(repo) => {
+            repo::prepare(spec, repo, &env.work_dir, &log, &env.cancel, &env.pristines).await
+        }
         None => repo::Prepared::default(),
     };
     let workspace = prepared.workspace.as_ref().map(|w| w.root.clone());
@@ -330,6 +334,10 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
                 .as_ref()
                 .map(|s| s.level.clone())
                 .unwrap_or_default();
+            let level = match prepared.workspace.as_ref().map(|w| w.method()) {
+                Some("overlay") => format!("{level}; overlay workspace"),
+                _ => level,
+            };
             let outcome = outcome_of(&stop, check.as_ref());
             let kept = repo::cleanup(repo, prepared, outcome, &log).await;
             (check, patch, kept, level)

@@ -59,17 +59,22 @@ pub async fn prepare(
     work_dir: &Path,
     log: &TaskLog,
     cancel: &CancellationToken,
+    pristines: &crate::tools::pristine::Pristines,
 ) -> Prepared {
     let mut p = Prepared::default();
     let dest = work_dir.join("workspaces").join(&spec.id);
     let shadow = work_dir.join("git").join(&spec.id);
     let tmp = work_dir.join("tmp").join(&spec.id);
     let (source, git_ref) = (repo.path.clone(), repo.git_ref.clone());
-    let mut ws = match blocking(move || {
-        Workspace::create(&source, git_ref.as_deref(), &dest, &shadow)
-    })
-    .await
-    {
+    let made = if repo.overlay {
+        match pristines.get(&source, git_ref.as_deref()).await {
+            Ok(pristine) => blocking(move || Workspace::layered(&pristine, &dest, &shadow)).await,
+            Err(e) => Err(format!("cannot make the pristine checkout: {e}")),
+        }
+    } else {
+        blocking(move || Workspace::create(&source, git_ref.as_deref(), &dest, &shadow)).await
+    };
+    let mut ws = match made {
         Ok(ws) => ws,
         Err(e) => {
             p.failed = Some(setup_error(format!("cannot create the workspace: {e}")));
@@ -274,6 +279,12 @@ pub async fn cleanup(
         let Some(ws) = ws else { return Ok(None) };
         if keep {
             ws.forget();
+            // A layer is kept as what the task wrote: its upper folder, over the
+            // pristine checkout (README: reassembling a kept overlay workspace).
+            if let Some(layer) = &ws.layer {
+                let _ = layer.unmount();
+                return Ok(Some(layer.upper.display().to_string()));
+            }
             Ok(Some(ws.root.display().to_string()))
         } else {
             let _ = ws.remove();

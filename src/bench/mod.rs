@@ -22,8 +22,10 @@ use crate::vocab::price;
 
 mod cache;
 mod load;
+mod workspaces;
 pub use cache::{cache_savings, CacheReport};
 pub use load::{history_growth, run_load, Load, LoadReport};
+pub use workspaces::{workspaces, WorkspaceReport};
 
 /// Which benchmark to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -40,6 +42,8 @@ pub enum Which {
     History,
     /// Prompt caching: dollars per 30-turn repo-fix-shaped task per strategy and protocol, and throughput under an itpm limit.
     Cache,
+    /// Workspaces: 200 tasks over a generated 20,000-file, 240 MB git repository, each editing three files, per workspace method (overlay, copy).
+    Workspaces,
     /// Governance (rate, caps) and load (throughput, scale, history).
     All,
 }

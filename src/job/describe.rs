@@ -134,7 +134,7 @@ pub fn describe(plan: &Plan) -> String {
         if let Some(r) = &t.repo {
             let _ = writeln!(
                 s,
-                "      repo: {}{}, toolset {}, check {}, keep_workspaces {}",
+                "      repo: {}{}, toolset {}, check {}, keep_workspaces {}, workspaces {}",
                 r.path.display(),
                 r.git_ref
                     .as_ref()
@@ -148,6 +148,11 @@ pub fn describe(plan: &Plan) -> String {
                     KeepWorkspaces::Always => "always",
                     KeepWorkspaces::OnFailure => "on_failure",
                     KeepWorkspaces::Never => "never",
+                },
+                if r.overlay {
+                    "overlay (a copy-on-write layer over one pristine checkout)"
+                } else {
+                    "full copy"
                 }
             );
         }

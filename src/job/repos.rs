@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::context::Ctx;
 use super::diagnostics::origin;
 use super::files::RepoError;
-use super::schema::{KeepWorkspaces, TaskFields};
+use super::schema::{KeepWorkspaces, TaskFields, WorkspaceMethod};
 use super::spec::RepoSpec;
 use crate::vocab::values::HumanDuration;
 
@@ -73,6 +73,21 @@ pub(super) fn resolve_repo(
             }
         }
     }
+    let method = t.workspaces.or(d.workspaces).unwrap_or_default();
+    let overlay = match method {
+        WorkspaceMethod::Copy => false,
+        WorkspaceMethod::Auto => crate::tools::layer::available(),
+        WorkspaceMethod::Overlay => {
+            let ok = crate::tools::layer::available();
+            if !ok {
+                cx.err(
+                    &origin(i, t.workspaces.is_some(), &["workspaces"]),
+                    "overlay workspaces need root (CAP_SYS_ADMIN), Linux overlayfs and the agentbatch binary's own mount namespace, and this process has not got them: use auto (falls back to a full copy) or copy",
+                );
+            }
+            ok
+        }
+    };
     let dur = |f: fn(&TaskFields) -> Option<HumanDuration>| {
         f(t).or_else(|| f(d))
             .map_or(DEFAULT_COMMAND_TIMEOUT, |h| h.0)
@@ -89,5 +104,6 @@ pub(super) fn resolve_repo(
             .keep_workspaces
             .or(d.keep_workspaces)
             .unwrap_or(KeepWorkspaces::OnFailure),
+        overlay,
     })
 }

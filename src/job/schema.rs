@@ -157,6 +157,16 @@ pub enum KeepWorkspaces {
     Never,
 }
 
+/// How a task's workspace is made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkspaceMethod {
+    #[default]
+    Auto,
+    Overlay,
+    Copy,
+}
+
 /// How a task's commands are confined.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -296,6 +306,11 @@ pub struct TaskFields {
     pub check_sandbox: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keep_workspaces: Option<KeepWorkspaces>,
+    /// How each task's workspace is made: `auto` (default: an overlay layer over one
+    /// pristine checkout where the machine allows it, else a full clone or copy),
+    /// `overlay` (refused where it cannot work) or `copy`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspaces: Option<WorkspaceMethod>,
     /// Variables added to the scrubbed environment of the task's commands.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env: Option<BTreeMap<String, String>>,

@@ -117,6 +117,8 @@ pub struct RepoSpec {
     /// The check runs confined like the agent's bash (else like setup, networked).
     pub check_sandbox: bool,
     pub keep_workspaces: KeepWorkspaces,
+    /// A copy-on-write layer over a pristine checkout (else a full clone or copy).
+    pub overlay: bool,
 }
 
 /// The tools of a task with their permission policy and limits.

@@ -271,11 +271,14 @@ impl Run {
             registry: self.opts.registry.clone(),
             sim_base: sim.map(|s| s.base_url()),
             run_id: self.run_id.clone(),
-            work_dir: task_dir,
             ledger: ledger.clone(),
             gates: Arc::new(Gates::new(&self.plan)),
             cancel: self.cancel.clone(),
             mcp: Arc::new(crate::tools::mcp::McpHub::default()),
+            pristines: Arc::new(crate::tools::pristine::Pristines::new(
+                task_dir.join("pristine"),
+            )),
+            work_dir: task_dir,
         })
     }
 

@@ -6,12 +6,15 @@
 mod bash;
 mod files;
 mod get_time;
+pub mod layer;
 pub mod mcp;
 pub(crate) mod paths;
 pub(crate) mod policy;
+pub mod pristine;
 pub mod sandbox;
 mod search;
 mod shell;
+mod stage;
 pub mod workspace;
 
 use std::collections::BTreeMap;

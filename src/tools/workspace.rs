@@ -15,11 +15,14 @@ pub struct Workspace {
     /// The runner's own git directory for this workspace, outside it: patches are taken
     /// with it, so nothing the agent writes in the workspace (its `.git/config`,
     /// `.git/info/exclude`, hooks) is read by the runner's git.
-    shadow: PathBuf,
+    pub(super) shadow: PathBuf,
     /// The commit (in the shadow) the agent started from: after setup.
     pub base: String,
     /// Whether the source was a git repository (else a copied folder).
     pub cloned: bool,
+    /// The copy-on-write layer the workspace is, over a pristine checkout (None: a
+    /// full clone or copy of its own).
+    pub layer: Option<super::layer::Layer>,
 }
 
 const SAFE_CONFIG: [&str; 12] = [
@@ -71,9 +74,16 @@ pub enum WorkspaceError {
     NotAFolder(PathBuf),
 }
 
-/// Runs git with neither the user's nor the system's configuration.
-fn git_in(dir: &Path, pre: &[&str], args: &[&str]) -> Result<String, WorkspaceError> {
-    let out = Command::new("git")
+/// Runs git with neither the user's nor the system's configuration, `input` on its
+/// standard input; the raw output, whatever the exit status.
+fn git_raw(
+    dir: &Path,
+    pre: &[&str],
+    args: &[&str],
+    input: &[u8],
+) -> Result<std::process::Output, WorkspaceError> {
+    use std::io::Write;
+    let mut child = Command::new("git")
         .args(SAFE_CONFIG)
         .args(pre)
         .args(args)
@@ -84,8 +94,21 @@ fn git_in(dir: &Path, pre: &[&str], args: &[&str]) -> Result<String, WorkspaceEr
         .env("LANG", "C")
         .env_remove("GIT_DIR")
         .env_remove("GIT_WORK_TREE")
-        .output()
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .map_err(WorkspaceError::NoGit)?;
+    if let Some(mut stdin) = child.stdin.take() {
+        // A git that exits early closes the pipe; its status says why.
+        let _ = stdin.write_all(input);
+    }
+    child.wait_with_output().map_err(WorkspaceError::NoGit)
+}
+
+/// Runs git with neither the user's nor the system's configuration.
+fn git_in(dir: &Path, pre: &[&str], args: &[&str]) -> Result<String, WorkspaceError> {
+    let out = git_raw(dir, pre, args, &[])?;
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
         return Err(WorkspaceError::Git {
@@ -187,7 +210,7 @@ fn absolute(path: &Path) -> Result<PathBuf, WorkspaceError> {
 }
 
 /// An I/O failure on `path` while doing `what`.
-fn io(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> WorkspaceError {
+pub(super) fn io(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> WorkspaceError {
     let path = path.to_path_buf();
     move |source| WorkspaceError::Io { what, path, source }
 }
@@ -303,22 +326,113 @@ impl Workspace {
             shadow: shadow.to_path_buf(),
             base: String::new(),
             cloned,
+            layer: None,
         };
         ws.snapshot()?;
         Ok(ws)
     }
 
-    /// Git in the runner's own repository of this workspace.
-    fn shadow_git(&self, args: &[&str]) -> Result<String, WorkspaceError> {
+    /// A task's workspace as an overlay layer over `pristine` (a workspace made once per
+    /// repository and ref, never written to), mounted at `dir/merged`. Its patch base is
+    /// the pristine's: the runner's repository of it shares the pristine's objects and
+    /// starts from a copy of its index, so a snapshot hashes only what changed. On
+    /// failure nothing is left behind. Blocking.
+    pub fn layered(
+        pristine: &Workspace,
+        dir: &Path,
+        shadow: &Path,
+    ) -> Result<Workspace, WorkspaceError> {
+        let (dir, shadow) = (absolute(dir)?, absolute(shadow)?);
+        if dir.exists() || shadow.exists() {
+            return Err(WorkspaceError::Exists(dir));
+        }
+        let layer = super::layer::Layer::mount(&pristine.root, &dir)
+            .map_err(io("mount an overlay at", &dir))?;
+        let made = Self::share(pristine, &layer, &shadow);
+        if made.is_err() {
+            let _ = layer.remove();
+            let _ = std::fs::remove_dir_all(&shadow);
+        }
+        made
+    }
+
+    fn share(
+        pristine: &Workspace,
+        layer: &super::layer::Layer,
+        shadow: &Path,
+    ) -> Result<Workspace, WorkspaceError> {
+        let root = layer
+            .merged
+            .canonicalize()
+            .map_err(io("resolve", &layer.merged))?;
+        git(
+            &root,
+            &["init", "--quiet", "--bare", &shadow.to_string_lossy()],
+        )?;
+        let objects = pristine.shadow.join("objects");
+        let alternates = shadow.join("objects/info/alternates");
+        std::fs::write(&alternates, format!("{}\n", objects.display()))
+            .map_err(io("write", &alternates))?;
+        let index = shadow.join("index");
+        std::fs::copy(pristine.shadow.join("index"), &index).map_err(io("copy", &index))?;
+        let ws = Workspace {
+            root,
+            shadow: shadow.to_path_buf(),
+            base: pristine.base.clone(),
+            cloned: pristine.cloned,
+            layer: Some(layer.clone()),
+        };
+        ws.shadow_git(&["update-ref", "HEAD", &ws.base])?;
+        Ok(ws)
+    }
+
+    /// How the workspace was made, for the reports: `overlay`, `clone` or `copy`.
+    pub fn method(&self) -> &'static str {
+        match (&self.layer, self.cloned) {
+            (Some(_), _) => "overlay",
+            (None, true) => "clone",
+            (None, false) => "copy",
+        }
+    }
+
+    /// Git in the runner's own repository of this workspace. A file is re-read when
+    /// its size or whole-second mtime changed (what an overlay keeps of a lower file;
+    /// its inode and device are the overlay's), or when it was written in the second the
+    /// index was (git's racy-entry rule).
+    pub(super) fn shadow_git(&self, args: &[&str]) -> Result<String, WorkspaceError> {
+        let out = self.shadow_raw(args, &[])?;
+        if !out.status.success() {
+            return Err(WorkspaceError::Git {
+                args: args.join(" "),
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            });
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// The runner's git with `input` on its standard input, whatever its exit status.
+    pub(super) fn shadow_raw(
+        &self,
+        args: &[&str],
+        input: &[u8],
+    ) -> Result<std::process::Output, WorkspaceError> {
         let gd = format!("--git-dir={}", self.shadow.display());
         let wt = format!("--work-tree={}", self.root.display());
-        git_in(&self.root, &[&gd, &wt], args)
+        let pre = [
+            &gd,
+            &wt,
+            "-c",
+            "core.checkStat=minimal",
+            "-c",
+            "core.trustctime=false",
+        ];
+        git_raw(&self.root, &pre, args, input)
     }
 
     /// Records the workspace as it is now as the starting point of the patch (after
     /// setup, so that what setup built is not the agent's change). Blocking.
     pub fn snapshot(&mut self) -> Result<(), WorkspaceError> {
-        self.shadow_git(&["add", "-A"])?;
+        self.stage()?;
         self.shadow_git(&[
             "-c",
             "user.name=agentbatch",
@@ -338,7 +452,7 @@ impl Workspace {
     /// The agent's change against the starting point, as a git patch (empty when
     /// nothing changed). Blocking.
     pub fn diff(&self) -> Result<String, WorkspaceError> {
-        self.shadow_git(&["add", "-A"])?;
+        self.stage()?;
         self.shadow_git(&[
             "diff",
             "--cached",
@@ -356,10 +470,14 @@ impl Workspace {
         Ok(out.lines().map(str::to_string).collect())
     }
 
-    /// Deletes the workspace and the runner's repository of it. Blocking.
+    /// Deletes the workspace and the runner's repository of it (a layer is unmounted
+    /// first; its pristine checkout stays). Blocking.
     pub fn remove(&self) -> std::io::Result<()> {
         let _ = std::fs::remove_dir_all(&self.shadow);
-        std::fs::remove_dir_all(&self.root)
+        match &self.layer {
+            Some(l) => l.remove(),
+            None => std::fs::remove_dir_all(&self.root),
+        }
     }
 
     /// Deletes only the runner's repository (the workspace is kept). Blocking.

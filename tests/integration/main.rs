@@ -26,3 +26,4 @@ mod reports;
 mod stream_runs;
 mod streaming;
 mod summarize;
+mod workspaces;

@@ -1,0 +1,73 @@
+//! The run's pristine checkouts: one read-only workspace per repository and ref, made
+//! by the first task that needs it, under which every task's copy-on-write layer is
+//! mounted (see [`super::layer`]).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use tokio::sync::OnceCell;
+
+use super::workspace::Workspace;
+
+type Key = (PathBuf, Option<String>);
+
+/// A pristine checkout, once made (or why it could not be).
+type Made = Arc<OnceCell<Result<Arc<Workspace>, String>>>;
+
+/// Pristine checkouts by source and ref; the first task makes one, the others wait for
+/// it. A failure is kept too, so every task of that repository says the same.
+#[derive(Debug)]
+pub struct Pristines {
+    dir: PathBuf,
+    /// Each with its folder's number.
+    made: Mutex<HashMap<Key, (usize, Made)>>,
+}
+
+impl Pristines {
+    /// Pristine checkouts go in `dir` (the run's folder, `pristine/`).
+    pub fn new(dir: PathBuf) -> Pristines {
+        Pristines {
+            dir,
+            made: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The pristine checkout of `source` at `git_ref`, made now if no task made it.
+    pub async fn get(
+        &self,
+        source: &Path,
+        git_ref: Option<&str>,
+    ) -> Result<Arc<Workspace>, String> {
+        let key = (source.to_path_buf(), git_ref.map(str::to_string));
+        let (cell, n) = {
+            let mut made = self.made.lock().unwrap_or_else(PoisonError::into_inner);
+            let n = made.len();
+            let (n, cell) = made.entry(key).or_insert_with(|| (n, Arc::default()));
+            (cell.clone(), *n)
+        };
+        let dir = self.dir.clone();
+        let (source, git_ref) = (source.to_path_buf(), git_ref.map(str::to_string));
+        cell.get_or_init(|| async move {
+            tokio::task::spawn_blocking(move || {
+                // A folder of an earlier attempt of this run (resumed) may hold layers
+                // kept over it: a new one goes beside it.
+                let at = (0..)
+                    .map(|k| match k {
+                        0 => dir.join(n.to_string()),
+                        k => dir.join(format!("{n}-{k}")),
+                    })
+                    .find(|d| !d.exists())
+                    .unwrap_or_else(|| dir.join(n.to_string()));
+                let (dest, shadow) = (at.join("tree"), at.join("git"));
+                Workspace::create(&source, git_ref.as_deref(), &dest, &shadow)
+                    .map(Arc::new)
+                    .map_err(|e| e.to_string())
+            })
+            .await
+            .map_err(|e| e.to_string())?
+        })
+        .await
+        .clone()
+    }
+}
