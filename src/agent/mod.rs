@@ -339,7 +339,7 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
                 _ => level,
             };
             let outcome = outcome_of(&stop, check.as_ref());
-            let kept = repo::cleanup(repo, prepared, outcome, &log).await;
+            let kept = repo::cleanup(repo, prepared, outcome, &log, &env.pristines).await;
             (check, patch, kept, level)
         }
         None => (None, None, None, String::new()),

@@ -265,6 +265,7 @@ pub async fn cleanup(
     p: Prepared,
     outcome: Outcome,
     log: &TaskLog,
+    pristines: &std::sync::Arc<crate::tools::pristine::Pristines>,
 ) -> Option<String> {
     let keep = match repo.keep_workspaces {
         KeepWorkspaces::Always => true,
@@ -272,6 +273,7 @@ pub async fn cleanup(
         KeepWorkspaces::OnFailure => outcome != Outcome::Pass,
     };
     let (ws, tmp) = (p.workspace, p.tmp);
+    let pristines = pristines.clone();
     let kept = blocking(move || {
         if let Some(tmp) = tmp {
             let _ = std::fs::remove_dir_all(tmp);
@@ -282,6 +284,7 @@ pub async fn cleanup(
             // A layer is kept as what the task wrote: its upper folder, over the
             // pristine checkout (README: reassembling a kept overlay workspace).
             if let Some(layer) = &ws.layer {
+                pristines.keep();
                 let _ = layer.unmount();
                 return Ok(Some(layer.upper.display().to_string()));
             }

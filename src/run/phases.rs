@@ -114,7 +114,12 @@ impl Run {
         let run_json = self.run_json(abandoned);
         let reporter = self.start_reporter(run_json)?;
         let env = self.agent_env(&ledger, sim.as_ref())?;
+        let pristines = env.pristines.clone();
         self.feed(&reporter, env).await;
+        // The pristine checkouts go, unless a kept layer is over one.
+        tokio::task::spawn_blocking(move || pristines.finish())
+            .await
+            .ok();
         self.finish(reporter).await
     }
 

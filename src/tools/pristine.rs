@@ -20,6 +20,10 @@ type Made = Arc<OnceCell<Result<Arc<Workspace>, String>>>;
 #[derive(Debug)]
 pub struct Pristines {
     dir: PathBuf,
+    /// A task's layer over one of them was kept: they stay after the run.
+    kept: std::sync::atomic::AtomicBool,
+    /// The folders this run made (a resumed run leaves an earlier attempt's alone).
+    dirs: Arc<Mutex<Vec<PathBuf>>>,
     /// Each with its folder's number.
     made: Mutex<HashMap<Key, (usize, Made)>>,
 }
@@ -29,8 +33,33 @@ impl Pristines {
     pub fn new(dir: PathBuf) -> Pristines {
         Pristines {
             dir,
+            kept: Default::default(),
+            dirs: Default::default(),
             made: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// A layer over one of them is kept: they stay, for reassembling it.
+    pub fn keep(&self) {
+        self.kept.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Deletes the pristine checkouts at the end of the run, unless a kept layer needs
+    /// them. Blocking.
+    pub fn finish(&self) {
+        if self.kept.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        for d in self
+            .dirs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+        {
+            let _ = std::fs::remove_dir_all(d);
+        }
+        // Empty unless an earlier attempt left some.
+        let _ = std::fs::remove_dir(&self.dir);
     }
 
     /// The pristine checkout of `source` at `git_ref`, made now if no task made it.
@@ -46,7 +75,7 @@ impl Pristines {
             let (n, cell) = made.entry(key).or_insert_with(|| (n, Arc::default()));
             (cell.clone(), *n)
         };
-        let dir = self.dir.clone();
+        let (dir, dirs) = (self.dir.clone(), self.dirs.clone());
         let (source, git_ref) = (source.to_path_buf(), git_ref.map(str::to_string));
         cell.get_or_init(|| async move {
             tokio::task::spawn_blocking(move || {
@@ -59,6 +88,9 @@ impl Pristines {
                     })
                     .find(|d| !d.exists())
                     .unwrap_or_else(|| dir.join(n.to_string()));
+                dirs.lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(at.clone());
                 let (dest, shadow) = (at.join("tree"), at.join("git"));
                 Workspace::create(&source, git_ref.as_deref(), &dest, &shadow)
                     .map(Arc::new)

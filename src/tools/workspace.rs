@@ -365,25 +365,34 @@ impl Workspace {
             .merged
             .canonicalize()
             .map_err(io("resolve", &layer.merged))?;
-        git(
-            &root,
-            &["init", "--quiet", "--bare", &shadow.to_string_lossy()],
-        )?;
-        let objects = pristine.shadow.join("objects");
-        let alternates = shadow.join("objects/info/alternates");
-        std::fs::write(&alternates, format!("{}\n", objects.display()))
-            .map_err(io("write", &alternates))?;
+        // A bare repository written by hand (no git process: this is on every task's
+        // path): the pristine's objects as alternates, HEAD at its base commit.
+        let info = shadow.join("objects/info");
+        std::fs::create_dir_all(&info).map_err(io("create", &info))?;
+        std::fs::create_dir_all(shadow.join("refs")).map_err(io("create", shadow))?;
+        for (name, text) in [
+            (
+                "objects/info/alternates",
+                format!("{}\n", pristine.shadow.join("objects").display()),
+            ),
+            ("HEAD", format!("{}\n", pristine.base)),
+            (
+                "config",
+                "[core]\n\trepositoryformatversion = 0\n\tbare = true\n".to_string(),
+            ),
+        ] {
+            let path = shadow.join(name);
+            std::fs::write(&path, text).map_err(io("write", &path))?;
+        }
         let index = shadow.join("index");
         std::fs::copy(pristine.shadow.join("index"), &index).map_err(io("copy", &index))?;
-        let ws = Workspace {
+        Ok(Workspace {
             root,
             shadow: shadow.to_path_buf(),
             base: pristine.base.clone(),
             cloned: pristine.cloned,
             layer: Some(layer.clone()),
-        };
-        ws.shadow_git(&["update-ref", "HEAD", &ws.base])?;
-        Ok(ws)
+        })
     }
 
     /// How the workspace was made, for the reports: `overlay`, `clone` or `copy`.
