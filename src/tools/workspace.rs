@@ -205,7 +205,7 @@ fn is_bundle(path: &Path) -> bool {
 
 /// `path` made absolute against the current folder, without resolving symlinks: git
 /// runs in other folders, so a relative path would point elsewhere.
-fn absolute(path: &Path) -> Result<PathBuf, WorkspaceError> {
+pub(super) fn absolute(path: &Path) -> Result<PathBuf, WorkspaceError> {
     std::path::absolute(path).map_err(io("resolve", path))
 }
 
@@ -330,69 +330,6 @@ impl Workspace {
         };
         ws.snapshot()?;
         Ok(ws)
-    }
-
-    /// A task's workspace as an overlay layer over `pristine` (a workspace made once per
-    /// repository and ref, never written to), mounted at `dir/merged`. Its patch base is
-    /// the pristine's: the runner's repository of it shares the pristine's objects and
-    /// starts from a copy of its index, so a snapshot hashes only what changed. On
-    /// failure nothing is left behind. Blocking.
-    pub fn layered(
-        pristine: &Workspace,
-        dir: &Path,
-        shadow: &Path,
-    ) -> Result<Workspace, WorkspaceError> {
-        let (dir, shadow) = (absolute(dir)?, absolute(shadow)?);
-        if dir.exists() || shadow.exists() {
-            return Err(WorkspaceError::Exists(dir));
-        }
-        let layer = super::layer::Layer::mount(&pristine.root, &dir)
-            .map_err(io("mount an overlay at", &dir))?;
-        let made = Self::share(pristine, &layer, &shadow);
-        if made.is_err() {
-            let _ = layer.remove();
-            let _ = std::fs::remove_dir_all(&shadow);
-        }
-        made
-    }
-
-    fn share(
-        pristine: &Workspace,
-        layer: &super::layer::Layer,
-        shadow: &Path,
-    ) -> Result<Workspace, WorkspaceError> {
-        let root = layer
-            .merged
-            .canonicalize()
-            .map_err(io("resolve", &layer.merged))?;
-        // A bare repository written by hand (no git process: this is on every task's
-        // path): the pristine's objects as alternates, HEAD at its base commit.
-        let info = shadow.join("objects/info");
-        std::fs::create_dir_all(&info).map_err(io("create", &info))?;
-        std::fs::create_dir_all(shadow.join("refs")).map_err(io("create", shadow))?;
-        for (name, text) in [
-            (
-                "objects/info/alternates",
-                format!("{}\n", pristine.shadow.join("objects").display()),
-            ),
-            ("HEAD", format!("{}\n", pristine.base)),
-            (
-                "config",
-                "[core]\n\trepositoryformatversion = 0\n\tbare = true\n".to_string(),
-            ),
-        ] {
-            let path = shadow.join(name);
-            std::fs::write(&path, text).map_err(io("write", &path))?;
-        }
-        let index = shadow.join("index");
-        std::fs::copy(pristine.shadow.join("index"), &index).map_err(io("copy", &index))?;
-        Ok(Workspace {
-            root,
-            shadow: shadow.to_path_buf(),
-            base: pristine.base.clone(),
-            cloned: pristine.cloned,
-            layer: Some(layer.clone()),
-        })
     }
 
     /// How the workspace was made, for the reports: `overlay`, `clone` or `copy`.
