@@ -168,3 +168,26 @@ impl Workspace {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_upper_folder_lists_what_was_written_but_not_git() {
+        let dir = tempfile::tempdir().unwrap();
+        let up = dir.path();
+        std::fs::create_dir_all(up.join("a/b")).unwrap();
+        std::fs::create_dir_all(up.join(".git/objects")).unwrap();
+        std::fs::write(up.join("a/b/c.txt"), "x").unwrap();
+        std::fs::write(up.join("top"), "y").unwrap();
+        std::fs::write(up.join(".git/index"), "z").unwrap();
+        let w = written(up).unwrap();
+        let files: Vec<&[u8]> = w.files.iter().map(Vec::as_slice).collect();
+        assert_eq!(files, vec![b"a/b/c.txt".as_slice(), b"top".as_slice()]);
+        assert!(w.cleared.is_empty());
+        assert_eq!(nul_split(&nul_joined(&w.files)), w.files);
+        assert!(is_ignore_file(b"sub/.gitignore") && is_ignore_file(b".gitignore"));
+        assert!(!is_ignore_file(b"x.gitignore"));
+    }
+}
