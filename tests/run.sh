@@ -32,4 +32,8 @@ if [ ! -f tests/mcp/node_modules/.installed ] || [ tests/mcp/package-lock.json -
   touch tests/mcp/node_modules/.installed
 fi
 
+# The overlay workspace tests mount overlayfs inside the binary's own mount namespace,
+# which needs root (CAP_SYS_ADMIN); they fail, saying so, without it.
+[ "$(id -u)" -eq 0 ] || echo "tests/run.sh: not running as root: the overlay workspace tests (tests/integration/workspaces.rs) will fail; run the tests as root" >&2
+
 cargo test --locked "$@"

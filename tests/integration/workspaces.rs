@@ -116,6 +116,7 @@ fn a_run_killed_with_mounted_workspaces_leaves_no_mount_and_resumes() {
     );
     // Only folders are left; the resume removes them and runs the task again.
     assert!(case.path(&format!("{out}/r/workspaces/slow")).is_dir());
+    assert!(case.path(&format!("{out}/r/pristine/0/tree")).is_dir());
     let again = case.agentbatch(&[
         "run",
         "job.yaml",
@@ -128,6 +129,9 @@ fn a_run_killed_with_mounted_workspaces_leaves_no_mount_and_resumes() {
     let row = rows.iter().find(|r| r["task_id"] == "slow").unwrap();
     assert_eq!(row["outcome"], "pass", "{row:?}");
     assert!(!case.path(&format!("{out}/r/workspaces/slow")).exists());
+    // The killed attempt's pristine checkout went with the resume, and the resumed
+    // run's at its end.
+    assert!(!case.path(&format!("{out}/r/pristine")).exists());
     let patch = std::fs::read_to_string(case.path(&format!("{out}/r/patches/slow.diff"))).unwrap();
     assert!(patch.contains("+    return a + b"), "{patch}");
     assert_eq!(overlay_mounts("self"), 0);
