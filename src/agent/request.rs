@@ -333,13 +333,17 @@ impl Loop<'_> {
     }
 
     /// Waits for the team's and the provider's rate gates (counted as rate_wait_ms).
+    /// Cut off, it gives back what the gates that had admitted it took (the one it was
+    /// waiting at gives back its own).
     async fn admit(&mut self, paced: TokenCount) -> Result<(), Stop> {
-        let gates = self.gates();
+        let gates: Vec<_> = self.gates().into_iter().flatten().collect();
         let started = Instant::now();
+        let passed = std::sync::atomic::AtomicUsize::new(0);
         let admitted = guarded(
             async {
-                for g in gates.iter().flatten() {
+                for g in &gates {
                     g.admit(paced.input, paced.output).await;
+                    passed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 }
             },
             self.deadline,
@@ -347,6 +351,12 @@ impl Loop<'_> {
         )
         .await;
         self.tally.rate_wait += started.elapsed();
+        if admitted.is_err() {
+            let n = passed.load(std::sync::atomic::Ordering::SeqCst);
+            for g in gates.iter().take(n) {
+                g.correct(paced, TokenCount::default());
+            }
+        }
         admitted.map_err(|i| interrupted(i, "while waiting for a rate limit", &self.spec.limits))
     }
 

@@ -89,8 +89,9 @@ impl TokenLimit {
     }
 
     /// Waits until `n` tokens are taken, in bucket-sized steps (so a request larger
-    /// than the burst is paced rather than refused).
-    async fn take(&self, mut n: u64) {
+    /// than the burst is paced rather than refused); `taken` counts the steps done, so
+    /// a wait cut off half-way can give them back.
+    async fn take(&self, mut n: u64, done: &mut u64) {
         while n > 0 {
             // Registered before looking, so a refund in between is not missed.
             let refunded = self.refunded.notified();
@@ -100,7 +101,10 @@ impl TokenLimit {
                 b.take(step, Instant::now()).map(|()| step)
             };
             match taken {
-                Ok(step) => n -= step,
+                Ok(step) => {
+                    n -= step;
+                    *done += step;
+                }
                 Err(wait) => {
                     tokio::select! {
                         () = tokio::time::sleep(wait) => {}
@@ -165,6 +169,7 @@ impl Gate {
 
     /// Waits for the gate to admit a request of `input` rate-counted prompt tokens that
     /// may produce `output` tokens (pre-charged at max_tokens, as providers do).
+    /// A wait cut off (deadline, cancellation) gives back the tokens it had taken.
     pub async fn admit(&self, input: u64, output: u64) {
         let _turn = self.queue.lock().await;
         while let Some(until) = self.pause() {
@@ -173,12 +178,18 @@ impl Gate {
         if let Some(l) = &self.rpm {
             l.take(1).await;
         }
+        let mut held = Held {
+            gate: self,
+            taken: TokenCount::default(),
+            admitted: false,
+        };
         if let Some(l) = &self.itpm {
-            l.take(input).await;
+            l.take(input, &mut held.taken.input).await;
         }
         if let Some(l) = &self.otpm {
-            l.take(output).await;
+            l.take(output, &mut held.taken.output).await;
         }
+        held.admitted = true;
     }
 
     /// Corrects what [`Gate::admit`] took (`charged`) to what the provider counted:
@@ -189,6 +200,21 @@ impl Gate {
         }
         if let Some(l) = &self.otpm {
             l.correct(charged.output, counted.output);
+        }
+    }
+}
+
+/// Tokens an admit has taken so far: given back if it is dropped before it admits.
+struct Held<'a> {
+    gate: &'a Gate,
+    taken: TokenCount,
+    admitted: bool,
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        if !self.admitted {
+            self.gate.correct(self.taken, TokenCount::default());
         }
     }
 }
@@ -265,6 +291,28 @@ mod tests {
         g.admit(3000, 0).await; // 990/s with a burst of 900: over two seconds
         assert!(
             start.elapsed() >= Duration::from_millis(1900),
+            "{:?}",
+            start.elapsed()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_wait_cut_off_gives_back_what_it_had_taken() {
+        // 60,000 itpm: 990 a second, a burst of 900.
+        let g = Gate::new(&RateLimits {
+            rpm: None,
+            itpm: Some(60_000),
+            otpm: None,
+            burst: Duration::from_secs(1),
+        });
+        // 1,800 takes the burst at once, then waits for the rest: cut it off.
+        let cut = tokio::time::timeout(Duration::from_millis(100), g.admit(1800, 0)).await;
+        assert!(cut.is_err());
+        // The 900 it took are back: the next 900 go at once.
+        let start = Instant::now();
+        g.admit(850, 0).await;
+        assert!(
+            start.elapsed() < Duration::from_millis(300),
             "{:?}",
             start.elapsed()
         );
