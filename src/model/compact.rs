@@ -5,7 +5,7 @@
 
 use serde_json::Value;
 
-use super::conversation::Conversation;
+use super::conversation::{len_of, Conversation};
 use super::Protocol;
 use crate::vocab::context::ContextEdits;
 
@@ -105,18 +105,19 @@ impl Conversation {
             tokens_after: self.context_estimate(),
         })
     }
-}
 
-impl Conversation {
     /// After an answer that opens with a `compaction` item (the Responses API's
     /// server-side compaction), the items before the newest such item are not sent
     /// again: the item stands for them (the API's guide allows dropping them). What
-    /// went, for the compaction event; None when the answer compacted nothing.
-    pub(super) fn after_server_compaction(&mut self) -> Option<ContextEdits> {
-        let c = self
-            .history
-            .iter()
-            .rposition(|e| e["type"] == "compaction")?;
+    /// went, for the compaction event; None when the answer (its `new` items, the
+    /// history's last) compacted nothing. Only the answer is searched: this runs on
+    /// every Responses turn.
+    pub(super) fn after_server_compaction(&mut self, new: usize) -> Option<ContextEdits> {
+        let from = self.history.len().saturating_sub(new);
+        let c = from
+            + self.history[from..]
+                .iter()
+                .rposition(|e| e["type"] == "compaction")?;
         if c == 0 {
             return None;
         }
@@ -126,10 +127,7 @@ impl Conversation {
             .iter()
             .filter(|e| e["type"] == "function_call_output")
             .count();
-        let bytes: u64 = gone
-            .iter()
-            .map(|e| serde_json::to_vec(e).map_or(0, |b| b.len() as u64))
-            .sum();
+        let bytes: u64 = gone.iter().map(len_of).sum();
         self.encoded.drain(..c.min(self.encoded.len()));
         self.cached_tail = None;
         // The answer's count may or may not include what was compacted: the estimate
@@ -182,7 +180,7 @@ fn result_slots(
     names: &std::collections::HashMap<String, String>,
 ) -> Vec<Slot> {
     let mut out = Vec::new();
-    let size = |v: &Value| serde_json::to_vec(v).map_or(0, |b| b.len() as u64);
+    let size = |v: &Value| len_of(v);
     let cleared = |v: &Value| v.as_str().is_some_and(|s| s.starts_with(CLEARED));
     let name = |id: &Value| {
         id.as_str()

@@ -160,7 +160,7 @@ fn first_message(protocol: Protocol, prompt: &str, params: &Params, tools: &[Val
     }
 }
 
-fn len_of(v: &impl serde::Serialize) -> u64 {
+pub(super) fn len_of(v: &impl serde::Serialize) -> u64 {
     serde_json::to_vec(v).map_or(0, |b| b.len() as u64)
 }
 
@@ -544,10 +544,11 @@ impl Conversation {
             .cache_read_tokens
             .saturating_add(usage.cache_write_tokens);
         self.answered_at = Some(std::time::Instant::now());
+        let appended = items.len();
         self.history.extend(items);
         let context_edits = match self.endpoint.protocol {
             Protocol::Anthropic => anthropic::applied_edits(&raw),
-            Protocol::OpenaiResponses => self.after_server_compaction(),
+            Protocol::OpenaiResponses => self.after_server_compaction(appended),
             Protocol::OpenaiChat => None,
         };
         // The answer is in the response event; the next request event lists only what

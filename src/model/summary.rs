@@ -5,7 +5,7 @@
 
 use serde_json::{json, Value};
 
-use super::conversation::{Conversation, FIRST_REQUEST_OVERHEAD};
+use super::conversation::{len_of, Conversation, FIRST_REQUEST_OVERHEAD};
 use super::Protocol;
 use crate::vocab::context::{turn_starts, SUMMARY_HEADING, SUMMARY_REQUEST};
 
@@ -29,10 +29,6 @@ fn results_in(e: &Value) -> usize {
     e["content"].as_array().map_or(0, |blocks| {
         blocks.iter().filter(|b| b["type"] == "tool_result").count()
     })
-}
-
-fn len_of(v: &Value) -> u64 {
-    serde_json::to_vec(v).map_or(0, |b| b.len() as u64)
 }
 
 impl Conversation {

@@ -34,23 +34,33 @@ fn texts(e: &Value) -> Vec<&str> {
     }
 }
 
-/// The call ids of the model entries in `turn`.
-fn call_ids(turn: &[Value]) -> Vec<&str> {
-    let mut ids = Vec::new();
+/// The calls (id, tool name) of the model entries in `turn`, in every protocol's shape.
+fn calls(turn: &[Value]) -> Vec<(&str, &str)> {
+    fn add<'a>(out: &mut Vec<(&'a str, &'a str)>, id: &'a Value, name: &'a Value) {
+        if let (Some(i), Some(n)) = (id.as_str(), name.as_str()) {
+            out.push((i, n));
+        }
+    }
+    let mut out = Vec::new();
     for e in turn.iter().take_while(|e| !is_client_entry(e)) {
         if e["type"] == "function_call" {
-            ids.extend(e["call_id"].as_str());
+            add(&mut out, &e["call_id"], &e["name"]);
         }
         for c in e["tool_calls"].as_array().into_iter().flatten() {
-            ids.extend(c["id"].as_str());
+            add(&mut out, &c["id"], &c["function"]["name"]);
         }
         for b in e["content"].as_array().into_iter().flatten() {
             if b["type"] == "tool_use" {
-                ids.extend(b["id"].as_str());
+                add(&mut out, &b["id"], &b["name"]);
             }
         }
     }
-    ids
+    out
+}
+
+/// The call ids of the model entries in `turn`.
+fn call_ids(turn: &[Value]) -> Vec<&str> {
+    calls(turn).into_iter().map(|(id, _)| id).collect()
 }
 
 /// Script steps among `entries`, counted the way the protocol counts them.
@@ -93,18 +103,18 @@ pub fn base(protocol: Protocol, request: &Value) -> usize {
             .map_or(0, |(s, _)| s);
         return steps.saturating_sub(steps_in(protocol, &h[..c]));
     }
-    let starts = turn_starts(h);
-    let head = &h[..starts.first().copied().unwrap_or(h.len())];
-    let Some((steps, calls)) = head.iter().flat_map(texts).find_map(marker) else {
+    // The head: the client entries before the first model turn.
+    let head = h.iter().take_while(|e| is_client_entry(e));
+    let Some((steps, last)) = head.flat_map(texts).find_map(marker) else {
         return 0;
     };
-    if calls.is_empty() {
+    if last.is_empty() {
         return steps;
     }
     // The kept turn that was the last one summarized is step `steps - 1`.
-    starts
+    turn_starts(h)
         .iter()
-        .find(|&&s| call_ids(&h[s..]) == calls)
+        .find(|&&s| call_ids(&h[s..]) == last)
         .and_then(|&s| steps.checked_sub(1 + steps_in(protocol, &h[..s])))
         .unwrap_or(steps)
 }
@@ -128,9 +138,9 @@ pub fn turn(
 ) -> ScriptTurn {
     let h = entries(protocol, request);
     let starts = turn_starts(h);
-    let mut names: Vec<(String, usize)> = Vec::new();
+    let mut names: Vec<(&str, usize)> = Vec::new();
     for &s in &starts {
-        for n in tool_names(&h[s..]) {
+        for (_, n) in calls(&h[s..]) {
             match names.iter_mut().find(|(m, _)| *m == n) {
                 Some((_, c)) => *c += 1,
                 None => names.push((n, 1)),
@@ -170,25 +180,6 @@ pub fn turn(
 /// The call ids of the request's last model turn.
 fn last_calls<'a>(h: &'a [Value], starts: &[usize]) -> Vec<&'a str> {
     starts.last().map_or(Vec::new(), |&s| call_ids(&h[s..]))
-}
-
-/// The tool names the model entries of `turn` call.
-fn tool_names(turn: &[Value]) -> Vec<String> {
-    let mut names = Vec::new();
-    for e in turn.iter().take_while(|e| !is_client_entry(e)) {
-        if e["type"] == "function_call" {
-            names.extend(e["name"].as_str().map(str::to_string));
-        }
-        for c in e["tool_calls"].as_array().into_iter().flatten() {
-            names.extend(c["function"]["name"].as_str().map(str::to_string));
-        }
-        for b in e["content"].as_array().into_iter().flatten() {
-            if b["type"] == "tool_use" {
-                names.extend(b["name"].as_str().map(str::to_string));
-            }
-        }
-    }
-    names
 }
 
 #[cfg(test)]
