@@ -154,22 +154,18 @@ pub async fn prepare(
 
 /// The agent's change, taken before the check runs (so nothing the check writes is in
 /// it). None without a workspace.
-pub async fn patch(p: &Prepared, log: &TaskLog) -> Option<String> {
+pub async fn patch(p: &Prepared, log: &TaskLog) -> Option<Vec<u8>> {
     let ws = p.workspace.clone()?;
-    // The diff stages the changes the file list then reads.
-    let diff = move || {
-        let patch = ws.diff().map_err(|e| e.to_string());
-        Ok((patch, ws.changed_files().unwrap_or_default()))
-    };
-    match blocking(diff).await {
-        Ok((Ok(patch), files)) => {
+    match blocking(move || ws.patch()).await {
+        Ok(patch) => {
             log.emit(TranscriptEvent::Patch {
-                files,
-                bytes: patch.len(),
+                files: patch.files,
+                bytes: patch.diff.len(),
+                staged: Some(patch.staged.to_string()),
             });
-            Some(patch)
+            Some(patch.diff)
         }
-        Ok((Err(e), _)) | Err(e) => {
+        Err(e) => {
             log.emit(TranscriptEvent::PatchError { error: e });
             None
         }

@@ -15,6 +15,7 @@ pub mod sandbox;
 mod search;
 mod shell;
 mod stage;
+mod tree_edit;
 pub mod workspace;
 
 use std::collections::BTreeMap;

@@ -109,8 +109,9 @@ impl Workspace {
     /// A task's workspace as an overlay layer over `pristine` (a workspace made once per
     /// repository and ref, never written to), mounted at `dir/merged`. Its patch base is
     /// the pristine's: the runner's repository of it shares the pristine's objects and
-    /// starts from a copy of its index, so a snapshot hashes only what changed. On
-    /// failure nothing is left behind. Blocking.
+    /// has no index of its own (writing one would cost the repository's file count per
+    /// task), so a snapshot hashes only what changed. On failure nothing is left behind.
+    /// Blocking.
     pub fn layered(
         pristine: &Workspace,
         dir: &Path,
@@ -157,14 +158,14 @@ impl Workspace {
             let path = shadow.join(name);
             std::fs::write(&path, text).map_err(io("write", &path))?;
         }
-        let index = shadow.join("index");
-        std::fs::copy(pristine.shadow.join("index"), &index).map_err(io("copy", &index))?;
+        // No index: the patch is a tree edited from what the layer holds (stage.rs).
         Ok(Workspace {
             root,
             shadow: shadow.to_path_buf(),
             base: pristine.base.clone(),
             cloned: pristine.cloned,
             layer: Some(layer.clone()),
+            pristine_git: Some(pristine.shadow.clone()),
         })
     }
 }

@@ -7,6 +7,30 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// What the agent changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Patch {
+    /// `git diff --binary` against the starting point; empty when nothing changed.
+    /// Bytes, as git wrote them: a file's content or name need not be UTF-8.
+    pub diff: Vec<u8>,
+    /// `git diff --name-status` lines.
+    pub files: Vec<String>,
+    /// How the change was found, for the transcript: `index` (a full clone or copy:
+    /// `git add -A`), `layer` (the paths a layer's upper folder holds), or `whole tree`
+    /// (a layer whose change could uncover files nobody wrote, staged like a copy).
+    pub staged: &'static str,
+}
+
+/// What a staging left to diff against the starting commit.
+pub(super) enum Staged {
+    /// The runner's index (a full clone or copy).
+    Index,
+    /// A layer's change, edited into the starting tree: the new tree, None if the same.
+    Edited(Option<String>),
+    /// A layer staged whole, as a copy is: its tree.
+    Whole(String),
+}
+
 /// A task's copy of its repository.
 #[derive(Debug, Clone)]
 pub struct Workspace {
@@ -23,6 +47,8 @@ pub struct Workspace {
     /// The copy-on-write layer the workspace is, over a pristine checkout (None: a
     /// full clone or copy of its own).
     pub layer: Option<super::layer::Layer>,
+    /// A layer's pristine checkout's git folder, whose index a full staging starts from.
+    pub(super) pristine_git: Option<PathBuf>,
 }
 
 const SAFE_CONFIG: [&str; 12] = [
@@ -74,17 +100,11 @@ pub enum WorkspaceError {
     NotAFolder(PathBuf),
 }
 
-/// Runs git with neither the user's nor the system's configuration, `input` on its
-/// standard input; the raw output, whatever the exit status.
-fn git_raw(
-    dir: &Path,
-    pre: &[&str],
-    args: &[&str],
-    input: &[u8],
-) -> Result<std::process::Output, WorkspaceError> {
-    use std::io::Write;
-    let mut child = Command::new("git")
-        .args(SAFE_CONFIG)
+/// Git with neither the user's nor the system's configuration, in `dir`, its three
+/// streams piped.
+pub(super) fn git_command(dir: &Path, pre: &[&str], args: &[&str]) -> Command {
+    let mut cmd = Command::new("git");
+    cmd.args(SAFE_CONFIG)
         .args(pre)
         .args(args)
         .current_dir(dir)
@@ -94,16 +114,42 @@ fn git_raw(
         .env("LANG", "C")
         .env_remove("GIT_DIR")
         .env_remove("GIT_WORK_TREE")
+        .env_remove("GIT_INDEX_FILE")
+        .env_remove("GIT_OBJECT_DIRECTORY")
+        .env_remove("GIT_ALTERNATE_OBJECT_DIRECTORIES")
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .map_err(WorkspaceError::NoGit)?;
-    if let Some(mut stdin) = child.stdin.take() {
-        // A git that exits early closes the pipe; its status says why.
-        let _ = stdin.write_all(input);
-    }
-    child.wait_with_output().map_err(WorkspaceError::NoGit)
+        .stderr(std::process::Stdio::piped());
+    cmd
+}
+
+/// Runs git with neither the user's nor the system's configuration, `input` on its
+/// standard input; the raw output, whatever the exit status.
+fn git_raw(
+    dir: &Path,
+    pre: &[&str],
+    args: &[&str],
+    input: &[u8],
+) -> Result<std::process::Output, WorkspaceError> {
+    run(git_command(dir, pre, args), input)
+}
+
+/// Runs a command made by [`git_command`] with `input` on its standard input.
+fn run(mut cmd: Command, input: &[u8]) -> Result<std::process::Output, WorkspaceError> {
+    use std::io::Write;
+    let mut child = cmd.spawn().map_err(WorkspaceError::NoGit)?;
+    let stdin = child.stdin.take();
+    std::thread::scope(|s| {
+        // Fed from a thread of its own: git may answer before it has read everything,
+        // and a full output pipe must not wait on a full input pipe.
+        if let Some(mut stdin) = stdin {
+            s.spawn(move || {
+                // A git that exits early closes the pipe; its status says why.
+                let _ = stdin.write_all(input);
+            });
+        }
+        child.wait_with_output().map_err(WorkspaceError::NoGit)
+    })
 }
 
 /// Runs git with neither the user's nor the system's configuration.
@@ -327,9 +373,52 @@ impl Workspace {
             base: String::new(),
             cloned,
             layer: None,
+            pristine_git: None,
         };
+        if cloned {
+            ws.track_as_the_repository_does()?;
+        }
         ws.snapshot()?;
         Ok(ws)
+    }
+
+    /// Files the repository tracks though its .gitignore matches them (added with
+    /// `git add -f`) are tracked by the runner too, or a change to one would be left
+    /// out of the patch.
+    fn track_as_the_repository_does(&self) -> Result<(), WorkspaceError> {
+        let args = [
+            "ls-files",
+            "-z",
+            "--cached",
+            "--ignored",
+            "--exclude-standard",
+        ];
+        let out = git_raw(&self.root, &[], &args, &[])?;
+        if !out.status.success() {
+            return Err(WorkspaceError::Git {
+                args: args.join(" "),
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            });
+        }
+        if out.stdout.is_empty() {
+            return Ok(());
+        }
+        let args = ["add", "-f", "--pathspec-from-file=-", "--pathspec-file-nul"];
+        // Names, not patterns: a `*` in one matches only itself.
+        let mut specs = Vec::new();
+        for p in out.stdout.split(|b| *b == 0).filter(|p| !p.is_empty()) {
+            specs.extend_from_slice(b":(literal)");
+            specs.extend_from_slice(p);
+            specs.push(0);
+        }
+        let added = self.shadow_raw(&args, &specs)?;
+        if !added.status.success() {
+            return Err(WorkspaceError::Git {
+                args: args.join(" "),
+                stderr: String::from_utf8_lossy(&added.stderr).trim().to_string(),
+            });
+        }
+        Ok(())
     }
 
     /// How the workspace was made, for the reports: `overlay`, `clone` or `copy`.
@@ -346,6 +435,12 @@ impl Workspace {
     /// its inode and device are the overlay's), or when it was written in the second the
     /// index was (git's racy-entry rule).
     pub(super) fn shadow_git(&self, args: &[&str]) -> Result<String, WorkspaceError> {
+        self.shadow_bytes(args)
+            .map(|out| String::from_utf8_lossy(&out).into_owned())
+    }
+
+    /// [`Self::shadow_git`]'s output as git wrote it.
+    fn shadow_bytes(&self, args: &[&str]) -> Result<Vec<u8>, WorkspaceError> {
         let out = self.shadow_raw(args, &[])?;
         if !out.status.success() {
             return Err(WorkspaceError::Git {
@@ -353,7 +448,7 @@ impl Workspace {
                 stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
             });
         }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        Ok(out.stdout)
     }
 
     /// The runner's git with `input` on its standard input, whatever its exit status.
@@ -362,6 +457,11 @@ impl Workspace {
         args: &[&str],
         input: &[u8],
     ) -> Result<std::process::Output, WorkspaceError> {
+        run(self.shadow_command(args), input)
+    }
+
+    /// The runner's git, to be started by the caller.
+    pub(super) fn shadow_command(&self, args: &[&str]) -> Command {
         let gd = format!("--git-dir={}", self.shadow.display());
         let wt = format!("--work-tree={}", self.root.display());
         let pre = [
@@ -372,48 +472,81 @@ impl Workspace {
             "-c",
             "core.trustctime=false",
         ];
-        git_raw(&self.root, &pre, args, input)
+        git_command(&self.root, &pre, args)
     }
 
     /// Records the workspace as it is now as the starting point of the patch (after
     /// setup, so that what setup built is not the agent's change). Blocking.
     pub fn snapshot(&mut self) -> Result<(), WorkspaceError> {
-        self.stage()?;
-        self.shadow_git(&[
-            "-c",
-            "user.name=agentbatch",
-            "-c",
-            "user.email=agentbatch@localhost",
-            "commit",
-            "--quiet",
-            "--allow-empty",
-            "--no-verify",
-            "-m",
-            "agentbatch: starting point",
-        ])?;
-        self.base = self.shadow_git(&["rev-parse", "HEAD"])?.trim().to_string();
+        let message = "agentbatch: starting point";
+        match self.stage()? {
+            Staged::Edited(None) => {}
+            Staged::Index => {
+                self.shadow_git(&[
+                    "-c",
+                    "user.name=agentbatch",
+                    "-c",
+                    "user.email=agentbatch@localhost",
+                    "commit",
+                    "--quiet",
+                    "--allow-empty",
+                    "--no-verify",
+                    "-m",
+                    message,
+                ])?;
+                self.base = self.shadow_git(&["rev-parse", "HEAD"])?.trim().to_string();
+            }
+            Staged::Edited(Some(tree)) | Staged::Whole(tree) => {
+                let out = self.shadow_git(&[
+                    "-c",
+                    "user.name=agentbatch",
+                    "-c",
+                    "user.email=agentbatch@localhost",
+                    "commit-tree",
+                    &tree,
+                    "-p",
+                    &self.base,
+                    "-m",
+                    message,
+                ])?;
+                self.base = out.trim().to_string();
+            }
+        }
         Ok(())
     }
 
     /// The agent's change against the starting point, as a git patch (empty when
-    /// nothing changed). Blocking.
-    pub fn diff(&self) -> Result<String, WorkspaceError> {
-        self.stage()?;
-        self.shadow_git(&[
-            "diff",
-            "--cached",
-            "--binary",
-            "--no-color",
-            "--no-ext-diff",
-            "--no-textconv",
-            &self.base,
-        ])
-    }
-
-    /// Files the patch touches, for the transcript.
-    pub fn changed_files(&self) -> Result<Vec<String>, WorkspaceError> {
-        let out = self.shadow_git(&["diff", "--cached", "--name-status", &self.base])?;
-        Ok(out.lines().map(str::to_string).collect())
+    /// nothing changed), and the files it touches (`git diff --name-status` lines, for
+    /// the transcript). Blocking.
+    pub fn patch(&self) -> Result<Patch, WorkspaceError> {
+        let (from, to, staged) = match self.stage()? {
+            Staged::Edited(None) => {
+                return Ok(Patch {
+                    staged: "layer",
+                    ..Patch::default()
+                })
+            }
+            Staged::Index => (vec!["--cached", &self.base], None, "index"),
+            Staged::Edited(Some(tree)) => (vec![self.base.as_str()], Some(tree), "layer"),
+            Staged::Whole(tree) => (vec![self.base.as_str()], Some(tree), "whole tree"),
+        };
+        let with = |opts: &[&str]| {
+            let mut args = vec!["diff"];
+            args.extend_from_slice(opts);
+            args.extend_from_slice(&from);
+            args.extend(to.as_deref());
+            self.shadow_bytes(&args)
+        };
+        let diff = with(&["--binary", "--no-color", "--no-ext-diff", "--no-textconv"])?;
+        let files = with(&["--name-status", "--no-color"])?;
+        Ok(Patch {
+            diff,
+            files: String::from_utf8_lossy(&files)
+                .lines()
+                .map(str::to_string)
+                .collect(),
+            staged,
+        })
     }
 
     /// Deletes the workspace and the runner's repository of it (a layer is unmounted
@@ -485,13 +618,13 @@ mod tests {
         )
         .unwrap();
         assert!(!ws.cloned);
-        assert_eq!(ws.diff().unwrap(), "");
+        assert!(ws.patch().unwrap().diff.is_empty());
         std::fs::write(ws.root.join("pkg/a.py"), "x = 2\n").unwrap();
         std::fs::write(ws.root.join("new.txt"), "hello\n").unwrap();
         std::fs::remove_file(ws.root.join("gone.txt")).unwrap();
         std::fs::create_dir_all(ws.root.join("pkg/__pycache__")).unwrap();
         std::fs::write(ws.root.join("pkg/__pycache__/a.pyc"), "junk").unwrap();
-        let patch = ws.diff().unwrap();
+        let patch = String::from_utf8(ws.patch().unwrap().diff).unwrap();
         assert!(patch.contains("-x = 1\n+x = 2"), "{patch}");
         assert!(
             patch.contains("new file mode") && patch.contains("+hello"),
@@ -502,7 +635,7 @@ mod tests {
             "{patch}"
         );
         assert!(!patch.contains("pyc"), "{patch}");
-        assert_eq!(ws.changed_files().unwrap().len(), 3);
+        assert_eq!(ws.patch().unwrap().files.len(), 3);
         assert_eq!(tree_digest(&src).unwrap(), before);
         // what the agent writes into its own .git is never read by the runner's git
         std::fs::write(
@@ -511,7 +644,7 @@ mod tests {
         )
         .unwrap();
         std::fs::write(ws.root.join(".git/info/exclude"), "new.txt\n").unwrap();
-        let again = ws.diff().unwrap();
+        let again = String::from_utf8(ws.patch().unwrap().diff).unwrap();
         assert!(
             !ws.root.join("INJECTED").exists() && again.contains("+hello"),
             "{again}"
@@ -627,7 +760,7 @@ mod tests {
                     want
                 );
                 std::fs::write(ws.root.join("new.txt"), "x\n").unwrap();
-                assert!(ws.diff().unwrap().contains("+x"));
+                assert!(String::from_utf8_lossy(&ws.patch().unwrap().diff).contains("+x"));
             }
         }
         let inside = Workspace::create(&src, None, &src.join("reports/ws"), &dir.path().join("ge"))

@@ -86,7 +86,8 @@ pub enum Event {
     /// The task's patch (written to patches/<task>.diff).
     Patch {
         task: Arc<str>,
-        diff: String,
+        /// Bytes: a file's content need not be UTF-8.
+        diff: Vec<u8>,
     },
 }
 
@@ -160,7 +161,7 @@ impl TaskLog {
     }
 
     /// Hands the task's patch to the reporter.
-    pub fn patch(&self, diff: String) {
+    pub fn patch(&self, diff: Vec<u8>) {
         let _ = self.tx.send(Event::Patch {
             task: self.task.clone(),
             diff,

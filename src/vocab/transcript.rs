@@ -524,6 +524,10 @@ pub enum TranscriptEvent {
         files: Vec<String>,
         #[serde(default, deserialize_with = "lenient")]
         bytes: usize,
+        /// How the change was found: `index`, `layer` or `whole tree` (see
+        /// `tools::workspace::Patch`); absent in transcripts of older runs.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        staged: Option<String>,
     },
     PatchError {
         #[serde(default, deserialize_with = "lenient")]

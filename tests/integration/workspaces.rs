@@ -166,39 +166,103 @@ fn overlay_is_refused_where_the_process_cannot_mount_one() {
     );
 }
 
-/// Every kind of change an agent can make, through bash, in both kinds of workspace:
-/// the patches must be the same bytes.
-#[test]
-fn every_kind_of_change_patches_the_same_in_a_layer_as_in_a_copy() {
-    let case = Case::new();
-    calc_fixture(&case, "calc");
-    case.write("calc/pkg/a.py", "a = 1\n");
-    case.write("calc/pkg/sub/b.py", "b = 2\n");
-    case.write("calc/gone/c.py", "c = 3\n");
-    case.write("calc/redo/d.py", "d = 4\n");
-    case.write("calc/redo/e.py", "e = 5\n");
-    case.write("calc/run.sh", "echo run\n");
-    let commands = [
-        "rm -rf gone",
-        "rm -rf redo && mkdir redo && echo new > redo/d.py",
-        "echo tmp > scratch.txt && rm scratch.txt",
-        "mkdir -p __pycache__ && echo x > __pycache__/ignored.pyc",
-        "chmod +x run.sh",
-        "ln -s calc.py link.py",
-        "echo moved > pkg/sub/b2.py && rm pkg/sub/b.py",
-        "printf 'weird' > \"$(printf 'na\\\\351me.txt')\"",
-        "rm built.txt && echo kept > made-by-setup.txt",
-        "mkdir -p deep/er/est && echo z > deep/er/est/z.txt",
-        "rm pkg/a.py && mkdir pkg/a.py && echo inner > pkg/a.py/x",
-    ];
-    let turns: String = commands
+/// Fails with the first line where two patches differ.
+fn same(got: &[u8], want: &[u8], what: &str) {
+    if got == want {
+        return;
+    }
+    let (got, want) = (String::from_utf8_lossy(got), String::from_utf8_lossy(want));
+    let (g, w): (Vec<&str>, Vec<&str>) = (got.lines().collect(), want.lines().collect());
+    let at = g
         .iter()
-        .map(|c| format!("        - content: [ {{ tool_use: {{ name: bash, input: {{ command: {} }} }} }} ]\n", serde_json::to_string(c).unwrap()))
-        .collect();
+        .zip(&w)
+        .position(|(a, b)| a != b)
+        .unwrap_or(g.len().min(w.len()));
+    panic!(
+        "{what}: the patches differ at line {}: {:?} against {:?} (the copy's)\n{want}",
+        at + 1,
+        g.get(at),
+        w.get(at)
+    );
+}
+
+/// What a hostile agent does to a git repository and to a plain folder, in a layer and
+/// in a copy: the same patch bytes, and the layer's found from its upper folder alone,
+/// except where only the whole tree can say (a changed .gitignore uncovering a file
+/// nobody wrote, a repository made inside the workspace).
+#[test]
+fn hostile_changes_patch_the_same_in_a_layer_as_in_a_copy() {
+    let case = Case::new();
+    for src in ["gitsrc", "plainsrc"] {
+        calc_fixture(&case, src);
+        for (path, text) in [
+            (".gitignore", "__pycache__/\n*.log\nbuild/\n"),
+            (".gitattributes", "*.txt text=auto\n"),
+            ("keep.log", "tracked though ignored\n"),
+            ("old.log", "ignored, never written by the task\n"),
+            ("pkg/a.py", "a = 1\n"),
+            ("pkg/sub/b.py", "b = 2\n"),
+            ("gone/c.py", "c = 3\n"),
+            ("redo/d.py", "d = 4\n"),
+            ("redo/e.py", "e = 5\n"),
+            ("run.sh", "echo run\n"),
+            ("dirfile/x.py", "x = 1\n"),
+            ("docs/deep/er/note.md", "note\n"),
+            ("file2dir.py", "f = 1\n"),
+        ] {
+            case.write(&format!("{src}/{path}"), text);
+        }
+    }
+    let git = case.path("gitsrc");
+    std::fs::remove_file(git.join("old.log")).unwrap();
+    crate::common::git_in(&git, &["init", "-q", "-b", "main"]);
+    crate::common::git_in(&git, &["add", "-A"]);
+    crate::common::git_in(&git, &["add", "-f", "keep.log"]);
+    crate::common::git_in(&git, &["commit", "-qm", "v1"]);
+    let edits = [
+        "echo more >> keep.log",
+        "mkdir -p build && echo o > build/out.o",
+        "printf 'a\\r\\nb\\r\\n' > crlf.txt",
+        "echo s > 'sp ace.txt' && echo c > 'co:lon.txt' && echo st > 'st*r.txt' && echo d > ./-dash.txt",
+        "touch empty.txt calc.py && cp calc.py \"$TMPDIR/c\" && cat \"$TMPDIR/c\" > calc.py",
+        "rm -rf dirfile && echo nowfile > dirfile",
+        "ln -s pkg linkdir && ln -s nowhere dangling && ln test_calc.py hard.py",
+        "mkdir -p q/r && echo 1 > q/r/s && rm -rf q",
+        "rm pkg/sub/b.py",
+        "rm -rf gone && rm -rf redo && mkdir redo && echo new > redo/d.py",
+        "chmod +x run.sh",
+        "echo z > docs/deep/er/new.md && rm docs/deep/er/note.md",
+        "printf '\\000\\001bin' > bin.dat",
+        "mv pkg/a.py pkg/a2.py",
+        "rm file2dir.py && mkdir file2dir.py && echo inner > file2dir.py/x",
+        "echo tmp > scratch.txt && rm scratch.txt",
+        "printf 'weird' > \"$(printf 'na\\351me.txt')\"",
+        "rm built.txt && rm -rf setupdir && echo kept > made-by-setup.txt",
+    ];
+    let whole = [
+        "printf '__pycache__/\\n' > .gitignore",
+        "mkdir inner && cd inner && git init -q && echo i > i.txt && git add . && GIT_AUTHOR_DATE=2020-01-01T00:00:00Z GIT_COMMITTER_DATE=2020-01-01T00:00:00Z git -c user.name=a -c user.email=a@a commit -qm i",
+    ];
+    let script = |cmds: &[&str]| -> String {
+        let turns: String = cmds
+            .iter()
+            .map(|c| format!("        - content: [ {{ tool_use: {{ name: bash, input: {{ command: {} }} }} }} ]\n", serde_json::to_string(c).unwrap()))
+            .collect();
+        format!("    sim:\n      turns:\n{turns}        - content: [ {{ text: done }} ]\n")
+    };
+    let mut tasks = String::new();
+    for src in ["gitsrc", "plainsrc"] {
+        for (name, cmds) in [("edits", &edits[..]), ("whole", &whole[..])] {
+            tasks.push_str(&format!(
+                "  - id: {src}-{name}\n    prompt: p\n    repo: {src}\n{}",
+                script(cmds)
+            ));
+        }
+    }
     for method in ["overlay", "copy"] {
         case.write(
             &format!("{method}.yaml"),
-            &format!("name: {method}\nproviders:\n  s: {{ protocol: anthropic, simulator: true }}\ndefaults:\n  provider: s\n  model: claude-sonnet-4-5\n  tools: [bash]\n  repo: calc\n  workspaces: {method}\n  setup: 'echo b > built.txt && echo s > made-by-setup.txt'\n  keep_workspaces: never\n  limits: {{ max_turns: 20 }}\ntasks:\n  - id: t\n    prompt: p\n    sim:\n      turns:\n{turns}        - content: [ {{ text: done }} ]\n"),
+            &format!("name: {method}\nproviders:\n  s: {{ protocol: anthropic, simulator: true }}\ndefaults:\n  provider: s\n  model: claude-sonnet-4-5\n  tools: [bash]\n  workspaces: {method}\n  setup: 'echo b > built.txt && echo s > made-by-setup.txt && mkdir -p setupdir && echo q > setupdir/q.txt'\n  check: 'test -f calc.py'\n  keep_workspaces: never\n  limits: {{ max_turns: 30 }}\ntasks:\n{tasks}"),
         );
         let out = case.agentbatch(&[
             "run",
@@ -212,42 +276,88 @@ fn every_kind_of_change_patches_the_same_in_a_layer_as_in_a_copy() {
             "{method}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+    }
+    let read = |run: &str, task: &str| {
         let t =
-            std::fs::read_to_string(case.path(&format!("reports/{method}/transcripts/t.jsonl")))
+            std::fs::read_to_string(case.path(&format!("reports/{run}/transcripts/{task}.jsonl")))
                 .unwrap();
-        assert_eq!(t.matches("\"is_error\":true").count(), 0, "{method}: {t}");
-    }
-    let patch = |m: &str| {
-        std::fs::read(case.path(&format!("reports/{m}/patches/t.diff"))).unwrap_or_else(|e| {
-            let t = std::fs::read_to_string(case.path(&format!("reports/{m}/transcripts/t.jsonl")))
-                .unwrap_or_default();
-            let why: Vec<&str> = t.lines().filter(|l| l.contains("patch_error")).collect();
-            panic!("{m}: {e}: {why:?}")
-        })
+        assert_eq!(
+            t.matches("\"is_error\":true").count(),
+            0,
+            "{run} {task}: {t}"
+        );
+        let staged = t
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|e| e["event"] == "patch")
+            .map(|e| e["staged"].as_str().unwrap_or_default().to_string())
+            .unwrap_or_else(|| panic!("{run} {task}: no patch event: {t}"));
+        let patch = std::fs::read(case.path(&format!("reports/{run}/patches/{task}.diff")))
+            .unwrap_or_default();
+        (patch, staged)
     };
-    let (over, copy) = (patch("overlay"), patch("copy"));
-    let text = String::from_utf8_lossy(&copy);
-    for expected in [
-        "deleted file mode",
-        "gone/c.py",
-        "redo/e.py",
-        "new mode 100755",
-        "link.py",
-        "b2.py",
-        "deep/er/est/z.txt",
-        "made-by-setup.txt",
-        "built.txt",
-        "pkg/a.py/x",
-    ] {
-        assert!(text.contains(expected), "{expected} in {text}");
+    for src in ["gitsrc", "plainsrc"] {
+        let (copy_bytes, how) = read("copy", &format!("{src}-edits"));
+        let copy = String::from_utf8_lossy(&copy_bytes);
+        assert_eq!(how, "index");
+        let at = copy.find("me.txt").unwrap_or(0);
+        assert!(
+            copy_bytes.windows(6).any(|w| w == b"na\xe9me."),
+            "{:?}",
+            &copy_bytes[at.saturating_sub(8)..at + 6]
+        );
+        for expected in [
+            "crlf.txt",
+            "b/sp ace.txt",
+            "co:lon.txt",
+            "st*r.txt",
+            "-dash.txt",
+            "empty.txt",
+            "dirfile/x.py",
+            "b/dirfile",
+            "linkdir",
+            "dangling",
+            "hard.py",
+            "pkg/sub/b.py",
+            "gone/c.py",
+            "redo/e.py",
+            "new mode 100755",
+            "docs/deep/er/new.md",
+            "docs/deep/er/note.md",
+            "GIT binary patch",
+            "rename from pkg/a.py",
+            "made-by-setup.txt",
+            "built.txt",
+            "setupdir/q.txt",
+            "file2dir.py/x",
+            "me.txt",
+        ] {
+            assert!(copy.contains(expected), "{src}: {expected} in {copy}");
+        }
+        for absent in [
+            "build/out.o",
+            "q/r/s",
+            "a/calc.py",
+            "old.log",
+            "a\r\n",
+            "scratch.txt",
+        ] {
+            assert!(!copy.contains(absent), "{src}: {absent} in {copy}");
+        }
+        // A file git tracks though .gitignore matches it stays in the patch.
+        assert_eq!(copy.contains("keep.log"), src == "gitsrc", "{copy}");
+        let (layer, how) = read("overlay", &format!("{src}-edits"));
+        assert_eq!(how, "layer", "{src}: found from the upper folder alone");
+        same(&layer, &copy_bytes, src);
+
+        let (copy_bytes, how) = read("copy", &format!("{src}-whole"));
+        let copy = String::from_utf8_lossy(&copy_bytes);
+        assert_eq!(how, "index");
+        assert!(copy.contains("Subproject commit"), "{src}: {copy}");
+        // Only the plain folder's copy holds the ignored file nobody wrote.
+        assert_eq!(copy.contains("old.log"), src == "plainsrc", "{copy}");
+        let (layer, how) = read("overlay", &format!("{src}-whole"));
+        assert_eq!(how, "whole tree");
+        same(&layer, &copy_bytes, src);
     }
-    assert!(
-        !text.contains("scratch.txt") && !text.contains("ignored.pyc"),
-        "{text}"
-    );
-    assert_eq!(
-        String::from_utf8_lossy(&over),
-        text,
-        "the layer's patch differs from the copy's"
-    );
 }
