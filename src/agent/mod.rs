@@ -334,9 +334,9 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
                 .as_ref()
                 .map(|s| s.level.clone())
                 .unwrap_or_default();
-            let level = match prepared.workspace.as_ref().map(|w| w.method()) {
-                Some("overlay") => format!("{level}; overlay workspace"),
-                _ => level,
+            let level = match prepared.workspace.as_ref() {
+                Some(w) => format!("{level}; {} workspace", w.kind.name()),
+                None => level,
             };
             let outcome = outcome_of(&stop, check.as_ref());
             let kept = repo::cleanup(repo, prepared, outcome, &log, &env.pristines).await;

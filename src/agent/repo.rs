@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::job::schema::KeepWorkspaces;
+use crate::job::schema::{KeepWorkspaces, WorkspaceMethod};
 use crate::job::{RepoSpec, TaskSpec};
-use crate::tools::workspace::{Workspace, WorkspaceError};
+use crate::tools::workspace::{Workspace, WorkspaceError, WorkspaceKind};
 use crate::tools::{Reach, RunLimits, Sandbox};
 use crate::vocab::log::TaskLog;
 use crate::vocab::stop::{Outcome, Stop, StopReason};
@@ -65,15 +65,36 @@ pub async fn prepare(
     let dest = work_dir.join("workspaces").join(&spec.id);
     let shadow = work_dir.join("git").join(&spec.id);
     let tmp = work_dir.join("tmp").join(&spec.id);
-    let (source, git_ref) = (repo.path.clone(), repo.git_ref.clone());
-    let made = if repo.overlay {
-        match pristines.get(&source, git_ref.as_deref()).await {
-            Ok(pristine) => blocking(move || Workspace::layered(&pristine, &dest, &shadow)).await,
-            Err(e) => Err(format!("cannot make the pristine checkout: {e}")),
+    let kind = match (repo.workspaces, pristines.reflinks()) {
+        (WorkspaceMethod::Overlay, _) => WorkspaceKind::Overlay,
+        (WorkspaceMethod::Copy, _) | (WorkspaceMethod::Auto, false) => WorkspaceKind::Copy,
+        (WorkspaceMethod::Reflink | WorkspaceMethod::Auto, true) => WorkspaceKind::Reflink,
+        (WorkspaceMethod::Reflink, false) => {
+            p.failed = Some(setup_error(format!(
+                "workspaces: reflink, but the run folder {} is on a filesystem without reflinks (ext4, tmpfs, overlayfs): put --out on btrfs or on XFS made with reflink=1, or use workspaces: auto or copy",
+                work_dir.display()
+            )));
+            return p;
         }
-    } else {
-        blocking(move || Workspace::create(&source, git_ref.as_deref(), &dest, &shadow)).await
     };
+    let started = std::time::Instant::now();
+    let pristine = match pristines.get(&repo.path, repo.git_ref.as_deref()).await {
+        Ok(pristine) => pristine,
+        Err(e) => {
+            p.failed = Some(setup_error(format!(
+                "cannot create the workspace: cannot make the pristine checkout: {e}"
+            )));
+            return p;
+        }
+    };
+    let pristine_ms = started.elapsed().as_millis() as u64;
+    let started = std::time::Instant::now();
+    let lower = pristine.root.display().to_string();
+    let made = blocking(move || match kind {
+        WorkspaceKind::Overlay => Workspace::layered(&pristine, &dest, &shadow),
+        k => Workspace::copied(&pristine, &dest, &shadow, k == WorkspaceKind::Reflink),
+    })
+    .await;
     let mut ws = match made {
         Ok(ws) => ws,
         Err(e) => {
@@ -86,6 +107,10 @@ pub async fn prepare(
         git_ref: repo.git_ref.clone(),
         cloned: ws.cloned,
         path: ws.root.display().to_string(),
+        method: Some(ws.kind.name().to_string()),
+        pristine: Some(lower),
+        pristine_ms: Some(pristine_ms),
+        ms: Some(started.elapsed().as_millis() as u64),
     });
     if let Err(e) = std::fs::create_dir_all(&tmp) {
         p.workspace = Some(ws);
@@ -282,9 +307,12 @@ pub async fn cleanup(
             if let Some(layer) = &ws.layer {
                 pristines.keep();
                 let _ = layer.unmount();
-                return Ok(Some(layer.upper.display().to_string()));
+                return Ok(Some((
+                    layer.upper.display().to_string(),
+                    Some(layer.reassemble()),
+                )));
             }
-            Ok(Some(ws.root.display().to_string()))
+            Ok(Some((ws.root.display().to_string(), None)))
         } else {
             let _ = ws.remove();
             Ok(None)
@@ -292,6 +320,10 @@ pub async fn cleanup(
     })
     .await
     .unwrap_or(None);
-    log.emit(TranscriptEvent::WorkspaceEnd { kept: kept.clone() });
+    let (kept, reassemble) = kept.unzip();
+    log.emit(TranscriptEvent::WorkspaceEnd {
+        kept: kept.clone(),
+        reassemble: reassemble.flatten(),
+    });
     kept
 }

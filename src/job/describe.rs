@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use rust_decimal::Decimal;
 
-use super::schema::KeepWorkspaces;
+use super::schema::{KeepWorkspaces, WorkspaceMethod};
 use super::{Plan, ProviderKind, TaskSpec};
 use crate::model::Protocol;
 use crate::vocab::limits::{Period, RateLimits};
@@ -149,10 +149,14 @@ pub fn describe(plan: &Plan) -> String {
                     KeepWorkspaces::OnFailure => "on_failure",
                     KeepWorkspaces::Never => "never",
                 },
-                if r.overlay {
-                    "overlay (a copy-on-write layer over one pristine checkout)"
-                } else {
-                    "full copy"
+                match r.workspaces {
+                    WorkspaceMethod::Overlay =>
+                        "overlay (a copy-on-write layer over one pristine checkout)",
+                    WorkspaceMethod::Reflink =>
+                        "reflink (a copy sharing the pristine checkout's blocks; the run folder must be on btrfs or XFS)",
+                    WorkspaceMethod::Copy => "copy (a full copy of the pristine checkout)",
+                    WorkspaceMethod::Auto =>
+                        "reflink where the run folder's filesystem has reflinks, else copy (no overlay in this process)",
                 }
             );
         }

@@ -31,6 +31,7 @@ use std::path::Path;
 pub use describe::describe;
 pub(crate) use environment::Environment;
 pub(crate) use matrix::fnv1a;
+pub use schema::WorkspaceMethod;
 pub use scripts::load_script_file;
 pub use spec::{
     PeriodCap, Plan, ProviderKind, ProviderSpec, RepoSpec, TaskSpec, TeamSpec, ToolsetSpec,

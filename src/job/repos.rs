@@ -74,19 +74,16 @@ pub(super) fn resolve_repo(
         }
     }
     let method = t.workspaces.or(d.workspaces).unwrap_or_default();
-    let overlay = match method {
-        WorkspaceMethod::Copy => false,
-        WorkspaceMethod::Auto => crate::tools::layer::available(),
-        WorkspaceMethod::Overlay => {
-            let ok = crate::tools::layer::available();
-            if !ok {
-                cx.err(
-                    &origin(i, t.workspaces.is_some(), &["workspaces"]),
-                    "overlay workspaces need root (CAP_SYS_ADMIN), Linux overlayfs and the agentbatch binary's own mount namespace, and this process has not got them: use auto (falls back to a full copy) or copy",
-                );
-            }
-            ok
+    let workspaces = match method {
+        WorkspaceMethod::Auto if crate::tools::layer::available() => WorkspaceMethod::Overlay,
+        WorkspaceMethod::Overlay if !crate::tools::layer::available() => {
+            cx.err(
+                &origin(i, t.workspaces.is_some(), &["workspaces"]),
+                "overlay workspaces need Linux overlayfs and the agentbatch binary's own mount namespace (as root, or in a user namespace where the kernel allows unprivileged ones), and this process has not got them: use auto (falls back to a reflinked or full copy) or copy",
+            );
+            method
         }
+        m => m,
     };
     let dur = |f: fn(&TaskFields) -> Option<HumanDuration>| {
         f(t).or_else(|| f(d))
@@ -104,6 +101,6 @@ pub(super) fn resolve_repo(
             .keep_workspaces
             .or(d.keep_workspaces)
             .unwrap_or(KeepWorkspaces::OnFailure),
-        overlay,
+        workspaces,
     })
 }

@@ -164,6 +164,7 @@ pub enum WorkspaceMethod {
     #[default]
     Auto,
     Overlay,
+    Reflink,
     Copy,
 }
 
@@ -306,9 +307,10 @@ pub struct TaskFields {
     pub check_sandbox: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keep_workspaces: Option<KeepWorkspaces>,
-    /// How each task's workspace is made: `auto` (default: an overlay layer over one
-    /// pristine checkout where the machine allows it, else a full clone or copy),
-    /// `overlay` (refused where it cannot work) or `copy`.
+    /// How each task's workspace is made from the run's one pristine checkout of its
+    /// repository: `auto` (default: an overlay layer where the process can mount one,
+    /// else a reflinked copy where the run folder's filesystem has reflinks, else a
+    /// copy), `overlay` or `reflink` (each refused where it cannot work) or `copy`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspaces: Option<WorkspaceMethod>,
     /// Variables added to the scrubbed environment of the task's commands.

@@ -117,8 +117,11 @@ pub struct RepoSpec {
     /// The check runs confined like the agent's bash (else like setup, networked).
     pub check_sandbox: bool,
     pub keep_workspaces: KeepWorkspaces,
-    /// A copy-on-write layer over a pristine checkout (else a full clone or copy).
-    pub overlay: bool,
+    /// How the task's workspace is made from the run's pristine checkout of the
+    /// repository: `overlay` where asked for or where `auto` found the process can
+    /// mount one; `auto` left here means a reflinked copy where the run folder's
+    /// filesystem has reflinks, else a copy (decided when the run starts).
+    pub workspaces: super::schema::WorkspaceMethod,
 }
 
 /// The tools of a task with their permission policy and limits.

@@ -5,43 +5,82 @@
 //! the process, even after kill -9: a later run finds only folders to delete.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::OnceLock;
 
-/// Set once the process has a mount namespace of its own.
-static PRIVATE: AtomicBool = AtomicBool::new(false);
+/// Which mount namespace of its own the process has: none yet, one made as root, or
+/// one inside a user namespace of its own (unprivileged).
+static PRIVATE: AtomicU8 = AtomicU8::new(NONE);
+const NONE: u8 = 0;
+const AS_ROOT: u8 = 1;
+const IN_USER_NS: u8 = 2;
+
+/// Set to `off` to keep the process in the machine's namespaces (no overlay
+/// workspaces then; `auto` copies).
+pub const NAMESPACE_VARIABLE: &str = "AGENTBATCH_MOUNT_NAMESPACE";
 
 /// Gives the process a mount namespace of its own, with nothing propagated back to the
-/// machine's. Must run before any thread starts (the kernel refuses to unshare a
-/// filesystem context that threads share), so the binary calls it first thing; false
-/// when it cannot (not root, no CAP_SYS_ADMIN, a threaded caller): workspaces are then
-/// copied.
+/// machine's: as root, or, where the process may not (no CAP_SYS_ADMIN), inside a user
+/// namespace of its own that maps only its own user and group, so it keeps its
+/// identity and its children run as before, without privileges. Must run before any
+/// thread starts (the kernel refuses both to a threaded process), so the binary calls
+/// it first thing; false when it cannot (a threaded caller, a kernel or policy without
+/// unprivileged user namespaces, `AGENTBATCH_MOUNT_NAMESPACE=off`): workspaces are
+/// then copied.
 pub fn private_mounts() -> bool {
     #[cfg(target_os = "linux")]
     {
         use nix::mount::{mount, MsFlags};
         use nix::sched::{unshare, CloneFlags};
-        let made = unshare(CloneFlags::CLONE_NEWNS).is_ok()
-            && mount(
+        if std::env::var(NAMESPACE_VARIABLE).is_ok_and(|v| v == "off") {
+            return false;
+        }
+        let private = || {
+            mount(
                 None::<&str>,
                 "/",
                 None::<&str>,
                 MsFlags::MS_REC | MsFlags::MS_PRIVATE,
                 None::<&str>,
             )
-            .is_ok();
-        PRIVATE.store(made, Ordering::SeqCst);
-        made
+            .is_ok()
+        };
+        let made = if unshare(CloneFlags::CLONE_NEWNS).is_ok() {
+            private().then_some(AS_ROOT)
+        } else {
+            let (uid, gid) = (nix::unistd::getuid(), nix::unistd::getgid());
+            (unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNS).is_ok()
+                && [
+                    ("/proc/self/setgroups", "deny".to_string()),
+                    ("/proc/self/uid_map", format!("{uid} {uid} 1")),
+                    ("/proc/self/gid_map", format!("{gid} {gid} 1")),
+                ]
+                .iter()
+                .all(|(path, text)| std::fs::write(path, text).is_ok())
+                && private())
+            .then_some(IN_USER_NS)
+        };
+        PRIVATE.store(made.unwrap_or(NONE), Ordering::SeqCst);
+        made.is_some()
     }
     #[cfg(not(target_os = "linux"))]
     false
+}
+
+/// How the process got its mount namespace, for `validate` and the reports.
+pub fn namespace() -> &'static str {
+    match PRIVATE.load(Ordering::SeqCst) {
+        AS_ROOT => "own mount namespace",
+        IN_USER_NS => "own user and mount namespace",
+        _ => "no mount namespace of its own",
+    }
 }
 
 /// Whether tasks' workspaces can be overlay layers here: a private mount namespace and
 /// an overlay mount that works (probed once, in a temporary folder).
 pub fn available() -> bool {
     static PROBED: OnceLock<bool> = OnceLock::new();
-    *PROBED.get_or_init(|| PRIVATE.load(Ordering::SeqCst) && probe().is_ok())
+    *PROBED.get_or_init(|| PRIVATE.load(Ordering::SeqCst) != NONE && probe().is_ok())
 }
 
 fn probe() -> std::io::Result<()> {
@@ -88,12 +127,7 @@ impl Layer {
                     ));
                 }
             }
-            let options = format!(
-                "lowerdir={},upperdir={},workdir={}",
-                layer.lower.display(),
-                layer.upper.display(),
-                layer.work.display()
-            );
+            let options = layer.options();
             mount(
                 Some("overlay"),
                 &layer.merged,
@@ -109,6 +143,32 @@ impl Layer {
             std::io::ErrorKind::Unsupported,
             "overlay workspaces need Linux",
         ))
+    }
+
+    /// The overlay's mount options. Inside a user namespace, overlayfs keeps whiteouts
+    /// and opaque marks in `user.` attributes (`trusted.` ones need root).
+    fn options(&self) -> String {
+        let user = if PRIVATE.load(Ordering::SeqCst) == IN_USER_NS {
+            ",userxattr"
+        } else {
+            ""
+        };
+        format!(
+            "lowerdir={},upperdir={},workdir={}{user}",
+            self.lower.display(),
+            self.upper.display(),
+            self.work.display()
+        )
+    }
+
+    /// The command that mounts a kept layer whole again (as root; unprivileged, inside
+    /// `unshare -rm`), at its `merged` folder.
+    pub fn reassemble(&self) -> String {
+        format!(
+            "mount -t overlay overlay -o {} {}",
+            self.options(),
+            self.merged.display()
+        )
     }
 
     /// Unmounts the layer (lazily, so a process still inside it does not keep it).

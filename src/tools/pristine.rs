@@ -8,8 +8,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::OnceCell;
 
+use super::copies;
 use super::layer::Layer;
-use super::workspace::{absolute, io, Workspace, WorkspaceError};
+use super::workspace::{absolute, io, Workspace, WorkspaceError, WorkspaceKind};
 
 type Key = (PathBuf, Option<String>);
 
@@ -27,6 +28,8 @@ pub struct Pristines {
     dirs: Arc<Mutex<Vec<PathBuf>>>,
     /// Each with its folder's number.
     made: Mutex<HashMap<Key, (usize, Made)>>,
+    /// Whether the run folder's filesystem has reflinks (probed once).
+    reflinks: std::sync::OnceLock<bool>,
 }
 
 impl Pristines {
@@ -37,7 +40,17 @@ impl Pristines {
             kept: Default::default(),
             dirs: Default::default(),
             made: Mutex::new(HashMap::new()),
+            reflinks: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Whether copies in the run folder (where the pristine checkouts and the
+    /// workspaces go) can share blocks: reflinks. Probed once, when a task first asks.
+    pub fn reflinks(&self) -> bool {
+        *self.reflinks.get_or_init(|| {
+            let run = self.dir.parent().unwrap_or(&self.dir);
+            std::fs::create_dir_all(run).is_ok() && super::copies::reflinks_in(run)
+        })
     }
 
     /// A layer over one of them is kept: they stay, for reassembling it.
@@ -122,7 +135,11 @@ impl Workspace {
             return Err(WorkspaceError::Exists(dir));
         }
         let layer = Layer::mount(&pristine.root, &dir).map_err(io("mount an overlay at", &dir))?;
-        let made = Self::share(pristine, &layer, &shadow);
+        let made = layer
+            .merged
+            .canonicalize()
+            .map_err(io("resolve", &layer.merged))
+            .and_then(|root| Self::share(pristine, root, Some(layer.clone()), &shadow, None));
         if made.is_err() {
             let _ = layer.remove();
             let _ = std::fs::remove_dir_all(&shadow);
@@ -130,17 +147,49 @@ impl Workspace {
         made
     }
 
+    /// A task's workspace as a full copy of `pristine` at `dest`, its files reflinked
+    /// (`reflink`) or copied with their times, so the runner's copy of the pristine's
+    /// index (reflinked too) still matches them: nothing is cloned or hashed per task.
+    /// On failure nothing is left behind. Blocking.
+    pub fn copied(
+        pristine: &Workspace,
+        dest: &Path,
+        shadow: &Path,
+        reflink: bool,
+    ) -> Result<Workspace, WorkspaceError> {
+        let (dest, shadow) = (absolute(dest)?, absolute(shadow)?);
+        if dest.exists() || shadow.exists() {
+            return Err(WorkspaceError::Exists(dest));
+        }
+        if let Some(parent) = dest.parent() {
+            std::fs::create_dir_all(parent).map_err(io("create", parent))?;
+        }
+        let made = copies::copy_tree(&pristine.root, &dest, reflink)
+            .map_err(|source| WorkspaceError::Copy {
+                from: pristine.root.clone(),
+                to: dest.clone(),
+                source,
+            })
+            .and_then(|_| dest.canonicalize().map_err(io("resolve", &dest)))
+            .and_then(|root| Self::share(pristine, root, None, &shadow, Some(reflink)));
+        if made.is_err() {
+            let _ = std::fs::remove_dir_all(&dest);
+            let _ = std::fs::remove_dir_all(&shadow);
+        }
+        made
+    }
+
+    /// The task's workspace at `root` with the runner's repository of it at `shadow`,
+    /// sharing the pristine's: a bare repository written by hand (no git process: this
+    /// is on every task's path), the pristine's objects as alternates, HEAD at its base
+    /// commit, and a copy of its index for a full copy (`index`: reflinked or not).
     fn share(
         pristine: &Workspace,
-        layer: &Layer,
+        root: PathBuf,
+        layer: Option<Layer>,
         shadow: &Path,
+        index: Option<bool>,
     ) -> Result<Workspace, WorkspaceError> {
-        let root = layer
-            .merged
-            .canonicalize()
-            .map_err(io("resolve", &layer.merged))?;
-        // A bare repository written by hand (no git process: this is on every task's
-        // path): the pristine's objects as alternates, HEAD at its base commit.
         let info = shadow.join("objects/info");
         std::fs::create_dir_all(&info).map_err(io("create", &info))?;
         std::fs::create_dir_all(shadow.join("refs")).map_err(io("create", shadow))?;
@@ -158,14 +207,26 @@ impl Workspace {
             let path = shadow.join(name);
             std::fs::write(&path, text).map_err(io("write", &path))?;
         }
-        // No index: the patch is a tree edited from what the layer holds (stage.rs).
+        if let Some(reflink) = index {
+            let to = shadow.join("index");
+            copies::copy_file(&pristine.shadow.join("index"), &to, reflink)
+                .map_err(io("copy", &to))?;
+        }
+        let layered = layer.is_some();
+        let kind = match (layered, index) {
+            (true, _) => WorkspaceKind::Overlay,
+            (false, Some(true)) => WorkspaceKind::Reflink,
+            (false, _) => WorkspaceKind::Copy,
+        };
         Ok(Workspace {
+            kind,
             root,
             shadow: shadow.to_path_buf(),
             base: pristine.base.clone(),
             cloned: pristine.cloned,
-            layer: Some(layer.clone()),
-            pristine_git: Some(pristine.shadow.clone()),
+            layer,
+            // A layer's full staging starts from the pristine's index.
+            pristine_git: layered.then(|| pristine.shadow.clone()),
         })
     }
 }

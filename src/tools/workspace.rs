@@ -31,6 +31,28 @@ pub(super) enum Staged {
     Whole(String),
 }
 
+/// How a task's workspace was made (from its pristine checkout).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkspaceKind {
+    /// An overlayfs layer over it.
+    Overlay,
+    /// A copy whose files share the pristine's blocks.
+    Reflink,
+    /// A copy of its bytes.
+    Copy,
+}
+
+impl WorkspaceKind {
+    /// For the reports (`sandbox` column, transcript, validate).
+    pub fn name(self) -> &'static str {
+        match self {
+            WorkspaceKind::Overlay => "overlay",
+            WorkspaceKind::Reflink => "reflink",
+            WorkspaceKind::Copy => "copy",
+        }
+    }
+}
+
 /// A task's copy of its repository.
 #[derive(Debug, Clone)]
 pub struct Workspace {
@@ -44,6 +66,8 @@ pub struct Workspace {
     pub base: String,
     /// Whether the source was a git repository (else a copied folder).
     pub cloned: bool,
+    /// A layer, a reflinked copy or a copy.
+    pub kind: WorkspaceKind,
     /// The copy-on-write layer the workspace is, over a pristine checkout (None: a
     /// full clone or copy of its own).
     pub layer: Option<super::layer::Layer>,
@@ -372,6 +396,7 @@ impl Workspace {
             shadow: shadow.to_path_buf(),
             base: String::new(),
             cloned,
+            kind: WorkspaceKind::Copy,
             layer: None,
             pristine_git: None,
         };
@@ -419,15 +444,6 @@ impl Workspace {
             });
         }
         Ok(())
-    }
-
-    /// How the workspace was made, for the reports: `overlay`, `clone` or `copy`.
-    pub fn method(&self) -> &'static str {
-        match (&self.layer, self.cloned) {
-            (Some(_), _) => "overlay",
-            (None, true) => "clone",
-            (None, false) => "copy",
-        }
     }
 
     /// Git in the runner's own repository of this workspace. A file is re-read when

@@ -194,6 +194,18 @@ pub enum TranscriptEvent {
         cloned: bool,
         #[serde(default, deserialize_with = "lenient")]
         path: String,
+        /// `overlay`, `reflink` or `copy`; absent in transcripts of older runs.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        method: Option<String>,
+        /// The pristine checkout the workspace was made from (a layer's lower folder).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pristine: Option<String>,
+        /// Time spent waiting for the pristine checkout (the first task of a
+        /// repository makes it), and making this task's workspace from it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pristine_ms: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ms: Option<u64>,
     },
     /// The confinement obtained for the task's commands.
     Sandbox {
@@ -544,6 +556,10 @@ pub enum TranscriptEvent {
     WorkspaceEnd {
         #[serde(default, deserialize_with = "lenient")]
         kept: Option<String>,
+        /// For a kept layer: the command that mounts it whole again over its pristine
+        /// checkout (as root, from the run folder's parent).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reassemble: Option<String>,
     },
     /// The task's final figures.
     TaskEnd {

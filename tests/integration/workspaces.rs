@@ -4,7 +4,7 @@
 //! merged view, no mount ever visible outside the runner, and a run killed with mounted
 //! workspaces resumed cleanly.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::common::{bin, calc_fixture, read_csv, signal, wait_until, Case};
@@ -155,7 +155,11 @@ fn overlay_is_refused_where_the_process_cannot_mount_one() {
     );
     let auto = case.write("auto.yaml", &yaml.replace(", workspaces: overlay", ""));
     let plan = agentbatch::job::load(&auto, &agentbatch::tools::Registry::builtin()).unwrap();
-    assert!(!plan.tasks[0].repo.as_ref().unwrap().overlay);
+    assert_eq!(
+        plan.tasks[0].repo.as_ref().unwrap().workspaces,
+        agentbatch::job::WorkspaceMethod::Auto,
+        "no overlay here: a reflinked or full copy, decided when the run starts"
+    );
     // The binary can, and validate says which method each task gets.
     let out = case.agentbatch(&["validate", "job.yaml"]);
     let text = String::from_utf8_lossy(&out.stdout);
@@ -259,41 +263,62 @@ fn hostile_changes_patch_the_same_in_a_layer_as_in_a_copy() {
             ));
         }
     }
-    for method in ["overlay", "copy"] {
+    // Every method this machine has, each run writing its reports where it must: a
+    // reflinked copy needs the run folder on btrfs or XFS (tests/run.sh mounts one).
+    let xfs = reflink_dir();
+    let modes: Vec<Mode> = vec![
+        Mode::new("copy", "copy"),
+        Mode::new("overlay", "overlay"),
+        Mode {
+            unprivileged: true,
+            ..Mode::new("unprivileged", "overlay")
+        },
+        Mode {
+            out: Some(xfs.join("reflink")),
+            ..Mode::new("reflink", "reflink")
+        },
+        // No overlay in this process: auto takes the reflinks the run folder has.
+        Mode {
+            out: Some(xfs.join("auto")),
+            no_namespace: true,
+            ..Mode::new("auto", "auto")
+        },
+    ];
+    for m in &modes {
         case.write(
-            &format!("{method}.yaml"),
-            &format!("name: {method}\nproviders:\n  s: {{ protocol: anthropic, simulator: true }}\ndefaults:\n  provider: s\n  model: claude-sonnet-4-5\n  tools: [bash]\n  workspaces: {method}\n  setup: 'echo b > built.txt && echo s > made-by-setup.txt && mkdir -p setupdir && echo q > setupdir/q.txt'\n  check: 'test -f calc.py'\n  keep_workspaces: never\n  limits: {{ max_turns: 30 }}\ntasks:\n{tasks}"),
+            &format!("{}.yaml", m.name),
+            &format!("name: {}\nproviders:\n  s: {{ protocol: anthropic, simulator: true }}\ndefaults:\n  provider: s\n  model: claude-sonnet-4-5\n  tools: [bash]\n  workspaces: {}\n  setup: 'echo b > built.txt && echo s > made-by-setup.txt && mkdir -p setupdir && echo q > setupdir/q.txt'\n  check: 'test -f calc.py'\n  keep_workspaces: never\n  limits: {{ max_turns: 30 }}\ntasks:\n{tasks}", m.name, m.workspaces),
         );
-        let out = case.agentbatch(&[
-            "run",
-            &format!("{method}.yaml"),
-            "--run-id",
-            method,
-            "--quiet",
-        ]);
-        assert!(
-            out.status.success(),
-            "{method}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        m.run(&case);
     }
-    let read = |run: &str, task: &str| {
-        let t =
-            std::fs::read_to_string(case.path(&format!("reports/{run}/transcripts/{task}.jsonl")))
-                .unwrap();
+    let read = |mode: &str, task: &str| {
+        let m = modes.iter().find(|m| m.name == mode).unwrap();
+        let dir = m.run_dir(&case);
+        let t = std::fs::read_to_string(dir.join(format!("transcripts/{task}.jsonl"))).unwrap();
         assert_eq!(
             t.matches("\"is_error\":true").count(),
             0,
-            "{run} {task}: {t}"
+            "{mode} {task}: {t}"
         );
         let staged = t
             .lines()
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
             .find(|e| e["event"] == "patch")
             .map(|e| e["staged"].as_str().unwrap_or_default().to_string())
-            .unwrap_or_else(|| panic!("{run} {task}: no patch event: {t}"));
-        let patch = std::fs::read(case.path(&format!("reports/{run}/patches/{task}.diff")))
-            .unwrap_or_default();
+            .unwrap_or_else(|| panic!("{mode} {task}: no patch event: {t}"));
+        let row = read_csv(&dir.join("results.csv"))
+            .into_iter()
+            .find(|r| r["task_id"] == task)
+            .unwrap();
+        if m.unprivileged && nix::unistd::geteuid().is_root() {
+            use std::os::unix::fs::MetadataExt;
+            let owner = std::fs::metadata(dir.join("results.csv")).unwrap().uid();
+            assert_eq!(owner, 65534, "{mode}: the run was nobody's");
+        }
+        let made = format!("; {} workspace", m.made);
+        assert!(row["sandbox"].ends_with(&made), "{mode}: {row:?}");
+        assert_eq!(row["outcome"], "pass", "{mode}: {row:?}");
+        let patch = std::fs::read(dir.join(format!("patches/{task}.diff"))).unwrap_or_default();
         (patch, staged)
     };
     for src in ["gitsrc", "plainsrc"] {
@@ -346,9 +371,19 @@ fn hostile_changes_patch_the_same_in_a_layer_as_in_a_copy() {
         }
         // A file git tracks though .gitignore matches it stays in the patch.
         assert_eq!(copy.contains("keep.log"), src == "gitsrc", "{copy}");
-        let (layer, how) = read("overlay", &format!("{src}-edits"));
-        assert_eq!(how, "layer", "{src}: found from the upper folder alone");
-        same(&layer, &copy_bytes, src);
+        for (mode, staged) in [
+            ("overlay", "layer"),
+            ("unprivileged", "layer"),
+            ("reflink", "index"),
+            ("auto", "index"),
+        ] {
+            let (patch, how) = read(mode, &format!("{src}-edits"));
+            assert_eq!(
+                how, staged,
+                "{mode} {src}: found from the upper folder alone"
+            );
+            same(&patch, &copy_bytes, &format!("{mode} {src}"));
+        }
 
         let (copy_bytes, how) = read("copy", &format!("{src}-whole"));
         let copy = String::from_utf8_lossy(&copy_bytes);
@@ -356,8 +391,165 @@ fn hostile_changes_patch_the_same_in_a_layer_as_in_a_copy() {
         assert!(copy.contains("Subproject commit"), "{src}: {copy}");
         // Only the plain folder's copy holds the ignored file nobody wrote.
         assert_eq!(copy.contains("old.log"), src == "plainsrc", "{copy}");
-        let (layer, how) = read("overlay", &format!("{src}-whole"));
-        assert_eq!(how, "whole tree");
-        same(&layer, &copy_bytes, src);
+        for (mode, staged) in [
+            ("overlay", "whole tree"),
+            ("unprivileged", "whole tree"),
+            ("reflink", "index"),
+            ("auto", "index"),
+        ] {
+            let (patch, how) = read(mode, &format!("{src}-whole"));
+            assert_eq!(how, staged, "{mode} {src}");
+            same(&patch, &copy_bytes, &format!("{mode} {src}"));
+        }
     }
+}
+
+/// A folder on a filesystem with reflinks, for the runs that need one.
+fn reflink_dir() -> PathBuf {
+    let dir = std::env::var_os("AGENTBATCH_TEST_REFLINK_DIR").map(PathBuf::from).expect(
+        "AGENTBATCH_TEST_REFLINK_DIR is not set: run the tests through tests/run.sh, which mounts a small XFS image with reflinks for them, or point it at a folder on btrfs or XFS (reflink=1)",
+    );
+    let dir = dir.join(
+        format!("t{}-{:?}", std::process::id(), std::thread::current().id())
+            .replace(['(', ')'], ""),
+    );
+    std::fs::create_dir_all(&dir).unwrap();
+    assert!(
+        agentbatch::tools::copies::reflinks_in(&dir),
+        "{} has no reflinks: AGENTBATCH_TEST_REFLINK_DIR must be on btrfs or XFS (reflink=1)",
+        dir.display()
+    );
+    dir
+}
+
+/// One way of running a job in these tests.
+struct Mode {
+    name: &'static str,
+    workspaces: &'static str,
+    /// What the `sandbox` column says the workspaces were.
+    made: &'static str,
+    /// Run as an unprivileged user (nobody, when the tests run as root).
+    unprivileged: bool,
+    /// Run with AGENTBATCH_MOUNT_NAMESPACE=off.
+    no_namespace: bool,
+    /// `--out`, else the case's reports/.
+    out: Option<PathBuf>,
+}
+
+impl Mode {
+    fn new(name: &'static str, workspaces: &'static str) -> Mode {
+        Mode {
+            name,
+            workspaces,
+            made: match workspaces {
+                "auto" => "reflink",
+                w => w,
+            },
+            unprivileged: false,
+            no_namespace: false,
+            out: None,
+        }
+    }
+
+    fn run_dir(&self, case: &Case) -> PathBuf {
+        self.out
+            .clone()
+            .unwrap_or_else(|| case.path("reports"))
+            .join(self.name)
+    }
+
+    fn run(&self, case: &Case) {
+        let mut cmd = if self.unprivileged && nix::unistd::geteuid().is_root() {
+            // The case's folder must be nobody's to write in, as a user's own is.
+            for dir in walk_dirs(case.dir.path()) {
+                std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777))
+                    .unwrap();
+            }
+            let mut c = std::process::Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+                .arg(env!("CARGO_BIN_EXE_agentbatch"));
+            c
+        } else {
+            crate::common::bin()
+        };
+        cmd.args([
+            "run",
+            &format!("{}.yaml", self.name),
+            "--run-id",
+            self.name,
+            "--quiet",
+        ])
+        .current_dir(case.dir.path());
+        if let Some(out) = &self.out {
+            cmd.arg("--out").arg(out);
+        }
+        if self.no_namespace {
+            cmd.env("AGENTBATCH_MOUNT_NAMESPACE", "off");
+        }
+        let out = cmd.output().expect("binary runs");
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            self.name,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+fn walk_dirs(dir: &Path) -> Vec<PathBuf> {
+    let mut out = vec![dir.to_path_buf()];
+    let mut i = 0;
+    while i < out.len() {
+        if let Ok(rd) = std::fs::read_dir(&out[i]) {
+            for e in rd.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    out.push(e.path());
+                }
+            }
+        }
+        i += 1;
+    }
+    out
+}
+
+#[test]
+fn reflink_is_refused_where_the_run_folder_has_none_and_auto_copies() {
+    let case = Case::new();
+    assert!(
+        !agentbatch::tools::copies::reflinks_in(case.dir.path()),
+        "this test needs the temp folder on a filesystem without reflinks (ext4, tmpfs)"
+    );
+    calc_fixture(&case, "calc");
+    case.write(
+        "job.yaml",
+        "name: r\nproviders:\n  s: { protocol: anthropic, simulator: true }\ndefaults:\n  provider: s\n  model: claude-sonnet-4-5\n  tools: [write_file]\n  repo: calc\n  check: python3 -m unittest -q\n  sim: { turns: [ { content: [ { tool_use: { name: write_file, input: { path: calc.py, content: \"def add(a, b):\\n    return a + b\\n\" } } } ] }, { content: [ { text: done } ] } ] }\ntasks:\n  - { id: asked, prompt: p, workspaces: reflink }\n  - { id: auto, prompt: p }\n",
+    );
+    let run = |args: &[&str]| {
+        bin()
+            .args(args)
+            .env("AGENTBATCH_MOUNT_NAMESPACE", "off")
+            .current_dir(case.dir.path())
+            .output()
+            .unwrap()
+    };
+    let v = run(&["validate", "job.yaml"]);
+    let text = String::from_utf8_lossy(&v.stdout);
+    assert!(
+        text.contains("workspaces reflink (") && text.contains("else copy (no overlay"),
+        "{text}"
+    );
+    let out = run(&["run", "job.yaml", "--run-id", "r", "--quiet"]);
+    assert!(out.status.code().is_some(), "{out:?}");
+    let rows = read_csv(&case.path("reports/r/results.csv"));
+    let row = |id: &str| rows.iter().find(|r| r["task_id"] == id).unwrap().clone();
+    let asked = row("asked");
+    assert_eq!(asked["stop_reason"], "tool_setup_error", "{asked:?}");
+    assert!(
+        asked["stop_detail"].contains("workspaces: reflink")
+            && asked["stop_detail"].contains("btrfs"),
+        "{asked:?}"
+    );
+    let auto = row("auto");
+    assert_eq!(auto["outcome"], "pass", "{auto:?}");
+    assert!(auto["sandbox"].ends_with("; copy workspace"), "{auto:?}");
 }
