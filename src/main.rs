@@ -73,6 +73,10 @@ struct RunArgs {
     /// are cancelled ("90s", "5m").
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = humantime::parse_duration)]
     grace: Duration,
+    /// Keep the pristine checkouts of git repositories in this folder across runs, one
+    /// per commit and ref, instead of making them per run.
+    #[arg(long, value_name = "DIR", env = "AGENTBATCH_PRISTINE_CACHE")]
+    pristine_cache: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -348,6 +352,7 @@ async fn run_cmd(job: PathBuf, args: RunArgs) -> ExitCode {
     opts.handle_signals = true;
     opts.ledger = args.ledger;
     opts.grace = args.grace;
+    opts.pristine_cache = args.pristine_cache;
     opts.resume = args.resume.map(|dir| run::ResumeOptions {
         dir,
         retry_errors: !args.no_retry_errors,

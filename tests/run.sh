@@ -32,8 +32,39 @@ if [ ! -f tests/mcp/node_modules/.installed ] || [ tests/mcp/package-lock.json -
   touch tests/mcp/node_modules/.installed
 fi
 
-# The overlay workspace tests mount overlayfs inside the binary's own mount namespace,
-# which needs root (CAP_SYS_ADMIN); they fail, saying so, without it.
-[ "$(id -u)" -eq 0 ] || echo "tests/run.sh: not running as root: the overlay workspace tests (tests/integration/workspaces.rs) will fail; run the tests as root" >&2
+# The overlay workspace tests mount overlayfs inside the binary's own mount namespace:
+# as root, and again as nobody (through setpriv) inside a user namespace of the
+# binary's own.
+# The reflink workspace tests need a folder on a filesystem with reflinks: a small XFS
+# image made with reflink=1, loop-mounted under target/ (as root) and unmounted at the
+# end; AGENTBATCH_TEST_REFLINK_DIR set beforehand (a folder on btrfs or XFS) is used
+# instead.
+if [ -z "${AGENTBATCH_TEST_REFLINK_DIR:-}" ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "tests/run.sh: not running as root, so no XFS image can be mounted for the reflink workspace tests: run as root, or set AGENTBATCH_TEST_REFLINK_DIR to a folder on btrfs or XFS (reflink=1)" >&2
+    exit 1
+  fi
+  if ! command -v mkfs.xfs >/dev/null 2>&1; then
+    echo "tests/run.sh: installing xfsprogs (the reflink workspace tests' XFS image)" >&2
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq xfsprogs
+  fi
+  mkdir -p target
+  xfs_img="$PWD/target/test-xfs.img"
+  xfs_dir="$PWD/target/test-xfs"
+  # A mount left by a run that was killed is reused.
+  if ! mountpoint -q "$xfs_dir" 2>/dev/null; then
+    rm -f "$xfs_img"
+    mkdir -p "$xfs_dir"
+    truncate -s 512M "$xfs_img"
+    mkfs.xfs -q -m reflink=1 "$xfs_img"
+    mount -o loop "$xfs_img" "$xfs_dir" || {
+      echo "tests/run.sh: cannot loop-mount an XFS image at $xfs_dir (no loop devices here?): set AGENTBATCH_TEST_REFLINK_DIR to a folder on btrfs or XFS (reflink=1)" >&2
+      exit 1
+    }
+  fi
+  trap 'umount "$xfs_dir" 2>/dev/null && rm -f "$xfs_img"' EXIT
+  export AGENTBATCH_TEST_REFLINK_DIR="$xfs_dir"
+fi
 
 cargo test --locked "$@"

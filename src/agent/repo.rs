@@ -40,6 +40,15 @@ fn tail(s: &str) -> String {
     lines[start..].join(" | ").chars().take(300).collect()
 }
 
+/// Whether two existing paths are on one filesystem (where reflinks can join them).
+fn same_filesystem(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev(),
+        _ => false,
+    }
+}
+
 /// Runs blocking workspace work off the async workers; the error is what the task's
 /// stop detail says.
 async fn blocking<T: Send + 'static>(
@@ -88,6 +97,21 @@ pub async fn prepare(
         }
     };
     let pristine_ms = started.elapsed().as_millis() as u64;
+    // Reflinks cannot cross filesystems: a cached pristine elsewhere is copied.
+    let kind = match (kind, same_filesystem(&pristine.root, work_dir)) {
+        (WorkspaceKind::Reflink, false) if repo.workspaces == WorkspaceMethod::Auto => {
+            WorkspaceKind::Copy
+        }
+        (WorkspaceKind::Reflink, false) => {
+            p.failed = Some(setup_error(format!(
+                "workspaces: reflink, but the pristine checkout {} is on another filesystem than the run folder {}: put the pristine cache (--pristine-cache) on the run folder's filesystem, or use workspaces: auto or copy",
+                pristine.root.display(),
+                work_dir.display()
+            )));
+            return p;
+        }
+        (k, _) => k,
+    };
     let started = std::time::Instant::now();
     let lower = pristine.root.display().to_string();
     let made = blocking(move || match kind {
@@ -302,10 +326,11 @@ pub async fn cleanup(
         let Some(ws) = ws else { return Ok(None) };
         if keep {
             ws.forget();
-            // A layer is kept as what the task wrote: its upper folder, over the
-            // pristine checkout (README: reassembling a kept overlay workspace).
+            // A kept workspace needs its pristine checkout: a copy's repository
+            // borrows its objects, and a layer is kept as what the task wrote, its
+            // upper folder, over it (README: reassembling a kept overlay workspace).
+            pristines.keep();
             if let Some(layer) = &ws.layer {
-                pristines.keep();
                 let _ = layer.unmount();
                 return Ok(Some((
                     layer.upper.display().to_string(),

@@ -98,6 +98,16 @@ pub(crate) fn bench_dir(out: &Path, kind: &str) -> PathBuf {
 }
 
 async fn run_job(dir: &Path, yaml: &str, sim: Arc<Sim>) -> anyhow::Result<run::RunOutcome> {
+    run_job_with(dir, yaml, sim, None).await
+}
+
+/// [`run_job`], its pristine checkouts kept in `pristine_cache`.
+async fn run_job_with(
+    dir: &Path,
+    yaml: &str,
+    sim: Arc<Sim>,
+    pristine_cache: Option<PathBuf>,
+) -> anyhow::Result<run::RunOutcome> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let path = dir.join("job.yaml");
     std::fs::write(&path, yaml).with_context(|| format!("cannot write {}", path.display()))?;
@@ -106,6 +116,7 @@ async fn run_job(dir: &Path, yaml: &str, sim: Arc<Sim>) -> anyhow::Result<run::R
     opts.run_id = Some("run".into());
     opts.progress = ProgressMode::Quiet;
     opts.sim = Some(sim);
+    opts.pristine_cache = pristine_cache;
     Ok(run::run(plan, opts).await?)
 }
 

@@ -60,16 +60,16 @@ impl ResumeChanges {
             }
         }
         // Pristine checkouts an earlier attempt left (killed before it could delete
-        // them) go, unless a standing row kept a layer over one (its workspace is an
-        // overlay's `upper` folder); this run makes its own.
+        // them) go, unless a standing row kept a workspace that needs one (a layer
+        // over it, or a copy whose repository borrows its objects); this run makes its
+        // own.
         let column = self.header.iter().position(|h| h == "workspace");
-        let layered = self.kept.iter().any(|r| {
-            column
-                .and_then(|c| r.get(c))
-                .is_some_and(|w| w.ends_with("/upper"))
-        });
+        let needed = self
+            .kept
+            .iter()
+            .any(|r| column.and_then(|c| r.get(c)).is_some_and(|w| !w.is_empty()));
         let pristine = dir.join("pristine");
-        if !layered && pristine.exists() {
+        if !needed && pristine.exists() {
             std::fs::remove_dir_all(&pristine).map_err(io(&pristine))?;
         }
         Ok(())

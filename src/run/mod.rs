@@ -53,6 +53,9 @@ pub struct RunOptions {
     /// After the first interrupt, how long running tasks may go on before they are
     /// cancelled.
     pub grace: std::time::Duration,
+    /// Keep the pristine checkouts of git repositories here, across runs, keyed by
+    /// commit (default: each run makes its own and deletes it).
+    pub pristine_cache: Option<PathBuf>,
 }
 
 impl RunOptions {
@@ -69,6 +72,7 @@ impl RunOptions {
             ledger: None,
             resume: None,
             grace: DEFAULT_GRACE,
+            pristine_cache: None,
         }
     }
 }

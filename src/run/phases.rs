@@ -282,6 +282,7 @@ impl Run {
             mcp: Arc::new(crate::tools::mcp::McpHub::default()),
             pristines: Arc::new(crate::tools::pristine::Pristines::new(
                 task_dir.join("pristine"),
+                self.opts.pristine_cache.clone(),
             )),
             work_dir: task_dir,
         })

@@ -66,21 +66,43 @@ pub fn copy_file(from: &Path, to: &Path, reflink: bool) -> io::Result<()> {
 
 /// Copies the tree at `from` to `to` (which must not exist): files (reflinked or
 /// copied, with their mode and times), folders and symlinks (an absolute link into
-/// `from` points into `to`); other kinds are skipped. Blocking.
-pub fn copy_tree(from: &Path, to: &Path, reflink: bool) -> io::Result<()> {
-    copy_under(from, from, to, to, reflink)
+/// `from` points into `to`); other kinds are skipped, and so is what lies under the
+/// folders `skip` names (relative to `from`; they are made, empty). Blocking.
+pub fn copy_tree(from: &Path, to: &Path, reflink: bool, skip: &[&Path]) -> io::Result<()> {
+    let roots = Roots {
+        from,
+        to,
+        reflink,
+        skip,
+    };
+    roots.copy_under(from, to)
 }
 
-fn copy_under(
-    from_root: &Path,
-    from: &Path,
-    to_root: &Path,
-    to: &Path,
+struct Roots<'a> {
+    from: &'a Path,
+    to: &'a Path,
     reflink: bool,
-) -> io::Result<()> {
-    std::fs::create_dir(to)?;
-    for entry in std::fs::read_dir(from)? {
-        let entry = entry?;
+    skip: &'a [&'a Path],
+}
+
+impl Roots<'_> {
+    fn copy_under(&self, from: &Path, to: &Path) -> io::Result<()> {
+        std::fs::create_dir(to)?;
+        if self
+            .skip
+            .iter()
+            .any(|s| from.strip_prefix(self.from).is_ok_and(|r| r == *s))
+        {
+            return Ok(());
+        }
+        for entry in std::fs::read_dir(from)? {
+            self.copy_entry(&entry?, to)?;
+        }
+        Ok(())
+    }
+
+    fn copy_entry(&self, entry: &std::fs::DirEntry, to: &Path) -> io::Result<()> {
+        let (from_root, to_root) = (self.from, self.to);
         let kind = entry.file_type()?;
         let dest = to.join(entry.file_name());
         if kind.is_symlink() {
@@ -91,14 +113,13 @@ fn copy_under(
             };
             std::os::unix::fs::symlink(target, &dest)?;
         } else if kind.is_dir() {
-            copy_under(from_root, &entry.path(), to_root, &dest, reflink)?;
+            self.copy_under(&entry.path(), &dest)?;
         } else if kind.is_file() {
-            copy_file(&entry.path(), &dest, reflink)?;
-            let meta = entry.metadata()?;
-            keep_times(&dest, &meta)?;
+            copy_file(&entry.path(), &dest, self.reflink)?;
+            keep_times(&dest, &entry.metadata()?)?;
         }
+        Ok(())
     }
-    Ok(())
 }
 
 /// Gives `path` the access and modification times in `meta` (by path: a read-only
@@ -137,7 +158,7 @@ mod tests {
         let old = TimeSpecs::of(&src.join("a/b/f.txt"));
         std::thread::sleep(std::time::Duration::from_millis(20));
         let to = dir.path().join("copy");
-        copy_tree(&src, &to, false).unwrap();
+        copy_tree(&src, &to, false, &[Path::new("a/b")]).unwrap();
         assert_eq!(
             std::fs::read_to_string(to.join("a/b/f.txt")).unwrap(),
             "data"
@@ -151,12 +172,12 @@ mod tests {
         );
         assert_eq!(std::fs::read_link(to.join("abs")).unwrap(), to.join("a"));
         assert!(
-            copy_tree(&src, &to, false).is_err(),
+            copy_tree(&src, &to, false, &[]).is_err(),
             "the target must not exist"
         );
         // ext4 and tmpfs have no reflinks: the probe says so rather than failing later.
         if !reflinks_in(dir.path()) {
-            assert!(copy_tree(&src, &dir.path().join("r"), true).is_err());
+            assert!(copy_tree(&src, &dir.path().join("r"), true, &[]).is_err());
         }
         let left: Vec<_> = std::fs::read_dir(dir.path())
             .unwrap()

@@ -12,6 +12,7 @@ pub mod mcp;
 pub(crate) mod paths;
 pub(crate) mod policy;
 pub mod pristine;
+mod pristine_cache;
 pub mod sandbox;
 mod search;
 mod shell;

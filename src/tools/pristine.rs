@@ -3,6 +3,7 @@
 //! mounted (see [`super::layer`]), and making a task's workspace a layer over one.
 
 use std::collections::HashMap;
+use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -10,6 +11,7 @@ use tokio::sync::OnceCell;
 
 use super::copies;
 use super::layer::Layer;
+use super::pristine_cache::PristineCache;
 use super::workspace::{absolute, io, Workspace, WorkspaceError, WorkspaceKind};
 
 type Key = (PathBuf, Option<String>);
@@ -22,7 +24,7 @@ type Made = Arc<OnceCell<Result<Arc<Workspace>, String>>>;
 #[derive(Debug)]
 pub struct Pristines {
     dir: PathBuf,
-    /// A task's layer over one of them was kept: they stay after the run.
+    /// A workspace made from one of them was kept: they stay after the run.
     kept: std::sync::atomic::AtomicBool,
     /// The folders this run made (a resumed run leaves an earlier attempt's alone).
     dirs: Arc<Mutex<Vec<PathBuf>>>,
@@ -30,17 +32,21 @@ pub struct Pristines {
     made: Mutex<HashMap<Key, (usize, Made)>>,
     /// Whether the run folder's filesystem has reflinks (probed once).
     reflinks: std::sync::OnceLock<bool>,
+    /// Pristine checkouts kept across runs, where the user asked for them.
+    cache: Option<PristineCache>,
 }
 
 impl Pristines {
-    /// Pristine checkouts go in `dir` (the run's folder, `pristine/`).
-    pub fn new(dir: PathBuf) -> Pristines {
+    /// Pristine checkouts go in `dir` (the run's folder, `pristine/`), or, for git
+    /// repositories, in `cache` (kept across runs) when given.
+    pub fn new(dir: PathBuf, cache: Option<PathBuf>) -> Pristines {
         Pristines {
             dir,
             kept: Default::default(),
             dirs: Default::default(),
             made: Mutex::new(HashMap::new()),
             reflinks: std::sync::OnceLock::new(),
+            cache: cache.map(PristineCache::new),
         }
     }
 
@@ -53,13 +59,14 @@ impl Pristines {
         })
     }
 
-    /// A layer over one of them is kept: they stay, for reassembling it.
+    /// A workspace made from one of them is kept: they stay (a layer is reassembled
+    /// over one; a copy's repository borrows its objects).
     pub fn keep(&self) {
         self.kept.store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
-    /// Deletes the pristine checkouts at the end of the run, unless a kept layer needs
-    /// them. Blocking.
+    /// Deletes the pristine checkouts at the end of the run, unless a kept workspace
+    /// needs them. Blocking.
     pub fn finish(&self) {
         if self.kept.load(std::sync::atomic::Ordering::SeqCst) {
             return;
@@ -89,10 +96,17 @@ impl Pristines {
             let (n, cell) = made.entry(key).or_insert_with(|| (n, Arc::default()));
             (cell.clone(), *n)
         };
-        let (dir, dirs) = (self.dir.clone(), self.dirs.clone());
+        let (dir, dirs, cache) = (self.dir.clone(), self.dirs.clone(), self.cache.clone());
         let (source, git_ref) = (source.to_path_buf(), git_ref.map(str::to_string));
         cell.get_or_init(|| async move {
             tokio::task::spawn_blocking(move || {
+                if let Some(cache) = cache {
+                    match cache.get(&source, git_ref.as_deref()) {
+                        Ok(Some(ws)) => return Ok(Arc::new(ws)),
+                        Ok(None) => {}
+                        Err(e) => return Err(format!("in the pristine cache: {e}")),
+                    }
+                }
                 // A folder of an earlier attempt of this run (resumed) may hold layers
                 // kept over it: a new one goes beside it.
                 let at = (0..)
@@ -150,7 +164,9 @@ impl Workspace {
     /// A task's workspace as a full copy of `pristine` at `dest`, its files reflinked
     /// (`reflink`) or copied with their times, so the runner's copy of the pristine's
     /// index (reflinked too) still matches them: nothing is cloned or hashed per task.
-    /// On failure nothing is left behind. Blocking.
+    /// The workspace's own repository (`.git`) borrows the pristine's objects
+    /// (alternates) rather than copying them: git never writes to an alternate, so the
+    /// agent can only add to its own. On failure nothing is left behind. Blocking.
     pub fn copied(
         pristine: &Workspace,
         dest: &Path,
@@ -164,7 +180,21 @@ impl Workspace {
         if let Some(parent) = dest.parent() {
             std::fs::create_dir_all(parent).map_err(io("create", parent))?;
         }
-        let made = copies::copy_tree(&pristine.root, &dest, reflink)
+        let objects = Path::new(".git/objects");
+        let borrowed = pristine.root.join(objects).is_dir();
+        let skip = if borrowed { vec![objects] } else { vec![] };
+        let made = copies::copy_tree(&pristine.root, &dest, reflink, &skip)
+            .and_then(|_| {
+                if !borrowed {
+                    return Ok(());
+                }
+                let info = dest.join(objects).join("info");
+                std::fs::create_dir_all(&info)?;
+                std::fs::create_dir_all(dest.join(objects).join("pack"))?;
+                let mut line = pristine.root.join(objects).into_os_string().into_vec();
+                line.push(b'\n');
+                std::fs::write(info.join("alternates"), line)
+            })
             .map_err(|source| WorkspaceError::Copy {
                 from: pristine.root.clone(),
                 to: dest.clone(),

@@ -465,9 +465,17 @@ impl Mode {
                 std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777))
                     .unwrap();
             }
+            // The binary, where nobody can reach it (a checkout under /root is not).
+            let exe = case.path("agentbatch");
+            if !exe.exists() {
+                let built = env!("CARGO_BIN_EXE_agentbatch");
+                std::fs::hard_link(built, &exe)
+                    .or_else(|_| std::fs::copy(built, &exe).map(|_| ()))
+                    .unwrap();
+            }
             let mut c = std::process::Command::new("setpriv");
             c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-                .arg(env!("CARGO_BIN_EXE_agentbatch"));
+                .arg(&exe);
             c
         } else {
             crate::common::bin()
@@ -552,4 +560,90 @@ fn reflink_is_refused_where_the_run_folder_has_none_and_auto_copies() {
     let auto = row("auto");
     assert_eq!(auto["outcome"], "pass", "{auto:?}");
     assert!(auto["sandbox"].ends_with("; copy workspace"), "{auto:?}");
+}
+
+/// A copy's repository borrows the pristine's objects, so a kept copy keeps its
+/// pristine; with --pristine-cache a second run makes no pristine at all, and a layer
+/// goes over the cached one.
+#[test]
+fn kept_copies_keep_their_pristine_and_a_cache_serves_the_next_run() {
+    let case = Case::new();
+    let repo = calc_fixture(&case, "calc");
+    crate::common::make_git_repository(&repo);
+    let job = |method: &str| {
+        format!("name: c\nproviders:\n  s: {{ protocol: anthropic, simulator: true }}\ndefaults:\n  provider: s\n  model: claude-sonnet-4-5\n  tools: [bash]\n  repo: calc\n  workspaces: {method}\n  keep_workspaces: always\ntasks:\n  - id: t\n    prompt: p\n    sim:\n      turns:\n        - content: [ {{ tool_use: {{ name: bash, input: {{ command: 'git cat-file -p HEAD:calc.py && echo more >> calc.py && git -c user.name=a -c user.email=a@a commit -qam more && git log --oneline | wc -l' }} }} }} ]\n        - content: [ {{ text: done }} ]\n")
+    };
+    case.write("copy.yaml", &job("copy"));
+    case.write("overlay.yaml", &job("overlay"));
+    let run = |job: &str, id: &str, cache: bool| {
+        let mut args = vec!["run", job, "--run-id", id, "--quiet"];
+        if cache {
+            args.extend(["--pristine-cache", "cache"]);
+        }
+        let out = case.agentbatch(&args);
+        assert!(
+            out.status.success(),
+            "{id}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let t = std::fs::read_to_string(case.path(&format!("reports/{id}/transcripts/t.jsonl")))
+            .unwrap();
+        assert!(
+            t.contains("return a - b") && t.contains("\\n2\\n"),
+            "{id}: the agent's git reads and writes its repository: {t}"
+        );
+        let ws = t
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|e| e["event"] == "workspace")
+            .unwrap();
+        let row = read_csv(&case.path(&format!("reports/{id}/results.csv")))[0].clone();
+        (ws, row)
+    };
+    let git_log = |dir: &Path| {
+        let out = std::process::Command::new("git")
+            .args(["log", "--oneline"])
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).lines().count()
+    };
+    // Uncached: the kept copy's repository still reads after the run.
+    let (_, row) = run("copy.yaml", "plain", false);
+    assert!(case.path("reports/plain/pristine").is_dir(), "kept: needed");
+    assert_eq!(git_log(Path::new(&row["workspace"])), 2);
+    // Cached: the first run makes the entry, the second finds it.
+    let (first, _) = run("copy.yaml", "first", true);
+    let entries: Vec<_> = std::fs::read_dir(case.path("cache")).unwrap().collect();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    let cached = case.path("cache").canonicalize().unwrap();
+    assert!(first["pristine"]
+        .as_str()
+        .unwrap()
+        .starts_with(cached.to_str().unwrap()));
+    let (second, row) = run("overlay.yaml", "second", true);
+    assert_eq!(second["pristine"], first["pristine"]);
+    assert_eq!(second["method"], "overlay");
+    assert!(
+        !case.path("reports/second/pristine").exists(),
+        "no pristine made"
+    );
+    assert!(
+        !case.path("reports/first/pristine").exists(),
+        "no pristine made"
+    );
+    assert_eq!(std::fs::read_dir(case.path("cache")).unwrap().count(), 1);
+    assert!(row["sandbox"].ends_with("; overlay workspace"), "{row:?}");
+    // The cached checkout is as it was: the tasks wrote only their own copies.
+    let pristine = Path::new(first["pristine"].as_str().unwrap());
+    assert_eq!(git_log(pristine), 1);
+    assert_eq!(
+        std::fs::read_to_string(pristine.join("calc.py")).unwrap(),
+        "def add(a, b):\n    return a - b\n"
+    );
 }
