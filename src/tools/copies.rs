@@ -159,11 +159,15 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(20));
         let to = dir.path().join("copy");
         copy_tree(&src, &to, false, &[Path::new("a/b")]).unwrap();
+        assert!(to.join("a/b").is_dir() && !to.join("a/b/f.txt").exists());
+        let whole = dir.path().join("whole");
+        copy_tree(&src, &whole, false, &[]).unwrap();
         assert_eq!(
-            std::fs::read_to_string(to.join("a/b/f.txt")).unwrap(),
+            std::fs::read_to_string(whole.join("a/b/f.txt")).unwrap(),
             "data"
         );
-        assert_eq!(TimeSpecs::of(&to.join("a/b/f.txt")), old);
+        assert_eq!(TimeSpecs::of(&whole.join("a/b/f.txt")), old);
+        std::fs::remove_dir_all(&whole).unwrap();
         let mode = |p: &str| std::fs::metadata(to.join(p)).unwrap().mode() & 0o777;
         assert_eq!((mode("run.sh"), mode("ro")), (0o755, 0o444));
         assert_eq!(
