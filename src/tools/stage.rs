@@ -262,9 +262,14 @@ fn listings(
             .ok_or_else(|| bad("short answer"))?;
         let header = String::from_utf8_lossy(&rest[..nl]).into_owned();
         rest = &rest[nl + 1..];
-        let parts: Vec<&str> = header.split(' ').collect();
+        // `<name> missing` (or ambiguous) names what was asked, spaces and all.
+        let parts: Vec<&str> = if header.ends_with(" missing") || header.ends_with(" ambiguous") {
+            Vec::new()
+        } else {
+            header.split(' ').collect()
+        };
         let listing = match parts.as_slice() {
-            [oid, kind, size] if kind.chars().all(|c| c.is_ascii_lowercase()) => {
+            [oid, kind, size] if oid.bytes().all(|b| b.is_ascii_hexdigit()) => {
                 let size: usize = size.parse().map_err(|_| bad("bad size"))?;
                 if rest.len() < size + 1 {
                     return Err(bad("short object"));
@@ -285,13 +290,32 @@ fn listings(
                     _ => None,
                 }
             }
-            // `<name> missing` (or ambiguous): no folder there.
-            _ => None,
+            [] => None,
+            _ => return Err(bad(&format!("unexpected answer {header:?}"))),
         };
         base.insert(f.clone(), listing);
     }
     let root = root.ok_or_else(|| bad("no root tree"))?;
     Ok((base, root))
+}
+
+/// A path as `hash-object --stdin-paths` reads it: a line starting with `"` is taken
+/// as C-quoted, so such a path is quoted.
+fn line_for_hash_object(path: &[u8], out: &mut Vec<u8>) {
+    if path.first() != Some(&b'"') {
+        out.extend_from_slice(path);
+    } else {
+        out.push(b'"');
+        for b in path {
+            match b {
+                b'"' | b'\\' => out.extend_from_slice(&[b'\\', *b]),
+                0x20..=0x7e => out.push(*b),
+                _ => out.extend_from_slice(format!("\\{b:03o}").as_bytes()),
+            }
+        }
+        out.push(b'"');
+    }
+    out.push(b'\n');
 }
 
 /// The entry of `path`'s parent listing for it.
@@ -351,12 +375,13 @@ impl Workspace {
         cand: &BTreeSet<RepoPath>,
     ) -> Result<Option<Staged>, WorkspaceError> {
         // A changed .gitignore can uncover files nobody wrote; git's line-based inputs
-        // cannot carry a newline.
-        if cand.iter().any(|p| is_ignore_file(p) || p.contains(&b'\n')) {
+        // cannot carry a line break (and drop a carriage return at a line's end).
+        let breaks = |p: &RepoPath| p.contains(&b'\n') || p.contains(&b'\r');
+        if cand.iter().any(|p| is_ignore_file(p) || breaks(p)) {
             return Ok(None);
         }
         let now = look(&self.root, cand)?;
-        if now.keys().any(|p| p.contains(&b'\n')) {
+        if now.keys().any(breaks) {
             return Ok(None);
         }
         // The folders whose starting listings are needed.
@@ -466,8 +491,7 @@ impl Workspace {
     ) -> Result<Vec<String>, WorkspaceError> {
         let mut input = Vec::new();
         for p in paths {
-            input.extend_from_slice(p);
-            input.push(b'\n');
+            line_for_hash_object(p, &mut input);
         }
         self.hash(&["hash-object", "-w", "--stdin-paths"], input)
     }
@@ -538,5 +562,13 @@ mod tests {
         assert_eq!(nul_split(&nul_joined(&w.files)), w.files);
         assert!(is_ignore_file(b"sub/.gitignore") && is_ignore_file(b".gitignore"));
         assert!(!is_ignore_file(b"x.gitignore"));
+    }
+
+    #[test]
+    fn a_path_hash_object_would_unquote_is_quoted() {
+        let mut out = Vec::new();
+        line_for_hash_object(b"plain \"mid\"", &mut out);
+        line_for_hash_object(b"\"q\\\xe9", &mut out);
+        assert_eq!(out, b"plain \"mid\"\n\"\\\"q\\\\\\351\"\n".to_vec());
     }
 }

@@ -90,6 +90,17 @@ const SAFE_CONFIG: [&str; 12] = [
     "core.quotePath=false",
 ];
 
+/// Who the runner's commits are by (no user configuration is read).
+const IDENTITY: &[&str] = &[
+    "-c",
+    "user.name=agentbatch",
+    "-c",
+    "user.email=agentbatch@localhost",
+];
+
+/// The message of the commits that mark a starting point.
+const START: &str = "agentbatch: starting point";
+
 /// Why a workspace could not be made or read. Each names the path or the git command,
 /// so the task's `tool_setup_error` detail says what to fix.
 #[derive(Debug, thiserror::Error)]
@@ -348,16 +359,10 @@ impl Workspace {
             git(
                 dest,
                 &[
-                    "-c",
-                    "user.name=agentbatch",
-                    "-c",
-                    "user.email=agentbatch@localhost",
-                    "commit",
-                    "--quiet",
-                    "--allow-empty",
-                    "-m",
-                    "agentbatch: starting point",
-                ],
+                    IDENTITY,
+                    &["commit", "--quiet", "--allow-empty", "-m", START],
+                ]
+                .concat(),
             )?;
         }
         let root = dest.canonicalize().map_err(io("resolve", dest))?;
@@ -471,38 +476,26 @@ impl Workspace {
     /// Records the workspace as it is now as the starting point of the patch (after
     /// setup, so that what setup built is not the agent's change). Blocking.
     pub fn snapshot(&mut self) -> Result<(), WorkspaceError> {
-        let message = "agentbatch: starting point";
         match self.stage()? {
             Staged::Edited(None) => {}
             Staged::Index => {
-                self.shadow_git(&[
-                    "-c",
-                    "user.name=agentbatch",
-                    "-c",
-                    "user.email=agentbatch@localhost",
+                let commit = [
                     "commit",
                     "--quiet",
                     "--allow-empty",
                     "--no-verify",
                     "-m",
-                    message,
-                ])?;
+                    START,
+                ];
+                self.shadow_git(&[IDENTITY, &commit].concat())?;
                 self.base = self.shadow_git(&["rev-parse", "HEAD"])?.trim().to_string();
             }
             Staged::Edited(Some(tree)) | Staged::Whole(tree) => {
-                let out = self.shadow_git(&[
-                    "-c",
-                    "user.name=agentbatch",
-                    "-c",
-                    "user.email=agentbatch@localhost",
-                    "commit-tree",
-                    &tree,
-                    "-p",
-                    &self.base,
-                    "-m",
-                    message,
-                ])?;
-                self.base = out.trim().to_string();
+                let commit = ["commit-tree", &tree, "-p", &self.base, "-m", START];
+                self.base = self
+                    .shadow_git(&[IDENTITY, &commit].concat())?
+                    .trim()
+                    .to_string();
             }
         }
         Ok(())

@@ -241,6 +241,7 @@ fn hostile_changes_patch_the_same_in_a_layer_as_in_a_copy() {
         "rm file2dir.py && mkdir file2dir.py && echo inner > file2dir.py/x",
         "echo tmp > scratch.txt && rm scratch.txt",
         "printf 'weird' > \"$(printf 'na\\351me.txt')\"",
+        "mkdir -p 'new dir/a b' && echo n > 'new dir/a b/f.txt' && echo q > '\"quoted.txt' && echo b > 'back\\slash.txt' && echo t > 'trail '",
         "rm built.txt && rm -rf setupdir && echo kept > made-by-setup.txt",
     ];
     let whole = [
@@ -356,6 +357,10 @@ fn hostile_changes_patch_the_same_in_a_layer_as_in_a_copy() {
             "setupdir/q.txt",
             "file2dir.py/x",
             "me.txt",
+            "new dir/a b/f.txt",
+            "quoted.txt",
+            "slash.txt",
+            "trail ",
         ] {
             assert!(copy.contains(expected), "{src}: {expected} in {copy}");
         }
