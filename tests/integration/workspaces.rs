@@ -17,70 +17,101 @@ fn overlay_mounts(pid: &str) -> usize {
         .count()
 }
 
+/// The shipped repo-fix suite (three git repositories, one at a tag, three plain
+/// folders; real failing tests) with every method: the same outcomes, check exit codes
+/// and patch bytes as full copies.
 #[test]
-fn overlay_and_copied_workspaces_give_the_same_patches_and_outcomes() {
+fn every_workspace_method_gives_the_suite_the_same_patches_and_outcomes() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let job = std::fs::read_to_string(root.join("jobs/repo-fix.yaml")).unwrap();
     let case = Case::new();
-    // The suite's relative paths (fixtures, sim scripts) resolve from the job's folder.
-    let copy_job = root.join(format!("jobs/.repo-fix-copy-{}.yaml", std::process::id()));
-    std::fs::write(
-        &copy_job,
-        job.replace(
-            "  keep_workspaces: on_failure\n",
-            "  keep_workspaces: on_failure\n  workspaces: copy\n",
-        ),
-    )
-    .unwrap();
-    let over_job = root.join(format!(
-        "jobs/.repo-fix-overlay-{}.yaml",
-        std::process::id()
-    ));
-    std::fs::write(
-        &over_job,
-        job.replace(
-            "  keep_workspaces: on_failure\n",
-            "  keep_workspaces: on_failure\n  workspaces: overlay\n",
-        ),
-    )
-    .unwrap();
-    let run = |job: &Path, id: &str| {
-        case.agentbatch(&["run", job.to_str().unwrap(), "--run-id", id, "--quiet"])
-    };
-    let (a, b) = (run(&over_job, "overlay"), run(&copy_job, "copy"));
-    let _ = std::fs::remove_file(&copy_job);
-    let _ = std::fs::remove_file(&over_job);
-    assert!(
-        a.status.success(),
-        "overlay workspaces need root and overlayfs (the test command runs as root): {}",
-        String::from_utf8_lossy(&a.stderr)
-    );
-    assert!(b.status.success(), "{}", String::from_utf8_lossy(&b.stderr));
-    let rows = |id: &str| read_csv(&case.path(&format!("reports/{id}/results.csv")));
-    let (over, copy) = (rows("overlay"), rows("copy"));
-    assert_eq!(over.len(), 6);
-    for r in &over {
-        let c = copy.iter().find(|c| c["task_id"] == r["task_id"]).unwrap();
-        let id = &r["task_id"];
-        assert_eq!(r["outcome"], c["outcome"], "{id}");
-        assert_eq!(r["check_exit_code"], c["check_exit_code"], "{id}");
-        assert!(r["sandbox"].ends_with("; overlay workspace"), "{r:?}");
-        assert!(!c["sandbox"].contains("overlay"), "{c:?}");
-        let patch = |run: &str| {
-            std::fs::read(case.path(&format!("reports/{run}/patches/{id}.diff"))).unwrap()
-        };
-        assert_eq!(patch("overlay"), patch("copy"), "{id}: the patches differ");
-        if r["outcome"] == "fail" {
-            // A kept layer is what the task wrote, not a copy of the repository.
-            let upper = Path::new(&r["workspace"]);
-            assert!(upper.ends_with("upper") && upper.is_dir(), "{r:?}");
+    // The suite's relative paths (fixtures, sim scripts) resolve from the job's folder,
+    // copied where an unprivileged user can read it.
+    copy_dir(&root.join("jobs"), &case.path("jobs"));
+    let job = std::fs::read_to_string(root.join("jobs/repo-fix.yaml")).unwrap();
+    let xfs = reflink_dir();
+    let modes = [
+        Mode::new("copy", "copy"),
+        Mode::new("overlay", "overlay"),
+        Mode {
+            unprivileged: true,
+            ..Mode::new("unprivileged", "overlay")
+        },
+        Mode {
+            out: Some(xfs.join("reflink")),
+            ..Mode::new("reflink", "reflink")
+        },
+        Mode {
+            out: Some(xfs.join("auto")),
+            no_namespace: true,
+            ..Mode::new("auto", "auto")
+        },
+    ];
+    for m in &modes {
+        case.write(
+            &format!("jobs/{}.yaml", m.name),
+            &job.replace(
+                "  keep_workspaces: on_failure\n",
+                &format!(
+                    "  keep_workspaces: on_failure\n  workspaces: {}\n",
+                    m.workspaces
+                ),
+            ),
+        );
+        m.run_job(&case, &format!("jobs/{}.yaml", m.name));
+    }
+    let rows = |m: &Mode| read_csv(&m.run_dir(&case).join("results.csv"));
+    let copy = rows(&modes[0]);
+    assert_eq!(copy.len(), 6);
+    assert_eq!(copy.iter().filter(|r| r["outcome"] == "pass").count(), 4);
+    for m in &modes[1..] {
+        let got = rows(m);
+        assert_eq!(got.len(), 6, "{}", m.name);
+        for r in &got {
+            let c = copy.iter().find(|c| c["task_id"] == r["task_id"]).unwrap();
+            let id = &r["task_id"];
+            assert_eq!(r["outcome"], c["outcome"], "{} {id}", m.name);
+            assert_eq!(
+                r["check_exit_code"], c["check_exit_code"],
+                "{} {id}",
+                m.name
+            );
+            assert!(
+                r["sandbox"].ends_with(&format!("; {} workspace", m.made)),
+                "{r:?}"
+            );
+            let patch =
+                |dir: PathBuf| std::fs::read(dir.join(format!("patches/{id}.diff"))).unwrap();
+            same(
+                &patch(m.run_dir(&case)),
+                &patch(modes[0].run_dir(&case)),
+                &format!("{} {id}", m.name),
+            );
+            if r["outcome"] == "fail" && m.made == "overlay" {
+                // A kept layer is what the task wrote, not a copy of the repository.
+                let upper = Path::new(&r["workspace"]);
+                assert!(upper.ends_with("upper") && upper.is_dir(), "{r:?}");
+            }
         }
     }
-    // One pristine checkout per repository, not one copy per task.
+    // One pristine checkout per repository, not one copy per task; kept for the failed
+    // tasks' workspaces.
     let pristine = std::fs::read_dir(case.path("reports/overlay/pristine"))
         .unwrap()
         .count();
     assert_eq!(pristine, 6);
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dest = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &dest);
+        } else if e.file_type().unwrap().is_file() {
+            std::fs::copy(e.path(), &dest).unwrap();
+        }
+    }
 }
 
 #[test]
@@ -464,6 +495,11 @@ impl Mode {
     }
 
     fn run(&self, case: &Case) {
+        self.run_job(case, &format!("{}.yaml", self.name));
+    }
+
+    /// Runs `job` (relative to the case's folder) as this mode says.
+    fn run_job(&self, case: &Case, job: &str) {
         let mut cmd = if self.unprivileged && nix::unistd::geteuid().is_root() {
             // The case's folder must be nobody's to write in, as a user's own is.
             for dir in walk_dirs(case.dir.path()) {
@@ -485,14 +521,8 @@ impl Mode {
         } else {
             crate::common::bin()
         };
-        cmd.args([
-            "run",
-            &format!("{}.yaml", self.name),
-            "--run-id",
-            self.name,
-            "--quiet",
-        ])
-        .current_dir(case.dir.path());
+        cmd.args(["run", job, "--run-id", self.name, "--quiet"])
+            .current_dir(case.dir.path());
         if let Some(out) = &self.out {
             cmd.arg("--out").arg(out);
         }
