@@ -70,9 +70,9 @@ pub fn private_mounts() -> bool {
 /// How the process got its mount namespace, for `validate` and the reports.
 pub fn namespace() -> &'static str {
     match PRIVATE.load(Ordering::SeqCst) {
-        AS_ROOT => "own mount namespace",
-        IN_USER_NS => "own user and mount namespace",
-        _ => "no mount namespace of its own",
+        AS_ROOT => "its own mount namespace",
+        IN_USER_NS => "its own user and mount namespace (unprivileged overlay workspaces)",
+        _ => "no mount namespace of its own (no overlay workspaces)",
     }
 }
 

@@ -248,7 +248,7 @@ pub fn protect_runner() {
 pub fn describe_capabilities() -> String {
     let c = capabilities();
     format!(
-        "{}; {}; {}",
+        "{}; {}; {}; the runner has {}",
         c.landlock
             .clone()
             .unwrap_or_else(|| "Landlock not available (commands may write anywhere)".into()),
@@ -261,6 +261,7 @@ pub fn describe_capabilities() -> String {
             "network namespaces available"
         } else {
             "network namespaces not available"
-        }
+        },
+        crate::tools::layer::namespace()
     )
 }
