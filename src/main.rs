@@ -196,8 +196,14 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // Before any thread starts: overlay workspaces are mounted only in a mount namespace
-    // of the process's own, so they vanish with it, even after kill -9.
-    agentbatch::tools::layer::private_mounts();
+    // of the process's own, so they vanish with it, even after kill -9. Only the
+    // commands that make (or describe) workspaces take one.
+    if matches!(
+        cli.command,
+        Command::Run { .. } | Command::Validate { .. } | Command::Bench { .. }
+    ) {
+        agentbatch::tools::layer::private_mounts();
+    }
     // Thousands of loops in flight hold thousands of connections and transcripts.
     agentbatch::resources::raise_open_files_limit();
     let rt = match tokio::runtime::Builder::new_multi_thread()

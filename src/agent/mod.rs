@@ -9,6 +9,7 @@ mod repo;
 mod request;
 pub(crate) mod stop;
 mod window;
+mod workspace;
 mod wrap;
 
 use std::sync::Arc;

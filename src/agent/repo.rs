@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::job::schema::{KeepWorkspaces, WorkspaceMethod};
+use crate::job::schema::KeepWorkspaces;
 use crate::job::{RepoSpec, TaskSpec};
-use crate::tools::workspace::{Workspace, WorkspaceError, WorkspaceKind};
+use crate::tools::workspace::{Workspace, WorkspaceError};
 use crate::tools::{Reach, RunLimits, Sandbox};
 use crate::vocab::log::TaskLog;
 use crate::vocab::stop::{Outcome, Stop, StopReason};
@@ -40,15 +40,6 @@ fn tail(s: &str) -> String {
     lines[start..].join(" | ").chars().take(300).collect()
 }
 
-/// Whether two existing paths are on one filesystem (where reflinks can join them).
-fn same_filesystem(a: &Path, b: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    match (std::fs::metadata(a), std::fs::metadata(b)) {
-        (Ok(a), Ok(b)) => a.dev() == b.dev(),
-        _ => false,
-    }
-}
-
 /// Runs blocking workspace work off the async workers; the error is what the task's
 /// stop detail says.
 async fn blocking<T: Send + 'static>(
@@ -74,67 +65,24 @@ pub async fn prepare(
     let dest = work_dir.join("workspaces").join(&spec.id);
     let shadow = work_dir.join("git").join(&spec.id);
     let tmp = work_dir.join("tmp").join(&spec.id);
-    let kind = match (repo.workspaces, pristines.reflinks()) {
-        (WorkspaceMethod::Overlay, _) => WorkspaceKind::Overlay,
-        (WorkspaceMethod::Copy, _) | (WorkspaceMethod::Auto, false) => WorkspaceKind::Copy,
-        (WorkspaceMethod::Reflink | WorkspaceMethod::Auto, true) => WorkspaceKind::Reflink,
-        (WorkspaceMethod::Reflink, false) => {
-            p.failed = Some(setup_error(format!(
-                "workspaces: reflink, but the run folder {} is on a filesystem without reflinks (ext4, tmpfs, overlayfs): put --out on btrfs or on XFS made with reflink=1, or use workspaces: auto or copy",
-                work_dir.display()
-            )));
-            return p;
-        }
-    };
-    let started = std::time::Instant::now();
-    let pristine = match pristines.get(&repo.path, repo.git_ref.as_deref()).await {
-        Ok(pristine) => pristine,
+    let made = match super::workspace::make(repo, pristines, work_dir, dest, shadow).await {
+        Ok(made) => made,
         Err(e) => {
-            p.failed = Some(setup_error(format!(
-                "cannot create the workspace: cannot make the pristine checkout: {e}"
-            )));
+            p.failed = Some(setup_error(e));
             return p;
         }
     };
-    let pristine_ms = started.elapsed().as_millis() as u64;
-    // Reflinks cannot cross filesystems: a cached pristine elsewhere is copied.
-    let kind = match (kind, same_filesystem(&pristine.root, work_dir)) {
-        (WorkspaceKind::Reflink, false) if repo.workspaces == WorkspaceMethod::Auto => {
-            WorkspaceKind::Copy
-        }
-        (WorkspaceKind::Reflink, false) => {
-            p.failed = Some(setup_error(format!(
-                "workspaces: reflink, but the pristine checkout {} is on another filesystem than the run folder {}: put the pristine cache (--pristine-cache) on the run folder's filesystem, or use workspaces: auto or copy",
-                pristine.root.display(),
-                work_dir.display()
-            )));
-            return p;
-        }
-        (k, _) => k,
-    };
-    let started = std::time::Instant::now();
-    let lower = pristine.root.display().to_string();
-    let made = blocking(move || match kind {
-        WorkspaceKind::Overlay => Workspace::layered(&pristine, &dest, &shadow),
-        k => Workspace::copied(&pristine, &dest, &shadow, k == WorkspaceKind::Reflink),
-    })
-    .await;
-    let mut ws = match made {
-        Ok(ws) => ws,
-        Err(e) => {
-            p.failed = Some(setup_error(format!("cannot create the workspace: {e}")));
-            return p;
-        }
-    };
+    let mut ws = made.workspace;
     log.emit(TranscriptEvent::Workspace {
         source: repo.path.display().to_string(),
         git_ref: repo.git_ref.clone(),
         cloned: ws.cloned,
         path: ws.root.display().to_string(),
         method: Some(ws.kind.name().to_string()),
-        pristine: Some(lower),
-        pristine_ms: Some(pristine_ms),
-        ms: Some(started.elapsed().as_millis() as u64),
+        pristine: Some(made.pristine.display().to_string()),
+        pristine_ms: Some(made.pristine_ms),
+        ms: Some(made.ms),
+        fallbacks: made.fallbacks,
     });
     if let Err(e) = std::fs::create_dir_all(&tmp) {
         p.workspace = Some(ws);

@@ -155,8 +155,10 @@ pub fn describe(plan: &Plan) -> String {
                     WorkspaceMethod::Reflink =>
                         "reflink (a copy sharing the pristine checkout's blocks; the run folder must be on btrfs or XFS)",
                     WorkspaceMethod::Copy => "copy (a full copy of the pristine checkout)",
+                    WorkspaceMethod::Auto if crate::tools::layer::available() =>
+                        "auto: overlay (a copy-on-write layer over one pristine checkout), else reflink where the run folder's filesystem has reflinks, else copy",
                     WorkspaceMethod::Auto =>
-                        "reflink where the run folder's filesystem has reflinks, else copy (no overlay in this process)",
+                        "auto: reflink where the run folder's filesystem has reflinks, else copy (no overlay in this process)",
                 }
             );
         }

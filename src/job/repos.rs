@@ -75,7 +75,6 @@ pub(super) fn resolve_repo(
     }
     let method = t.workspaces.or(d.workspaces).unwrap_or_default();
     let workspaces = match method {
-        WorkspaceMethod::Auto if crate::tools::layer::available() => WorkspaceMethod::Overlay,
         WorkspaceMethod::Overlay if !crate::tools::layer::available() => {
             cx.err(
                 &origin(i, t.workspaces.is_some(), &["workspaces"]),

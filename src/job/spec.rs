@@ -118,9 +118,8 @@ pub struct RepoSpec {
     pub check_sandbox: bool,
     pub keep_workspaces: KeepWorkspaces,
     /// How the task's workspace is made from the run's pristine checkout of the
-    /// repository: `overlay` where asked for or where `auto` found the process can
-    /// mount one; `auto` left here means a reflinked copy where the run folder's
-    /// filesystem has reflinks, else a copy (decided when the run starts).
+    /// repository, as the job asks (`auto` is decided per task: see
+    /// `agent::workspace`).
     pub workspaces: super::schema::WorkspaceMethod,
 }
 

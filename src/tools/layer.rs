@@ -22,7 +22,10 @@ pub const NAMESPACE_VARIABLE: &str = "AGENTBATCH_MOUNT_NAMESPACE";
 /// Gives the process a mount namespace of its own, with nothing propagated back to the
 /// machine's: as root, or, where the process may not (no CAP_SYS_ADMIN), inside a user
 /// namespace of its own that maps only its own user and group, so it keeps its
-/// identity and its children run as before, without privileges. Must run before any
+/// identity and its children run as before, without privileges (a set-user-ID program
+/// such as `sudo` does not work in it). The user namespace is tried in a child process
+/// first, overlay mount included, and entered only when it all works, so the runner is
+/// never left in a half-made one nor in one that buys nothing. Must run before any
 /// thread starts (the kernel refuses both to a threaded process), so the binary calls
 /// it first thing; false when it cannot (a threaded caller, a kernel or policy without
 /// unprivileged user namespaces, `AGENTBATCH_MOUNT_NAMESPACE=off`): workspaces are
@@ -30,41 +33,75 @@ pub const NAMESPACE_VARIABLE: &str = "AGENTBATCH_MOUNT_NAMESPACE";
 pub fn private_mounts() -> bool {
     #[cfg(target_os = "linux")]
     {
-        use nix::mount::{mount, MsFlags};
         use nix::sched::{unshare, CloneFlags};
         if std::env::var(NAMESPACE_VARIABLE).is_ok_and(|v| v == "off") {
             return false;
         }
-        let private = || {
-            mount(
-                None::<&str>,
-                "/",
-                None::<&str>,
-                MsFlags::MS_REC | MsFlags::MS_PRIVATE,
-                None::<&str>,
-            )
-            .is_ok()
-        };
         let made = if unshare(CloneFlags::CLONE_NEWNS).is_ok() {
-            private().then_some(AS_ROOT)
+            mounts_private().then_some(AS_ROOT)
         } else {
-            let (uid, gid) = (nix::unistd::getuid(), nix::unistd::getgid());
-            (unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNS).is_ok()
-                && [
-                    ("/proc/self/setgroups", "deny".to_string()),
-                    ("/proc/self/uid_map", format!("{uid} {uid} 1")),
-                    ("/proc/self/gid_map", format!("{gid} {gid} 1")),
-                ]
-                .iter()
-                .all(|(path, text)| std::fs::write(path, text).is_ok())
-                && private())
-            .then_some(IN_USER_NS)
+            (user_namespace_works() && enter_user_namespace()).then_some(IN_USER_NS)
         };
         PRIVATE.store(made.unwrap_or(NONE), Ordering::SeqCst);
         made.is_some()
     }
     #[cfg(not(target_os = "linux"))]
     false
+}
+
+/// Makes every mount of the process's (new) namespace private.
+#[cfg(target_os = "linux")]
+fn mounts_private() -> bool {
+    use nix::mount::{mount, MsFlags};
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )
+    .is_ok()
+}
+
+/// Unshares a user and a mount namespace, mapping the effective user and group to
+/// themselves (the kernel lets an unprivileged process map only those).
+#[cfg(target_os = "linux")]
+fn enter_user_namespace() -> bool {
+    use nix::sched::{unshare, CloneFlags};
+    let (uid, gid) = (nix::unistd::geteuid(), nix::unistd::getegid());
+    unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNS).is_ok()
+        && [
+            ("/proc/self/setgroups", "deny".to_string()),
+            ("/proc/self/uid_map", format!("{uid} {uid} 1")),
+            ("/proc/self/gid_map", format!("{gid} {gid} 1")),
+        ]
+        .iter()
+        .all(|(path, text)| std::fs::write(path, text).is_ok())
+        && mounts_private()
+}
+
+/// Whether a child (a fork of this single-threaded process) can enter a user namespace
+/// and mount an overlay there.
+#[cfg(target_os = "linux")]
+fn user_namespace_works() -> bool {
+    use nix::sys::wait::{waitpid, WaitStatus};
+    use nix::unistd::{fork, ForkResult};
+    // SAFETY: called before any thread starts, so the child may do anything; it ends
+    // with _exit, running no destructor of the parent's.
+    match unsafe { fork() } {
+        Ok(ForkResult::Child) => {
+            let ok = enter_user_namespace() && {
+                PRIVATE.store(IN_USER_NS, Ordering::SeqCst);
+                probe().is_ok()
+            };
+            // SAFETY: ends the child at once.
+            unsafe { nix::libc::_exit(if ok { 0 } else { 1 }) }
+        }
+        Ok(ForkResult::Parent { child }) => {
+            matches!(waitpid(child, None), Ok(WaitStatus::Exited(_, 0)))
+        }
+        Err(_) => false,
+    }
 }
 
 /// How the process got its mount namespace, for `validate` and the reports.
@@ -99,6 +136,9 @@ pub struct Layer {
     pub upper: PathBuf,
     work: PathBuf,
     pub merged: PathBuf,
+    /// Mounted in a user namespace: its whiteouts and opaque marks are `user.`
+    /// attributes.
+    pub userxattr: bool,
 }
 
 impl Layer {
@@ -110,6 +150,7 @@ impl Layer {
             upper: dir.join("upper"),
             work: dir.join("work"),
             merged: dir.join("merged"),
+            userxattr: PRIVATE.load(Ordering::SeqCst) == IN_USER_NS,
         };
         for d in [&layer.upper, &layer.work, &layer.merged] {
             std::fs::create_dir_all(d)?;
@@ -147,14 +188,18 @@ impl Layer {
 
     /// The overlay's mount options. Inside a user namespace, overlayfs keeps whiteouts
     /// and opaque marks in `user.` attributes (`trusted.` ones need root).
+    /// `redirect_dir` and `metacopy` are off whatever the kernel's defaults (`userxattr`
+    /// implies both and refuses them spelled out): a folder renamed under a redirect,
+    /// or a file copied up as metadata only, would leave the upper folder without the
+    /// files the patch reads.
     fn options(&self) -> String {
-        let user = if PRIVATE.load(Ordering::SeqCst) == IN_USER_NS {
-            ",userxattr"
+        let extra = if self.userxattr {
+            "userxattr"
         } else {
-            ""
+            "redirect_dir=off,metacopy=off"
         };
         format!(
-            "lowerdir={},upperdir={},workdir={}{user}",
+            "lowerdir={},upperdir={},workdir={},{extra}",
             self.lower.display(),
             self.upper.display(),
             self.work.display()

@@ -18,6 +18,7 @@ mod search;
 mod shell;
 mod stage;
 mod tree_edit;
+mod upper;
 pub mod workspace;
 
 use std::collections::BTreeMap;

@@ -58,9 +58,10 @@ impl PristineCache {
         }
         std::fs::create_dir_all(&self.dir).map_err(io("create", &self.dir))?;
         let dir = self.dir.canonicalize().map_err(io("resolve", &self.dir))?;
-        clean_scratch(&dir);
+        let host = host();
+        clean_scratch(&dir, &host);
         let scratch = dir.join(format!(
-            ".scratch-{}-{}",
+            ".scratch-{host}-{}-{}",
             std::process::id(),
             SCRATCH.fetch_add(1, Ordering::SeqCst)
         ));
@@ -81,6 +82,18 @@ impl PristineCache {
         let cloned = commit_of(&ws.root, "HEAD").unwrap_or(commit);
         let entry = self.entry(&cloned, git_ref);
         let done = scratch.join(DONE);
+        // A folder in the entry's place without its `done` file is not an entry (made
+        // by hand, or copied in part): it goes aside first.
+        if entry.exists() && !entry.join(DONE).is_file() {
+            let aside = dir.join(format!(
+                ".scratch-{host}-{}-{}",
+                std::process::id(),
+                SCRATCH.fetch_add(1, Ordering::SeqCst)
+            ));
+            if std::fs::rename(&entry, &aside).is_ok() {
+                let _ = std::fs::remove_dir_all(&aside);
+            }
+        }
         let published = std::fs::write(&done, format!("{}\n", ws.base))
             .map_err(io("write", &done))
             .and_then(|_| match std::fs::rename(&scratch, &entry) {
@@ -96,9 +109,13 @@ impl PristineCache {
         load(&entry)
     }
 
+    /// `<commit>-default` for the repository's own HEAD (a clone on its branch),
+    /// `<commit>-ref-<ref>` for a ref (`HEAD` included: checked out detached).
     fn entry(&self, commit: &str, git_ref: Option<&str>) -> PathBuf {
-        let spelled: String = git_ref
-            .unwrap_or("HEAD")
+        let Some(r) = git_ref else {
+            return self.dir.join(format!("{commit}-default"));
+        };
+        let spelled: String = r
             .chars()
             .map(|c| {
                 if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
@@ -109,7 +126,7 @@ impl PristineCache {
             })
             .take(64)
             .collect();
-        self.dir.join(format!("{commit}-{spelled}"))
+        self.dir.join(format!("{commit}-ref-{spelled}"))
     }
 }
 
@@ -147,15 +164,27 @@ fn load(entry: &Path) -> Result<Option<Workspace>, WorkspaceError> {
     }))
 }
 
-/// Deletes the scratch folders of processes that are gone.
-fn clean_scratch(dir: &Path) {
+/// This machine's name, so that runs on machines sharing a cache folder leave each
+/// other's scratch folders alone.
+fn host() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .map(|h| {
+            h.to_string_lossy()
+                .replace(|c: char| !c.is_ascii_alphanumeric(), "_")
+        })
+        .unwrap_or_else(|| "host".into())
+}
+
+/// Deletes the scratch folders of this machine's processes that are gone.
+fn clean_scratch(dir: &Path, host: &str) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
         let Some(pid) = name
-            .strip_prefix(".scratch-")
+            .strip_prefix(&format!(".scratch-{host}-"))
             .and_then(|rest| rest.split('-').next())
         else {
             continue;
@@ -198,11 +227,21 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let src = repo(dir.path());
         let cache = PristineCache::new(dir.path().join("cache"));
-        // A dead process's scratch folder goes when an entry is made.
-        let stale = dir.path().join("cache/.scratch-999999999-0");
-        std::fs::create_dir_all(stale.join("tree")).unwrap();
+        // A dead process's scratch folder goes when an entry is made; another machine's
+        // stays; a folder in an entry's place without `done` is replaced.
+        let stale = dir
+            .path()
+            .join(format!("cache/.scratch-{}-999999999-0", host()));
+        let other = dir.path().join("cache/.scratch-elsewhere-999999999-0");
+        for d in [&stale, &other] {
+            std::fs::create_dir_all(d.join("tree")).unwrap();
+        }
+        let head = commit_of(&src, "HEAD").unwrap();
+        let half = dir.path().join(format!("cache/{head}-default"));
+        std::fs::create_dir_all(half.join("tree")).unwrap();
         let a = cache.get(&src, None).unwrap().unwrap();
-        assert!(!stale.exists());
+        assert!(!stale.exists() && other.exists());
+        std::fs::remove_dir_all(&other).unwrap();
         assert!(a
             .root
             .starts_with(dir.path().join("cache").canonicalize().unwrap()));
@@ -218,6 +257,8 @@ mod tests {
         // Another spelling of the same commit is another checkout (on a branch, or not).
         let by_branch = cache.get(&src, Some("main")).unwrap().unwrap();
         assert_ne!(by_branch.root, a.root);
+        let detached = cache.get(&src, Some("HEAD")).unwrap().unwrap();
+        assert_ne!(detached.root, a.root);
         // A new commit is a new entry; the old one stays as it was.
         std::fs::write(src.join("f.txt"), "two\n").unwrap();
         git_in(
@@ -251,7 +292,7 @@ mod tests {
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
         assert!(names.iter().all(|n| !n.starts_with('.')), "{names:?}");
-        assert_eq!(names.len(), 3);
+        assert_eq!(names.len(), 4);
         std::fs::create_dir_all(dir.path().join("plain")).unwrap();
         assert!(cache
             .get(&dir.path().join("plain"), None)

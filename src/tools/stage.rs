@@ -1,163 +1,80 @@
 //! What a layer's task changed, for the patch: the upper folder of an overlay holds
-//! every file written, added or deleted (a whiteout) since the mount, so only those
-//! paths are looked at, and the new tree is the starting commit's with those paths
-//! edited, written one changed folder at a time ([`super::tree_edit`]): no walk of the
-//! whole tree, and no index of the whole repository (a copy per task would cost writes
-//! in proportion to the repository's file count). The tree is the one `git add -A`
-//! would make; where that is not certain (a changed `.gitignore`, a repository inside
-//! the workspace, a submodule), the whole tree is staged as in a full copy.
+//! every file written, added or deleted since the mount ([`super::upper`]), so only
+//! those paths are looked at. They are staged in a small index of their own, seeded
+//! with what the starting commit has at each of them, so git's own rules for adding a
+//! file (modes, links, .gitattributes, a file already stored with CRLF) decide their
+//! entries; the new tree is then the starting commit's with those entries edited in,
+//! written one changed folder at a time ([`super::tree_edit`]). Nothing walks the whole
+//! tree, and no index of the whole repository is written (a copy per task would cost
+//! writes in proportion to the repository's file count). The tree is the one `git add
+//! -A` would make; where that cannot be derived from the written paths alone (a changed
+//! `.gitignore` or `.gitattributes`, a repository inside the workspace, a submodule),
+//! the whole tree is staged as in a full copy.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::ffi::OsStr;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ffi::{OsStr, OsString};
 use std::io::{BufRead, Write};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::Path;
 
 use super::tree_edit::{self, Base, Entry, Listing, Node, RepoPath, TreeWriter};
-use super::workspace::{io, Staged, Workspace, WorkspaceError};
+use super::upper::{changes_the_rules, nul_joined, nul_split, written, Marks};
+use super::workspace::{io, run, Staged, Workspace, WorkspaceError};
 
-/// Paths (relative, raw bytes) under an overlay's upper folder: the non-folders
-/// (files, links, whiteouts), and the folders that replaced a lower one (opaque) or
-/// were removed (whiteouts), whose tracked files must be looked up.
-#[derive(Debug, Default)]
-pub struct Written {
-    pub files: BTreeSet<Vec<u8>>,
-    /// Whiteouts and opaque folders: everything the index has under them may be gone.
-    pub cleared: BTreeSet<Vec<u8>>,
+/// Whether a path holds something git would add now (a file or a link, not below a
+/// link or a file): else it is gone, for the patch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Now {
+    Present,
+    Gone,
 }
 
-/// Whether an upper folder hides the lower one of its name: marked opaque, in the
-/// `trusted.` attributes of a privileged mount or the `user.` ones of a mount made in a
-/// user namespace (`userxattr`).
-fn opaque(path: &Path) -> bool {
-    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
-        return false;
+/// What is at each path of the workspace now. Folders are replaced by their files; a
+/// path below a link or a file is gone (git does not look through links: a folder
+/// replaced by a link to another holds nothing of the repository's).
+fn look(root: &Path, cand: &BTreeSet<RepoPath>) -> Result<BTreeMap<RepoPath, Now>, WorkspaceError> {
+    let mut folders: HashMap<RepoPath, bool> = HashMap::new();
+    let mut real_folder = |dir: &[u8]| -> bool {
+        if let Some(known) = folders.get(dir) {
+            return *known;
+        }
+        let is =
+            std::fs::symlink_metadata(root.join(OsStr::from_bytes(dir))).is_ok_and(|m| m.is_dir());
+        folders.insert(dir.to_vec(), is);
+        is
     };
-    [c"trusted.overlay.opaque", c"user.overlay.opaque"]
-        .iter()
-        .any(|name| {
-            let mut v = [0u8; 1];
-            // SAFETY: both strings are NUL-terminated and the buffer's length is passed.
-            let n = unsafe {
-                nix::libc::lgetxattr(c.as_ptr(), name.as_ptr(), v.as_mut_ptr().cast(), v.len())
-            };
-            n == 1 && v[0] == b'y'
-        })
-}
-
-/// Walks `upper`, leaving out `.git` folders (the runner's index never holds them).
-pub fn written(upper: &Path) -> std::io::Result<Written> {
-    let mut out = Written::default();
-    let mut stack = vec![upper.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir)? {
-            let entry = entry?;
-            if entry.file_name() == OsStr::new(".git") {
+    let mut out = BTreeMap::new();
+    let mut stack: Vec<RepoPath> = cand.iter().cloned().collect();
+    while let Some(p) = stack.pop() {
+        let ancestors_real = p
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| **b == b'/')
+            .all(|(i, _)| real_folder(&p[..i]));
+        if !ancestors_real {
+            out.insert(p, Now::Gone);
+            continue;
+        }
+        let at = root.join(OsStr::from_bytes(&p));
+        let meta = match std::fs::symlink_metadata(&at) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                out.insert(p, Now::Gone);
                 continue;
             }
-            let path = entry.path();
-            let rel = path
-                .strip_prefix(upper)
-                .map(|p| p.as_os_str().as_bytes().to_vec())
-                .unwrap_or_default();
-            let kind = entry.file_type()?;
-            if kind.is_dir() {
-                if opaque(&path) {
-                    out.cleared.insert(rel);
-                }
-                stack.push(path);
-            } else {
-                if kind.is_char_device() {
-                    out.cleared.insert(rel.clone());
-                }
-                out.files.insert(rel);
+            Err(e) => return Err(io("read", &at)(e)),
+        };
+        let kind = meta.file_type();
+        if kind.is_dir() {
+            // Now a folder (a file became one): its files.
+            for f in written(&at, None).map_err(io("read", &at))?.files {
+                stack.push(tree_edit::join(&p, &f));
             }
-        }
-    }
-    Ok(out)
-}
-
-/// NUL-joins paths for git's `-z` input.
-pub fn nul_joined<'a>(paths: impl IntoIterator<Item = &'a Vec<u8>>) -> Vec<u8> {
-    let mut out = Vec::new();
-    for p in paths {
-        out.extend_from_slice(p);
-        out.push(0);
-    }
-    out
-}
-
-/// Splits git's `-z` output.
-pub fn nul_split(bytes: &[u8]) -> BTreeSet<Vec<u8>> {
-    bytes
-        .split(|b| *b == 0)
-        .filter(|p| !p.is_empty())
-        .map(<[u8]>::to_vec)
-        .collect()
-}
-
-/// Whether a path names a `.gitignore` (a change to one can make `git add -A` pick up
-/// files that were never written: the caller then stages the whole tree).
-pub fn is_ignore_file(path: &[u8]) -> bool {
-    path.rsplit(|b| *b == b'/').next() == Some(b".gitignore".as_slice())
-}
-
-/// What is at a path of the workspace now, as git would store it.
-enum Now {
-    File {
-        executable: bool,
-    },
-    Link(Vec<u8>),
-    /// Nothing git tracks (missing, or a pipe, socket or device).
-    Nothing,
-}
-
-fn now_at(root: &Path, path: &[u8]) -> std::io::Result<Option<Now>> {
-    let at = root.join(OsStr::from_bytes(path));
-    let meta = match std::fs::symlink_metadata(&at) {
-        Ok(m) => m,
-        Err(e)
-            if e.kind() == std::io::ErrorKind::NotFound
-                || e.raw_os_error() == Some(nix::libc::ENOTDIR) =>
-        {
-            return Ok(Some(Now::Nothing))
-        }
-        Err(e) => return Err(e),
-    };
-    let kind = meta.file_type();
-    Ok(Some(if kind.is_dir() {
-        return Ok(None);
-    } else if kind.is_symlink() {
-        Now::Link(std::fs::read_link(&at)?.as_os_str().as_bytes().to_vec())
-    } else if kind.is_file() {
-        Now::File {
-            executable: meta.permissions().mode() & 0o100 != 0,
-        }
-    } else {
-        Now::Nothing
-    }))
-}
-
-/// Each path looked at, with what is there now; folders are replaced by their files.
-fn look(root: &Path, cand: &BTreeSet<RepoPath>) -> Result<BTreeMap<RepoPath, Now>, WorkspaceError> {
-    let mut out = BTreeMap::new();
-    for p in cand {
-        let at = root.join(OsStr::from_bytes(p));
-        match now_at(root, p).map_err(io("read", &at))? {
-            Some(now) => {
-                out.insert(p.clone(), now);
-            }
-            None => {
-                // Now a folder (a file became one): its files.
-                for f in written(&at).map_err(io("read", &at))?.files {
-                    let full = tree_edit::join(p, &f);
-                    let at = root.join(OsStr::from_bytes(&full));
-                    if let Some(now) = now_at(root, &full).map_err(io("read", &at))? {
-                        out.insert(full, now);
-                    }
-                }
-            }
+        } else if kind.is_file() || kind.is_symlink() {
+            out.insert(p, Now::Present);
+        } else {
+            // A pipe, socket or device: git adds none.
+            out.insert(p, Now::Gone);
         }
     }
     Ok(out)
@@ -299,25 +216,6 @@ fn listings(
     Ok((base, root))
 }
 
-/// A path as `hash-object --stdin-paths` reads it: a line starting with `"` is taken
-/// as C-quoted, so such a path is quoted.
-fn line_for_hash_object(path: &[u8], out: &mut Vec<u8>) {
-    if path.first() != Some(&b'"') {
-        out.extend_from_slice(path);
-    } else {
-        out.push(b'"');
-        for b in path {
-            match b {
-                b'"' | b'\\' => out.extend_from_slice(&[b'\\', *b]),
-                0x20..=0x7e => out.push(*b),
-                _ => out.extend_from_slice(format!("\\{b:03o}").as_bytes()),
-            }
-        }
-        out.push(b'"');
-    }
-    out.push(b'\n');
-}
-
 /// The entry of `path`'s parent listing for it.
 fn entry_of<'a>(base: &'a Base, path: &[u8]) -> Option<&'a Entry> {
     let (dir, name) = match path.iter().rposition(|b| *b == b'/') {
@@ -338,7 +236,12 @@ impl Workspace {
             self.shadow_git(&["add", "-A"])?;
             return Ok(Staged::Index);
         };
-        let w = written(&layer.upper).map_err(io("read", &layer.upper))?;
+        let marks = if layer.userxattr {
+            Marks::User
+        } else {
+            Marks::Trusted
+        };
+        let w = written(&layer.upper, Some(marks)).map_err(io("read", &layer.upper))?;
         let saved = self.shadow.join("agentbatch-written");
         let mut cand = w.files.clone();
         if let Ok(old) = std::fs::read(&saved) {
@@ -355,11 +258,18 @@ impl Workspace {
     }
 
     /// The whole tree staged, as in a full copy, from the pristine's index (the layer's
-    /// files the task did not touch keep its size and time, so they are not read).
+    /// files the task did not touch keep its size and time, so they are not read),
+    /// moved first to this workspace's starting commit (setup may have changed it).
     fn stage_all(&self) -> Result<Staged, WorkspaceError> {
         let index = self.shadow.join("index");
         if let (false, Some(pristine)) = (index.exists(), &self.pristine_git) {
             std::fs::copy(pristine.join("index"), &index).map_err(io("copy", &index))?;
+            // HEAD still names the pristine's commit, which its index matches.
+            let head = self.shadow_git(&["rev-parse", "HEAD"])?;
+            let head = head.trim();
+            if head != self.base {
+                self.shadow_git(&["read-tree", "-m", head, &self.base])?;
+            }
         }
         self.shadow_git(&["add", "-A"])?;
         Ok(Staged::Whole(
@@ -371,17 +281,17 @@ impl Workspace {
     /// tree is the only way to be sure of `git add -A`'s answer.
     fn edit(
         &self,
-        w: &Written,
+        w: &super::upper::Written,
         cand: &BTreeSet<RepoPath>,
     ) -> Result<Option<Staged>, WorkspaceError> {
-        // A changed .gitignore can uncover files nobody wrote; git's line-based inputs
-        // cannot carry a line break (and drop a carriage return at a line's end).
+        // git's line-based inputs cannot carry a line break (and drop a carriage return
+        // at a line's end).
         let breaks = |p: &RepoPath| p.contains(&b'\n') || p.contains(&b'\r');
-        if cand.iter().any(|p| is_ignore_file(p) || breaks(p)) {
+        if cand.iter().any(|p| changes_the_rules(p) || breaks(p)) {
             return Ok(None);
         }
         let now = look(&self.root, cand)?;
-        if now.keys().any(breaks) {
+        if now.keys().any(|p| changes_the_rules(p) || breaks(p)) {
             return Ok(None);
         }
         // The folders whose starting listings are needed.
@@ -411,46 +321,28 @@ impl Workspace {
         }
         // Files git does not track yet are left out where ignored.
         let tracked = |p: &[u8]| entry_of(&base, p).is_some_and(|e| !e.is_tree());
-        let untracked: BTreeSet<&RepoPath> = now
+        let untracked: Vec<&RepoPath> = now
             .iter()
-            .filter(|(p, n)| !matches!(n, Now::Nothing) && !tracked(p))
+            .filter(|(p, n)| **n == Now::Present && !tracked(p))
             .map(|(p, _)| p)
             .collect();
-        let ignored = self.ignored(untracked)?;
-        let mut files = Vec::new();
-        let mut links = Vec::new();
-        for (p, n) in &now {
-            match n {
-                _ if ignored.contains(p) => {}
-                Now::File { executable } => files.push((p, *executable)),
-                Now::Link(target) => links.push((p, target)),
-                Now::Nothing => {}
-            }
-        }
-        let file_ids = self.hash_files(files.iter().map(|(p, _)| *p))?;
-        let link_ids = self.hash_links(links.iter().map(|(_, t)| *t))?;
+        let ignored = self.ignored(&untracked)?;
+        let added: Vec<&RepoPath> = now
+            .iter()
+            .filter(|(p, n)| **n == Now::Present && !ignored.contains(*p))
+            .map(|(p, _)| p)
+            .collect();
+        let entries = self.index_entries(&added, &base)?;
         let mut edits = Node::default();
-        for ((p, executable), oid) in files.iter().zip(file_ids) {
-            let mode = if *executable { "100755" } else { "100644" };
-            edits.put(
-                p,
-                Entry {
-                    mode: mode.into(),
-                    oid,
-                },
-            );
-        }
-        for ((p, _), oid) in links.iter().zip(link_ids) {
-            edits.put(
-                p,
-                Entry {
-                    mode: "120000".into(),
-                    oid,
-                },
-            );
+        for p in &added {
+            let e = entries.get(*p).ok_or_else(|| WorkspaceError::Git {
+                args: "update-index --add".into(),
+                stderr: format!("{} was not staged", String::from_utf8_lossy(p)),
+            })?;
+            edits.put(p, e.clone());
         }
         for (p, n) in &now {
-            if matches!(n, Now::Nothing) || ignored.contains(p) {
+            if *n == Now::Gone || ignored.contains(p) {
                 edits.remove(p);
             }
         }
@@ -466,13 +358,22 @@ impl Workspace {
     }
 
     /// Which of `paths` git ignores (`check-ignore`, over the workspace's .gitignore
-    /// files; these paths are untracked, so no index is asked).
-    fn ignored(&self, paths: BTreeSet<&RepoPath>) -> Result<BTreeSet<RepoPath>, WorkspaceError> {
+    /// files; these paths are untracked, so no index is asked). A name starting with
+    /// `:` goes as `./:name`, or git would read it as pathspec magic.
+    fn ignored(&self, paths: &[&RepoPath]) -> Result<BTreeSet<RepoPath>, WorkspaceError> {
         if paths.is_empty() {
             return Ok(BTreeSet::new());
         }
+        let mut input = Vec::new();
+        for p in paths {
+            if p.first() == Some(&b':') {
+                input.extend_from_slice(b"./");
+            }
+            input.extend_from_slice(p);
+            input.push(0);
+        }
         let args = ["check-ignore", "--no-index", "-z", "--stdin"];
-        let out = self.shadow_raw(&args, &nul_joined(paths))?;
+        let out = self.shadow_raw(&args, &input)?;
         // 0: some ignored, 1: none.
         if !matches!(out.status.code(), Some(0 | 1)) {
             return Err(WorkspaceError::Git {
@@ -480,65 +381,80 @@ impl Workspace {
                 stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
             });
         }
-        Ok(nul_split(&out.stdout))
+        Ok(nul_split(&out.stdout)
+            .into_iter()
+            .map(|p| match p.strip_prefix(b"./") {
+                Some(rest) if rest.first() == Some(&b':') => rest.to_vec(),
+                _ => p,
+            })
+            .collect())
     }
 
-    /// Blob ids of the files at `paths` (relative to the workspace, so that its
-    /// .gitattributes apply as in `git add`), written to the runner's objects.
-    fn hash_files<'a>(
+    /// The entries `git add` makes of `paths` (files and links, none ignored), from an
+    /// index of their own holding what the starting commit has at each: `update-index`
+    /// then applies git's rules as `git add` does (the mode, a link's target, the
+    /// workspace's .gitattributes, a file already stored with CRLF kept so), and writes
+    /// the blobs to the runner's objects.
+    fn index_entries(
         &self,
-        paths: impl Iterator<Item = &'a RepoPath>,
-    ) -> Result<Vec<String>, WorkspaceError> {
-        let mut input = Vec::new();
+        paths: &[&RepoPath],
+        base: &Base,
+    ) -> Result<BTreeMap<RepoPath, Entry>, WorkspaceError> {
+        if paths.is_empty() {
+            return Ok(BTreeMap::new());
+        }
+        let index = self.shadow.join("agentbatch-index");
+        let _ = std::fs::remove_file(&index);
+        let mut seed = Vec::new();
         for p in paths {
-            line_for_hash_object(p, &mut input);
-        }
-        self.hash(&["hash-object", "-w", "--stdin-paths"], input)
-    }
-
-    /// Blob ids of links' targets (what git stores for a link), written to the runner's
-    /// objects, through files in its git folder (hash-object reads paths, and would
-    /// follow a link).
-    fn hash_links<'a>(
-        &self,
-        targets: impl Iterator<Item = &'a Vec<u8>>,
-    ) -> Result<Vec<String>, WorkspaceError> {
-        let dir = self.shadow.join("agentbatch-links");
-        let mut input = Vec::new();
-        for (i, t) in targets.enumerate() {
-            if i == 0 {
-                std::fs::create_dir_all(&dir).map_err(io("create", &dir))?;
+            if let Some(e) = entry_of(base, p).filter(|e| !e.is_tree()) {
+                seed.extend_from_slice(format!("{} {}\t", e.mode, e.oid).as_bytes());
+                seed.extend_from_slice(p);
+                seed.push(0);
             }
-            let f = dir.join(i.to_string());
-            std::fs::write(&f, t).map_err(io("write", &f))?;
-            input.extend_from_slice(f.as_os_str().as_bytes());
-            input.push(b'\n');
         }
-        let ids = self.hash(
-            &["hash-object", "-w", "--no-filters", "--stdin-paths"],
-            input,
-        );
-        let _ = std::fs::remove_dir_all(&dir);
-        ids
-    }
-
-    fn hash(&self, args: &[&str], input: Vec<u8>) -> Result<Vec<String>, WorkspaceError> {
-        if input.is_empty() {
-            return Ok(Vec::new());
+        let git = |args: &[&str], input: &[u8]| -> Result<Vec<u8>, WorkspaceError> {
+            let mut cmd = self.shadow_command(args);
+            cmd.env("GIT_INDEX_FILE", OsString::from(index.as_os_str()));
+            let out = run(cmd, input)?;
+            if !out.status.success() {
+                return Err(WorkspaceError::Git {
+                    args: args.join(" "),
+                    stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+                });
+            }
+            Ok(out.stdout)
+        };
+        if !seed.is_empty() {
+            git(&["update-index", "-z", "--index-info"], &seed)?;
         }
-        let want = input.iter().filter(|b| **b == b'\n').count();
-        let out = self.shadow_raw(args, &input)?;
-        let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(str::to_string)
-            .collect();
-        if !out.status.success() || ids.len() != want {
-            return Err(WorkspaceError::Git {
-                args: args.join(" "),
-                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-            });
+        let list = nul_joined(paths.iter().copied());
+        git(
+            &["update-index", "--add", "--replace", "-z", "--stdin"],
+            &list,
+        )?;
+        let staged = git(&["ls-files", "-s", "-z"], &[])?;
+        let _ = std::fs::remove_file(&index);
+        let mut out = BTreeMap::new();
+        for line in staged.split(|b| *b == 0).filter(|l| !l.is_empty()) {
+            // <mode> <oid> <stage>\t<path>
+            let tab = line.iter().position(|b| *b == b'\t');
+            let fields = tab.map(|t| (String::from_utf8_lossy(&line[..t]), &line[t + 1..]));
+            let Some((head, path)) = fields else {
+                continue;
+            };
+            let parts: Vec<&str> = head.split(' ').collect();
+            if let [mode, oid, _] = parts.as_slice() {
+                out.insert(
+                    path.to_vec(),
+                    Entry {
+                        mode: mode.trim_start_matches('0').to_string(),
+                        oid: oid.to_string(),
+                    },
+                );
+            }
         }
-        Ok(ids)
+        Ok(out)
     }
 }
 
@@ -547,28 +463,36 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_upper_folder_lists_what_was_written_but_not_git() {
+    fn paths_below_a_link_or_a_file_are_gone_and_folders_give_their_files() {
         let dir = tempfile::tempdir().unwrap();
-        let up = dir.path();
-        std::fs::create_dir_all(up.join("a/b")).unwrap();
-        std::fs::create_dir_all(up.join(".git/objects")).unwrap();
-        std::fs::write(up.join("a/b/c.txt"), "x").unwrap();
-        std::fs::write(up.join("top"), "y").unwrap();
-        std::fs::write(up.join(".git/index"), "z").unwrap();
-        let w = written(up).unwrap();
-        let files: Vec<&[u8]> = w.files.iter().map(Vec::as_slice).collect();
-        assert_eq!(files, vec![b"a/b/c.txt".as_slice(), b"top".as_slice()]);
-        assert!(w.cleared.is_empty());
-        assert_eq!(nul_split(&nul_joined(&w.files)), w.files);
-        assert!(is_ignore_file(b"sub/.gitignore") && is_ignore_file(b".gitignore"));
-        assert!(!is_ignore_file(b"x.gitignore"));
-    }
-
-    #[test]
-    fn a_path_hash_object_would_unquote_is_quoted() {
-        let mut out = Vec::new();
-        line_for_hash_object(b"plain \"mid\"", &mut out);
-        line_for_hash_object(b"\"q\\\xe9", &mut out);
-        assert_eq!(out, b"plain \"mid\"\n\"\\\"q\\\\\\351\"\n".to_vec());
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("real/sub")).unwrap();
+        std::fs::write(root.join("real/sub/f"), "x").unwrap();
+        std::fs::write(root.join("file"), "x").unwrap();
+        std::os::unix::fs::symlink("real", root.join("link")).unwrap();
+        let cand: BTreeSet<RepoPath> = [
+            b"link/sub/f".to_vec(),
+            b"file/inside".to_vec(),
+            b"real".to_vec(),
+            b"missing".to_vec(),
+            b"link".to_vec(),
+        ]
+        .into_iter()
+        .collect();
+        let now = look(root, &cand).unwrap();
+        let got: Vec<(String, Now)> = now
+            .into_iter()
+            .map(|(p, n)| (String::from_utf8(p).unwrap(), n))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("file/inside".into(), Now::Gone),
+                ("link".into(), Now::Present),
+                ("link/sub/f".into(), Now::Gone),
+                ("missing".into(), Now::Gone),
+                ("real/sub/f".into(), Now::Present),
+            ]
+        );
     }
 }

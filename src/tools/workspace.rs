@@ -170,7 +170,7 @@ fn git_raw(
 }
 
 /// Runs a command made by [`git_command`] with `input` on its standard input.
-fn run(mut cmd: Command, input: &[u8]) -> Result<std::process::Output, WorkspaceError> {
+pub(super) fn run(mut cmd: Command, input: &[u8]) -> Result<std::process::Output, WorkspaceError> {
     use std::io::Write;
     let mut child = cmd.spawn().map_err(WorkspaceError::NoGit)?;
     let stdin = child.stdin.take();

@@ -206,6 +206,9 @@ pub enum TranscriptEvent {
         pristine_ms: Option<u64>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         ms: Option<u64>,
+        /// Under `workspaces: auto`, the better methods that failed first, and why.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        fallbacks: Vec<String>,
     },
     /// The confinement obtained for the task's commands.
     Sandbox {

@@ -231,7 +231,7 @@ fn hostile_changes_patch_the_same_in_a_layer_as_in_a_copy() {
     for src in ["gitsrc", "plainsrc"] {
         calc_fixture(&case, src);
         for (path, text) in [
-            (".gitignore", "__pycache__/\n*.log\nbuild/\n"),
+            (".gitignore", "__pycache__/\n*.log\nbuild/\nfoo\n"),
             (".gitattributes", "*.txt text=auto\n"),
             ("keep.log", "tracked though ignored\n"),
             ("old.log", "ignored, never written by the task\n"),
@@ -244,6 +244,7 @@ fn hostile_changes_patch_the_same_in_a_layer_as_in_a_copy() {
             ("dirfile/x.py", "x = 1\n"),
             ("docs/deep/er/note.md", "note\n"),
             ("file2dir.py", "f = 1\n"),
+            ("win.dat", "w1\r\nw2\r\n"),
         ] {
             case.write(&format!("{src}/{path}"), text);
         }
@@ -273,10 +274,20 @@ fn hostile_changes_patch_the_same_in_a_layer_as_in_a_copy() {
         "echo tmp > scratch.txt && rm scratch.txt",
         "printf 'weird' > \"$(printf 'na\\351me.txt')\"",
         "mkdir -p 'new dir/a b' && echo n > 'new dir/a b/f.txt' && echo q > '\"quoted.txt' && echo b > 'back\\slash.txt' && echo t > 'trail '",
+        // Pathspec magic in a name: git add takes these names as they are.
+        "echo x > ':foo' && echo y > ':!bang.txt'",
+        // What setup made, replaced by a link: nothing below a link is the repository's.
+        "rm -rf nm/lib && ln -s ../pkg nm/lib",
+        // An ordinary attribute named like an overlay mark (refused where it is one).
+        "python3 -c 'import os; os.setxattr(\"docs\", \"user.overlay.opaque\", b\"y\")' || true",
+        "printf 'x\\r\\n' >> win.dat",
         "rm built.txt && rm -rf setupdir && echo kept > made-by-setup.txt",
     ];
     let whole = [
-        "printf '__pycache__/\\n' > .gitignore",
+        // A file setup made, ignored from now on: still tracked.
+        "printf '__pycache__/\\nbuilt.txt\\n' > .gitignore",
+        // Newly normalised: a file stored with CRLF stays so.
+        "printf '* text=auto\\n' >> .gitattributes && printf 'c\\r\\n' >> win.dat",
         "mkdir inner && cd inner && git init -q && echo i > i.txt && git add . && GIT_AUTHOR_DATE=2020-01-01T00:00:00Z GIT_COMMITTER_DATE=2020-01-01T00:00:00Z git -c user.name=a -c user.email=a@a commit -qm i",
     ];
     let script = |cmds: &[&str]| -> String {
@@ -319,7 +330,7 @@ fn hostile_changes_patch_the_same_in_a_layer_as_in_a_copy() {
     for m in &modes {
         case.write(
             &format!("{}.yaml", m.name),
-            &format!("name: {}\nproviders:\n  s: {{ protocol: anthropic, simulator: true }}\ndefaults:\n  provider: s\n  model: claude-sonnet-4-5\n  tools: [bash]\n  workspaces: {}\n  setup: 'echo b > built.txt && echo s > made-by-setup.txt && mkdir -p setupdir && echo q > setupdir/q.txt'\n  check: 'test -f calc.py'\n  keep_workspaces: never\n  limits: {{ max_turns: 30 }}\ntasks:\n{tasks}", m.name, m.workspaces),
+            &format!("name: {}\nproviders:\n  s: {{ protocol: anthropic, simulator: true }}\ndefaults:\n  provider: s\n  model: claude-sonnet-4-5\n  tools: [bash]\n  workspaces: {}\n  setup: 'echo b > built.txt && echo s > made-by-setup.txt && mkdir -p setupdir nm/lib && echo q > setupdir/q.txt && echo made by setup for nm > nm/lib/index.js'\n  check: 'test -f calc.py'\n  keep_workspaces: never\n  limits: {{ max_turns: 30 }}\ntasks:\n{tasks}", m.name, m.workspaces),
         );
         m.run(&case);
     }
@@ -392,6 +403,11 @@ fn hostile_changes_patch_the_same_in_a_layer_as_in_a_copy() {
             "quoted.txt",
             "slash.txt",
             "trail ",
+            "b/:foo",
+            ":!bang.txt",
+            "nm/lib/index.js",
+            "new file mode 120000",
+            "win.dat",
         ] {
             assert!(copy.contains(expected), "{src}: {expected} in {copy}");
         }
@@ -425,6 +441,11 @@ fn hostile_changes_patch_the_same_in_a_layer_as_in_a_copy() {
         let copy = String::from_utf8_lossy(&copy_bytes);
         assert_eq!(how, "index");
         assert!(copy.contains("Subproject commit"), "{src}: {copy}");
+        // Setup's file stays tracked though now ignored; a CRLF file stays CRLF.
+        assert!(
+            !copy.contains("diff --git a/built.txt") && copy.contains("+c\r\n"),
+            "{src}: {copy}"
+        );
         // Only the plain folder's copy holds the ignored file nobody wrote.
         assert_eq!(copy.contains("old.log"), src == "plainsrc", "{copy}");
         for (mode, staged) in [
