@@ -241,7 +241,10 @@ impl Workspace {
         } else {
             Marks::Trusted
         };
-        let w = written(&layer.upper, Some(marks)).map_err(io("read", &layer.upper))?;
+        // A folder the task made unreadable: git's own walk warns and goes on.
+        let Ok(w) = written(&layer.upper, Some(marks)) else {
+            return self.stage_all();
+        };
         let saved = self.shadow.join("agentbatch-written");
         let mut cand = w.files.clone();
         if let Ok(old) = std::fs::read(&saved) {
@@ -251,9 +254,13 @@ impl Workspace {
         if cand.is_empty() && w.cleared.is_empty() {
             return Ok(Staged::Edited(None));
         }
-        match self.edit(&w, &cand)? {
-            Some(staged) => Ok(staged),
-            None => self.stage_all(),
+        match self.edit(&w, &cand) {
+            Ok(Some(staged)) => Ok(staged),
+            // Where git's answer cannot be derived from the paths, or a path cannot be
+            // read or staged on its own (a folder the task made unreadable, which the
+            // runner's capabilities in its user namespace still read but git cannot):
+            // git's own walk decides, warnings and all; its error is the one reported.
+            Ok(None) | Err(_) => self.stage_all(),
         }
     }
 

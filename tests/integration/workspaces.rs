@@ -703,3 +703,39 @@ fn kept_copies_keep_their_pristine_and_a_cache_serves_the_next_run() {
         "def add(a, b):\n    return a - b\n"
     );
 }
+
+/// A folder the agent made unreadable (as an unprivileged runner): a layer is then
+/// staged whole, as git's own walk does it, and gives the copy's patch.
+#[test]
+fn an_unreadable_folder_is_staged_as_git_stages_it() {
+    let case = Case::new();
+    calc_fixture(&case, "calc");
+    let modes = [
+        Mode {
+            unprivileged: true,
+            ..Mode::new("copy", "copy")
+        },
+        Mode {
+            unprivileged: true,
+            ..Mode::new("overlay", "overlay")
+        },
+    ];
+    for m in &modes {
+        case.write(
+            &format!("{}.yaml", m.name),
+            &format!("name: u\nproviders:\n  s: {{ protocol: anthropic, simulator: true }}\ndefaults:\n  provider: s\n  model: claude-sonnet-4-5\n  tools: [bash]\n  repo: calc\n  workspaces: {}\n  keep_workspaces: never\ntasks:\n  - id: t\n    prompt: p\n    sim:\n      turns:\n        - content: [ {{ tool_use: {{ name: bash, input: {{ command: 'mkdir locked && echo x > locked/f && chmod 000 locked && echo y > seen.txt' }} }} }} ]\n        - content: [ {{ text: done }} ]\n", m.workspaces),
+        );
+        m.run(&case);
+    }
+    let patch = |m: &Mode| std::fs::read(m.run_dir(&case).join("patches/t.diff")).unwrap();
+    let (copy, layer) = (patch(&modes[0]), patch(&modes[1]));
+    assert!(String::from_utf8_lossy(&copy).contains("seen.txt"));
+    same(&layer, &copy, "overlay");
+    let t = std::fs::read_to_string(modes[1].run_dir(&case).join("transcripts/t.jsonl")).unwrap();
+    let want = if nix::unistd::geteuid().is_root() {
+        "\"staged\":\"whole tree\""
+    } else {
+        "\"staged\":\""
+    };
+    assert!(t.contains(want), "{t}");
+}
