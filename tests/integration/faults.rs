@@ -189,7 +189,9 @@ async fn script_running_out_is_a_provider_error_naming_the_script() {
     );
 }
 
-/// A bare HTTP/1.1 server on 127.0.0.1: each connection's request head (up to the blank
+/// A bare HTTP/1.1 server on 127.0.0.1 (one request per connection: an answer that
+/// ends one says `connection: close`, or the client may send its next request on a
+/// connection this server is closing, and retry): each connection's request head (up to the blank
 /// line) is recorded, then `respond` writes whatever it likes.
 fn raw_server(
     respond: impl Fn(&mut std::net::TcpStream) + Send + Sync + 'static,
@@ -236,14 +238,16 @@ fn raw_server(
 fn a_provider_redirect_is_an_error_and_the_key_never_reaches_the_other_origin() {
     use std::io::Write;
     let (elsewhere, reached) = raw_server(|s| {
-        let _ = s.write_all(b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\n\r\n");
+        let _ = s.write_all(
+            b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+        );
     });
     let target = format!("http://127.0.0.1:{elsewhere}/v1/messages");
     let location = target.clone();
     let (redirecting, asked) = raw_server(move |s| {
         let _ = write!(
             s,
-            "HTTP/1.1 307 Temporary Redirect\r\nlocation: {location}\r\ncontent-length: 0\r\n\r\n"
+            "HTTP/1.1 307 Temporary Redirect\r\nlocation: {location}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
         );
     });
     let case = Case::new();
