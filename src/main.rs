@@ -17,7 +17,6 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 use agentbatch::bench;
-use agentbatch::govern::store::{CapStore, SqliteStore};
 use agentbatch::job::{self, JobError, Plan};
 use agentbatch::report::ProgressMode;
 use agentbatch::run::{self, RunError, RunOptions};
@@ -54,9 +53,9 @@ struct RunArgs {
     /// No progress output; the summary is still printed.
     #[arg(long)]
     quiet: bool,
-    /// The persistent ledger of team period caps (default: the job's `ledger:`, else
-    /// DIR/ledger.sqlite).
-    #[arg(long, value_name = "PATH")]
+    /// The persistent ledger of team period caps: a SQLite file or a postgres:// URL
+    /// (default: the job's `ledger:`, else DIR/ledger.sqlite).
+    #[arg(long, value_name = "PATH|URL", env = "AGENTBATCH_LEDGER_URL")]
     ledger: Option<PathBuf>,
     /// Continue an earlier run (its folder, DIR/<run-id>): run only what results.csv
     /// does not hold yet, and again what ended on an infrastructure failure.
@@ -135,7 +134,13 @@ enum Command {
         /// Only this team.
         #[arg(long)]
         team: Option<String>,
-        #[arg(long, default_value = "reports/ledger.sqlite", value_name = "PATH")]
+        /// A SQLite file or a postgres:// URL.
+        #[arg(
+            long,
+            default_value = "reports/ledger.sqlite",
+            value_name = "PATH|URL",
+            env = "AGENTBATCH_LEDGER_URL"
+        )]
         ledger: PathBuf,
         /// Print JSON instead of a table.
         #[arg(long)]
@@ -497,14 +502,19 @@ fn tempfile_dir() -> std::io::Result<PathBuf> {
 }
 
 fn ledger_cmd(team: Option<&str>, path: &Path, json: bool) -> ExitCode {
-    if !path.exists() {
+    let url = path
+        .to_str()
+        .is_some_and(agentbatch::vocab::values::is_postgres_url);
+    if !url && !path.exists() {
         eprintln!(
             "agentbatch ledger: {} does not exist: no run with a team period cap has used it (pass --ledger PATH to read another)",
             path.display()
         );
         return ExitCode::from(2);
     }
-    let rows = match SqliteStore::open(path).and_then(|s| s.report(team, chrono::Utc::now())) {
+    let rows = match agentbatch::govern::store::open(path)
+        .and_then(|s| s.report(team, chrono::Utc::now()))
+    {
         Ok(rows) => rows,
         Err(e) => {
             eprintln!("agentbatch ledger: {e}");

@@ -9,13 +9,16 @@ cd "$(dirname "$0")/.."
 
 # Repo-fix tests clone and diff repositories (git) and run the fixtures' test suites
 # (python3). MCP tests drive the reference MCP servers from npm (Node.js). The compare
-# report's page is loaded in headless Chromium.
+# report's page is loaded in headless Chromium. The database tests need PostgreSQL's
+# server binaries (a throwaway cluster is started below) unless AGENTBATCH_TEST_PG_URL
+# names a server.
 missing=()
 command -v git >/dev/null 2>&1 || missing+=(git)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
 command -v node >/dev/null 2>&1 || missing+=(nodejs)
 command -v npm >/dev/null 2>&1 || missing+=(npm)
 command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || missing+=(chromium)
+[ -n "${AGENTBATCH_TEST_PG_URL:-}" ] || compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "tests/run.sh: installing ${missing[*]}" >&2
   sudo_cmd=()
@@ -31,6 +34,24 @@ if [ ! -f tests/mcp/node_modules/.installed ] || [ tests/mcp/package-lock.json -
   npm ci --prefix tests/mcp --no-audit --no-fund --loglevel=error
   touch tests/mcp/node_modules/.installed
 fi
+
+# What the tests set up is undone on exit, whatever the exit status (which is kept): the
+# throwaway PostgreSQL server and its folder, and the XFS image's mount (both below).
+# Nothing here may fail under set -e, or later steps would be skipped.
+cleanup() {
+  local rc=$?
+  if [ -n "${pg_dir:-}" ]; then
+    if [ -f "$pg_dir/data/postmaster.pid" ] && ! pg_run "$pg_bin/pg_ctl" -D "$pg_dir/data" -s -m immediate -w stop; then
+      echo "tests/run.sh: could not stop the test PostgreSQL server (pid $(head -n 1 "$pg_dir/data/postmaster.pid" 2>/dev/null)); its folder is deleted, which makes it shut down within a minute" >&2
+    fi
+    rm -rf "$pg_dir" || true
+  fi
+  if [ -n "${xfs_mounted:-}" ]; then
+    umount "$xfs_dir" 2>/dev/null && rm -f "$xfs_img" || true
+  fi
+  exit "$rc"
+}
+trap cleanup EXIT
 
 # The overlay workspace tests mount overlayfs inside the binary's own mount namespace:
 # as root, and again as nobody (through setpriv) inside a user namespace of the
@@ -63,8 +84,64 @@ if [ -z "${AGENTBATCH_TEST_REFLINK_DIR:-}" ]; then
       exit 1
     }
   fi
-  trap 'umount "$xfs_dir" 2>/dev/null && rm -f "$xfs_img"' EXIT
+  xfs_mounted=1
   export AGENTBATCH_TEST_REFLINK_DIR="$xfs_dir"
+fi
+
+# The database tests get a throwaway PostgreSQL cluster: a fresh initdb in a temporary
+# folder, on a free port of 127.0.0.1 only, its Unix socket in that folder, trust auth,
+# no fsync. The package's own cluster and service are not used (no init system needed).
+# The URL's user is the cluster's superuser, so each test may create its own database.
+# AGENTBATCH_TEST_PG_URL set beforehand is used instead.
+if [ -z "${AGENTBATCH_TEST_PG_URL:-}" ]; then
+  pg_bin=$(printf '%s\n' /usr/lib/postgresql/*/bin/initdb | sort -V | tail -n 1)
+  pg_bin=${pg_bin%/initdb}
+  if [ ! -x "$pg_bin/initdb" ]; then
+    echo "tests/run.sh: no PostgreSQL server in /usr/lib/postgresql/*/bin: install it (apt-get install postgresql), or set AGENTBATCH_TEST_PG_URL to a server's URL whose user may create databases" >&2
+    exit 1
+  fi
+  # PostgreSQL refuses to run as root: as root the server runs as the package's postgres
+  # user (nobody without it), which owns the cluster's folder. Its commands run from that
+  # folder, as the repository may be out of that user's reach.
+  pg_as=()
+  if [ "$(id -u)" -eq 0 ]; then
+    pg_os_user=postgres
+    id -u "$pg_os_user" >/dev/null 2>&1 || pg_os_user=nobody
+    pg_as=(setpriv --reuid="$pg_os_user" --regid="$(id -g "$pg_os_user")" --init-groups)
+  fi
+  pg_run() { (cd "$pg_dir" && "${pg_as[@]}" "$@"); }
+  pg_dir=$(mktemp -d "${TMPDIR:-/tmp}/agentbatch-pg.XXXXXX")
+  [ ${#pg_as[@]} -eq 0 ] || chown "$pg_os_user:" "$pg_dir"
+  if ! pg_run test -w "$pg_dir"; then
+    echo "tests/run.sh: ${pg_os_user:-$(id -un)} cannot write to $pg_dir (the test PostgreSQL cluster's folder): set TMPDIR to a folder it can reach" >&2
+    exit 1
+  fi
+  pg_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  if ! pg_run "$pg_bin/initdb" -D "$pg_dir/data" -U agentbatch --auth=trust -E UTF8 --locale=C --no-sync >"$pg_dir/initdb.log" 2>&1; then
+    echo "tests/run.sh: initdb failed for the test PostgreSQL cluster; the end of its output:" >&2
+    tail -n 20 "$pg_dir/initdb.log" >&2
+    exit 1
+  fi
+  cat >>"$pg_dir/data/postgresql.conf" <<EOF
+listen_addresses = '127.0.0.1'
+port = $pg_port
+unix_socket_directories = '$pg_dir'
+fsync = off
+synchronous_commit = off
+full_page_writes = off
+EOF
+  # pg_ctl -w returns once the server accepts connections.
+  if ! pg_run "$pg_bin/pg_ctl" -D "$pg_dir/data" -l "$pg_dir/server.log" -s -w -t 30 start; then
+    echo "tests/run.sh: the test PostgreSQL server did not start on 127.0.0.1:$pg_port; the end of its log:" >&2
+    tail -n 20 "$pg_dir/server.log" >&2
+    exit 1
+  fi
+  if ! "$pg_bin/createdb" -h 127.0.0.1 -p "$pg_port" -U agentbatch agentbatch; then
+    echo "tests/run.sh: cannot create the test database on 127.0.0.1:$pg_port; the end of the server's log:" >&2
+    tail -n 20 "$pg_dir/server.log" >&2
+    exit 1
+  fi
+  export AGENTBATCH_TEST_PG_URL="postgres://agentbatch@127.0.0.1:$pg_port/agentbatch"
 fi
 
 cargo test --locked "$@"

@@ -3,5 +3,7 @@
 
 pub(crate) mod budget;
 pub(crate) mod ledger;
+pub mod pg;
+pub mod pg_store;
 pub(crate) mod rate;
 pub mod store;

@@ -110,7 +110,13 @@ pub(super) fn expand(
     cx.diags.dedup();
     check_run_names(&grid, &mut cx);
     let tasks = order_runs(&grid, &variants, epochs);
-    let ledger_path = job.ledger.as_ref().map(|p| cx.files.join(p));
+    let ledger_path = job.ledger.as_ref().map(|p| {
+        if crate::vocab::values::is_postgres_url(p) {
+            std::path::PathBuf::from(p)
+        } else {
+            cx.files.join(p)
+        }
+    });
     if let Some(problem) = cx.files.ledger_problem().map(str::to_string) {
         cx.err(&[key("ledger")], problem);
     }

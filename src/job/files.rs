@@ -56,10 +56,13 @@ impl Files {
                 });
             }
         }
-        files.ledger_problem = job
-            .ledger
-            .as_ref()
-            .and_then(|l| source::not_a_ledger_file(&files.join(l)));
+        files.ledger_problem = job.ledger.as_ref().and_then(|l| {
+            if crate::vocab::values::is_postgres_url(l) {
+                source::not_a_ledger_url(l)
+            } else {
+                source::not_a_ledger_file(&files.join(l))
+            }
+        });
         files
     }
 

@@ -39,8 +39,9 @@ pub struct JobFile {
     /// Teams: shared spend caps, concurrency and rate limits for their tasks.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub teams: BTreeMap<String, TeamFields>,
-    /// The persistent ledger of team period caps (SQLite), relative to the job file;
-    /// defaults to `<out>/ledger.sqlite`.
+    /// The persistent ledger of team period caps: a SQLite file, relative to the job
+    /// file (default `<out>/ledger.sqlite`), or a PostgreSQL database shared by runs on
+    /// several machines (`postgres://USER@HOST:PORT/DATABASE`, no password: PGPASSWORD).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ledger: Option<String>,
     /// Named tool sets (tools, permission policy, bash limits) that tasks choose with

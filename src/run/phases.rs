@@ -18,7 +18,7 @@ use super::{RunError, RunOptions, RunOutcome};
 use crate::agent::AgentEnv;
 use crate::govern::ledger::Ledger;
 use crate::govern::rate::Gates;
-use crate::govern::store::{CapStore, SqliteStore};
+use crate::govern::store::CapStore;
 use crate::job::{Plan, ProviderKind, TaskSpec};
 use crate::report::{ReportError, Reporter, ReporterConfig, ResumeRecord, RunJson};
 use crate::sim::Sim;
@@ -134,9 +134,9 @@ impl Run {
             .clone()
             .or_else(|| self.plan.ledger_path.clone())
             .unwrap_or_else(|| self.out_dir.join("ledger.sqlite"));
-        Ok(Some(Arc::new(
-            SqliteStore::open(&path).map_err(RunError::Ledger)?,
-        )))
+        crate::govern::store::open(&path)
+            .map(Some)
+            .map_err(RunError::Ledger)
     }
 
     /// Creates and locks a new run's folder (a resumed run's is locked already).

@@ -56,6 +56,12 @@ pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// Parses "90s", "30m", "2h", "1h30m", "500ms"; zero is refused since no limit of zero
 /// makes sense.
+/// Whether a ledger or queue setting names a PostgreSQL database (a `postgres://` or
+/// `postgresql://` URL) rather than a file.
+pub fn is_postgres_url(s: &str) -> bool {
+    s.starts_with("postgres://") || s.starts_with("postgresql://")
+}
+
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let d = humantime::parse_duration(s.trim()).map_err(|e| {
         format!("invalid duration \"{s}\" ({e}): use a number with a unit, e.g. \"90s\", \"30m\", \"2h\"")

@@ -18,6 +18,7 @@ mod load;
 mod matrix;
 mod mcp;
 mod openai;
+mod postgres;
 mod prompt_cache;
 mod protocol;
 mod repeats;

@@ -1,0 +1,308 @@
+//! PostgreSQL, the shared engine past one machine: one connection per process, on a
+//! thread of its own, and the schema the program creates and upgrades itself
+//! (versioned; a database newer than this program is refused rather than misread).
+//!
+//! The connection lives on its own thread with its own small runtime, so that callers
+//! can be synchronous (the ledger calls its stores from blocking tasks, the `ledger`
+//! command from anywhere) without ever blocking inside another runtime. Each call is one
+//! closure run there; a connection that broke is made again on the next call.
+
+use std::sync::mpsc;
+use std::sync::{Mutex, PoisonError};
+
+use tokio_postgres::{Client, NoTls};
+
+/// The schema version this program writes. Each step of [`MIGRATIONS`] brings a
+/// database from the version before it to its own.
+pub const SCHEMA_VERSION: i32 = 1;
+
+/// Version `i + 1` is reached by running `MIGRATIONS[i]`.
+const MIGRATIONS: &[&str] = &["
+CREATE TABLE ledger_entries (
+    id BIGSERIAL PRIMARY KEY,
+    team TEXT NOT NULL,
+    period TEXT NOT NULL,
+    amount NUMERIC NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('reserved', 'settled')),
+    run_id TEXT NOT NULL,
+    task_id TEXT NOT NULL,
+    created_at TIMESTAMPTZ NOT NULL,
+    expires_at TIMESTAMPTZ NOT NULL,
+    settled_at TIMESTAMPTZ
+);
+CREATE INDEX ledger_entries_open ON ledger_entries (team, period, state);
+CREATE INDEX ledger_entries_by_run ON ledger_entries (run_id, state);
+CREATE TABLE ledger_totals (
+    team TEXT NOT NULL,
+    period TEXT NOT NULL,
+    settled NUMERIC NOT NULL DEFAULT 0,
+    reserved NUMERIC NOT NULL DEFAULT 0,
+    cap NUMERIC,
+    PRIMARY KEY (team, period)
+);
+"];
+
+/// Why the database could not be used. `url` never holds a password.
+#[derive(Debug, thiserror::Error)]
+#[error("PostgreSQL at {url}: {detail}")]
+pub struct PgError {
+    pub url: String,
+    pub detail: String,
+}
+
+pub use crate::vocab::values::is_postgres_url as is_url;
+
+/// `url` without its password, for messages and reports.
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let (authority, tail) = match rest.find(['/', '?']) {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    let Some((userinfo, host)) = authority.rsplit_once('@') else {
+        return url.to_string();
+    };
+    let user = userinfo.split(':').next().unwrap_or("");
+    let hidden = if userinfo.contains(':') { ":***" } else { "" };
+    // A password given as a query parameter goes too.
+    let tail: String = match tail.split_once('?') {
+        Some((path, query)) => {
+            let kept: Vec<String> = query
+                .split('&')
+                .map(|kv| match kv.split_once('=') {
+                    Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
+                    _ => kv.to_string(),
+                })
+                .collect();
+            format!("{path}?{}", kept.join("&"))
+        }
+        None => tail.to_string(),
+    };
+    format!("{scheme}://{user}{hidden}@{host}{tail}")
+}
+
+/// Whether `url` carries a password (which must then stay out of job files: they are
+/// copied into every run's `run.json`).
+pub fn has_password(url: &str) -> bool {
+    redact(url) != url
+}
+
+type Job = Box<dyn FnOnce(&mut Conn) + Send>;
+
+/// What a call gets: the runtime to drive futures with, and the link to the database
+/// (apart, so a call can borrow both: `let Conn { rt, link } = conn;`).
+pub struct Conn {
+    pub rt: tokio::runtime::Runtime,
+    pub link: Link,
+}
+
+/// The connection, made again when it broke.
+pub struct Link {
+    client: Option<Client>,
+    config: tokio_postgres::Config,
+    url: String,
+}
+
+impl Link {
+    /// The live client, connecting first (with `rt`) if needed.
+    pub fn client(&mut self, rt: &tokio::runtime::Runtime) -> Result<&mut Client, PgError> {
+        if self.client.as_ref().is_none_or(Client::is_closed) {
+            let (client, connection) = rt
+                .block_on(self.config.connect(NoTls))
+                .map_err(|e| self.err(&e))?;
+            rt.spawn(async move {
+                let _ = connection.await;
+            });
+            self.client = Some(client);
+        }
+        let url = self.url.clone();
+        self.client.as_mut().ok_or(PgError {
+            url,
+            detail: "no connection".into(),
+        })
+    }
+
+    /// An error of this database.
+    pub fn err(&self, e: &dyn std::fmt::Display) -> PgError {
+        PgError {
+            url: self.url.clone(),
+            detail: e.to_string(),
+        }
+    }
+}
+
+/// A database, reached through one connection on its own thread.
+pub struct Pg {
+    url: String,
+    jobs: Mutex<mpsc::Sender<Job>>,
+}
+
+impl Pg {
+    /// Connects to `url` (a `postgres://` URL; `PGPASSWORD` is used when it has no
+    /// password), and brings the schema to [`SCHEMA_VERSION`]. Blocking.
+    pub fn connect(url: &str) -> Result<Pg, PgError> {
+        let shown = redact(url);
+        let err = |detail: String| PgError {
+            url: shown.clone(),
+            detail,
+        };
+        let mut config: tokio_postgres::Config = url.parse().map_err(|e| {
+            err(format!(
+                "not a PostgreSQL URL ({e}): write postgres://USER@HOST:PORT/DATABASE"
+            ))
+        })?;
+        if config.get_password().is_none() {
+            if let Ok(p) = std::env::var("PGPASSWORD") {
+                config.password(p);
+            }
+        }
+        config.application_name("agentbatch");
+        config.connect_timeout(std::time::Duration::from_secs(10));
+        // The runtime is made, used and dropped on the connection's thread only: a
+        // runtime may not block, nor be dropped, inside another one.
+        let (jobs, rx) = mpsc::channel::<Job>();
+        let (ready, started) = mpsc::channel::<Result<(), PgError>>();
+        let url_for_thread = shown.clone();
+        std::thread::Builder::new()
+            .name("agentbatch-pg".into())
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        let _ = ready.send(Err(PgError {
+                            url: url_for_thread,
+                            detail: format!("cannot start its connection's runtime: {e}"),
+                        }));
+                        return;
+                    }
+                };
+                let mut conn = Conn {
+                    rt,
+                    link: Link {
+                        client: None,
+                        config,
+                        url: url_for_thread,
+                    },
+                };
+                let migrated = migrate(&mut conn);
+                let ok = migrated.is_ok();
+                let _ = ready.send(migrated);
+                if !ok {
+                    return;
+                }
+                while let Ok(job) = rx.recv() {
+                    job(&mut conn);
+                }
+            })
+            .map_err(|e| err(format!("cannot start its connection's thread: {e}")))?;
+        started
+            .recv()
+            .map_err(|_| err("its connection's thread stopped".into()))??;
+        Ok(Pg {
+            url: shown,
+            jobs: Mutex::new(jobs),
+        })
+    }
+
+    /// The URL without its password.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Runs `f` on the connection's thread and waits for its answer. Blocking.
+    pub fn call<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Conn) -> Result<T, PgError> + Send + 'static,
+    ) -> Result<T, PgError> {
+        let (tx, rx) = mpsc::channel();
+        let job: Job = Box::new(move |conn| {
+            let _ = tx.send(f(conn));
+        });
+        let gone = || PgError {
+            url: self.url.clone(),
+            detail: "its connection's thread has stopped".into(),
+        };
+        self.jobs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .send(job)
+            .map_err(|_| gone())?;
+        rx.recv().map_err(|_| gone())?
+    }
+}
+
+/// Brings the database's schema to [`SCHEMA_VERSION`], one migration at a time, in one
+/// transaction under an advisory lock (so processes starting together migrate once),
+/// or refuses a database this program is too old for.
+fn migrate(conn: &mut Conn) -> Result<(), PgError> {
+    let Conn { rt, link } = conn;
+    let url = link.url.clone();
+    let err = |e: &dyn std::fmt::Display| PgError {
+        url: url.clone(),
+        detail: e.to_string(),
+    };
+    let client = link.client(rt)?;
+    rt.block_on(async {
+        let tx = client.transaction().await.map_err(|e| err(&e))?;
+        tx.execute("SELECT pg_advisory_xact_lock(6216736162757400)", &[])
+            .await
+            .map_err(|e| err(&e))?;
+        tx.batch_execute(
+            "CREATE TABLE IF NOT EXISTS agentbatch_schema (
+                 id INT PRIMARY KEY CHECK (id = 1),
+                 version INT NOT NULL
+             )",
+        )
+        .await
+        .map_err(|e| err(&e))?;
+        let row = tx
+            .query_opt("SELECT version FROM agentbatch_schema WHERE id = 1", &[])
+            .await
+            .map_err(|e| err(&e))?;
+        let at: i32 = row.map(|r| r.get(0)).unwrap_or(0);
+        if at > SCHEMA_VERSION {
+            return Err(err(&format!(
+                "its agentbatch schema is version {at}, newer than this agentbatch knows ({SCHEMA_VERSION}): a newer agentbatch wrote it; run that version, or point the ledger at another database"
+            )));
+        }
+        for (i, step) in MIGRATIONS.iter().enumerate().skip(at.max(0) as usize) {
+            tx.batch_execute(step).await.map_err(|e| PgError {
+                url: url.clone(),
+                detail: format!("cannot bring its schema to version {}: {e}", i + 1),
+            })?;
+        }
+        tx.execute(
+            "INSERT INTO agentbatch_schema (id, version) VALUES (1, $1)
+             ON CONFLICT (id) DO UPDATE SET version = $1",
+            &[&SCHEMA_VERSION],
+        )
+        .await
+        .map_err(|e| err(&e))?;
+        tx.commit().await.map_err(|e| err(&e))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_never_show() {
+        assert_eq!(
+            redact("postgres://bob:s3cret@db.example:5432/ab?sslmode=disable"),
+            "postgres://bob:***@db.example:5432/ab?sslmode=disable"
+        );
+        assert_eq!(
+            redact("postgresql://bob@db/ab?password=x&application_name=y"),
+            "postgresql://bob@db/ab?password=***&application_name=y"
+        );
+        assert_eq!(redact("postgres://db/ab"), "postgres://db/ab");
+        assert!(has_password("postgres://a:b@h/d") && !has_password("postgres://a@h/d"));
+        assert!(is_url("postgresql://h/d") && !is_url("ledger.sqlite"));
+    }
+}

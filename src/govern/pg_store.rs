@@ -1,0 +1,268 @@
+//! The team ledger on PostgreSQL (`ledger: postgres://...`): the same reservations and
+//! settlements as the SQLite file, in transactions any number of processes on any
+//! number of machines share. A reservation locks its team and period's totals row
+//! (`SELECT ... FOR UPDATE`) for the check and the insert, so no two reservations can
+//! both see room that only one of them fits in.
+
+use chrono::{DateTime, Utc};
+use rust_decimal::Decimal;
+
+use super::pg::{Conn, Pg, PgError};
+use super::store::{CapStore, EntryId, EntryMeta, PeriodRow, PeriodTotals, StoreError};
+
+/// The ledger in a PostgreSQL database.
+pub struct PgStore {
+    pg: Pg,
+}
+
+impl PgStore {
+    /// Connects and brings the schema up to date. Blocking.
+    pub fn open(url: &str) -> Result<PgStore, StoreError> {
+        Pg::connect(url).map(|pg| PgStore { pg }).map_err(store_err)
+    }
+
+    fn call<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Conn) -> Result<T, PgError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        self.pg.call(f).map_err(store_err)
+    }
+}
+
+fn store_err(e: PgError) -> StoreError {
+    StoreError {
+        path: Some(e.url.into()),
+        detail: e.detail,
+    }
+}
+
+/// A team and period's totals, read in `tx`.
+async fn totals_in(
+    tx: &tokio_postgres::Transaction<'_>,
+    team: &str,
+    period: &str,
+    now: DateTime<Utc>,
+) -> Result<PeriodTotals, tokio_postgres::Error> {
+    let row = tx
+        .query_opt(
+            "SELECT settled, reserved FROM ledger_totals WHERE team = $1 AND period = $2",
+            &[&team, &period],
+        )
+        .await?;
+    let (settled, reserved) = row.map_or((Decimal::ZERO, Decimal::ZERO), |r| (r.get(0), r.get(1)));
+    let stale: Option<Decimal> = tx
+        .query_one(
+            "SELECT SUM(amount) FROM ledger_entries
+             WHERE team = $1 AND period = $2 AND state = 'reserved' AND expires_at <= $3",
+            &[&team, &period, &now],
+        )
+        .await?
+        .get(0);
+    Ok(PeriodTotals {
+        settled: settled.normalize(),
+        reserved: reserved.normalize(),
+        stale: stale.unwrap_or_default().normalize(),
+    })
+}
+
+impl CapStore for PgStore {
+    fn totals(
+        &self,
+        team: &str,
+        period: &str,
+        now: DateTime<Utc>,
+    ) -> Result<PeriodTotals, StoreError> {
+        let (team, period) = (team.to_string(), period.to_string());
+        self.call(move |Conn { rt, link }| {
+            let client = link.client(rt)?;
+            let r: Result<_, tokio_postgres::Error> = rt.block_on(async {
+                let tx = client.transaction().await?;
+                let t = totals_in(&tx, &team, &period, now).await?;
+                tx.commit().await?;
+                Ok(t)
+            });
+            r.map_err(|e| link.err(&e))
+        })
+    }
+
+    fn try_reserve(
+        &self,
+        team: &str,
+        period: &str,
+        cap: Decimal,
+        amount: Decimal,
+        meta: &EntryMeta,
+    ) -> Result<Option<EntryId>, StoreError> {
+        let (team, period, meta) = (team.to_string(), period.to_string(), meta.clone());
+        self.call(move |Conn { rt, link }| {
+            let client = link.client(rt)?;
+            let r: Result<_, tokio_postgres::Error> = rt.block_on(async {
+                let tx = client.transaction().await?;
+                tx.execute(
+                    "INSERT INTO ledger_totals (team, period, cap) VALUES ($1, $2, $3)
+                     ON CONFLICT (team, period) DO NOTHING",
+                    &[&team, &period, &cap],
+                )
+                .await?;
+                // The lock every reservation of this team and period waits on.
+                tx.execute(
+                    "SELECT 1 FROM ledger_totals WHERE team = $1 AND period = $2 FOR UPDATE",
+                    &[&team, &period],
+                )
+                .await?;
+                let now = Utc::now();
+                let t = totals_in(&tx, &team, &period, now).await?;
+                if t.settled + t.reserved + amount > cap {
+                    tx.rollback().await?;
+                    return Ok(None);
+                }
+                let id: i64 = tx
+                    .query_one(
+                        "INSERT INTO ledger_entries
+                           (team, period, amount, state, run_id, task_id, created_at, expires_at)
+                         VALUES ($1, $2, $3, 'reserved', $4, $5, $6, $7) RETURNING id",
+                        &[
+                            &team,
+                            &period,
+                            &amount,
+                            &meta.run_id,
+                            &meta.task_id,
+                            &now,
+                            &meta.expires_at,
+                        ],
+                    )
+                    .await?
+                    .get(0);
+                tx.execute(
+                    "UPDATE ledger_totals SET reserved = reserved + $3, cap = $4
+                     WHERE team = $1 AND period = $2",
+                    &[&team, &period, &amount, &cap],
+                )
+                .await?;
+                tx.commit().await?;
+                Ok(Some(id))
+            });
+            r.map_err(|e| link.err(&e))
+        })
+    }
+
+    fn settle(&self, id: EntryId, actual: Decimal) -> Result<(), StoreError> {
+        self.finish(id, Some(actual))
+    }
+
+    fn release(&self, id: EntryId) -> Result<(), StoreError> {
+        self.finish(id, None)
+    }
+
+    fn abandon_run(&self, run_id: &str, now: DateTime<Utc>) -> Result<Decimal, StoreError> {
+        let run_id = run_id.to_string();
+        self.call(move |Conn { rt, link }| {
+            let client = link.client(rt)?;
+            let r: Result<_, tokio_postgres::Error> = rt.block_on(async {
+                let rows = client
+                    .query(
+                        "UPDATE ledger_entries SET expires_at = $2
+                         WHERE run_id = $1 AND state = 'reserved' AND expires_at > $2
+                         RETURNING amount",
+                        &[&run_id, &now],
+                    )
+                    .await?;
+                Ok(rows
+                    .iter()
+                    .map(|r| r.get::<_, Decimal>(0))
+                    .sum::<Decimal>()
+                    .normalize())
+            });
+            r.map_err(|e| link.err(&e))
+        })
+    }
+
+    fn report(&self, team: Option<&str>, now: DateTime<Utc>) -> Result<Vec<PeriodRow>, StoreError> {
+        let team = team.map(str::to_string);
+        self.call(move |Conn { rt, link }| {
+            let client = link.client(rt)?;
+            let r: Result<_, tokio_postgres::Error> = rt.block_on(async {
+                let tx = client.transaction().await?;
+                let rows = tx
+                    .query(
+                        "SELECT t.team, t.period, t.cap,
+                                (SELECT COUNT(*) FROM ledger_entries e
+                                 WHERE e.team = t.team AND e.period = t.period)
+                         FROM ledger_totals t
+                         WHERE $1::TEXT IS NULL OR t.team = $1
+                         ORDER BY t.team, t.period",
+                        &[&team],
+                    )
+                    .await?;
+                let mut out = Vec::with_capacity(rows.len());
+                for r in rows {
+                    let (team, period): (String, String) = (r.get(0), r.get(1));
+                    let cap: Option<Decimal> = r.get(2);
+                    let entries: i64 = r.get(3);
+                    out.push(PeriodRow {
+                        totals: totals_in(&tx, &team, &period, now).await?,
+                        cap,
+                        entries: u64::try_from(entries).unwrap_or(0),
+                        team,
+                        period,
+                    });
+                }
+                tx.commit().await?;
+                Ok(out)
+            });
+            r.map_err(|e| link.err(&e))
+        })
+    }
+}
+
+impl PgStore {
+    /// Settles a reservation at `actual`, or drops it (None).
+    fn finish(&self, id: EntryId, actual: Option<Decimal>) -> Result<(), StoreError> {
+        self.call(move |Conn { rt, link }| {
+            let client = link.client(rt)?;
+            let r: Result<_, tokio_postgres::Error> = rt.block_on(async {
+                let tx = client.transaction().await?;
+                let row = tx
+                    .query_opt(
+                        "SELECT team, period, amount FROM ledger_entries
+                         WHERE id = $1 AND state = 'reserved' FOR UPDATE",
+                        &[&id],
+                    )
+                    .await?;
+                let Some(row) = row else {
+                    return tx.rollback().await;
+                };
+                let (team, period, amount): (String, String, Decimal) =
+                    (row.get(0), row.get(1), row.get(2));
+                match actual {
+                    Some(actual) => {
+                        tx.execute(
+                            "UPDATE ledger_entries SET amount = $2, state = 'settled', settled_at = now()
+                             WHERE id = $1",
+                            &[&id, &actual],
+                        )
+                        .await?;
+                        tx.execute(
+                            "UPDATE ledger_totals SET settled = settled + $3, reserved = reserved - $4
+                             WHERE team = $1 AND period = $2",
+                            &[&team, &period, &actual, &amount],
+                        )
+                        .await?;
+                    }
+                    None => {
+                        tx.execute("DELETE FROM ledger_entries WHERE id = $1", &[&id])
+                            .await?;
+                        tx.execute(
+                            "UPDATE ledger_totals SET reserved = reserved - $3
+                             WHERE team = $1 AND period = $2",
+                            &[&team, &period, &amount],
+                        )
+                        .await?;
+                    }
+                }
+                tx.commit().await
+            });
+            r.map_err(|e| link.err(&e))
+        })
+    }
+}

@@ -1,0 +1,321 @@
+//! PostgreSQL as the shared ledger, against a real server (tests/run.sh starts a
+//! throwaway cluster and sets AGENTBATCH_TEST_PG_URL): the same answers as the SQLite
+//! file for the same operations, no cap ever exceeded by concurrent writers, schema
+//! versions checked, and several runner processes sharing one team cap.
+
+use std::process::Stdio;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use agentbatch::govern::store::{self, CapStore, EntryMeta, SqliteStore};
+use chrono::Utc;
+use rust_decimal::Decimal;
+use serde_json::Value;
+
+use crate::common::{bin, read_csv, Case};
+
+fn d(s: &str) -> Decimal {
+    Decimal::from_str(s).unwrap()
+}
+
+/// The test server's URL.
+fn server() -> String {
+    std::env::var("AGENTBATCH_TEST_PG_URL").expect(
+        "AGENTBATCH_TEST_PG_URL is not set: run the tests through tests/run.sh, which starts a throwaway PostgreSQL for them, or point it at a database where the test user may create databases",
+    )
+}
+
+/// A new, empty database on the test server, as a URL.
+fn fresh_database(name: &str) -> String {
+    let base = server();
+    let db = format!(
+        "ab_{}_{}_{}",
+        name,
+        std::process::id(),
+        Utc::now().timestamp_micros()
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let (client, conn) = tokio_postgres::connect(&base, tokio_postgres::NoTls)
+            .await
+            .expect("the test server answers");
+        tokio::spawn(conn);
+        client
+            .batch_execute(&format!("CREATE DATABASE {db}"))
+            .await
+            .expect("the test user may create databases");
+    });
+    let (head, tail) = base.split_at(base.rfind('/').expect("a URL with a database"));
+    let query = tail.find('?').map(|i| &tail[i..]).unwrap_or("");
+    format!("{head}/{db}{query}")
+}
+
+fn meta(run: &str, task: &str, expires_in: i64) -> EntryMeta {
+    EntryMeta {
+        run_id: run.into(),
+        task_id: task.into(),
+        expires_at: Utc::now() + chrono::Duration::seconds(expires_in),
+    }
+}
+
+/// A fixed sequence of ledger operations, and everything they let one observe.
+fn exercise(s: &dyn CapStore) -> Vec<String> {
+    let now = Utc::now();
+    let mut seen = Vec::new();
+    let mut note = |what: String| seen.push(what);
+    let cap = d("1.00");
+    let a = s
+        .try_reserve("blue", "day:x", cap, d("0.40"), &meta("r1", "a", 600))
+        .unwrap();
+    let b = s
+        .try_reserve("blue", "day:x", cap, d("0.50"), &meta("r1", "b", 600))
+        .unwrap();
+    let c = s
+        .try_reserve("blue", "day:x", cap, d("0.20"), &meta("r1", "c", 600))
+        .unwrap();
+    note(format!(
+        "reserved {} {} {}",
+        a.is_some(),
+        b.is_some(),
+        c.is_some()
+    ));
+    note(format!("{:?}", s.totals("blue", "day:x", now).unwrap()));
+    s.settle(a.unwrap(), d("0.123")).unwrap();
+    s.release(b.unwrap()).unwrap();
+    // Settling twice, or releasing what is settled, changes nothing.
+    s.settle(a.unwrap(), d("0.999")).unwrap();
+    s.release(a.unwrap()).unwrap();
+    note(format!("{:?}", s.totals("blue", "day:x", now).unwrap()));
+    let big = s
+        .try_reserve("blue", "day:x", cap, d("0.877"), &meta("r2", "d", 600))
+        .unwrap();
+    let over = s
+        .try_reserve("blue", "day:x", cap, d("0.000001"), &meta("r2", "e", 600))
+        .unwrap();
+    note(format!(
+        "exact fit {} then nothing {}",
+        big.is_some(),
+        over.is_none()
+    ));
+    // Another team and period are apart.
+    let red = s
+        .try_reserve("red", "day:x", d("0.10"), d("0.10"), &meta("r2", "f", 600))
+        .unwrap();
+    note(format!("red {}", red.is_some()));
+    // A dead run's reservations: still counted, now stale.
+    let dead = s
+        .try_reserve("red", "day:y", d("5"), d("2.5"), &meta("dead", "g", 600))
+        .unwrap();
+    note(format!("dead {}", dead.is_some()));
+    note(format!(
+        "abandoned {}",
+        s.abandon_run("dead", Utc::now()).unwrap()
+    ));
+    note(format!(
+        "abandoned again {}",
+        s.abandon_run("dead", Utc::now()).unwrap()
+    ));
+    let later = Utc::now() + chrono::Duration::seconds(1);
+    note(format!("{:?}", s.totals("red", "day:y", later).unwrap()));
+    // An expired reservation is stale without any abandoning.
+    let _ = s
+        .try_reserve("red", "day:z", d("5"), d("1"), &meta("r3", "h", -1))
+        .unwrap();
+    note(format!("{:?}", s.totals("red", "day:z", later).unwrap()));
+    for r in s.report(None, later).unwrap() {
+        note(format!(
+            "{} {} {:?} {:?} {}",
+            r.team, r.period, r.cap, r.totals, r.entries
+        ));
+    }
+    note(format!("{}", s.report(Some("blue"), later).unwrap().len()));
+    seen
+}
+
+#[test]
+fn postgres_answers_every_ledger_operation_as_the_sqlite_file_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = SqliteStore::open(&dir.path().join("ledger.sqlite")).unwrap();
+    let url = fresh_database("same");
+    let pg = store::open(std::path::Path::new(&url)).unwrap();
+    let (want, got) = (exercise(&sqlite), exercise(pg.as_ref()));
+    assert_eq!(got, want);
+    assert!(want[0] == "reserved true true false", "{want:?}");
+}
+
+#[test]
+fn concurrent_writers_never_pass_the_cap_and_settle_exactly() {
+    let url = fresh_database("race");
+    let cap = d("3.00");
+    // Two connections per process would be two stores: four stores, like four machines.
+    let stores: Vec<Arc<dyn CapStore>> = (0..4)
+        .map(|_| store::open(std::path::Path::new(&url)).unwrap())
+        .collect();
+    let threads: Vec<_> = stores
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                let mut kept = Decimal::ZERO;
+                for k in 0..60u32 {
+                    let amount = Decimal::new(i64::from(k % 7 + 1) * 1000 + i as i64, 5);
+                    if let Some(id) = s
+                        .try_reserve(
+                            "t",
+                            "day:r",
+                            cap,
+                            amount,
+                            &meta("r", &format!("{i}-{k}"), 600),
+                        )
+                        .unwrap()
+                    {
+                        // Half is spent, half comes back.
+                        let spent = (amount / Decimal::TWO).round_dp(5);
+                        s.settle(id, spent).unwrap();
+                        kept += spent;
+                    }
+                }
+                kept
+            })
+        })
+        .collect();
+    let kept: Decimal = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    let t = stores[0].totals("t", "day:r", Utc::now()).unwrap();
+    assert_eq!(t.settled, kept.normalize());
+    assert_eq!(t.reserved, Decimal::ZERO);
+    assert!(t.settled <= cap);
+}
+
+#[test]
+fn a_database_of_a_newer_agentbatch_is_refused_and_an_empty_one_made_current() {
+    let url = fresh_database("schema");
+    let s = store::open(std::path::Path::new(&url)).unwrap();
+    assert!(s.report(None, Utc::now()).unwrap().is_empty());
+    drop(s);
+    // Opening again is a no-op; a version from the future is refused by name.
+    store::open(std::path::Path::new(&url)).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        client
+            .batch_execute("UPDATE agentbatch_schema SET version = 99")
+            .await
+            .unwrap();
+    });
+    let err = store::open(std::path::Path::new(&url))
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(err.contains("version 99") && err.contains("newer"), "{err}");
+}
+
+/// The job every runner process of the shared-cap test runs: tasks that loop until
+/// the team's day cap stops them.
+const LOOP: &str = "{ latency: 10ms, repeat_last: true, turns: [ { content: [ { text: working }, { tool_use: { name: get_time, input: {} } } ], usage: { output_tokens: 200 } } ] }";
+
+#[test]
+fn three_runner_processes_share_one_team_cap_in_postgres() {
+    let url = fresh_database("shared");
+    let case = Case::new();
+    let tasks: String = (0..30)
+        .map(|i| format!("  - {{ id: t{i:03}, prompt: go }}\n"))
+        .collect();
+    case.write(
+        "job.yaml",
+        &format!(
+            "name: shared\nconcurrency: 15\nteams:\n  platform: {{ cap: {{ usd: 1.00, period: day }} }}\ndefaults:\n  team: platform\n  model: claude-sonnet-4-5\n  tools: [get_time]\n  limits: {{ max_turns: 200, min_max_tokens: 128, max_repeats: off }}\n  sim: {LOOP}\ntasks:\n{tasks}"
+        ),
+    );
+    let spawn = |id: &str| {
+        bin()
+            .args(["run", "job.yaml", "--quiet", "--run-id", id])
+            .env("AGENTBATCH_LEDGER_URL", &url)
+            .current_dir(case.dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let runs = ["a", "b", "c"];
+    let children: Vec<_> = runs.iter().map(|id| spawn(id)).collect();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let spent: Decimal = runs
+        .iter()
+        .flat_map(|id| read_csv(&case.path(&format!("reports/{id}/results.csv"))))
+        .map(|r| d(&r["cost_usd"]))
+        .sum();
+    eprintln!("three runner processes spent ${spent} of a $1.00 team cap");
+    assert!(spent <= d("1.00"), "the three runs together spent {spent}");
+    assert!(
+        spent >= d("0.97"),
+        "the cap should be at least 97% used: {spent}"
+    );
+    // Each process ran tasks, and stopped them on the team's budget.
+    for id in runs {
+        let rows = read_csv(&case.path(&format!("reports/{id}/results.csv")));
+        assert!(
+            rows.iter().any(|r| r["stop_reason"] == "team_budget"),
+            "{id}"
+        );
+    }
+    // The ledger, read from any machine, holds exactly what the reports say.
+    let out = bin()
+        .args(["ledger", "--json"])
+        .env("AGENTBATCH_LEDGER_URL", &url)
+        .current_dir(case.dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(rows[0]["team"], "platform");
+    assert_eq!(d(rows[0]["totals"]["settled"].as_str().unwrap()), spent);
+    assert_eq!(
+        d(rows[0]["totals"]["reserved"].as_str().unwrap()),
+        Decimal::ZERO
+    );
+    // No report holds the database's URL with a password.
+    for id in runs {
+        let json = std::fs::read_to_string(case.path(&format!("reports/{id}/run.json"))).unwrap();
+        assert!(!json.contains("password"), "{json}");
+    }
+}
+
+#[test]
+fn a_password_in_the_job_files_ledger_url_is_refused() {
+    let case = Case::new();
+    case.write(
+        "job.yaml",
+        "name: p\nledger: postgres://bob:s3cret@127.0.0.1:5432/ab\nteams:\n  t: { cap: { usd: 1, period: day } }\ndefaults:\n  team: t\n  model: claude-sonnet-4-5\n  sim: { turns: [ { content: [ { text: hi } ] } ] }\ntasks:\n  - { id: a, prompt: p }\n",
+    );
+    let out = case.agentbatch(&["validate", "job.yaml"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("ledger") && err.contains("PGPASSWORD"),
+        "{err}"
+    );
+    assert!(!err.contains("s3cret"), "{err}");
+}
