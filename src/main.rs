@@ -19,7 +19,7 @@ use clap::{Parser, Subcommand};
 use agentbatch::bench;
 use agentbatch::job::{self, JobError, Plan};
 use agentbatch::report::ProgressMode;
-use agentbatch::run::{self, RunError, RunOptions};
+use agentbatch::run::{self, RunOptions};
 use agentbatch::sim::Sim;
 use agentbatch::text::clip_quotes;
 use agentbatch::tools::Registry;
@@ -76,6 +76,10 @@ struct RunArgs {
     /// per commit and ref, instead of making them per run.
     #[arg(long, value_name = "DIR", env = "AGENTBATCH_PRISTINE_CACHE")]
     pristine_cache: Option<PathBuf>,
+    /// Queue the run in this PostgreSQL database for workers on any number of machines
+    /// (`agentbatch worker`) instead of running it here.
+    #[arg(long, value_name = "URL", env = "AGENTBATCH_QUEUE_URL")]
+    queue: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -86,6 +90,47 @@ enum Command {
         job: PathBuf,
         #[command(flatten)]
         args: RunArgs,
+    },
+    /// Run tasks of a queued run (`run --queue`) until none is left; many workers may
+    /// share one run. Reports of this worker's share go to DIR/workers/<worker>/<run-id>.
+    Worker {
+        /// The queue's PostgreSQL database.
+        #[arg(value_name = "URL", env = "AGENTBATCH_QUEUE_URL")]
+        url: String,
+        #[arg(long, value_name = "ID")]
+        run_id: String,
+        /// The job file (default: the path `run --queue` was given); it must be the same.
+        #[arg(long, value_name = "JOB")]
+        job: Option<PathBuf>,
+        /// Tasks in flight at once (default: the job's concurrency).
+        #[arg(long, value_name = "N")]
+        concurrency: Option<usize>,
+        #[arg(long, default_value = "reports", value_name = "DIR")]
+        out: PathBuf,
+        /// This worker's name in the queue (default: host-pid).
+        #[arg(long, value_name = "NAME")]
+        name: Option<String>,
+        /// How long a claimed task stays this worker's without a heartbeat: a killed
+        /// worker's tasks run again elsewhere after it.
+        #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = humantime::parse_duration)]
+        lease: Duration,
+        #[arg(long)]
+        quiet: bool,
+        /// The team ledger (default: the queue's database).
+        #[arg(long, value_name = "URL", env = "AGENTBATCH_LEDGER_URL")]
+        ledger: Option<PathBuf>,
+        #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = humantime::parse_duration)]
+        grace: Duration,
+    },
+    /// Write a queued run's folder (results.csv, summary.csv, run.json, transcripts,
+    /// patches) from what its workers sent back, and show how far it is.
+    Collect {
+        #[arg(value_name = "URL", env = "AGENTBATCH_QUEUE_URL")]
+        url: String,
+        #[arg(long, value_name = "ID")]
+        run_id: String,
+        #[arg(long, default_value = "reports", value_name = "DIR")]
+        out: PathBuf,
     },
     /// Check a job file without spending anything and print the expanded plan.
     Validate { job: PathBuf },
@@ -205,7 +250,10 @@ fn main() -> ExitCode {
     // commands that make (or describe) workspaces take one.
     if matches!(
         cli.command,
-        Command::Run { .. } | Command::Validate { .. } | Command::Bench { .. }
+        Command::Run { .. }
+            | Command::Worker { .. }
+            | Command::Validate { .. }
+            | Command::Bench { .. }
     ) {
         agentbatch::tools::layer::private_mounts();
     }
@@ -224,6 +272,49 @@ fn main() -> ExitCode {
     rt.block_on(async {
         match cli.command {
             Command::Run { job, args } => run_cmd(job, args).await,
+            Command::Worker {
+                url,
+                run_id,
+                job,
+                concurrency,
+                out,
+                name,
+                lease,
+                quiet,
+                ledger,
+                grace,
+            } => {
+                let w = agentbatch::run::shared::WorkerOptions {
+                    url,
+                    run_id,
+                    job,
+                    out,
+                    worker: name,
+                    lease,
+                };
+                let registry = Arc::new(Registry::builtin());
+                match agentbatch::commands::shared::worker(&w, &registry) {
+                    Ok((plan, mut opts)) => {
+                        opts.concurrency = concurrency;
+                        opts.progress = if quiet {
+                            ProgressMode::Quiet
+                        } else {
+                            ProgressMode::Auto
+                        };
+                        opts.registry = registry;
+                        opts.handle_signals = true;
+                        opts.ledger = ledger;
+                        opts.grace = grace;
+                        ExitCode::from(agentbatch::commands::outcome::report(
+                            agentbatch::run::shared::work(plan, opts).await,
+                        ))
+                    }
+                    Err(code) => ExitCode::from(code),
+                }
+            }
+            Command::Collect { url, run_id, out } => {
+                ExitCode::from(agentbatch::commands::shared::collect(&url, &run_id, &out))
+            }
             Command::Validate { job } => validate_cmd(job),
             Command::Audit { transcript } => audit_cmd(&transcript),
             Command::Compare { runs, by, out } => compare_cmd(runs, by, out),
@@ -241,7 +332,9 @@ fn main() -> ExitCode {
                     }
                 }
             }
-            Command::Ledger { team, ledger, json } => ledger_cmd(team.as_deref(), &ledger, json),
+            Command::Ledger { team, ledger, json } => ExitCode::from(
+                agentbatch::commands::ledger::report(team.as_deref(), &ledger, json),
+            ),
             Command::Sim {
                 port,
                 host,
@@ -350,6 +443,15 @@ async fn run_cmd(job: PathBuf, args: RunArgs) -> ExitCode {
         Ok(p) => p,
         Err(code) => return code,
     };
+    if let Some(url) = &args.queue {
+        return ExitCode::from(agentbatch::commands::shared::enqueue(
+            &plan,
+            &job,
+            url,
+            args.run_id.as_ref(),
+            &args.only,
+        ));
+    }
     let mut opts = RunOptions::new(args.out);
     opts.run_id = args.run_id;
     opts.concurrency = args.concurrency;
@@ -369,48 +471,9 @@ async fn run_cmd(job: PathBuf, args: RunArgs) -> ExitCode {
         retry_errors: !args.no_retry_errors,
         force: args.force,
     });
-    match run::run(plan, opts).await {
-        Ok(outcome) => {
-            let s = &outcome.summary;
-            println!("{}", s.table());
-            if s.variants.len() > 1 || s.variants.iter().any(|v| !v.variant.is_empty()) {
-                println!();
-                print!("{}", agentbatch::report::variants_table(&s.variants));
-            }
-            match agentbatch::report::whole_run_cost(&s.dir) {
-                Ok(Some(lines)) => println!("{lines}"),
-                Ok(None) => {}
-                Err(e) => eprintln!("agentbatch: cannot add up the earlier attempts: {e}"),
-            }
-            println!(
-                "reports: {} (per variant: summary.csv)",
-                s.dir.join("results.csv").display()
-            );
-            if !outcome.complete {
-                eprintln!("agentbatch: the run was interrupted; unfinished tasks are recorded as cancelled");
-                return ExitCode::from(130);
-            }
-            let crashed = s
-                .rows
-                .iter()
-                .filter(|r| r.stop_reason == agentbatch::vocab::stop::StopReason::InternalError)
-                .count();
-            if crashed > 0 {
-                // A bug must not look like a clean run to a script or a CI job.
-                eprintln!("agentbatch: {crashed} task(s) ended with internal_error, a bug in agentbatch (see stop_detail; please report it); the reports are complete, and --resume runs them again");
-                return ExitCode::from(1);
-            }
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            let msg = clip_quotes(&e.to_string());
-            match e {
-                RunError::Invalid(_) => eprintln!("agentbatch: {msg}"),
-                _ => eprintln!("agentbatch: the run failed: {msg}"),
-            }
-            ExitCode::from(e.exit_code())
-        }
-    }
+    ExitCode::from(agentbatch::commands::outcome::report(
+        run::run(plan, opts).await,
+    ))
 }
 
 fn validate_cmd(job: PathBuf) -> ExitCode {
@@ -499,59 +562,6 @@ fn tempfile_dir() -> std::io::Result<PathBuf> {
     ));
     std::fs::create_dir_all(&dir)?;
     Ok(dir)
-}
-
-fn ledger_cmd(team: Option<&str>, path: &Path, json: bool) -> ExitCode {
-    let url = path
-        .to_str()
-        .is_some_and(agentbatch::vocab::values::is_postgres_url);
-    if !url && !path.exists() {
-        eprintln!(
-            "agentbatch ledger: {} does not exist: no run with a team period cap has used it (pass --ledger PATH to read another)",
-            path.display()
-        );
-        return ExitCode::from(2);
-    }
-    let rows = match agentbatch::govern::store::open(path)
-        .and_then(|s| s.report(team, chrono::Utc::now()))
-    {
-        Ok(rows) => rows,
-        Err(e) => {
-            eprintln!("agentbatch ledger: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&rows).unwrap_or_default()
-        );
-        return ExitCode::SUCCESS;
-    }
-    println!(
-        "{:<16} {:<18} {:>12} {:>14} {:>14} {:>12} {:>8}",
-        "team", "period", "cap_usd", "spent_usd", "unsettled_usd", "stale_usd", "entries"
-    );
-    for r in &rows {
-        let money = |d: rust_decimal::Decimal| format!("{:.6}", d);
-        println!(
-            "{:<16} {:<18} {:>12} {:>14} {:>14} {:>12} {:>8}",
-            r.team,
-            r.period,
-            r.cap.map_or("-".into(), |c| c.normalize().to_string()),
-            money(r.totals.settled),
-            money(r.totals.reserved),
-            money(r.totals.stale),
-            r.entries
-        );
-    }
-    if rows.is_empty() {
-        println!(
-            "(no spend recorded{})",
-            team.map(|t| format!(" for team {t}")).unwrap_or_default()
-        );
-    }
-    ExitCode::SUCCESS
 }
 
 async fn sim_cmd(

@@ -2,3 +2,6 @@
 //! `agentbatch mcp-check`). They sit above `job` and `tools`, which they both use.
 
 pub mod inspect;
+pub mod ledger;
+pub mod outcome;
+pub mod shared;

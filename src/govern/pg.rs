@@ -14,10 +14,11 @@ use tokio_postgres::{Client, NoTls};
 
 /// The schema version this program writes. Each step of [`MIGRATIONS`] brings a
 /// database from the version before it to its own.
-pub const SCHEMA_VERSION: i32 = 1;
+pub const SCHEMA_VERSION: i32 = 2;
 
 /// Version `i + 1` is reached by running `MIGRATIONS[i]`.
-const MIGRATIONS: &[&str] = &["
+const MIGRATIONS: &[&str] = &[
+    "
 CREATE TABLE ledger_entries (
     id BIGSERIAL PRIMARY KEY,
     team TEXT NOT NULL,
@@ -40,7 +41,44 @@ CREATE TABLE ledger_totals (
     cap NUMERIC,
     PRIMARY KEY (team, period)
 );
-"];
+",
+    "
+CREATE TABLE queue_runs (
+    run_id TEXT PRIMARY KEY,
+    job_file TEXT NOT NULL,
+    job_sha TEXT NOT NULL,
+    header JSONB NOT NULL,
+    run_json JSONB NOT NULL,
+    created_at TIMESTAMPTZ NOT NULL
+);
+CREATE TABLE queue_tasks (
+    run_id TEXT NOT NULL REFERENCES queue_runs (run_id) ON DELETE CASCADE,
+    seq INT NOT NULL,
+    key TEXT NOT NULL,
+    variant TEXT NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('queued', 'running', 'done')),
+    attempts INT NOT NULL DEFAULT 0,
+    worker TEXT,
+    lease_until TIMESTAMPTZ,
+    started_at TIMESTAMPTZ,
+    finished_at TIMESTAMPTZ,
+    record BYTEA,
+    transcript BYTEA,
+    patch BYTEA,
+    PRIMARY KEY (run_id, key)
+);
+CREATE INDEX queue_tasks_claim ON queue_tasks (run_id, state, seq);
+CREATE TABLE queue_superseded (
+    run_id TEXT NOT NULL REFERENCES queue_runs (run_id) ON DELETE CASCADE,
+    key TEXT NOT NULL,
+    attempt INT NOT NULL,
+    worker TEXT NOT NULL,
+    record BYTEA NOT NULL,
+    transcript BYTEA,
+    finished_at TIMESTAMPTZ NOT NULL
+);
+",
+];
 
 /// Why the database could not be used. `url` never holds a password.
 #[derive(Debug, thiserror::Error)]
@@ -212,6 +250,24 @@ impl Pg {
     /// The URL without its password.
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// Runs the future `f` makes with the client on the connection's thread, and waits
+    /// for its answer. Blocking.
+    pub fn run<T: Send + 'static>(
+        &self,
+        f: impl for<'c> FnOnce(
+                &'c mut Client,
+            )
+                -> futures::future::BoxFuture<'c, Result<T, tokio_postgres::Error>>
+            + Send
+            + 'static,
+    ) -> Result<T, PgError> {
+        self.call(move |Conn { rt, link }| {
+            let client = link.client(rt)?;
+            let r = rt.block_on(f(client));
+            r.map_err(|e| link.err(&e))
+        })
     }
 
     /// Runs `f` on the connection's thread and waits for its answer. Blocking.

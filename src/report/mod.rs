@@ -18,7 +18,7 @@ mod variants;
 mod writer;
 
 pub use attempts::{whole_run_cost, AttemptsError};
-pub(crate) use results::{header_for, parse_results, read_results, ResultRow};
+pub(crate) use results::{axes_in, header_for, parse_results, read_results, ResultRow};
 pub use results::{ResultsError, COLUMNS};
 pub(crate) use resume::ResumeChanges;
 pub use run_json::RunJsonError;
@@ -28,5 +28,5 @@ pub use summary::{RunTotals, Summary};
 pub(crate) use variants::write_summary_csv;
 pub use variants::{variants_table, VariantSummary, VariantsError};
 pub(crate) use writer::remove_empty_work_folders;
+pub(crate) use writer::{Finished, Reporter, ReporterConfig};
 pub use writer::{ProgressMode, ReportError};
-pub(crate) use writer::{Reporter, ReporterConfig};

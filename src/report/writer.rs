@@ -39,6 +39,19 @@ pub(crate) struct ReporterConfig {
     pub resume: bool,
     /// Tasks already finished (a resumed run), for the progress display.
     pub already_done: usize,
+    /// Told of each row once it is written (a worker of a shared run sends it on).
+    pub finished: Option<std::sync::mpsc::Sender<Finished>>,
+}
+
+/// A task's row as written, and where its files are.
+#[derive(Debug)]
+pub(crate) struct Finished {
+    pub key: String,
+    pub stop_reason: StopReason,
+    /// The results.csv line, as written.
+    pub record: Vec<u8>,
+    pub transcript: Option<PathBuf>,
+    pub patch: Option<PathBuf>,
 }
 
 /// A report file could not be written.
@@ -109,6 +122,7 @@ impl Reporter {
             on_fatal: cfg.on_fatal,
             results: Vec::new(),
             error: None,
+            finished: cfg.finished,
         };
         // Its own thread: fsyncs and file writes never hold up the runtime's workers,
         // which drive every loop in flight.
@@ -200,6 +214,7 @@ struct State {
     on_fatal: CancellationToken,
     results: Vec<TaskResult>,
     error: Option<ReportError>,
+    finished: Option<std::sync::mpsc::Sender<Finished>>,
 }
 
 impl State {
@@ -351,9 +366,19 @@ impl State {
                 } else {
                     String::new()
                 };
-                self.csv
+                let record = self
+                    .csv
                     .append(&self.run_id, &r, &transcript, &patch)
                     .map_err(io_err(&self.csv_path))?;
+                if let Some(tx) = &self.finished {
+                    let _ = tx.send(Finished {
+                        key: key.to_string(),
+                        stop_reason: r.stop_reason,
+                        record,
+                        transcript: (!transcript.is_empty()).then(|| self.dir.join(&transcript)),
+                        patch: (!patch.is_empty()).then(|| self.dir.join(&patch)),
+                    });
+                }
                 let was_started = self.started.remove(&key);
                 self.progress.finished(&r, was_started);
                 self.results.push(*r);

@@ -100,23 +100,9 @@ impl Feeder {
                 }
                 break;
             };
-            // A task whose smallest first request cannot be paid for is not started.
-            let smallest = self
-                .env
-                .ledger
-                .governs(spec.team.as_deref())
-                .then(|| smallest_first_request(&spec, &self.env.registry))
-                .flatten();
-            if let Some(smallest) = smallest {
-                if let Some(stop) = self
-                    .env
-                    .ledger
-                    .can_start(spec.team.as_deref(), smallest)
-                    .await
-                {
-                    self.send(skipped(&spec, stop.reason, stop.detail));
-                    continue;
-                }
+            if let Some(row) = cannot_start(&self.env, &spec).await {
+                self.send(row);
+                continue;
             }
             let (env, log) = (self.env.clone(), TaskLog::new(&spec.id, self.tx.clone()));
             let task_spec = spec.clone();
@@ -134,6 +120,18 @@ impl Feeder {
             }
         }
     }
+}
+
+/// The row of a task that must not start because its smallest first request cannot be
+/// paid for, or None.
+pub(super) async fn cannot_start(env: &AgentEnv, spec: &TaskSpec) -> Option<TaskResult> {
+    let smallest = env
+        .ledger
+        .governs(spec.team.as_deref())
+        .then(|| smallest_first_request(spec, &env.registry))
+        .flatten()?;
+    let stop = env.ledger.can_start(spec.team.as_deref(), smallest).await?;
+    Some(skipped(spec, stop.reason, stop.detail))
 }
 
 /// The row of a task whose code panicked (a bug), with the panic's message. What it

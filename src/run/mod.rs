@@ -22,8 +22,11 @@ use crate::tools::Registry;
 mod feed;
 mod folder;
 mod phases;
+pub mod queue;
 mod resume;
+pub mod shared;
 mod signals;
+pub mod worker;
 pub use resume::ResumeOptions;
 
 /// How long running tasks may go on after the first Ctrl-C / SIGTERM by default.
@@ -56,6 +59,8 @@ pub struct RunOptions {
     /// Keep the pristine checkouts of git repositories here, across runs, keyed by
     /// commit (default: each run makes its own and deletes it).
     pub pristine_cache: Option<PathBuf>,
+    /// Be a worker of a shared run: its tasks come from this queue.
+    pub queue: Option<Arc<worker::QueueWork>>,
 }
 
 impl RunOptions {
@@ -73,6 +78,7 @@ impl RunOptions {
             resume: None,
             grace: DEFAULT_GRACE,
             pristine_cache: None,
+            queue: None,
         }
     }
 }
@@ -204,6 +210,7 @@ mod tests {
             axes: Vec::new(),
             resume: false,
             already_done: 0,
+            finished: None,
         })
         .unwrap();
         let log = TaskLog::new(&spec.id, reporter.sender());

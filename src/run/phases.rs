@@ -42,6 +42,8 @@ pub(super) struct Run {
     /// Cancels running tasks (a second signal, the end of the grace period, a report
     /// file that cannot be written).
     cancel: CancellationToken,
+    /// A worker's uploads to the queue, ended with the reporter.
+    uploads: Option<std::thread::JoinHandle<Vec<String>>>,
     /// Starts no new task (the first signal).
     drain: CancellationToken,
 }
@@ -88,6 +90,7 @@ impl Run {
             _lock: lock,
             drain: cancel.child_token(),
             cancel,
+            uploads: None,
         })
     }
 
@@ -112,7 +115,12 @@ impl Run {
             ledger.carry_over(r.spent_run, &r.spent_teams);
         }
         let run_json = self.run_json(abandoned);
-        let reporter = self.start_reporter(run_json)?;
+        let finished = self.opts.queue.clone().map(|work| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            self.uploads = Some(super::worker::uploader(work, rx));
+            tx
+        });
+        let reporter = self.start_reporter(run_json, finished)?;
         let env = self.agent_env(&ledger, sim.as_ref())?;
         let pristines = env.pristines.clone();
         self.feed(&reporter, env).await;
@@ -123,10 +131,32 @@ impl Run {
         self.finish(reporter).await
     }
 
-    /// The store of team period caps, when a team has one.
+    /// The store of team period caps, when a team has one. A worker of a shared run
+    /// keeps them in PostgreSQL (the queue's database unless another is given): a file
+    /// would hold each machine's spend apart.
     fn open_ledger_store(&self) -> Result<Option<Arc<dyn CapStore>>, RunError> {
         if !self.plan.teams.values().any(|t| t.cap.is_some()) {
             return Ok(None);
+        }
+        if let Some(work) = &self.opts.queue {
+            let given = self
+                .opts
+                .ledger
+                .clone()
+                .or_else(|| self.plan.ledger_path.clone());
+            let path = match given {
+                Some(p) if p.to_str().is_some_and(crate::vocab::values::is_postgres_url) => p,
+                Some(p) => {
+                    return Err(RunError::Invalid(format!(
+                        "the ledger {} is a file, which the other machines of a shared run cannot see: give a postgres:// URL, or none (the queue's database then keeps the team caps)",
+                        p.display()
+                    )))
+                }
+                None => PathBuf::from(&work.url),
+            };
+            return crate::govern::store::open(&path)
+                .map(Some)
+                .map_err(RunError::Ledger);
         }
         let path = self
             .opts
@@ -238,7 +268,11 @@ impl Run {
 
     /// Has the report module set a resumed folder up, then starts the reporter, which
     /// writes run.json and results.csv's header.
-    fn start_reporter(&self, mut run_json: RunJson) -> Result<Reporter, RunError> {
+    fn start_reporter(
+        &self,
+        mut run_json: RunJson,
+        finished: Option<std::sync::mpsc::Sender<crate::report::Finished>>,
+    ) -> Result<Reporter, RunError> {
         let already_done = self.resumed.as_ref().map_or(0, |r| r.kept());
         if let Some(r) = &self.resumed {
             run_json.status = Some("running".into());
@@ -254,6 +288,7 @@ impl Run {
             axes: self.plan.axes.clone(),
             resume: self.resumed.is_some(),
             already_done,
+            finished,
         })?)
     }
 
@@ -301,7 +336,20 @@ impl Run {
             ))
         });
         let tasks = std::mem::take(&mut self.tasks);
-        feed_by_team(&self.plan, tasks, self.concurrency, &env, &tx, &self.drain).await;
+        match &self.opts.queue {
+            Some(work) => {
+                super::worker::feed_from_queue(
+                    work,
+                    tasks,
+                    self.concurrency,
+                    &env,
+                    &tx,
+                    &self.drain,
+                )
+                .await
+            }
+            None => feed_by_team(&self.plan, tasks, self.concurrency, &env, &tx, &self.drain).await,
+        }
         if let Some(s) = signals {
             s.abort();
         }
@@ -312,13 +360,22 @@ impl Run {
     }
 
     /// Completes run.json, sorts the rows into plan order and writes summary.csv.
-    async fn finish(self, reporter: Reporter) -> Result<RunOutcome, RunError> {
+    async fn finish(mut self, reporter: Reporter) -> Result<RunOutcome, RunError> {
         let dir = self.dir();
         crate::report::remove_empty_work_folders(&dir);
         let complete = !self.drain.is_cancelled();
         let mut summary = reporter
             .finish(if complete { "finished" } else { "interrupted" })
             .await?;
+        // The reporter is done, so every row is with the uploader, which ends now.
+        if let Some(uploads) = self.uploads.take() {
+            let failed = tokio::task::spawn_blocking(move || uploads.join().unwrap_or_default())
+                .await
+                .unwrap_or_default();
+            for f in &failed {
+                eprintln!("agentbatch worker: a result did not reach the queue (the task runs again elsewhere): {f}");
+            }
+        }
         let plan = &self.plan;
         let order: HashMap<String, usize> = plan
             .tasks

@@ -24,6 +24,7 @@ mod protocol;
 mod repeats;
 mod repo;
 mod reports;
+mod shared_run;
 mod stream_runs;
 mod streaming;
 mod summarize;

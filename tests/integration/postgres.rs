@@ -26,7 +26,7 @@ fn server() -> String {
 }
 
 /// A new, empty database on the test server, as a URL.
-fn fresh_database(name: &str) -> String {
+pub fn fresh_database(name: &str) -> String {
     let base = server();
     let db = format!(
         "ab_{}_{}_{}",

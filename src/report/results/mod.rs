@@ -71,6 +71,14 @@ pub(crate) fn axis_column(axis: &str) -> String {
     format!("{AXIS_PREFIX}{axis}")
 }
 
+/// The matrix axes a results.csv header names, in order.
+pub(crate) fn axes_in(header: &[String]) -> Vec<String> {
+    header
+        .iter()
+        .filter_map(|c| c.strip_prefix(AXIS_PREFIX).map(str::to_string))
+        .collect()
+}
+
 /// One row of results.csv, as written and as read back. Written rows fill every field;
 /// a row read from an older or hand-made file leaves a column it lacks at its default
 /// (empty, none, epoch 1), so every reader takes old runs alike.
@@ -520,19 +528,19 @@ impl ResultsCsv {
         })
     }
 
-    /// Appends a row; [`ResultsCsv::sync`] pushes it to disk (the reporter does so for
-    /// every batch of rows before it waits for more).
+    /// Appends a row, and returns it as written; [`ResultsCsv::sync`] pushes it to disk
+    /// (the reporter does so for every batch of rows before it waits for more).
     pub fn append(
         &mut self,
         run_id: &str,
         r: &TaskResult,
         transcript: &str,
         patch: &str,
-    ) -> std::io::Result<()> {
+    ) -> std::io::Result<Vec<u8>> {
         let row = ResultRow::of(run_id, r, transcript, patch).encode(&self.axes)?;
         self.file.write_all(&row)?;
         self.unsynced = true;
-        Ok(())
+        Ok(row)
     }
 
     /// Makes the rows appended so far durable (nothing to do if there are none).

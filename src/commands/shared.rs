@@ -1,0 +1,73 @@
+//! The command lines of a run shared by machines: `run JOB --queue URL` (queue it),
+//! `worker URL --run-id ID` (run tasks from it), `collect URL --run-id ID` (write its
+//! run folder). Each prints what a user needs next; URLs are shown without passwords.
+
+use std::path::Path;
+
+use crate::govern::pg::redact;
+use crate::job::Plan;
+use crate::run::shared::{self, WorkerOptions};
+use crate::run::RunOptions;
+use crate::text::clip_quotes;
+use crate::tools::Registry;
+
+/// Queues the plan; prints how to start workers and collect. The exit code.
+pub fn enqueue(plan: &Plan, job: &Path, url: &str, run_id: Option<&String>, only: &[String]) -> u8 {
+    match shared::enqueue(plan, job, url, run_id, only) {
+        Ok(q) => {
+            let shown = redact(url);
+            println!(
+                "{} run {}: {} tasks ({})",
+                if q.new { "queued" } else { "already queued:" },
+                q.run_id,
+                q.tasks,
+                q.progress
+            );
+            println!(
+                "start workers (any number, on any machine with the job file and the keys):\n  agentbatch worker {shown} --run-id {} [--concurrency N]",
+                q.run_id
+            );
+            println!(
+                "see progress and write the run folder (again at any time):\n  agentbatch collect {shown} --run-id {} [--out DIR]",
+                q.run_id
+            );
+            0
+        }
+        Err(e) => {
+            eprintln!("agentbatch: {}", clip_quotes(&e.to_string()));
+            e.exit_code()
+        }
+    }
+}
+
+/// The plan and options of a worker, or the exit code of why it cannot be one.
+pub fn worker(w: &WorkerOptions, registry: &Registry) -> Result<(Plan, RunOptions), u8> {
+    shared::worker(w, registry).map_err(|e| {
+        eprintln!("agentbatch worker: {}", clip_quotes(&e.to_string()));
+        e.exit_code()
+    })
+}
+
+/// Writes the run folder from the queue; prints how far the run is. The exit code.
+pub fn collect(url: &str, run_id: &str, out: &Path) -> u8 {
+    match shared::collect(url, run_id, out) {
+        Ok(c) => {
+            println!("run {run_id}: {}", c.progress);
+            println!(
+                "{}: {} rows{}",
+                c.dir.join("results.csv").display(),
+                c.rows,
+                if c.progress.finished() {
+                    ""
+                } else {
+                    " so far (collect again when the workers are done)"
+                }
+            );
+            0
+        }
+        Err(e) => {
+            eprintln!("agentbatch collect: {}", clip_quotes(&e.to_string()));
+            e.exit_code()
+        }
+    }
+}

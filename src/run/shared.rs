@@ -1,0 +1,280 @@
+//! The three commands of a run shared by machines: `run --queue` puts the plan in the
+//! queue, `worker` runs tasks from it, `collect` writes the usual run folder from what
+//! the workers sent back (results.csv, summary.csv, run.json, transcripts, patches), so
+//! that compare, resume and audit read it as any other.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use chrono::{SecondsFormat, Utc};
+
+use super::queue::{Ended, Progress, Queue, QueuedRun};
+use super::worker::QueueWork;
+use super::{folder, RunError, RunOptions, RunOutcome};
+use crate::job::Plan;
+use crate::report::RunJson;
+use crate::vocab::price;
+
+/// The digest that tells workers they run the job that was queued.
+fn digest(bytes: &[u8]) -> String {
+    format!("fnv1a64:{:016x}:{}", crate::job::fnv1a(bytes), bytes.len())
+}
+
+fn queue_err(e: super::queue::QueueError) -> RunError {
+    RunError::Invalid(e.to_string())
+}
+
+/// What `run --queue` did.
+#[derive(Debug)]
+pub struct Enqueued {
+    pub run_id: String,
+    /// False when the run was already queued (nothing was added).
+    pub new: bool,
+    pub tasks: usize,
+    pub progress: Progress,
+}
+
+/// Puts the plan's tasks (those `only` selects) in the queue at `url` as run `run_id`,
+/// once. Refuses what a shared run cannot keep: a run's or a team's per-run dollar cap
+/// (they are held in one process's memory; team period caps, in PostgreSQL, are
+/// shared). Blocking.
+pub fn enqueue(
+    plan: &Plan,
+    job_file: &Path,
+    url: &str,
+    run_id: Option<&String>,
+    only: &[String],
+) -> Result<Enqueued, RunError> {
+    if plan.max_cost_usd.is_some() || plan.teams.values().any(|t| t.max_cost_usd.is_some()) {
+        return Err(RunError::Invalid(
+            "a shared run cannot hold a run's or a team's max_cost_usd yet (each worker would keep its own): cap the team per period instead (teams.<name>.cap), which PostgreSQL shares between workers".into(),
+        ));
+    }
+    let selected = folder::select_tasks(plan, only)?;
+    let bytes = std::fs::read(job_file)
+        .map_err(|e| RunError::Invalid(format!("cannot read {}: {e}", job_file.display())))?;
+    let run_id = folder::choose_run_id(plan, run_id, Path::new("/nonexistent"))?;
+    let run_json = RunJson {
+        agentbatch_version: crate::VERSION.to_string(),
+        run_id: run_id.clone(),
+        job_file: job_file.display().to_string(),
+        job_name: plan.name.clone(),
+        started_at: Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true),
+        concurrency: plan.concurrency,
+        only: only.to_vec(),
+        pricing_as_of: price::builtin_as_of().to_string(),
+        job: serde_json::to_value(&plan.job).unwrap_or_default(),
+        tasks: serde_json::value::to_raw_value(&selected).ok(),
+        ..RunJson::default()
+    };
+    let queued = QueuedRun {
+        job_file: job_file.display().to_string(),
+        job_sha: digest(&bytes),
+        header: crate::report::header_for(&plan.axes),
+        run_json: serde_json::to_value(&run_json).unwrap_or_default(),
+    };
+    let queue = Queue::open(url, &run_id).map_err(queue_err)?;
+    let tasks: Vec<(String, String)> = selected
+        .iter()
+        .map(|t| (t.id.clone(), t.variant.clone()))
+        .collect();
+    let n = tasks.len();
+    let new = queue.create(&queued, tasks).map_err(queue_err)?;
+    Ok(Enqueued {
+        run_id,
+        new,
+        tasks: n,
+        progress: queue.progress().map_err(queue_err)?,
+    })
+}
+
+/// How a worker is started.
+pub struct WorkerOptions {
+    pub url: String,
+    pub run_id: String,
+    /// The job file; default: the path `run --queue` was given.
+    pub job: Option<PathBuf>,
+    /// Where this worker's own run folder goes: `<out>/workers/<worker>/<run-id>`.
+    pub out: PathBuf,
+    pub worker: Option<String>,
+    pub lease: std::time::Duration,
+}
+
+/// Loads the queued job (checking it is the same file and the same agentbatch) and
+/// returns its plan and the run options that make a run of it a worker. Blocking.
+pub fn worker(
+    w: &WorkerOptions,
+    registry: &crate::tools::Registry,
+) -> Result<(Plan, RunOptions), RunError> {
+    let queue = Queue::open(&w.url, &w.run_id).map_err(queue_err)?;
+    let queued = queue.queued_run().map_err(queue_err)?;
+    let version = queued.run_json["agentbatch_version"].as_str().unwrap_or("");
+    if version != crate::VERSION {
+        return Err(RunError::Invalid(format!(
+            "run {} was queued by agentbatch {version} and this is {}: run the same version on every worker",
+            w.run_id,
+            crate::VERSION
+        )));
+    }
+    let job = w
+        .job
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(&queued.job_file));
+    let bytes = std::fs::read(&job).map_err(|e| {
+        RunError::Invalid(format!(
+            "cannot read the job file {} ({e}): a worker needs the job file run --queue was given (and what it names, at the same relative places); pass it with --job",
+            job.display()
+        ))
+    })?;
+    if digest(&bytes) != queued.job_sha {
+        return Err(RunError::Invalid(format!(
+            "{} is not the job file run {} was queued with: give that file with --job",
+            job.display(),
+            w.run_id
+        )));
+    }
+    let plan = crate::job::load(&job, registry).map_err(|e| RunError::Invalid(e.to_string()))?;
+    let name = w.worker.clone().unwrap_or_else(QueueWork::default_name);
+    let mut opts = RunOptions::new(w.out.join("workers").join(&name));
+    opts.run_id = Some(w.run_id.clone());
+    opts.queue = Some(Arc::new(QueueWork::new(
+        Arc::new(queue),
+        w.url.clone(),
+        name,
+        w.lease,
+    )));
+    Ok((plan, opts))
+}
+
+/// Runs a worker until the queue is finished or it is interrupted.
+pub async fn work(plan: Plan, opts: RunOptions) -> Result<RunOutcome, RunError> {
+    super::run(plan, opts).await
+}
+
+/// What `collect` wrote.
+#[derive(Debug)]
+pub struct Collected {
+    pub dir: PathBuf,
+    pub progress: Progress,
+    pub rows: usize,
+}
+
+/// Writes the run folder `<out>/<run-id>` from the queue: every task that ended so far
+/// (results.csv in plan order, transcripts, patches), the attempts that lost their task
+/// (superseded.csv, their spend counted), summary.csv and run.json (status `finished`
+/// once nothing is left to run, else `running`). Written again by each call; a folder
+/// that is not a collected one is refused. Blocking.
+pub fn collect(url: &str, run_id: &str, out: &Path) -> Result<Collected, RunError> {
+    let queue = Queue::open(url, run_id).map_err(queue_err)?;
+    let queued = queue.queued_run().map_err(queue_err)?;
+    let progress = queue.progress().map_err(queue_err)?;
+    let (done, apart) = queue.ended().map_err(queue_err)?;
+    let dir = out.join(run_id);
+    let marker = dir.join(".collected");
+    if dir.exists() && !marker.exists() {
+        return Err(RunError::Invalid(format!(
+            "{} exists and was not written by collect: give another --out",
+            dir.display()
+        )));
+    }
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |e: std::io::Error| {
+            RunError::Report(crate::report::ReportError::Io { path, source: e })
+        }
+    };
+    for sub in ["transcripts", "patches"] {
+        let d = dir.join(sub);
+        std::fs::create_dir_all(&d).map_err(io(&d))?;
+    }
+    std::fs::write(&marker, b"").map_err(io(&marker))?;
+    write_rows(&dir.join("results.csv"), &queued.header, &done).map_err(io(&dir))?;
+    for e in &done {
+        write_files(
+            &dir,
+            &e.key,
+            e.transcript.as_deref(),
+            e.patch.as_deref(),
+            "",
+        )
+        .map_err(io(&dir))?;
+    }
+    let superseded = dir.join("superseded.csv");
+    if apart.is_empty() {
+        let _ = std::fs::remove_file(&superseded);
+    } else {
+        write_rows(&superseded, &queued.header, &apart).map_err(io(&superseded))?;
+        for e in &apart {
+            let tag = format!(".try{}-{}", e.attempt, e.worker);
+            write_files(&dir, &e.key, e.transcript.as_deref(), None, &tag).map_err(io(&dir))?;
+        }
+    }
+    let mut run_json: RunJson = serde_json::from_value(queued.run_json.clone()).map_err(|e| {
+        RunError::Invalid(format!(
+            "the queued run.json of {run_id} cannot be read: {e}"
+        ))
+    })?;
+    run_json.status = Some(
+        if progress.finished() {
+            "finished"
+        } else {
+            "running"
+        }
+        .into(),
+    );
+    if progress.finished() {
+        run_json.finished_at = Some(Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true));
+    }
+    run_json.write(&dir.join("run.json"))?;
+    let axes = crate::report::axes_in(&queued.header);
+    let order: Vec<String> = run_json
+        .tasks
+        .as_ref()
+        .and_then(|t| serde_json::from_str::<Vec<serde_json::Value>>(t.get()).ok())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|t| t["variant"].as_str().map(str::to_string))
+        .fold(Vec::new(), |mut v, x| {
+            if !v.contains(&x) {
+                v.push(x);
+            }
+            v
+        });
+    crate::report::write_summary_csv(&dir, &axes, &order)?;
+    Ok(Collected {
+        dir,
+        progress,
+        rows: done.len(),
+    })
+}
+
+/// A results-format file: the header, then each record as the worker wrote it.
+fn write_rows(path: &Path, header: &[String], rows: &[Ended]) -> std::io::Result<()> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.write_record(header).map_err(std::io::Error::other)?;
+    let mut bytes = w
+        .into_inner()
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    for r in rows {
+        bytes.extend_from_slice(&r.record);
+    }
+    let tmp = path.with_extension("csv.tmp");
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path)
+}
+
+fn write_files(
+    dir: &Path,
+    key: &str,
+    transcript: Option<&[u8]>,
+    patch: Option<&[u8]>,
+    tag: &str,
+) -> std::io::Result<()> {
+    if let Some(t) = transcript {
+        std::fs::write(dir.join(format!("transcripts/{key}{tag}.jsonl")), t)?;
+    }
+    if let Some(p) = patch {
+        std::fs::write(dir.join(format!("patches/{key}{tag}.diff")), p)?;
+    }
+    Ok(())
+}

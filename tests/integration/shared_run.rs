@@ -1,0 +1,274 @@
+//! A run shared by machines, against a real PostgreSQL: `run --queue` queues it once,
+//! worker processes claim its tasks (each runs exactly once, a killed worker's tasks run
+//! again after its lease), their team cap holds together, and `collect` writes a run
+//! folder that compare and audit read like any other.
+
+use std::collections::HashSet;
+use std::process::{Child, Stdio};
+use std::str::FromStr;
+use std::time::Duration;
+
+use rust_decimal::Decimal;
+
+use crate::common::{bin, read_csv, signal, wait_until, Case};
+use crate::postgres::fresh_database;
+
+fn d(s: &str) -> Decimal {
+    Decimal::from_str(s).unwrap()
+}
+
+/// Loops on get_time until a cap or max_turns stops it.
+const LOOP: &str = "{ latency: 10ms, repeat_last: true, turns: [ { content: [ { text: working }, { tool_use: { name: get_time, input: {} } } ], usage: { output_tokens: 200 } } ] }";
+
+fn job(name: &str, tasks: usize, extra: &str) -> String {
+    let list: String = (0..tasks)
+        .map(|i| format!("  - {{ id: t{i:03}, prompt: go }}\n"))
+        .collect();
+    format!(
+        "name: {name}\nconcurrency: 4\n{extra}defaults:\n  model: claude-sonnet-4-5\n  tools: [get_time]\n  limits: {{ max_turns: 8, min_max_tokens: 128, max_repeats: off }}\n  sim: {LOOP}\ntasks:\n{list}"
+    )
+}
+
+fn queue(case: &Case, file: &str, url: &str, run: &str) -> std::process::Output {
+    case.agentbatch(&["run", file, "--queue", url, "--run-id", run])
+}
+
+fn worker(case: &Case, url: &str, run: &str, name: &str, lease: &str) -> Child {
+    bin()
+        .args([
+            "worker", url, "--run-id", run, "--quiet", "--name", name, "--lease", lease,
+        ])
+        .current_dir(case.dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn wait_ok(child: Child) {
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn collect(case: &Case, url: &str, run: &str) -> String {
+    let out = case.agentbatch(&["collect", url, "--run-id", run]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn three_workers_run_every_task_once_and_collect_writes_a_run_folder() {
+    let url = fresh_database("three");
+    let case = Case::new();
+    case.write("job.yaml", &job("three", 24, ""));
+    let out = queue(&case, "job.yaml", &url, "r");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("queued run r: 24 tasks") && said.contains("agentbatch worker"),
+        "{said}"
+    );
+    // Queuing again adds nothing; another job under the same id is refused.
+    let again = queue(&case, "job.yaml", &url, "r");
+    assert!(String::from_utf8_lossy(&again.stdout).contains("already queued"));
+    case.write("other.yaml", &job("other", 3, ""));
+    let other = queue(&case, "other.yaml", &url, "r");
+    assert_eq!(other.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&other.stderr).contains("another job file"));
+    let workers: Vec<Child> = ["w1", "w2", "w3"]
+        .iter()
+        .map(|n| worker(&case, &url, "r", n, "30s"))
+        .collect();
+    for w in workers {
+        wait_ok(w);
+    }
+    let said = collect(&case, &url, "r");
+    assert!(said.contains("24 tasks: 24 done, 0 running"), "{said}");
+    let rows = read_csv(&case.path("reports/r/results.csv"));
+    assert_eq!(rows.len(), 24);
+    let keys: HashSet<&str> = rows.iter().map(|r| r["task_id"].as_str()).collect();
+    assert_eq!(keys.len(), 24, "every task exactly once");
+    // Each worker wrote its own share, and the three shares are the run.
+    let shares: usize = ["w1", "w2", "w3"]
+        .iter()
+        .map(|n| read_csv(&case.path(&format!("reports/workers/{n}/r/results.csv"))).len())
+        .sum();
+    assert_eq!(shares, 24);
+    for r in &rows {
+        assert_eq!(r["run_id"], "r");
+        assert_eq!(r["stop_reason"], "max_turns", "{r:?}");
+        let t = case.path(&format!("reports/r/{}", r["transcript"]));
+        let audit = bin().args(["audit", t.to_str().unwrap()]).output().unwrap();
+        assert_eq!(
+            audit.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&audit.stdout)
+        );
+    }
+    assert!(case.path("reports/r/summary.csv").is_file());
+    let run_json = std::fs::read_to_string(case.path("reports/r/run.json")).unwrap();
+    assert!(run_json.contains("\"status\": \"finished\""), "{run_json}");
+    // compare reads the collected folder like any run's (here against a run made here).
+    let local = case.agentbatch(&["run", "job.yaml", "--run-id", "local", "--quiet"]);
+    assert_eq!(local.status.code(), Some(0));
+    let compare = case.agentbatch(&["compare", "reports/r", "reports/local", "--out", "cmp"]);
+    assert_eq!(
+        compare.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&compare.stderr)
+    );
+    // A folder collect did not write is left alone.
+    std::fs::create_dir_all(case.path("mine/r")).unwrap();
+    let refused = case.agentbatch(&["collect", &url, "--run-id", "r", "--out", "mine"]);
+    assert_eq!(refused.status.code(), Some(2));
+}
+
+#[test]
+fn a_killed_workers_tasks_run_again_elsewhere_and_its_spend_stays_counted() {
+    let url = fresh_database("killed");
+    let case = Case::new();
+    // Slow tasks, so the first worker is surely mid-task when it is killed.
+    let slow = job(
+        "killed",
+        6,
+        "teams:\n  blue: { cap: { usd: 50, period: day } }\n",
+    )
+    .replace("latency: 10ms", "latency: 400ms")
+    .replace("  model:", "  team: blue\n  model:");
+    case.write("job.yaml", &slow);
+    assert_eq!(queue(&case, "job.yaml", &url, "k").status.code(), Some(0));
+    let first = worker(&case, &url, "k", "doomed", "2s");
+    let transcripts = case.path("reports/workers/doomed/k/transcripts");
+    wait_until(
+        "the first worker's requests",
+        Duration::from_secs(60),
+        || std::fs::read_dir(&transcripts).is_ok_and(|d| d.count() >= 3),
+    );
+    signal(first.id(), "KILL");
+    let _ = first.wait_with_output();
+    let second = worker(&case, &url, "k", "heir", "2s");
+    wait_ok(second);
+    collect(&case, &url, "k");
+    let rows = read_csv(&case.path("reports/k/results.csv"));
+    let keys: HashSet<&str> = rows.iter().map(|r| r["task_id"].as_str()).collect();
+    assert_eq!((rows.len(), keys.len()), (6, 6), "every task exactly once");
+    assert!(
+        rows.iter().all(|r| r["stop_reason"] == "max_turns"),
+        "{rows:?}"
+    );
+    // What the killed worker had started and not finished, the other ran again.
+    let finished_first: HashSet<String> =
+        read_csv(&case.path("reports/workers/doomed/k/results.csv"))
+            .iter()
+            .map(|r| r["task_id"].clone())
+            .collect();
+    let started_first: HashSet<String> = std::fs::read_dir(&transcripts)
+        .unwrap()
+        .map(|e| {
+            e.unwrap()
+                .file_name()
+                .to_string_lossy()
+                .trim_end_matches(".jsonl")
+                .to_string()
+        })
+        .collect();
+    let cut_off: Vec<&String> = started_first.difference(&finished_first).collect();
+    assert!(!cut_off.is_empty(), "the worker was killed mid-task");
+    let heir: HashSet<String> = read_csv(&case.path("reports/workers/heir/k/results.csv"))
+        .iter()
+        .map(|r| r["task_id"].clone())
+        .collect();
+    for key in cut_off {
+        assert!(heir.contains(key), "{key} ran again after the lease");
+    }
+    // The killed worker's reservations stay in the ledger: spent more than the rows say.
+    let ledger = case.agentbatch(&["ledger", "--json", "--ledger", &url]);
+    let v: serde_json::Value = serde_json::from_slice(&ledger.stdout).unwrap();
+    let settled = d(v[0]["totals"]["settled"].as_str().unwrap());
+    let reserved = d(v[0]["totals"]["reserved"].as_str().unwrap());
+    let reported: Decimal = rows.iter().map(|r| d(&r["cost_usd"])).sum();
+    assert!(
+        reserved > Decimal::ZERO,
+        "the killed worker's requests in flight stay held"
+    );
+    assert!(
+        settled + reserved > reported,
+        "{settled} + {reserved} against {reported}"
+    );
+}
+
+#[test]
+fn workers_share_one_team_cap_and_two_runs_share_it_too() {
+    let url = fresh_database("cap");
+    let case = Case::new();
+    let capped = |name: &str| {
+        job(
+            name,
+            20,
+            "teams:\n  platform: { cap: { usd: 0.60, period: day } }\n",
+        )
+        .replace("max_turns: 8", "max_turns: 200")
+        .replace("  model:", "  team: platform\n  model:")
+    };
+    case.write("a.yaml", &capped("a"));
+    case.write("b.yaml", &capped("b"));
+    assert_eq!(queue(&case, "a.yaml", &url, "ra").status.code(), Some(0));
+    assert_eq!(queue(&case, "b.yaml", &url, "rb").status.code(), Some(0));
+    let workers: Vec<Child> = [("ra", "a1"), ("ra", "a2"), ("rb", "b1")]
+        .iter()
+        .map(|(run, n)| worker(&case, &url, run, n, "30s"))
+        .collect();
+    for w in workers {
+        wait_ok(w);
+    }
+    let mut spent = Decimal::ZERO;
+    for run in ["ra", "rb"] {
+        collect(&case, &url, run);
+        let rows = read_csv(&case.path(&format!("reports/{run}/results.csv")));
+        assert_eq!(rows.len(), 20, "{run}");
+        spent += rows.iter().map(|r| d(&r["cost_usd"])).sum::<Decimal>();
+    }
+    eprintln!("three workers of two runs spent ${spent} of a $0.60 team cap");
+    assert!(spent <= d("0.60"), "{spent}");
+    assert!(spent >= d("0.582"), "at least 97% of the cap: {spent}");
+}
+
+#[test]
+fn what_a_shared_run_cannot_keep_is_refused() {
+    let url = fresh_database("refused");
+    let case = Case::new();
+    case.write("job.yaml", &job("m", 2, "max_cost_usd: 1\n"));
+    let out = queue(&case, "job.yaml", &url, "m");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("max_cost_usd"));
+    // A worker with another job file than the queued one is refused.
+    case.write("ok.yaml", &job("ok", 2, ""));
+    assert_eq!(queue(&case, "ok.yaml", &url, "ok").status.code(), Some(0));
+    case.write("ok.yaml", &job("ok", 3, ""));
+    let w = case.agentbatch(&["worker", &url, "--run-id", "ok"]);
+    assert_eq!(w.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&w.stderr).contains("not the job file"),
+        "{}",
+        String::from_utf8_lossy(&w.stderr)
+    );
+    let missing = case.agentbatch(&["worker", &url, "--run-id", "nope"]);
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no run nope"));
+}
