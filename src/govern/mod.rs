@@ -4,6 +4,7 @@
 pub(crate) mod budget;
 pub(crate) mod ledger;
 pub mod pg;
+pub mod pg_rate;
 pub mod pg_store;
 pub(crate) mod rate;
 pub mod store;

@@ -14,7 +14,7 @@ use tokio_postgres::{Client, NoTls};
 
 /// The schema version this program writes. Each step of [`MIGRATIONS`] brings a
 /// database from the version before it to its own.
-pub const SCHEMA_VERSION: i32 = 2;
+pub const SCHEMA_VERSION: i32 = 3;
 
 /// Version `i + 1` is reached by running `MIGRATIONS[i]`.
 const MIGRATIONS: &[&str] = &[
@@ -77,6 +77,72 @@ CREATE TABLE queue_superseded (
     transcript BYTEA,
     finished_at TIMESTAMPTZ NOT NULL
 );
+",
+    "
+CREATE TABLE rate_buckets (
+    key TEXT PRIMARY KEY,
+    capacity DOUBLE PRECISION NOT NULL,
+    per_second DOUBLE PRECISION NOT NULL,
+    tokens DOUBLE PRECISION NOT NULL,
+    at TIMESTAMPTZ NOT NULL,
+    paused_until TIMESTAMPTZ
+);
+-- Takes amounts[i] from bucket keys[i] (made full at caps[i], refilling at rates[i] a
+-- second), all or none, by the database's clock: 0 when taken, else the seconds to wait
+-- (a pause, or the longest refill). An amount above a bucket's capacity goes once the
+-- bucket is full and leaves it in debt. Rows are locked in key order: no deadlock.
+CREATE FUNCTION agentbatch_take(keys TEXT[], amounts DOUBLE PRECISION[],
+                                caps DOUBLE PRECISION[], rates DOUBLE PRECISION[])
+RETURNS DOUBLE PRECISION LANGUAGE plpgsql AS $f$
+DECLARE
+    now_ TIMESTAMPTZ := clock_timestamp();
+    wait DOUBLE PRECISION := 0;
+    lvl DOUBLE PRECISION;
+    b RECORD;
+    i INT;
+BEGIN
+    FOR i IN 1 .. coalesce(array_length(keys, 1), 0) LOOP
+        INSERT INTO rate_buckets (key, capacity, per_second, tokens, at)
+        VALUES (keys[i], caps[i], rates[i], caps[i], now_)
+        ON CONFLICT (key) DO UPDATE SET capacity = EXCLUDED.capacity, per_second = EXCLUDED.per_second
+        WHERE rate_buckets.capacity <> EXCLUDED.capacity OR rate_buckets.per_second <> EXCLUDED.per_second;
+    END LOOP;
+    FOR b IN SELECT * FROM rate_buckets WHERE key = ANY(keys) ORDER BY key FOR UPDATE LOOP
+        i := array_position(keys, b.key);
+        IF b.paused_until IS NOT NULL AND b.paused_until > now_ THEN
+            wait := GREATEST(wait, EXTRACT(EPOCH FROM b.paused_until - now_));
+        END IF;
+        lvl := LEAST(b.capacity, b.tokens + EXTRACT(EPOCH FROM now_ - b.at) * b.per_second);
+        IF lvl < LEAST(amounts[i], b.capacity) THEN
+            wait := GREATEST(wait, (LEAST(amounts[i], b.capacity) - lvl) / b.per_second);
+        END IF;
+    END LOOP;
+    IF wait > 0 THEN
+        RETURN wait;
+    END IF;
+    UPDATE rate_buckets r
+    SET tokens = LEAST(r.capacity, r.tokens + EXTRACT(EPOCH FROM now_ - r.at) * r.per_second) - a.amount,
+        at = now_
+    FROM unnest(keys, amounts) AS a(key, amount)
+    WHERE r.key = a.key;
+    RETURN 0;
+END
+$f$;
+-- Gives back (positive) or charges (negative) deltas[i] to bucket keys[i].
+CREATE FUNCTION agentbatch_adjust(keys TEXT[], deltas DOUBLE PRECISION[])
+RETURNS VOID LANGUAGE plpgsql AS $f$
+DECLARE
+    now_ TIMESTAMPTZ := clock_timestamp();
+BEGIN
+    PERFORM 1 FROM rate_buckets WHERE key = ANY(keys) ORDER BY key FOR UPDATE;
+    UPDATE rate_buckets r
+    SET tokens = LEAST(r.capacity,
+                       LEAST(r.capacity, r.tokens + EXTRACT(EPOCH FROM now_ - r.at) * r.per_second) + a.delta),
+        at = now_
+    FROM unnest(keys, deltas) AS a(key, delta)
+    WHERE r.key = a.key;
+END
+$f$;
 ",
 ];
 

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 
+use super::pg_rate::{SharedRates, Take};
 use crate::bucket::Bucket;
 use crate::job::Plan;
 use crate::vocab::limits::{RateLimits, TokenCount};
@@ -125,6 +126,70 @@ impl TokenLimit {
     }
 }
 
+/// A gate's buckets in the database, shared with every other process on it.
+struct Shared {
+    rates: Arc<SharedRates>,
+    /// `provider:<name>` or `team:<name>`: the rows are `<scope>:rpm` and so on.
+    scope: String,
+    /// Capacity and refill a second of each limit, as the local buckets have them.
+    rpm: Option<(f64, f64)>,
+    itpm: Option<(f64, f64)>,
+    otpm: Option<(f64, f64)>,
+}
+
+/// Capacity and refill a second of a per-minute limit, as [`TokenLimit`] makes them.
+fn shape(per_minute: Option<u32>, burst: Duration) -> Option<(f64, f64)> {
+    per_minute.map(|r| {
+        let r = r.max(1);
+        (
+            f64::from(burst_cells(r, burst)),
+            f64::from(r) * RATE_SHARE / 60.0,
+        )
+    })
+}
+
+impl Shared {
+    /// The takes of a request; the pause row always (taking nothing).
+    fn takes(&self, input: u64, output: u64) -> Vec<Take> {
+        let mut v = vec![Take {
+            key: format!("{}:pause", self.scope),
+            amount: 0.0,
+            capacity: 1.0,
+            per_second: 1.0,
+        }];
+        for (name, shape, amount) in [
+            ("rpm", self.rpm, 1.0),
+            ("itpm", self.itpm, input as f64),
+            ("otpm", self.otpm, output as f64),
+        ] {
+            if let Some((capacity, per_second)) = shape {
+                v.push(Take {
+                    key: format!("{}:{name}", self.scope),
+                    amount,
+                    capacity,
+                    per_second,
+                });
+            }
+        }
+        v
+    }
+
+    /// Runs `f` off the async workers, not waiting for it (corrections, pauses).
+    fn later(
+        &self,
+        f: impl FnOnce(&SharedRates) -> Result<(), super::pg::PgError> + Send + 'static,
+    ) {
+        let rates = self.rates.clone();
+        if let Ok(h) = tokio::runtime::Handle::try_current() {
+            h.spawn_blocking(move || {
+                if let Err(e) = f(&rates) {
+                    eprintln!("agentbatch: the shared rate limits: {e}");
+                }
+            });
+        }
+    }
+}
+
 /// The limits of one provider or team.
 pub struct Gate {
     rpm: Option<Limit>,
@@ -134,6 +199,8 @@ pub struct Gate {
     /// nobody starves and the limiter is not polled by a herd.
     queue: tokio::sync::Mutex<()>,
     paused_until: Mutex<Option<Instant>>,
+    /// The workers of a shared run pace on buckets in the database instead.
+    shared: Option<Shared>,
 }
 
 impl Gate {
@@ -144,7 +211,22 @@ impl Gate {
             otpm: limits.otpm.map(|r| TokenLimit::new(r, limits.burst)),
             queue: tokio::sync::Mutex::new(()),
             paused_until: Mutex::new(None),
+            shared: None,
         }
+    }
+
+    /// A gate whose buckets and pause are rows `<scope>:...` of a database that other
+    /// processes pace on too.
+    fn shared(limits: &RateLimits, rates: Arc<SharedRates>, scope: String) -> Gate {
+        let mut g = Gate::new(limits);
+        g.shared = Some(Shared {
+            rates,
+            scope,
+            rpm: shape(limits.rpm, limits.burst),
+            itpm: shape(limits.itpm, limits.burst),
+            otpm: shape(limits.otpm, limits.burst),
+        });
+        g
     }
 
     /// Stops every request through this gate until `until` (a 429's retry time, or the
@@ -156,6 +238,15 @@ impl Gate {
             .unwrap_or_else(PoisonError::into_inner);
         if p.is_none_or(|cur| cur < until) {
             *p = Some(until);
+        }
+        if let Some(sh) = &self.shared {
+            let (key, secs) = (
+                format!("{}:pause", sh.scope),
+                until
+                    .saturating_duration_since(Instant::now())
+                    .as_secs_f64(),
+            );
+            sh.later(move |r| r.pause(key, secs));
         }
     }
 
@@ -174,6 +265,24 @@ impl Gate {
         let _turn = self.queue.lock().await;
         while let Some(until) = self.pause() {
             tokio::time::sleep_until(until.into()).await;
+        }
+        if let Some(sh) = &self.shared {
+            let takes = sh.takes(input, output);
+            loop {
+                let (rates, t) = (sh.rates.clone(), takes.clone());
+                let wait = match tokio::task::spawn_blocking(move || rates.take(t)).await {
+                    Ok(Ok(w)) if w <= 0.0 => return,
+                    Ok(Ok(w)) => Duration::from_secs_f64(w.min(5.0)),
+                    Ok(Err(e)) => {
+                        // Pacing alone would let N workers send N times the rate: wait
+                        // for the database instead.
+                        eprintln!("agentbatch: the shared rate limits: {e}; trying again");
+                        Duration::from_secs(1)
+                    }
+                    Err(_) => Duration::from_secs(1),
+                };
+                tokio::time::sleep(wait).await;
+            }
         }
         if let Some(l) = &self.rpm {
             l.take(1).await;
@@ -195,6 +304,23 @@ impl Gate {
     /// Corrects what [`Gate::admit`] took (`charged`) to what the provider counted:
     /// tokens not used go back at once, tokens used beyond the charge are owed.
     pub fn correct(&self, charged: TokenCount, counted: TokenCount) {
+        if let Some(sh) = &self.shared {
+            let mut keys = Vec::new();
+            let mut deltas = Vec::new();
+            for (name, on, c, n) in [
+                ("itpm", sh.itpm.is_some(), charged.input, counted.input),
+                ("otpm", sh.otpm.is_some(), charged.output, counted.output),
+            ] {
+                if on && c != n {
+                    keys.push(format!("{}:{name}", sh.scope));
+                    deltas.push(c as f64 - n as f64);
+                }
+            }
+            if !keys.is_empty() {
+                sh.later(move |r| r.adjust(keys, deltas));
+            }
+            return;
+        }
         if let Some(l) = &self.itpm {
             l.correct(charged.input, counted.input);
         }
@@ -228,17 +354,37 @@ pub struct Gates {
 
 impl Gates {
     pub fn new(plan: &Plan) -> Gates {
+        Gates::build(plan, |limits, _| Gate::new(limits))
+    }
+
+    /// Gates whose buckets and pauses live in the database `rates` (the workers of a
+    /// shared run): every process on it paces together, by provider and team name.
+    pub fn shared(plan: &Plan, rates: Arc<SharedRates>) -> Gates {
+        Gates::build(plan, |limits, scope| {
+            Gate::shared(limits, rates.clone(), scope)
+        })
+    }
+
+    fn build(plan: &Plan, make: impl Fn(&RateLimits, String) -> Gate) -> Gates {
         let mut providers = HashMap::new();
         for t in &plan.tasks {
-            providers
-                .entry(t.provider.name.clone())
-                .or_insert_with(|| Arc::new(Gate::new(&t.provider.rate)));
+            providers.entry(t.provider.name.clone()).or_insert_with(|| {
+                Arc::new(make(
+                    &t.provider.rate,
+                    format!("provider:{}", t.provider.name),
+                ))
+            });
         }
         let teams = plan
             .teams
             .values()
             .filter(|t| !t.rate.is_empty())
-            .map(|t| (t.name.clone(), Arc::new(Gate::new(&t.rate))))
+            .map(|t| {
+                (
+                    t.name.clone(),
+                    Arc::new(make(&t.rate, format!("team:{}", t.name))),
+                )
+            })
             .collect();
         Gates { providers, teams }
     }

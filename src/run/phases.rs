@@ -312,7 +312,16 @@ impl Run {
             sim_base: sim.map(|s| s.base_url()),
             run_id: self.run_id.clone(),
             ledger: ledger.clone(),
-            gates: Arc::new(Gates::new(&self.plan)),
+            gates: Arc::new(match &self.opts.queue {
+                Some(work) => Gates::shared(
+                    &self.plan,
+                    Arc::new(
+                        crate::govern::pg_rate::SharedRates::open(&work.url)
+                            .map_err(|e| RunError::Invalid(e.to_string()))?,
+                    ),
+                ),
+                None => Gates::new(&self.plan),
+            }),
             cancel: self.cancel.clone(),
             mcp: Arc::new(crate::tools::mcp::McpHub::default()),
             pristines: Arc::new(crate::tools::pristine::Pristines::new(

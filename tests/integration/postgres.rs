@@ -34,20 +34,27 @@ pub fn fresh_database(name: &str) -> String {
         std::process::id(),
         Utc::now().timestamp_micros()
     );
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let (client, conn) = tokio_postgres::connect(&base, tokio_postgres::NoTls)
-            .await
-            .expect("the test server answers");
-        tokio::spawn(conn);
-        client
-            .batch_execute(&format!("CREATE DATABASE {db}"))
-            .await
-            .expect("the test user may create databases");
-    });
+    // On a thread of its own: an async test may call this, and a runtime cannot block
+    // inside another.
+    let (b, name) = (base.clone(), db.clone());
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (client, conn) = tokio_postgres::connect(&b, tokio_postgres::NoTls)
+                .await
+                .expect("the test server answers");
+            tokio::spawn(conn);
+            client
+                .batch_execute(&format!("CREATE DATABASE {name}"))
+                .await
+                .expect("the test user may create databases");
+        });
+    })
+    .join()
+    .unwrap();
     let (head, tail) = base.split_at(base.rfind('/').expect("a URL with a database"));
     let query = tail.find('?').map(|i| &tail[i..]).unwrap_or("");
     format!("{head}/{db}{query}")

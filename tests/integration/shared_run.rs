@@ -272,3 +272,91 @@ fn what_a_shared_run_cannot_keep_is_refused() {
     let missing = case.agentbatch(&["worker", &url, "--run-id", "nope"]);
     assert!(String::from_utf8_lossy(&missing.stderr).contains("no run nope"));
 }
+
+/// Three workers, each allowed the provider's whole rate, against one server that
+/// enforces it: paced together through the database, none is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_pace_together_on_one_shared_rate_limit() {
+    use agentbatch::sim::Sim;
+    use std::sync::Arc;
+    let url = fresh_database("rate");
+    let case = Case::new();
+    let sim = Arc::new(Sim::start_local().await.unwrap());
+    let mut turns = String::new();
+    for _ in 0..3 {
+        turns.push_str("  - content: [ { tool_use: { name: get_time, input: {} } } ]\n");
+    }
+    turns.push_str("  - content: [ { text: done } ]\n");
+    sim.register(
+        "",
+        Arc::new(serde_yaml::from_str(&format!("turns:\n{turns}")).unwrap()),
+    );
+    let limit = agentbatch::vocab::limits::RateLimits {
+        rpm: Some(1200),
+        itpm: None,
+        otpm: None,
+        burst: Duration::from_secs(1),
+    };
+    sim.set_limits(Some(&limit));
+    let list: String = (0..30)
+        .map(|i| format!("  - {{ id: t{i:03}, prompt: go }}\n"))
+        .collect();
+    case.write(
+        "job.yaml",
+        &format!(
+            "name: rate\nconcurrency: 10\nproviders:\n  p: {{ protocol: anthropic, base_url: \"{}\", api_key_env: AB_TEST_KEY, rpm: 1200 }}\ndefaults:\n  provider: p\n  model: claude-haiku-4-5\n  tools: [get_time]\ntasks:\n{list}",
+            sim.base_url()
+        ),
+    );
+    let queued = bin()
+        .args(["run", "job.yaml", "--queue", &url, "--run-id", "rate"])
+        .env("AB_TEST_KEY", "test")
+        .current_dir(case.dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        queued.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&queued.stderr)
+    );
+    let dir = case.dir.path().to_path_buf();
+    let url2 = url.clone();
+    tokio::task::spawn_blocking(move || {
+        let workers: Vec<Child> = ["w1", "w2", "w3"]
+            .iter()
+            .map(|n| {
+                bin()
+                    .args(["worker", &url2, "--run-id", "rate", "--quiet", "--name", n])
+                    .env("AB_TEST_KEY", "test")
+                    .current_dir(&dir)
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for w in workers {
+            wait_ok(w);
+        }
+    })
+    .await
+    .unwrap();
+    let log = sim.requests();
+    assert_eq!(
+        log.len(),
+        120,
+        "30 tasks of 4 requests, none refused and sent again"
+    );
+    assert_eq!(log.iter().filter(|r| r.status == 429).count(), 0, "no 429");
+    // 120 requests at 1200 rpm, about 18 at once: over 5 seconds for all three.
+    let span =
+        log.iter().map(|r| r.at_ms).max().unwrap() - log.iter().map(|r| r.at_ms).min().unwrap();
+    assert!(span >= 5000, "{span} ms: the three workers paced together");
+    collect(&case, &url, "rate");
+    let rows = read_csv(&case.path("reports/rate/results.csv"));
+    assert!(
+        rows.iter().all(|r| r["stop_reason"] == "completed"),
+        "{rows:?}"
+    );
+}
