@@ -236,6 +236,9 @@ enum Command {
         /// Folder for the benchmark runs' reports.
         #[arg(long, default_value = "reports", value_name = "DIR")]
         out: PathBuf,
+        /// The PostgreSQL database of the coordination benchmark.
+        #[arg(long, value_name = "URL", env = "AGENTBATCH_QUEUE_URL")]
+        queue: Option<String>,
     },
 }
 
@@ -362,7 +365,11 @@ fn main() -> ExitCode {
                 scale,
                 fraction,
                 out,
-            } => report_error("bench", bench_cmd(which, scale, fraction, &out).await),
+                queue,
+            } => report_error(
+                "bench",
+                bench_cmd(which, scale, fraction, &out, queue.as_deref()).await,
+            ),
         }
     })
 }
@@ -623,6 +630,7 @@ async fn bench_cmd(
     scale: u32,
     fraction: f64,
     out: &Path,
+    queue: Option<&str>,
 ) -> anyhow::Result<()> {
     use bench::Which;
     if !(fraction > 0.0 && fraction <= 1.0) {
@@ -651,6 +659,14 @@ async fn bench_cmd(
             "{}",
             bench::run_load(&bench::Load::w2(fraction), out).await?
         );
+    }
+    if matches!(which, Which::Coordination) {
+        let url = queue.context(
+            "bench coordination needs a PostgreSQL database: --queue postgres://USER@HOST/DB (or AGENTBATCH_QUEUE_URL)",
+        )?;
+        for r in bench::coordination(out, url).await? {
+            println!("{r}");
+        }
     }
     if matches!(which, Which::Workspaces) {
         let files = ((20_000.0 * fraction).round() as usize).max(100);

@@ -21,9 +21,11 @@ use crate::tools::Registry;
 use crate::vocab::price;
 
 mod cache;
+mod coordination;
 mod load;
 mod workspaces;
 pub use cache::{cache_savings, CacheReport};
+pub use coordination::{coordination, CoordinationReport};
 pub use load::{history_growth, run_load, Load, LoadReport};
 pub use workspaces::{workspaces, WorkspaceReport};
 
@@ -44,6 +46,8 @@ pub enum Which {
     Cache,
     /// Workspaces: 200 tasks over a generated 20,000-file, 240 MB git repository, each editing three files, per workspace method (overlay, copy).
     Workspaces,
+    /// A shared run's cost: database calls and waits per model request, three workers at 100 and 1,000 requests a second (needs --queue URL).
+    Coordination,
     /// Governance (rate, caps) and load (throughput, scale, history).
     All,
 }

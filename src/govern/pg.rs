@@ -1,11 +1,13 @@
-//! PostgreSQL, the shared engine past one machine: one connection per process, on a
-//! thread of its own, and the schema the program creates and upgrades itself
-//! (versioned; a database newer than this program is refused rather than misread).
+//! PostgreSQL, the shared engine past one machine: a few connections per database a
+//! process opens, each on a thread of its own, and the schema the program creates and
+//! upgrades itself (versioned; a database newer than this program is refused rather
+//! than misread).
 //!
-//! The connection lives on its own thread with its own small runtime, so that callers
+//! Each connection lives on its own thread with its own small runtime, so that callers
 //! can be synchronous (the ledger calls its stores from blocking tasks, the `ledger`
 //! command from anywhere) without ever blocking inside another runtime. Each call is one
-//! closure run there; a connection that broke is made again on the next call.
+//! closure run on whichever connection is free; a connection that broke is made again
+//! on its next call.
 
 use std::sync::mpsc;
 use std::sync::{Mutex, PoisonError};
@@ -195,6 +197,24 @@ pub fn has_password(url: &str) -> bool {
 
 type Job = Box<dyn FnOnce(&mut Conn) + Send>;
 
+/// Connections (each on a thread of its own) per database a process opens: calls from
+/// many tasks at once need not wait for each other.
+const CONNECTIONS: usize = 4;
+
+/// Calls made to the database by this process, and the time callers spent waiting for
+/// them (for the coordination benchmark).
+static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static WAITED_NS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// `(calls, nanoseconds waited)` so far, over every connection of this process.
+pub fn counters() -> (u64, u64) {
+    use std::sync::atomic::Ordering;
+    (
+        CALLS.load(Ordering::Relaxed),
+        WAITED_NS.load(Ordering::Relaxed),
+    )
+}
+
 /// What a call gets: the runtime to drive futures with, and the link to the database
 /// (apart, so a call can borrow both: `let Conn { rt, link } = conn;`).
 pub struct Conn {
@@ -237,7 +257,7 @@ impl Link {
     }
 }
 
-/// A database, reached through one connection on its own thread.
+/// A database, reached through [`CONNECTIONS`] connections on threads of their own.
 pub struct Pg {
     url: String,
     jobs: Mutex<mpsc::Sender<Job>>,
@@ -266,47 +286,58 @@ impl Pg {
         config.connect_timeout(std::time::Duration::from_secs(10));
         // The runtime is made, used and dropped on the connection's thread only: a
         // runtime may not block, nor be dropped, inside another one.
+        // The connections' threads take calls from one channel: a call waits only when
+        // all of them are busy.
         let (jobs, rx) = mpsc::channel::<Job>();
-        let (ready, started) = mpsc::channel::<Result<(), PgError>>();
-        let url_for_thread = shown.clone();
-        std::thread::Builder::new()
-            .name("agentbatch-pg".into())
-            .spawn(move || {
-                let rt = match tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                {
-                    Ok(rt) => rt,
-                    Err(e) => {
-                        let _ = ready.send(Err(PgError {
+        let rx = std::sync::Arc::new(Mutex::new(rx));
+        for n in 0..CONNECTIONS {
+            let (ready, started) = mpsc::channel::<Result<(), PgError>>();
+            let (url_for_thread, config, rx) = (shown.clone(), config.clone(), rx.clone());
+            std::thread::Builder::new()
+                .name(format!("agentbatch-pg-{n}"))
+                .spawn(move || {
+                    let rt = match tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                    {
+                        Ok(rt) => rt,
+                        Err(e) => {
+                            let _ = ready.send(Err(PgError {
+                                url: url_for_thread,
+                                detail: format!("cannot start its connection's runtime: {e}"),
+                            }));
+                            return;
+                        }
+                    };
+                    let mut conn = Conn {
+                        rt,
+                        link: Link {
+                            client: None,
+                            config,
                             url: url_for_thread,
-                            detail: format!("cannot start its connection's runtime: {e}"),
-                        }));
+                        },
+                    };
+                    // The first connection brings the schema up to date; the others
+                    // connect when first used.
+                    let migrated = if n == 0 { migrate(&mut conn) } else { Ok(()) };
+                    let ok = migrated.is_ok();
+                    let _ = ready.send(migrated);
+                    if !ok {
                         return;
                     }
-                };
-                let mut conn = Conn {
-                    rt,
-                    link: Link {
-                        client: None,
-                        config,
-                        url: url_for_thread,
-                    },
-                };
-                let migrated = migrate(&mut conn);
-                let ok = migrated.is_ok();
-                let _ = ready.send(migrated);
-                if !ok {
-                    return;
-                }
-                while let Ok(job) = rx.recv() {
-                    job(&mut conn);
-                }
-            })
-            .map_err(|e| err(format!("cannot start its connection's thread: {e}")))?;
-        started
-            .recv()
-            .map_err(|_| err("its connection's thread stopped".into()))??;
+                    loop {
+                        let job = rx.lock().unwrap_or_else(PoisonError::into_inner).recv();
+                        match job {
+                            Ok(job) => job(&mut conn),
+                            Err(_) => return,
+                        }
+                    }
+                })
+                .map_err(|e| err(format!("cannot start its connection's thread: {e}")))?;
+            started
+                .recv()
+                .map_err(|_| err("its connection's thread stopped".into()))??;
+        }
         Ok(Pg {
             url: shown,
             jobs: Mutex::new(jobs),
@@ -341,6 +372,7 @@ impl Pg {
         &self,
         f: impl FnOnce(&mut Conn) -> Result<T, PgError> + Send + 'static,
     ) -> Result<T, PgError> {
+        let started = std::time::Instant::now();
         let (tx, rx) = mpsc::channel();
         let job: Job = Box::new(move |conn| {
             let _ = tx.send(f(conn));
@@ -354,7 +386,14 @@ impl Pg {
             .unwrap_or_else(PoisonError::into_inner)
             .send(job)
             .map_err(|_| gone())?;
-        rx.recv().map_err(|_| gone())?
+        let answer = rx.recv().map_err(|_| gone())?;
+        {
+            use std::sync::atomic::Ordering;
+            CALLS.fetch_add(1, Ordering::Relaxed);
+            let ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            WAITED_NS.fetch_add(ns, Ordering::Relaxed);
+        }
+        answer
     }
 }
 

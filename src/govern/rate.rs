@@ -126,8 +126,25 @@ impl TokenLimit {
     }
 }
 
+/// What a worker takes from a shared bucket beyond the request at hand, so that at high
+/// rates it does not make one database call per request: this much of the bucket's
+/// refill, at most a quarter of its capacity.
+const BATCH: Duration = Duration::from_millis(20);
+
+/// How long what was taken ahead may be used: after that it is dropped (never given
+/// back, so the shared rate is never exceeded, only not quite reached).
+const CREDIT_TTL: Duration = Duration::from_millis(250);
+
+/// A pause another worker set is seen within this long: what was taken ahead is used
+/// only while the database was asked this recently.
+const PAUSE_CHECK: Duration = Duration::from_millis(100);
+
 /// A gate's buckets in the database, shared with every other process on it.
 struct Shared {
+    /// Tokens taken ahead, by bucket key, and until when they may be used.
+    credits: Mutex<HashMap<String, (f64, Instant)>>,
+    /// When the database last answered a take (and so said there was no pause).
+    asked: Mutex<Option<Instant>>,
     rates: Arc<SharedRates>,
     /// `provider:<name>` or `team:<name>`: the rows are `<scope>:rpm` and so on.
     scope: String,
@@ -149,6 +166,68 @@ fn shape(per_minute: Option<u32>, burst: Duration) -> Option<(f64, f64)> {
 }
 
 impl Shared {
+    fn credits(&self) -> std::sync::MutexGuard<'_, HashMap<String, (f64, Instant)>> {
+        self.credits.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Pays for `takes` from what was taken ahead, if it covers all of them.
+    fn spend_credit(&self, takes: &[Take]) -> bool {
+        let now = Instant::now();
+        let recent = self
+            .asked
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some_and(|at| now.duration_since(at) < PAUSE_CHECK);
+        if !recent {
+            return false;
+        }
+        let mut credits = self.credits();
+        credits.retain(|_, (_, until)| *until > now);
+        let covered = takes
+            .iter()
+            .filter(|t| t.amount > 0.0)
+            .all(|t| credits.get(&t.key).is_some_and(|(c, _)| *c >= t.amount));
+        if covered {
+            for t in takes.iter().filter(|t| t.amount > 0.0) {
+                if let Some((c, _)) = credits.get_mut(&t.key) {
+                    *c -= t.amount;
+                }
+            }
+        }
+        covered
+    }
+
+    /// What to ask the database for: each take less what is in hand, plus a batch.
+    fn asks(&self, takes: &[Take]) -> Vec<Take> {
+        let credits = self.credits();
+        takes
+            .iter()
+            .map(|t| {
+                if t.amount <= 0.0 {
+                    return t.clone();
+                }
+                let held = credits.get(&t.key).map_or(0.0, |(c, _)| *c);
+                let batch = (t.per_second * BATCH.as_secs_f64()).min(t.capacity / 4.0);
+                Take {
+                    amount: (t.amount - held).max(0.0) + batch.max(0.0),
+                    ..t.clone()
+                }
+            })
+            .collect()
+    }
+
+    /// Adds what the database gave to what is in hand.
+    fn credit(&self, asks: &[Take]) {
+        *self.asked.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
+        let until = Instant::now() + CREDIT_TTL;
+        let mut credits = self.credits();
+        for a in asks.iter().filter(|a| a.amount > 0.0) {
+            let e = credits.entry(a.key.clone()).or_insert((0.0, until));
+            e.0 += a.amount;
+            e.1 = until;
+        }
+    }
+
     /// The takes of a request; the pause row always (taking nothing).
     fn takes(&self, input: u64, output: u64) -> Vec<Take> {
         let mut v = vec![Take {
@@ -220,6 +299,8 @@ impl Gate {
     fn shared(limits: &RateLimits, rates: Arc<SharedRates>, scope: String) -> Gate {
         let mut g = Gate::new(limits);
         g.shared = Some(Shared {
+            credits: Mutex::new(HashMap::new()),
+            asked: Mutex::new(None),
             rates,
             scope,
             rpm: shape(limits.rpm, limits.burst),
@@ -269,9 +350,16 @@ impl Gate {
         if let Some(sh) = &self.shared {
             let takes = sh.takes(input, output);
             loop {
-                let (rates, t) = (sh.rates.clone(), takes.clone());
+                if sh.spend_credit(&takes) {
+                    return;
+                }
+                let asks = sh.asks(&takes);
+                let (rates, t) = (sh.rates.clone(), asks.clone());
                 let wait = match tokio::task::spawn_blocking(move || rates.take(t)).await {
-                    Ok(Ok(w)) if w <= 0.0 => return,
+                    Ok(Ok(w)) if w <= 0.0 => {
+                        sh.credit(&asks);
+                        continue;
+                    }
                     Ok(Ok(w)) => Duration::from_secs_f64(w.min(5.0)),
                     Ok(Err(e)) => {
                         // Pacing alone would let N workers send N times the rate: wait
