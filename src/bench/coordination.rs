@@ -135,9 +135,10 @@ async fn one(
             worker: Some(name.into()),
             lease: std::time::Duration::from_secs(60),
         };
-        let (plan, mut opts) = tokio::task::spawn_blocking(move || shared::worker(&w, &Registry::builtin()))
-            .await?
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let (plan, mut opts) =
+            tokio::task::spawn_blocking(move || shared::worker(&w, &Registry::builtin()))
+                .await?
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
         opts.sim = Some(sim.clone());
         opts.progress = crate::report::ProgressMode::Quiet;
         workers.push(tokio::spawn(shared::work(plan, opts)));

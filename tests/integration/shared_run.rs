@@ -360,3 +360,59 @@ async fn workers_pace_together_on_one_shared_rate_limit() {
         "{rows:?}"
     );
 }
+
+/// The launchers in docs/launch run command lines agentbatch accepts (the files are not
+/// applied here: no cluster, no container engine).
+#[test]
+fn the_launchers_command_lines_are_ones_agentbatch_accepts() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let k8s: serde_yaml::Value = serde_yaml::from_str(
+        &std::fs::read_to_string(root.join("docs/launch/kubernetes-workers.yaml")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(k8s["spec"]["completionMode"], "Indexed");
+    let args: Vec<String> = k8s["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect();
+    // Parsed for real: only the database is missing (nothing listens on port 1).
+    let out = bin()
+        .args(&args)
+        .env("AGENTBATCH_QUEUE_URL", "postgres://nobody@127.0.0.1:1/none")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("PostgreSQL at postgres://nobody@127.0.0.1:1/none"),
+        "{err}"
+    );
+    let gha = std::fs::read_to_string(root.join("docs/launch/github-actions.yml")).unwrap();
+    let _: serde_yaml::Value = serde_yaml::from_str(&gha).unwrap();
+    for cmd in [
+        "run jobs/repo-fix.yaml --queue",
+        "worker \"$AGENTBATCH_QUEUE_URL\" --run-id",
+        "collect \"$AGENTBATCH_QUEUE_URL\" --run-id",
+    ] {
+        assert!(gha.contains(cmd), "{cmd}");
+    }
+    let line = gha
+        .lines()
+        .find(|l| l.contains("agentbatch worker"))
+        .unwrap()
+        .trim()
+        .trim_start_matches("- run: agentbatch ")
+        .replace(
+            "\"$AGENTBATCH_QUEUE_URL\"",
+            "postgres://nobody@127.0.0.1:1/none",
+        )
+        .replace("\"$RUN_ID\"", "x")
+        .replace("\"ci-${{ matrix.worker }}\"", "ci-1");
+    let out = bin().args(line.split_whitespace()).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("PostgreSQL at"), "{line}: {err}");
+    for path in ["Cargo.toml", "Cargo.lock", "src"] {
+        assert!(root.join(path).exists(), "the Dockerfile copies {path}");
+    }
+}
