@@ -68,8 +68,23 @@ pub struct Reservation {
     ledger: Arc<Ledger>,
     team: Option<String>,
     amount: Decimal,
-    entry: Option<EntryId>,
+    /// Its entries in the store, one per cap kept there.
+    entries: Vec<EntryId>,
     open: bool,
+}
+
+/// A cap kept in the store rather than in memory: a team's period cap, and, when the
+/// run is shared by machines, the run's own pools (`max_cost_usd` of the run and of a
+/// team within it), as entries of a pseudo-period `run:<run-id>`.
+#[derive(Debug, Clone)]
+struct StoreCap {
+    /// The store's team key (`(run)` for the run's own pool).
+    team: String,
+    period: String,
+    cap: Decimal,
+    label: String,
+    reason: StopReason,
+    what: String,
 }
 
 impl Reservation {
@@ -108,6 +123,15 @@ pub struct Ledger {
     changed: Notify,
     store: Option<Arc<dyn CapStore>>,
     run_id: String,
+    /// The run is shared by machines: its own pools are kept in the store, these caps.
+    shared: Option<SharedPools>,
+}
+
+/// The run's own caps, kept in the store when the run is shared by machines.
+#[derive(Debug, Clone, Default)]
+struct SharedPools {
+    run: Option<Decimal>,
+    teams: HashMap<String, Decimal>,
 }
 
 enum Step {
@@ -162,7 +186,68 @@ impl Ledger {
             changed: Notify::new(),
             store,
             run_id: run_id.to_string(),
+            shared: None,
         }
+    }
+
+    /// Keeps the run's own pools (the run's and each team's `max_cost_usd`) in the store
+    /// instead of this process's memory, so that every process running a share of the
+    /// run (the workers of a shared run) spends from the same pools. Needs a store.
+    pub fn share_run_pools(mut self) -> Ledger {
+        let mut shared = SharedPools::default();
+        {
+            let p = self.pools.get_mut().unwrap_or_else(PoisonError::into_inner);
+            shared.run = p.run.cap.take();
+            for (name, pool) in p.teams.iter_mut() {
+                if let Some(cap) = pool.cap.take() {
+                    shared.teams.insert(name.clone(), cap);
+                }
+            }
+        }
+        self.shared = Some(shared);
+        self
+    }
+
+    /// The caps of a task of `team` kept in the store.
+    fn store_caps(&self, team: Option<&TeamSpec>) -> Vec<StoreCap> {
+        let mut caps = Vec::new();
+        if let Some(t) = team {
+            if let Some(c) = &t.cap {
+                let key = period_key(c.period, Utc::now());
+                caps.push(StoreCap {
+                    team: t.name.clone(),
+                    label: format!("team:{}:{key}", t.name),
+                    what: format!("team {}'s {} cap ({key})", t.name, period_name(c.period)),
+                    period: key,
+                    cap: c.usd,
+                    reason: StopReason::TeamBudget,
+                });
+            }
+        }
+        if let Some(s) = &self.shared {
+            let period = format!("run:{}", self.run_id);
+            if let Some(cap) = s.run {
+                caps.push(StoreCap {
+                    team: "(run)".into(),
+                    period: period.clone(),
+                    cap,
+                    label: "run".into(),
+                    reason: StopReason::RunBudget,
+                    what: "the run's max_cost_usd (shared by its workers)".into(),
+                });
+            }
+            if let Some((name, cap)) = team.and_then(|t| s.teams.get_key_value(&t.name)) {
+                caps.push(StoreCap {
+                    team: name.clone(),
+                    period,
+                    cap: *cap,
+                    label: format!("team:{name}"),
+                    reason: StopReason::TeamBudget,
+                    what: format!("team {name}'s max_cost_usd (shared by the run's workers)"),
+                });
+            }
+        }
+        caps
     }
 
     /// Counts what earlier attempts of this run spent (a resumed run) as spent, so the
@@ -184,43 +269,38 @@ impl Ledger {
     /// Whether any pool applies to a task of `team` (if none, no reservation is needed).
     pub fn governs(&self, team: Option<&TeamSpec>) -> bool {
         self.lock().run.cap.is_some()
+            || self.shared.as_ref().is_some_and(|s| s.run.is_some())
             || team.is_some_and(|t| t.max_cost_usd.is_some() || t.cap.is_some())
     }
 
-    /// The period cap's room, read from the store.
-    async fn period_room(&self, team: &TeamSpec) -> Result<Option<Room>, StoreError> {
-        let (Some(cap), Some(store)) = (team.cap.clone(), self.store.clone()) else {
-            return match team.cap {
-                Some(_) => Err(StoreError {
+    /// The rooms of the caps kept in the store, read from it.
+    async fn store_rooms(&self, caps: &[StoreCap]) -> Result<Vec<Room>, StoreError> {
+        let mut rooms = Vec::with_capacity(caps.len());
+        for c in caps {
+            let Some(store) = self.store.clone() else {
+                return Err(StoreError {
                     path: None,
-                    detail: format!("team {} has a period cap but no ledger is open", team.name),
-                }),
-                None => Ok(None),
+                    detail: format!("{} is kept in a ledger, and no ledger is open", c.what),
+                });
             };
-        };
-        let key = period_key(cap.period, Utc::now());
-        let name = team.name.clone();
-        let t: PeriodTotals = {
-            let key = key.clone();
-            tokio::task::spawn_blocking(move || store.totals(&name, &key, Utc::now()))
-                .await
-                .map_err(|e| StoreError {
-                    path: None,
-                    detail: format!("ledger worker failed: {e}"),
-                })??
-        };
-        Ok(Some(Room {
-            label: format!("team:{}:{key}", team.name),
-            reason: StopReason::TeamBudget,
-            what: format!(
-                "team {}'s {} cap ({key})",
-                team.name,
-                period_name(cap.period)
-            ),
-            cap: cap.usd,
-            unspent: cap.usd - t.settled - t.stale,
-            free: cap.usd - t.settled - t.reserved,
-        }))
+            let (name, key) = (c.team.clone(), c.period.clone());
+            let t: PeriodTotals =
+                tokio::task::spawn_blocking(move || store.totals(&name, &key, Utc::now()))
+                    .await
+                    .map_err(|e| StoreError {
+                        path: None,
+                        detail: format!("ledger worker failed: {e}"),
+                    })??;
+            rooms.push(Room {
+                label: c.label.clone(),
+                reason: c.reason,
+                what: c.what.clone(),
+                cap: c.cap,
+                unspent: c.cap - t.settled - t.stale,
+                free: c.cap - t.settled - t.reserved,
+            });
+        }
+        Ok(rooms)
     }
 
     fn memory_rooms(p: &Pools, team: Option<&str>) -> Vec<Room> {
@@ -256,11 +336,11 @@ impl Ledger {
 
     /// Decides from the rooms (memory rooms re-read under the lock) and, if the request
     /// fits, takes it from the memory pools.
-    fn decide(&self, need: &Need<'_>, period: Option<&Room>) -> Step {
+    fn decide(&self, need: &Need<'_>, stored: &[Room]) -> Step {
         let team = need.team.map(|t| t.name.as_str());
         let mut p = self.lock();
         let mut rooms = Self::memory_rooms(&p, team);
-        rooms.extend(period.cloned());
+        rooms.extend(stored.iter().cloned());
         let smallest = need
             .price
             .worst_case(need.prompt_tokens, u64::from(need.floor));
@@ -327,16 +407,13 @@ impl Ledger {
         let started = std::time::Instant::now();
         let mut waited = false;
         let mut poll = POLL_FIRST;
-        let period_team = need.team.filter(|t| t.cap.is_some());
+        let caps = self.store_caps(need.team);
         loop {
             let notified = self.changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let period = match period_team {
-                Some(t) => self.period_room(t).await.map_err(ledger_failed)?,
-                None => None,
-            };
-            match self.decide(need, period.as_ref()) {
+            let stored = self.store_rooms(&caps).await.map_err(ledger_failed)?;
+            match self.decide(need, &stored) {
                 Step::Stop(stop, ev) => {
                     log.emit(*ev);
                     return Err(stop);
@@ -351,10 +428,10 @@ impl Ledger {
                         amount,
                         armed: true,
                     };
-                    let mut entry = None;
-                    if let Some(t) = period_team {
-                        match self.take_period(need, t, amount).await {
-                            Ok(Some(id)) => entry = Some(id),
+                    let mut entries = Vec::new();
+                    if !caps.is_empty() {
+                        match self.take_stored(need, &caps, amount).await {
+                            Ok(Some(ids)) => entries = ids,
                             Ok(None) => {
                                 // Another process took the money first: look again.
                                 drop(hold);
@@ -373,7 +450,7 @@ impl Ledger {
                         ledger: self.clone(),
                         team,
                         amount,
-                        entry,
+                        entries,
                         open: true,
                     };
                     if waited {
@@ -390,7 +467,7 @@ impl Ledger {
                         });
                         waited = true;
                     }
-                    if period_team.is_some() {
+                    if !caps.is_empty() {
                         // Other processes do not notify us: look again now and then.
                         tokio::select! {
                             _ = notified => {}
@@ -404,24 +481,23 @@ impl Ledger {
         }
     }
 
-    /// Records the reservation in the period store. If this future is dropped while the
-    /// store works, the worker gives the entry back itself, so a cancelled request never
-    /// leaves money reserved there.
-    async fn take_period(
+    /// Records the reservation in every cap kept in the store, all or none (a cap
+    /// without room gives back the entries already made). If this future is dropped
+    /// while the store works, the worker gives the entries back itself, so a cancelled
+    /// request never leaves money reserved there.
+    async fn take_stored(
         &self,
         need: &Need<'_>,
-        team: &TeamSpec,
+        caps: &[StoreCap],
         amount: Decimal,
-    ) -> Result<Option<EntryId>, StoreError> {
-        let (Some(cap), Some(store)) = (team.cap.clone(), self.store.clone()) else {
+    ) -> Result<Option<Vec<EntryId>>, StoreError> {
+        let Some(store) = self.store.clone() else {
             return Err(StoreError {
                 path: None,
-                detail: format!("team {} has a period cap but no ledger is open", team.name),
+                detail: "a cap is kept in a ledger, and no ledger is open".into(),
             });
         };
         let now = Utc::now();
-        let key = period_key(cap.period, now);
-        let name = team.name.clone();
         let meta = EntryMeta {
             run_id: self.run_id.clone(),
             task_id: need.task_id.to_string(),
@@ -429,11 +505,37 @@ impl Ledger {
                 + chrono::Duration::from_std(need.in_flight_for)
                     .unwrap_or(chrono::Duration::hours(1)),
         };
+        let caps = caps.to_vec();
         let (tx, rx) = oneshot::channel();
         tokio::task::spawn_blocking(move || {
-            let r = store.try_reserve(&name, &key, cap.usd, amount, &meta);
-            if let Err(Ok(Some(id))) = tx.send(r) {
-                let _ = store.release(id);
+            let mut ids = Vec::new();
+            let mut result = Ok(Some(Vec::new()));
+            for c in &caps {
+                match store.try_reserve(&c.team, &c.period, c.cap, amount, &meta) {
+                    Ok(Some(id)) => ids.push(id),
+                    Ok(None) => {
+                        result = Ok(None);
+                        break;
+                    }
+                    Err(e) => {
+                        result = Err(e);
+                        break;
+                    }
+                }
+            }
+            let result = match result {
+                Ok(Some(_)) => Ok(Some(ids)),
+                other => {
+                    for id in ids.drain(..) {
+                        let _ = store.release(id);
+                    }
+                    other
+                }
+            };
+            if let Err(Ok(Some(ids))) = tx.send(result) {
+                for id in ids {
+                    let _ = store.release(id);
+                }
             }
         });
         rx.await.map_err(|e| StoreError {
@@ -446,16 +548,13 @@ impl Ledger {
     /// (`smallest`, at worst case) from the unspent money of its pools; if not, the stop
     /// it is reported with.
     pub async fn can_start(&self, team: Option<&TeamSpec>, smallest: Decimal) -> Option<Stop> {
-        let period = match team.filter(|t| t.cap.is_some()) {
-            Some(t) => match self.period_room(t).await {
-                Ok(r) => r,
-                Err(e) => return Some(ledger_failed(e)),
-            },
-            None => None,
+        let stored = match self.store_rooms(&self.store_caps(team)).await {
+            Ok(r) => r,
+            Err(e) => return Some(ledger_failed(e)),
         };
         let p = self.lock();
         let mut rooms = Self::memory_rooms(&p, team.map(|t| t.name.as_str()));
-        rooms.extend(period);
+        rooms.extend(stored);
         rooms.into_iter().find(|r| r.unspent < smallest).map(|r| {
             Stop::new(
                 r.reason,
@@ -500,12 +599,18 @@ impl Ledger {
     ) -> Result<(), StoreError> {
         res.open = false;
         self.finish_memory(res.team.as_deref(), res.amount, actual);
-        let (Some(id), Some(store)) = (res.entry, self.store.clone()) else {
+        let entries = std::mem::take(&mut res.entries);
+        let (false, Some(store)) = (entries.is_empty(), self.store.clone()) else {
             return Ok(());
         };
-        tokio::task::spawn_blocking(move || match actual {
-            Some(a) => store.settle(id, a),
-            None => store.release(id),
+        tokio::task::spawn_blocking(move || {
+            for id in entries {
+                match actual {
+                    Some(a) => store.settle(id, a)?,
+                    None => store.release(id)?,
+                }
+            }
+            Ok(())
         })
         .await
         .map_err(|e| StoreError {

@@ -110,7 +110,11 @@ impl Run {
             crate::tools::sandbox::protect_runner();
         }
         let sim = self.start_sim().await?;
-        let ledger = Arc::new(Ledger::new(&self.plan, &self.run_id, store));
+        let ledger = Ledger::new(&self.plan, &self.run_id, store);
+        let ledger = Arc::new(match &self.opts.queue {
+            Some(_) => ledger.share_run_pools(),
+            None => ledger,
+        });
         if let Some(r) = &self.resumed {
             ledger.carry_over(r.spent_run, &r.spent_teams);
         }
@@ -135,9 +139,7 @@ impl Run {
     /// keeps them in PostgreSQL (the queue's database unless another is given): a file
     /// would hold each machine's spend apart.
     fn open_ledger_store(&self) -> Result<Option<Arc<dyn CapStore>>, RunError> {
-        if !self.plan.teams.values().any(|t| t.cap.is_some()) {
-            return Ok(None);
-        }
+        // A shared run keeps its own pools there too.
         if let Some(work) = &self.opts.queue {
             let given = self
                 .opts
@@ -157,6 +159,9 @@ impl Run {
             return crate::govern::store::open(&path)
                 .map(Some)
                 .map_err(RunError::Ledger);
+        }
+        if !self.plan.teams.values().any(|t| t.cap.is_some()) {
+            return Ok(None);
         }
         let path = self
             .opts

@@ -35,9 +35,7 @@ pub struct Enqueued {
 }
 
 /// Puts the plan's tasks (those `only` selects) in the queue at `url` as run `run_id`,
-/// once. Refuses what a shared run cannot keep: a run's or a team's per-run dollar cap
-/// (they are held in one process's memory; team period caps, in PostgreSQL, are
-/// shared). Blocking.
+/// once. Blocking.
 pub fn enqueue(
     plan: &Plan,
     job_file: &Path,
@@ -45,11 +43,6 @@ pub fn enqueue(
     run_id: Option<&String>,
     only: &[String],
 ) -> Result<Enqueued, RunError> {
-    if plan.max_cost_usd.is_some() || plan.teams.values().any(|t| t.max_cost_usd.is_some()) {
-        return Err(RunError::Invalid(
-            "a shared run cannot hold a run's or a team's max_cost_usd yet (each worker would keep its own): cap the team per period instead (teams.<name>.cap), which PostgreSQL shares between workers".into(),
-        ));
-    }
     let selected = folder::select_tasks(plan, only)?;
     let bytes = std::fs::read(job_file)
         .map_err(|e| RunError::Invalid(format!("cannot read {}: {e}", job_file.display())))?;

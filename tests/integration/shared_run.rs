@@ -250,14 +250,60 @@ fn workers_share_one_team_cap_and_two_runs_share_it_too() {
     assert!(spent >= d("0.582"), "at least 97% of the cap: {spent}");
 }
 
+/// The run's own pools (its max_cost_usd, and a team's within it) are kept in the
+/// database when the run is shared: its workers spend from the same ones.
+#[test]
+fn a_runs_own_caps_hold_across_its_workers() {
+    let url = fresh_database("runcaps");
+    let case = Case::new();
+    // (run, the job's extra lines, the team of every task, the cap, its stop reason)
+    let runs = [
+        ("whole", "max_cost_usd: 0.30\n", None, "0.30", "run_budget"),
+        (
+            "team",
+            "teams:\n  blue: { max_cost_usd: 0.30 }\n",
+            Some("blue"),
+            "0.30",
+            "team_budget",
+        ),
+    ];
+    for (run, extra, team, cap, reason) in runs {
+        let mut text = job(run, 30, extra).replace("max_turns: 8", "max_turns: 200");
+        if let Some(t) = team {
+            text = text.replace("  model:", &format!("  team: {t}\n  model:"));
+        }
+        let file = format!("{run}.yaml");
+        case.write(&file, &text);
+        assert_eq!(queue(&case, &file, &url, run).status.code(), Some(0));
+        let workers: Vec<Child> = ["w1", "w2", "w3"]
+            .iter()
+            .map(|n| worker(&case, &url, run, &format!("{run}-{n}"), "30s"))
+            .collect();
+        for w in workers {
+            wait_ok(w);
+        }
+        collect(&case, &url, run);
+        let rows = read_csv(&case.path(&format!("reports/{run}/results.csv")));
+        assert_eq!(rows.len(), 30, "{run}");
+        let spent: Decimal = rows.iter().map(|r| d(&r["cost_usd"])).sum();
+        eprintln!("{run}: three workers spent ${spent} of a ${cap} cap");
+        let cap = d(cap);
+        assert!(spent <= cap, "{run}: {spent}");
+        assert!(
+            spent >= cap * d("0.97"),
+            "{run}: at least 97% of the cap: {spent}"
+        );
+        assert!(
+            rows.iter().any(|r| r["stop_reason"] == reason),
+            "{run}: {rows:?}"
+        );
+    }
+}
+
 #[test]
 fn what_a_shared_run_cannot_keep_is_refused() {
     let url = fresh_database("refused");
     let case = Case::new();
-    case.write("job.yaml", &job("m", 2, "max_cost_usd: 1\n"));
-    let out = queue(&case, "job.yaml", &url, "m");
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("max_cost_usd"));
     // A worker with another job file than the queued one is refused.
     case.write("ok.yaml", &job("ok", 2, ""));
     assert_eq!(queue(&case, "ok.yaml", &url, "ok").status.code(), Some(0));
