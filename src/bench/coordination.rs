@@ -127,8 +127,11 @@ async fn one(
     let started = Instant::now();
     let mut workers = Vec::new();
     for name in ["w1", "w2", "w3"] {
+        // Its own connections, as a worker on another machine has (the process would
+        // otherwise share one set per database).
+        let sep = if url.contains('?') { '&' } else { '?' };
         let w = WorkerOptions {
-            url: url.to_string(),
+            url: format!("{url}{sep}application_name=agentbatch-bench-{name}"),
             run_id: run_id.clone(),
             job: Some(job.clone()),
             out: dir.clone(),

@@ -158,41 +158,31 @@ pub struct PgError {
 
 pub use crate::vocab::values::is_postgres_url as is_url;
 
-/// `url` without its password, for messages and reports.
-pub fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    let (authority, tail) = match rest.find(['/', '?']) {
-        Some(i) => rest.split_at(i),
-        None => (rest, ""),
-    };
-    let Some((userinfo, host)) = authority.rsplit_once('@') else {
-        return url.to_string();
-    };
-    let user = userinfo.split(':').next().unwrap_or("");
-    let hidden = if userinfo.contains(':') { ":***" } else { "" };
-    // A password given as a query parameter goes too.
-    let tail: String = match tail.split_once('?') {
-        Some((path, query)) => {
-            let kept: Vec<String> = query
-                .split('&')
-                .map(|kv| match kv.split_once('=') {
-                    Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
-                    _ => kv.to_string(),
-                })
-                .collect();
-            format!("{path}?{}", kept.join("&"))
-        }
-        None => tail.to_string(),
-    };
-    format!("{scheme}://{user}{hidden}@{host}{tail}")
-}
+pub use crate::vocab::values::{
+    postgres_url_has_password as has_password, redact_postgres_url as redact,
+};
 
-/// Whether `url` carries a password (which must then stay out of job files: they are
-/// copied into every run's `run.json`).
-pub fn has_password(url: &str) -> bool {
-    redact(url) != url
+/// A client error as a user can act on it: the server's message, severity, code,
+/// detail and hint (the error's own text is only "db error"), or the chain of causes
+/// of a connection's failure.
+pub fn describe(e: &tokio_postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        let mut s = format!("{} ({} {})", db.message(), db.severity(), db.code().code());
+        if let Some(d) = db.detail() {
+            s.push_str(&format!("; {d}"));
+        }
+        if let Some(h) = db.hint() {
+            s.push_str(&format!("; hint: {h}"));
+        }
+        return s;
+    }
+    let mut s = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        s.push_str(&format!(": {c}"));
+        cause = c.source();
+    }
+    s
 }
 
 type Job = Box<dyn FnOnce(&mut Conn) + Send>;
@@ -235,7 +225,7 @@ impl Link {
         if self.client.as_ref().is_none_or(Client::is_closed) {
             let (client, connection) = rt
                 .block_on(self.config.connect(NoTls))
-                .map_err(|e| self.err(&e))?;
+                .map_err(|e| self.pg(&e))?;
             rt.spawn(async move {
                 let _ = connection.await;
             });
@@ -246,6 +236,11 @@ impl Link {
             url,
             detail: "no connection".into(),
         })
+    }
+
+    /// An error of this database's client, with what the server said.
+    pub fn pg(&self, e: &tokio_postgres::Error) -> PgError {
+        self.err(&describe(e))
     }
 
     /// An error of this database.
@@ -282,7 +277,9 @@ impl Pg {
                 config.password(p);
             }
         }
-        config.application_name("agentbatch");
+        if config.get_application_name().is_none() {
+            config.application_name("agentbatch");
+        }
         config.connect_timeout(std::time::Duration::from_secs(10));
         // The runtime is made, used and dropped on the connection's thread only: a
         // runtime may not block, nor be dropped, inside another one.
@@ -344,6 +341,22 @@ impl Pg {
         })
     }
 
+    /// The process's connections to `url`, made on first use and shared by every user
+    /// in the process (the queue, the ledger and the rate buckets of a worker open the
+    /// same database: one set of connections serves them). Blocking.
+    pub fn shared(url: &str) -> Result<std::sync::Arc<Pg>, PgError> {
+        use std::sync::{Arc, OnceLock, Weak};
+        static OPEN: OnceLock<Mutex<std::collections::HashMap<String, Weak<Pg>>>> = OnceLock::new();
+        let open = OPEN.get_or_init(Default::default);
+        let mut open = open.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(pg) = open.get(url).and_then(Weak::upgrade) {
+            return Ok(pg);
+        }
+        let pg = Arc::new(Pg::connect(url)?);
+        open.insert(url.to_string(), Arc::downgrade(&pg));
+        Ok(pg)
+    }
+
     /// The URL without its password.
     pub fn url(&self) -> &str {
         &self.url
@@ -363,7 +376,7 @@ impl Pg {
         self.call(move |Conn { rt, link }| {
             let client = link.client(rt)?;
             let r = rt.block_on(f(client));
-            r.map_err(|e| link.err(&e))
+            r.map_err(|e| link.pg(&e))
         })
     }
 
@@ -407,12 +420,34 @@ fn migrate(conn: &mut Conn) -> Result<(), PgError> {
         url: url.clone(),
         detail: e.to_string(),
     };
+    let db = |e: tokio_postgres::Error| err(&describe(&e));
     let client = link.client(rt)?;
     rt.block_on(async {
-        let tx = client.transaction().await.map_err(|e| err(&e))?;
+        // A current schema is only read: a user that may only read (collect, ledger)
+        // must not need to write.
+        let current = client
+            .query_opt("SELECT version FROM agentbatch_schema WHERE id = 1", &[])
+            .await;
+        match current {
+            Ok(Some(row)) if row.get::<_, i32>(0) == SCHEMA_VERSION => return Ok(()),
+            Ok(Some(row)) if row.get::<_, i32>(0) > SCHEMA_VERSION => {
+                let at: i32 = row.get(0);
+                return Err(err(&format!(
+                    "its agentbatch schema is version {at}, newer than this agentbatch knows ({SCHEMA_VERSION}): a newer agentbatch wrote it; run that version, or point the ledger at another database"
+                )));
+            }
+            // Missing, older, or no table yet: migrate below.
+            _ => {}
+        }
+        let tx = client.transaction().await.map_err(|e| {
+            err(&format!(
+                "cannot bring its schema to version {SCHEMA_VERSION} ({}): run agentbatch once with a user that may create tables there",
+                describe(&e)
+            ))
+        })?;
         tx.execute("SELECT pg_advisory_xact_lock(6216736162757400)", &[])
             .await
-            .map_err(|e| err(&e))?;
+            .map_err(db)?;
         tx.batch_execute(
             "CREATE TABLE IF NOT EXISTS agentbatch_schema (
                  id INT PRIMARY KEY CHECK (id = 1),
@@ -420,11 +455,11 @@ fn migrate(conn: &mut Conn) -> Result<(), PgError> {
              )",
         )
         .await
-        .map_err(|e| err(&e))?;
+        .map_err(db)?;
         let row = tx
             .query_opt("SELECT version FROM agentbatch_schema WHERE id = 1", &[])
             .await
-            .map_err(|e| err(&e))?;
+            .map_err(db)?;
         let at: i32 = row.map(|r| r.get(0)).unwrap_or(0);
         if at > SCHEMA_VERSION {
             return Err(err(&format!(
@@ -443,8 +478,8 @@ fn migrate(conn: &mut Conn) -> Result<(), PgError> {
             &[&SCHEMA_VERSION],
         )
         .await
-        .map_err(|e| err(&e))?;
-        tx.commit().await.map_err(|e| err(&e))
+        .map_err(db)?;
+        tx.commit().await.map_err(db)
     })
 }
 
@@ -463,6 +498,19 @@ mod tests {
             "postgresql://bob@db/ab?password=***&application_name=y"
         );
         assert_eq!(redact("postgres://db/ab"), "postgres://db/ab");
+        // A password holding '?', '/' or '@', and one given without a user part.
+        for (url, shown) in [
+            ("postgres://bob:pa?ss@h/d", "postgres://bob:***@h/d"),
+            ("postgres://bob:pa/ss@h/d", "postgres://bob:***@h/d"),
+            ("postgres://bob:p@ss@h/d", "postgres://bob:***@h/d"),
+            (
+                "postgres://127.0.0.1:1/x?user=postgres&password=s3cret",
+                "postgres://127.0.0.1:1/x?user=postgres&password=***",
+            ),
+        ] {
+            assert_eq!(redact(url), shown);
+            assert!(has_password(url), "{url}");
+        }
         assert!(has_password("postgres://a:b@h/d") && !has_password("postgres://a@h/d"));
         assert!(is_url("postgresql://h/d") && !is_url("ledger.sqlite"));
     }

@@ -18,14 +18,14 @@ pub struct Take {
 
 /// The shared buckets.
 pub struct SharedRates {
-    pg: Pg,
+    pg: std::sync::Arc<Pg>,
 }
 
 impl SharedRates {
     /// Connects (making or upgrading the schema). Blocking.
     pub fn open(url: &str) -> Result<SharedRates, PgError> {
         Ok(SharedRates {
-            pg: Pg::connect(url)?,
+            pg: Pg::shared(url)?,
         })
     }
 

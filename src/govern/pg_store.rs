@@ -12,13 +12,13 @@ use super::store::{CapStore, EntryId, EntryMeta, PeriodRow, PeriodTotals, StoreE
 
 /// The ledger in a PostgreSQL database.
 pub struct PgStore {
-    pg: Pg,
+    pg: std::sync::Arc<Pg>,
 }
 
 impl PgStore {
     /// Connects and brings the schema up to date. Blocking.
     pub fn open(url: &str) -> Result<PgStore, StoreError> {
-        Pg::connect(url).map(|pg| PgStore { pg }).map_err(store_err)
+        Pg::shared(url).map(|pg| PgStore { pg }).map_err(store_err)
     }
 
     fn call<T: Send + 'static>(
@@ -81,7 +81,7 @@ impl CapStore for PgStore {
                 tx.commit().await?;
                 Ok(t)
             });
-            r.map_err(|e| link.err(&e))
+            r.map_err(|e| link.pg(&e))
         })
     }
 
@@ -142,7 +142,7 @@ impl CapStore for PgStore {
                 tx.commit().await?;
                 Ok(Some(id))
             });
-            r.map_err(|e| link.err(&e))
+            r.map_err(|e| link.pg(&e))
         })
     }
 
@@ -173,7 +173,7 @@ impl CapStore for PgStore {
                     .sum::<Decimal>()
                     .normalize())
             });
-            r.map_err(|e| link.err(&e))
+            r.map_err(|e| link.pg(&e))
         })
     }
 
@@ -210,7 +210,7 @@ impl CapStore for PgStore {
                 tx.commit().await?;
                 Ok(out)
             });
-            r.map_err(|e| link.err(&e))
+            r.map_err(|e| link.pg(&e))
         })
     }
 }
@@ -262,7 +262,7 @@ impl PgStore {
                 }
                 tx.commit().await
             });
-            r.map_err(|e| link.err(&e))
+            r.map_err(|e| link.pg(&e))
         })
     }
 }

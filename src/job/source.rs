@@ -75,15 +75,7 @@ pub fn read_text(path: &Path, limit: u64, what: &str) -> Result<String, SourceEr
 /// Why a ledger URL in a job file cannot be used: a password in it would be copied into
 /// every run's `run.json`.
 pub fn not_a_ledger_url(url: &str) -> Option<String> {
-    let authority = url.split_once("://")?.1.split(['/', '?']).next()?;
-    let userinfo_password = authority
-        .rsplit_once('@')
-        .is_some_and(|(userinfo, _)| userinfo.contains(':'));
-    let query_password = url.split_once('?').is_some_and(|(_, q)| {
-        q.split('&')
-            .any(|kv| kv.to_ascii_lowercase().starts_with("password="))
-    });
-    (userinfo_password || query_password).then(|| {
+    crate::vocab::values::postgres_url_has_password(url).then(|| {
         "holds a password, which every run would copy into its run.json: leave it out and set PGPASSWORD, or give the whole URL in AGENTBATCH_LEDGER_URL (or --ledger) instead".to_string()
     })
 }

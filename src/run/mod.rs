@@ -148,6 +148,17 @@ pub async fn run(plan: crate::job::Plan, opts: RunOptions) -> Result<RunOutcome,
                     "--run-id cannot be combined with --resume: the run keeps its id".into(),
                 ));
             }
+            for (marker, what) in [
+                (".collected", "was written by collect from a shared run"),
+                (".worker", "is one worker's share of a shared run"),
+            ] {
+                if r.dir.join(marker).exists() {
+                    return Err(RunError::Invalid(format!(
+                        "--resume {}: the folder {what}, whose tasks are in the queue: start workers to finish it (agentbatch worker URL --run-id ID), then collect it again",
+                        r.dir.display()
+                    )));
+                }
+            }
             if !r.dir.join("run.json").is_file() {
                 return Err(RunError::Invalid(format!(
                     "--resume {}: not a run folder (it has no run.json); give the folder of a run: <out>/<run-id>",

@@ -105,6 +105,16 @@ impl Run {
         // nothing behind.
         let store = self.open_ledger_store()?;
         self.lock_folder()?;
+        if self.opts.queue.is_some() {
+            // A worker's share is not a run to resume by itself (run::run refuses it).
+            let marker = self.dir().join(".worker");
+            std::fs::write(&marker, b"").map_err(|source| {
+                RunError::Report(ReportError::Io {
+                    path: marker,
+                    source,
+                })
+            })?;
+        }
         let abandoned = self.abandon_reservations(store.as_ref())?;
         if self.tasks.iter().any(|t| t.repo.is_some()) {
             crate::tools::sandbox::protect_runner();
@@ -354,6 +364,7 @@ impl Run {
             Some(work) => {
                 super::worker::feed_from_queue(
                     work,
+                    &self.plan,
                     tasks,
                     self.concurrency,
                     &env,

@@ -22,7 +22,7 @@ pub enum QueueError {
 
 /// One run's queue.
 pub struct Queue {
-    pg: Pg,
+    pg: std::sync::Arc<Pg>,
     run_id: String,
 }
 
@@ -85,7 +85,8 @@ impl std::fmt::Display for Progress {
 pub struct QueuedRun {
     /// The job file as given to `run --queue` (workers look there by default).
     pub job_file: String,
-    /// SHA-256 of the job file's bytes: workers refuse another file.
+    /// A digest of the job file's bytes (FNV-1a and length: it tells files apart, it is
+    /// no defence against a forged one): workers refuse another file.
     pub job_sha: String,
     /// results.csv's header.
     pub header: Vec<String>,
@@ -113,7 +114,7 @@ impl Queue {
     /// Connects to the database (making or upgrading the schema). Blocking.
     pub fn open(url: &str, run_id: &str) -> Result<Queue, QueueError> {
         Ok(Queue {
-            pg: Pg::connect(url)?,
+            pg: Pg::shared(url)?,
             run_id: run_id.to_string(),
         })
     }
@@ -212,8 +213,14 @@ impl Queue {
     }
 
     /// Takes the next task nobody holds (queued, or held by a worker whose lease ran
-    /// out), in plan order, for `lease`. Blocking.
-    pub fn claim(&self, worker: &str, lease: Duration) -> Result<Option<Claimed>, QueueError> {
+    /// out), in plan order, for `lease`; never one of `running`, the tasks this worker
+    /// runs now (its own lease may have run out while it runs them). Blocking.
+    pub fn claim(
+        &self,
+        worker: &str,
+        lease: Duration,
+        running: Vec<String>,
+    ) -> Result<Option<Claimed>, QueueError> {
         let (run_id, worker, lease) = (self.run_id.clone(), worker.to_string(), secs(lease));
         let row = self.pg.run(move |c| {
             async move {
@@ -224,6 +231,7 @@ impl Queue {
                          SELECT key FROM queue_tasks
                          WHERE run_id = $1
                            AND (state = 'queued' OR (state = 'running' AND lease_until < now()))
+                           AND NOT (key = ANY($4))
                          ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED)
                      UPDATE queue_tasks t
                      SET state = 'running', worker = $2, attempts = t.attempts + 1,
@@ -231,7 +239,7 @@ impl Queue {
                      FROM next
                      WHERE t.run_id = $1 AND t.key = next.key
                      RETURNING t.key, t.attempts",
-                    &[&run_id, &worker, &lease],
+                    &[&run_id, &worker, &lease, &running],
                 )
                 .await
             }
@@ -318,15 +326,17 @@ impl Queue {
         })?)
     }
 
-    /// Gives back a task `worker` holds, untouched, for another worker. Blocking.
-    pub fn unclaim(&self, key: &str, worker: &str) -> Result<(), QueueError> {
+    /// Gives back a task `worker` holds (at `attempt`), untouched, for another worker.
+    /// Blocking.
+    pub fn unclaim(&self, key: &str, worker: &str, attempt: i32) -> Result<(), QueueError> {
         let (run_id, key, worker) = (self.run_id.clone(), key.to_string(), worker.to_string());
         self.pg.run(move |c| {
             async move {
                 c.execute(
                     "UPDATE queue_tasks SET state = 'queued', worker = NULL, lease_until = NULL
-                     WHERE run_id = $1 AND key = $2 AND worker = $3 AND state = 'running'",
-                    &[&run_id, &key, &worker],
+                     WHERE run_id = $1 AND key = $2 AND worker = $3 AND state = 'running'
+                       AND attempts = $4",
+                    &[&run_id, &key, &worker, &attempt],
                 )
                 .await
             }

@@ -128,7 +128,14 @@ pub fn worker(
     }
     let plan = crate::job::load(&job, registry).map_err(|e| RunError::Invalid(e.to_string()))?;
     let name = w.worker.clone().unwrap_or_else(QueueWork::default_name);
-    let mut opts = RunOptions::new(w.out.join("workers").join(&name));
+    // A name used before (a worker started again) gets a folder of its own.
+    let mut folder = w.out.join("workers").join(&name);
+    let mut n = 2;
+    while folder.join(&w.run_id).exists() {
+        folder = w.out.join("workers").join(format!("{name}.{n}"));
+        n += 1;
+    }
+    let mut opts = RunOptions::new(folder);
     opts.run_id = Some(w.run_id.clone());
     opts.queue = Some(Arc::new(QueueWork::new(
         Arc::new(queue),
@@ -196,11 +203,20 @@ pub fn collect(url: &str, run_id: &str, out: &Path) -> Result<Collected, RunErro
     if apart.is_empty() {
         let _ = std::fs::remove_file(&superseded);
     } else {
-        write_rows(&superseded, &queued.header, &apart).map_err(io(&superseded))?;
+        // Each attempt kept apart names its own transcript, beside the winner's.
+        let column = queued.header.iter().position(|h| h == "transcript");
+        let mut renamed = Vec::with_capacity(apart.len());
         for e in &apart {
             let tag = format!(".try{}-{}", e.attempt, e.worker);
             write_files(&dir, &e.key, e.transcript.as_deref(), None, &tag).map_err(io(&dir))?;
+            let mut e = e.clone();
+            if let (Some(c), true) = (column, e.transcript.is_some()) {
+                e.record = with_field(&e.record, c, &format!("transcripts/{}{tag}.jsonl", e.key))
+                    .map_err(io(&superseded))?;
+            }
+            renamed.push(e);
         }
+        write_rows(&superseded, &queued.header, &renamed).map_err(io(&superseded))?;
     }
     let mut run_json: RunJson = serde_json::from_value(queued.run_json.clone()).map_err(|e| {
         RunError::Invalid(format!(
@@ -239,6 +255,28 @@ pub fn collect(url: &str, run_id: &str, out: &Path) -> Result<Collected, RunErro
         progress,
         rows: done.len(),
     })
+}
+
+/// A results.csv line with field `index` replaced.
+fn with_field(record: &[u8], index: usize, value: &str) -> std::io::Result<Vec<u8>> {
+    let mut r = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .from_reader(record);
+    let mut fields: Vec<String> = match r.records().next() {
+        Some(rec) => rec
+            .map_err(std::io::Error::other)?
+            .iter()
+            .map(str::to_string)
+            .collect(),
+        None => return Ok(record.to_vec()),
+    };
+    if let Some(f) = fields.get_mut(index) {
+        *f = value.to_string();
+    }
+    let mut w = csv::WriterBuilder::new().from_writer(Vec::new());
+    w.write_record(&fields).map_err(std::io::Error::other)?;
+    w.into_inner()
+        .map_err(|e| std::io::Error::other(e.to_string()))
 }
 
 /// A results-format file: the header, then each record as the worker wrote it.

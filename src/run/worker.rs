@@ -58,6 +58,16 @@ impl QueueWork {
         format!("{host}-{}", std::process::id())
     }
 
+    /// The tasks this worker runs now.
+    fn running(&self) -> Vec<String> {
+        self.attempts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .keys()
+            .cloned()
+            .collect()
+    }
+
     async fn blocking<T: Send + 'static>(
         self: &Arc<Self>,
         f: impl FnOnce(&QueueWork) -> T + Send + 'static,
@@ -71,6 +81,7 @@ impl QueueWork {
 /// `drain` stops new claims.
 pub(super) async fn feed_from_queue(
     work: &Arc<QueueWork>,
+    plan: &crate::job::Plan,
     tasks: Vec<TaskSpec>,
     concurrency: usize,
     env: &AgentEnv,
@@ -79,6 +90,15 @@ pub(super) async fn feed_from_queue(
 ) {
     let by_key: HashMap<String, TaskSpec> = tasks.into_iter().map(|t| (t.id.clone(), t)).collect();
     let slots = Arc::new(Semaphore::new(concurrency.max(1)));
+    // A team's concurrency holds within this worker (each worker keeps its own).
+    let team_slots: HashMap<String, Arc<Semaphore>> = plan
+        .teams
+        .values()
+        .filter_map(|t| {
+            t.concurrency
+                .map(|c| (t.name.clone(), Arc::new(Semaphore::new(c))))
+        })
+        .collect();
     let heartbeat = {
         let work = work.clone();
         tokio::spawn(async move {
@@ -86,16 +106,7 @@ pub(super) async fn feed_from_queue(
             loop {
                 tokio::time::sleep(every).await;
                 if let Some(Err(e)) = work
-                    .blocking(|w| {
-                        let keys: Vec<String> = w
-                            .attempts
-                            .lock()
-                            .unwrap_or_else(PoisonError::into_inner)
-                            .keys()
-                            .cloned()
-                            .collect();
-                        w.queue.heartbeat(&w.worker, keys, w.lease)
-                    })
+                    .blocking(|w| w.queue.heartbeat(&w.worker, w.running(), w.lease))
                     .await
                 {
                     eprintln!("agentbatch worker: cannot extend the leases: {e}");
@@ -118,7 +129,10 @@ pub(super) async fn feed_from_queue(
             },
         };
         let claimed = work
-            .blocking(|w| w.queue.claim(&w.worker, w.lease))
+            .blocking(|w| {
+                let running = w.running();
+                w.queue.claim(&w.worker, w.lease, running)
+            })
             .await
             .unwrap_or(Ok(None));
         let claimed = match claimed {
@@ -152,6 +166,14 @@ pub(super) async fn feed_from_queue(
             }
             continue;
         };
+        // Interrupted while the claim was on its way: the task goes back untouched.
+        if drain.is_cancelled() {
+            let (key, attempt) = (claimed.key.clone(), claimed.attempt);
+            let _ = work
+                .blocking(move |w| w.queue.unclaim(&key, &w.worker, attempt))
+                .await;
+            break;
+        }
         work.attempts
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -163,9 +185,9 @@ pub(super) async fn feed_from_queue(
                 "agentbatch worker: task {} is queued but not in this worker's plan; it goes back to the queue and this worker stops",
                 claimed.key
             );
-            let key = claimed.key.clone();
+            let (key, attempt) = (claimed.key.clone(), claimed.attempt);
             let _ = work
-                .blocking(move |w| w.queue.unclaim(&key, &w.worker))
+                .blocking(move |w| w.queue.unclaim(&key, &w.worker, attempt))
                 .await;
             break;
         };
@@ -173,10 +195,15 @@ pub(super) async fn feed_from_queue(
             send(row);
             continue;
         }
+        let team_permit = match spec.team_name().and_then(|t| team_slots.get(t)) {
+            Some(s) => s.clone().acquire_owned().await.ok(),
+            None => None,
+        };
         let (env, log) = (env.clone(), TaskLog::new(&spec.id, tx.clone()));
         let task_spec = spec.clone();
         let handle = set.spawn(async move {
             run_task(&task_spec, &env, log).await;
+            drop(team_permit);
             drop(permit);
         });
         running.insert(handle.id(), spec);
@@ -201,11 +228,13 @@ pub(super) fn uploader(
     std::thread::spawn(move || {
         let mut failed = Vec::new();
         for f in rx {
+            // Kept among the running tasks (so its lease is extended) until it is in.
             let attempt = work
                 .attempts
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .remove(&f.key)
+                .get(&f.key)
+                .copied()
                 .unwrap_or(0);
             let read =
                 |p: &Option<std::path::PathBuf>| p.as_ref().and_then(|p| std::fs::read(p).ok());
@@ -218,7 +247,24 @@ pub(super) fn uploader(
                 patch: read(&f.patch),
             };
             let requeue = f.stop_reason == StopReason::Cancelled;
-            if let Err(e) = work.queue.finish(ended, requeue) {
+            // A dropped connection is made again on the next call: try a few times,
+            // the lease held meanwhile, before the task is left to run again elsewhere.
+            let mut last = None;
+            for delay in [0u64, 200, 1000, 3000, 10_000] {
+                std::thread::sleep(Duration::from_millis(delay));
+                match work.queue.finish(ended.clone(), requeue) {
+                    Ok(_) => {
+                        last = None;
+                        break;
+                    }
+                    Err(e) => last = Some(e),
+                }
+            }
+            work.attempts
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&f.key);
+            if let Some(e) = last {
                 eprintln!("agentbatch worker: the result of {} did not reach the queue (it runs again elsewhere): {e}", f.key);
                 failed.push(format!("{}: {e}", f.key));
             }

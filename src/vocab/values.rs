@@ -62,6 +62,42 @@ pub fn is_postgres_url(s: &str) -> bool {
     s.starts_with("postgres://") || s.starts_with("postgresql://")
 }
 
+/// A `postgres://` URL without its password, for messages and reports: the password of
+/// the user part (everything up to the last `@`, which may itself hold `/`, `?` or `@`)
+/// and a `password=` query parameter become `***`.
+pub fn redact_postgres_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let (userinfo, after) = match rest.rsplit_once('@') {
+        Some((u, a)) => (Some(u), a),
+        None => (None, rest),
+    };
+    let user = userinfo.map(|u| match u.split_once(':') {
+        Some((name, _)) => format!("{name}:***@"),
+        None => format!("{u}@"),
+    });
+    let after = match after.split_once('?') {
+        Some((path, query)) => {
+            let kept: Vec<String> = query
+                .split('&')
+                .map(|kv| match kv.split_once('=') {
+                    Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
+                    _ => kv.to_string(),
+                })
+                .collect();
+            format!("{path}?{}", kept.join("&"))
+        }
+        None => after.to_string(),
+    };
+    format!("{scheme}://{}{after}", user.unwrap_or_default())
+}
+
+/// Whether a `postgres://` URL carries a password.
+pub fn postgres_url_has_password(url: &str) -> bool {
+    redact_postgres_url(url) != url
+}
+
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let d = humantime::parse_duration(s.trim()).map_err(|e| {
         format!("invalid duration \"{s}\" ({e}): use a number with a unit, e.g. \"90s\", \"30m\", \"2h\"")

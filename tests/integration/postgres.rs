@@ -157,9 +157,13 @@ fn postgres_answers_every_ledger_operation_as_the_sqlite_file_does() {
 fn concurrent_writers_never_pass_the_cap_and_settle_exactly() {
     let url = fresh_database("race");
     let cap = d("3.00");
-    // Two connections per process would be two stores: four stores, like four machines.
+    // Four sets of connections, as four machines would have (a process shares one set
+    // per URL: the application names tell them apart).
     let stores: Vec<Arc<dyn CapStore>> = (0..4)
-        .map(|_| store::open(std::path::Path::new(&url)).unwrap())
+        .map(|i| {
+            let url = format!("{url}?application_name=writer-{i}");
+            store::open(std::path::Path::new(&url)).unwrap()
+        })
         .collect();
     let threads: Vec<_> = stores
         .iter()

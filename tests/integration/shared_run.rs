@@ -134,6 +134,15 @@ fn three_workers_run_every_task_once_and_collect_writes_a_run_folder() {
         "{}",
         String::from_utf8_lossy(&compare.stderr)
     );
+    // Neither the collected folder nor a worker's share is a run to resume by itself.
+    for (dir, said) in [
+        ("reports/r", "written by collect"),
+        ("reports/workers/w1/r", "one worker's share"),
+    ] {
+        let out = case.agentbatch(&["run", "job.yaml", "--resume", dir]);
+        assert_eq!(out.status.code(), Some(2), "{dir}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains(said), "{dir}");
+    }
     // A folder collect did not write is left alone.
     std::fs::create_dir_all(case.path("mine/r")).unwrap();
     let refused = case.agentbatch(&["collect", &url, "--run-id", "r", "--out", "mine"]);
@@ -461,4 +470,60 @@ fn the_launchers_command_lines_are_ones_agentbatch_accepts() {
     for path in ["Cargo.toml", "Cargo.lock", "src"] {
         assert!(root.join(path).exists(), "the Dockerfile copies {path}");
     }
+}
+
+/// The database drops every connection of the workers mid-run (a restart, a failover):
+/// the next calls connect again and every task still ends exactly once. (Which call
+/// meets a dead connection first is chance here; the uploader's retry of a result is
+/// not singled out by this test.)
+#[test]
+fn a_dropped_connection_loses_no_result_and_runs_nothing_twice() {
+    let url = fresh_database("dropped");
+    let case = Case::new();
+    let slow = job("dropped", 8, "").replace("latency: 10ms", "latency: 300ms");
+    case.write("job.yaml", &slow);
+    assert_eq!(queue(&case, "job.yaml", &url, "d").status.code(), Some(0));
+    let w = worker(&case, &url, "d", "w", "3s");
+    let transcripts = case.path("reports/workers/w/d/transcripts");
+    wait_until("the worker's tasks", Duration::from_secs(60), || {
+        std::fs::read_dir(&transcripts).is_ok_and(|d| d.count() >= 3)
+    });
+    let (u, db) = (url.clone(), url.rsplit('/').next().unwrap().to_string());
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (client, conn) = tokio_postgres::connect(&u, tokio_postgres::NoTls)
+                .await
+                .unwrap();
+            tokio::spawn(conn);
+            let n = client
+                .query(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                     WHERE application_name = 'agentbatch' AND datname = $1",
+                    &[&db],
+                )
+                .await
+                .unwrap()
+                .len();
+            assert!(n > 0, "the worker's connections were cut");
+        });
+    })
+    .join()
+    .unwrap();
+    wait_ok(w);
+    collect(&case, &url, "d");
+    let rows = read_csv(&case.path("reports/d/results.csv"));
+    let keys: HashSet<&str> = rows.iter().map(|r| r["task_id"].as_str()).collect();
+    assert_eq!((rows.len(), keys.len()), (8, 8), "every task exactly once");
+    assert!(
+        rows.iter().all(|r| r["stop_reason"] == "max_turns"),
+        "{rows:?}"
+    );
+    assert!(
+        !case.path("reports/d/superseded.csv").exists(),
+        "no attempt lost its task"
+    );
 }
