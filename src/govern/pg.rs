@@ -92,7 +92,8 @@ CREATE TABLE rate_buckets (
 -- Takes amounts[i] from bucket keys[i] (made full at caps[i], refilling at rates[i] a
 -- second), all or none, by the database's clock: 0 when taken, else the seconds to wait
 -- (a pause, or the longest refill). An amount above a bucket's capacity goes once the
--- bucket is full and leaves it in debt. Rows are locked in key order: no deadlock.
+-- bucket is full and leaves it in debt. Rows are locked in the order the keys come
+-- (a gate always gives its own keys in one order, and a call holds one gate's): no cycle.
 CREATE FUNCTION agentbatch_take(keys TEXT[], amounts DOUBLE PRECISION[],
                                 caps DOUBLE PRECISION[], rates DOUBLE PRECISION[])
 RETURNS DOUBLE PRECISION LANGUAGE plpgsql AS $f$
