@@ -19,6 +19,7 @@ command -v node >/dev/null 2>&1 || missing+=(nodejs)
 command -v npm >/dev/null 2>&1 || missing+=(npm)
 command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || missing+=(chromium)
 [ -n "${AGENTBATCH_TEST_PG_URL:-}" ] || compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql)
+[ -n "${AGENTBATCH_TEST_PG_URL:-}" ] || command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "tests/run.sh: installing ${missing[*]}" >&2
   sudo_cmd=()
@@ -122,7 +123,24 @@ if [ -z "${AGENTBATCH_TEST_PG_URL:-}" ]; then
     tail -n 20 "$pg_dir/initdb.log" >&2
     exit 1
   fi
+  # TLS: a throwaway CA and a server certificate for the name localhost only (so that
+  # verify-full by address fails, as it must); the role tls_only may connect over TLS
+  # only, so a test that gets in as tls_only got in encrypted.
+  if ! pg_run sh -c 'mkdir tls && cd tls &&
+      openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout ca.key -out ca.pem -days 3 -subj /CN=agentbatch-test-ca &&
+      openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout server.key -out server.csr -subj /CN=localhost &&
+      printf "subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n" >server.ext &&
+      openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 3 -extfile server.ext &&
+      chmod 600 server.key' >"$pg_dir/tls.log" 2>&1; then
+    echo "tests/run.sh: openssl could not make the test PostgreSQL server's certificates; its output:" >&2
+    tail -n 20 "$pg_dir/tls.log" >&2
+    exit 1
+  fi
+  pg_run sh -c 'printf "hostssl all tls_only 127.0.0.1/32 trust\nhost all tls_only 127.0.0.1/32 reject\nhost all tls_only ::1/128 reject\n" | cat - data/pg_hba.conf >data/pg_hba.new && mv data/pg_hba.new data/pg_hba.conf'
   cat >>"$pg_dir/data/postgresql.conf" <<EOF
+ssl = on
+ssl_cert_file = '$pg_dir/tls/server.pem'
+ssl_key_file = '$pg_dir/tls/server.key'
 listen_addresses = '127.0.0.1'
 port = $pg_port
 unix_socket_directories = '$pg_dir'
@@ -141,7 +159,12 @@ EOF
     tail -n 20 "$pg_dir/server.log" >&2
     exit 1
   fi
+  if ! "$pg_bin/createuser" -h 127.0.0.1 -p "$pg_port" -U agentbatch --superuser tls_only; then
+    echo "tests/run.sh: cannot create the test server's role tls_only" >&2
+    exit 1
+  fi
   export AGENTBATCH_TEST_PG_URL="postgres://agentbatch@127.0.0.1:$pg_port/agentbatch"
+  export AGENTBATCH_TEST_PG_CA="$pg_dir/tls/ca.pem"
 fi
 
 cargo test --locked "$@"

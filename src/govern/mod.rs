@@ -6,5 +6,6 @@ pub(crate) mod ledger;
 pub mod pg;
 pub mod pg_rate;
 pub mod pg_store;
+pub mod pg_tls;
 pub(crate) mod rate;
 pub mod store;

@@ -12,7 +12,10 @@
 use std::sync::mpsc;
 use std::sync::{Mutex, PoisonError};
 
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
+use tokio_postgres_rustls::MakeRustlsConnect;
+
+use super::pg_tls::{self, Tls};
 
 /// The schema version this program writes. Each step of [`MIGRATIONS`] brings a
 /// database from the version before it to its own.
@@ -217,6 +220,8 @@ pub struct Conn {
 pub struct Link {
     client: Option<Client>,
     config: tokio_postgres::Config,
+    connector: MakeRustlsConnect,
+    tls: Tls,
     url: String,
 }
 
@@ -225,8 +230,14 @@ impl Link {
     pub fn client(&mut self, rt: &tokio::runtime::Runtime) -> Result<&mut Client, PgError> {
         if self.client.as_ref().is_none_or(Client::is_closed) {
             let (client, connection) = rt
-                .block_on(self.config.connect(NoTls))
-                .map_err(|e| self.pg(&e))?;
+                .block_on(self.config.connect(self.connector.clone()))
+                .map_err(|e| {
+                    let detail = describe(&e);
+                    match pg_tls::hint(&self.tls, &detail) {
+                        Some(hint) => self.err(&format!("{detail} ({hint})")),
+                        None => self.err(&detail),
+                    }
+                })?;
             rt.spawn(async move {
                 let _ = connection.await;
             });
@@ -268,6 +279,8 @@ impl Pg {
             url: shown.clone(),
             detail,
         };
+        let (url, tls) = pg_tls::split(url).map_err(err)?;
+        let connector = tls.connector().map_err(err)?;
         let mut config: tokio_postgres::Config = url.parse().map_err(|e| {
             err(format!(
                 "not a PostgreSQL URL ({e}): write postgres://USER@HOST:PORT/DATABASE"
@@ -282,6 +295,7 @@ impl Pg {
             config.application_name("agentbatch");
         }
         config.connect_timeout(std::time::Duration::from_secs(10));
+        config.ssl_mode(tls.mode.ssl_mode());
         // The runtime is made, used and dropped on the connection's thread only: a
         // runtime may not block, nor be dropped, inside another one.
         // The connections' threads take calls from one channel: a call waits only when
@@ -291,6 +305,7 @@ impl Pg {
         for n in 0..CONNECTIONS {
             let (ready, started) = mpsc::channel::<Result<(), PgError>>();
             let (url_for_thread, config, rx) = (shown.clone(), config.clone(), rx.clone());
+            let (connector, tls) = (connector.clone(), tls.clone());
             std::thread::Builder::new()
                 .name(format!("agentbatch-pg-{n}"))
                 .spawn(move || {
@@ -312,6 +327,8 @@ impl Pg {
                         link: Link {
                             client: None,
                             config,
+                            connector,
+                            tls,
                             url: url_for_thread,
                         },
                     };

@@ -330,3 +330,130 @@ fn a_password_in_the_job_files_ledger_url_is_refused() {
     );
     assert!(!err.contains("s3cret"), "{err}");
 }
+
+/// The test server's CA certificate (tests/run.sh turns TLS on and makes the role
+/// tls_only, which the server lets in over TLS only).
+fn test_ca() -> String {
+    std::env::var("AGENTBATCH_TEST_PG_CA").expect(
+        "AGENTBATCH_TEST_PG_CA is not set: run the tests through tests/run.sh, or point it at the CA certificate of the server AGENTBATCH_TEST_PG_URL names, with ssl on and a superuser role tls_only allowed by hostssl lines only",
+    )
+}
+
+/// Connects as tls_only with `query` after `?`, to `host`, and says whether the
+/// session is encrypted (or the error, as the user would read it).
+fn tls_session(db_url: &str, host: &str, query: &str) -> Result<bool, String> {
+    use agentbatch::govern::pg::Pg;
+    let rest = db_url.split_once("://").unwrap().1;
+    let (_, at_host) = rest.split_once('@').unwrap();
+    let port_and_db = at_host.split_once(':').unwrap().1;
+    let port_and_db = port_and_db.split('?').next().unwrap();
+    let url = format!("postgres://tls_only@{host}:{port_and_db}?{query}");
+    let pg = Pg::connect(&url).map_err(|e| e.to_string())?;
+    pg.run(|c| {
+        Box::pin(async move {
+            let row = c
+                .query_one(
+                    "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+                    &[],
+                )
+                .await?;
+            Ok(row.get::<_, bool>(0))
+        })
+    })
+    .map_err(|e| e.to_string())
+}
+
+#[test]
+fn tls_modes_mean_what_they_mean_to_libpq() {
+    let ca = test_ca();
+    let db = fresh_database("tls");
+    // Plain TCP is refused for this role, so each success below was encrypted.
+    let e = tls_session(&db, "127.0.0.1", "sslmode=disable").unwrap_err();
+    assert!(e.contains("pg_hba.conf"), "{e}");
+    for query in ["", "sslmode=prefer", "sslmode=require", "sslmode=allow"] {
+        assert_eq!(tls_session(&db, "127.0.0.1", query), Ok(true), "{query}");
+    }
+    // The chain is checked against the CA given; the name only in verify-full (the
+    // certificate is for localhost, not for 127.0.0.1).
+    let with_ca = |mode: &str| format!("sslmode={mode}&sslrootcert={ca}");
+    assert_eq!(
+        tls_session(&db, "localhost", &with_ca("verify-full")),
+        Ok(true)
+    );
+    assert_eq!(
+        tls_session(&db, "127.0.0.1", &with_ca("verify-ca")),
+        Ok(true)
+    );
+    let e = tls_session(&db, "127.0.0.1", &with_ca("verify-full")).unwrap_err();
+    assert!(e.contains("not for this host name"), "{e}");
+    // Without the CA, the system's roots do not know the test CA.
+    let e = tls_session(&db, "localhost", "sslmode=verify-full&sslrootcert=system").unwrap_err();
+    assert!(e.contains("name its CA file with sslrootcert=PATH"), "{e}");
+    // A CA that did not sign the server's certificate fails require too (libpq: a root
+    // certificate makes require check the chain).
+    let other = tempfile::tempdir().unwrap();
+    let stranger = other.path().join("other-ca.pem");
+    let made = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=stranger",
+        ])
+        .arg("-keyout")
+        .arg(other.path().join("k.pem"))
+        .arg("-out")
+        .arg(&stranger)
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let e = tls_session(
+        &db,
+        "127.0.0.1",
+        &format!("sslmode=require&sslrootcert={}", stranger.display()),
+    )
+    .unwrap_err();
+    assert!(e.contains("invalid peer certificate"), "{e}");
+    let e = tls_session(&db, "127.0.0.1", "sslmode=require&sslkey=/k.pem").unwrap_err();
+    assert!(e.contains("client certificates are not supported"), "{e}");
+}
+
+#[test]
+fn the_command_line_takes_libpq_tls_settings_from_the_environment() {
+    let ca = test_ca();
+    let db = fresh_database("tlscli");
+    let port_db = db.rsplit_once(':').unwrap().1;
+    let url = format!("postgres://tls_only@localhost:{port_db}");
+    let ledger = |mode: &str| {
+        bin()
+            .args(["ledger", "--json", "--ledger", &url])
+            .env("PGSSLMODE", mode)
+            .env("PGSSLROOTCERT", &ca)
+            .output()
+            .unwrap()
+    };
+    let out = ledger("verify-full");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = ledger("disable");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("pg_hba.conf") && err.contains("tls_only@localhost"),
+        "{err}"
+    );
+}
