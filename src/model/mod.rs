@@ -9,6 +9,7 @@
 
 pub(crate) mod anthropic;
 pub(crate) mod backoff;
+pub mod batch;
 pub(crate) mod chat;
 mod compact;
 mod conversation;

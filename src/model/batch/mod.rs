@@ -1,0 +1,307 @@
+//! The providers' batch APIs as a transport for agent turns: the requests the running
+//! tasks make to one provider within a window are pooled into one batch (half price,
+//! answered within hours), the batch is polled with backoff, and each result goes back
+//! to the loop that asked, which goes on as with a synchronous answer.
+//!
+//! One [`Batcher`] per provider of a run owns the pooling; each batch is then watched by
+//! a task of its own, so a slow batch never holds back the next window's.
+
+mod wire;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
+
+pub use wire::{BatchApi, CallError};
+use wire::{Ended, State};
+
+/// What became of one request sent in a batch.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// The answer, as the synchronous endpoint's body would have been.
+    Succeeded {
+        body: Vec<u8>,
+        request_id: Option<String>,
+    },
+    /// The request was refused or failed, as a synchronous request with this status
+    /// would have been. Not billed.
+    Errored {
+        status: u16,
+        error_type: String,
+        message: String,
+    },
+    /// Cancelled before it was processed (by max_wait or a deadline). Not billed.
+    Canceled,
+    /// Not processed within the provider's window. Not billed.
+    Expired,
+    /// The batch itself could not be sent or followed: the request's fate is unknown
+    /// when `maybe_sent`.
+    Failed { message: String, maybe_sent: bool },
+}
+
+/// How requests are pooled and followed (the job's `batch:` setting).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    /// How long the first request of a batch waits for others to join it.
+    pub window: Duration,
+    /// The most requests in one batch (the providers allow 100,000 and 50,000).
+    pub max_requests: usize,
+    /// How long a batch may take before it is cancelled (the providers end it at 24 h).
+    pub max_wait: Duration,
+    /// The first poll's delay; each next one is 1.5 times longer, up to `poll_max`.
+    pub poll_first: Duration,
+    pub poll_max: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            window: Duration::from_secs(10),
+            max_requests: 1000,
+            max_wait: Duration::from_secs(24 * 3600),
+            poll_first: Duration::from_millis(500),
+            poll_max: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Batch API calls made, for the benchmark and the tests.
+#[derive(Debug, Default)]
+pub struct Calls {
+    pub batches: AtomicU64,
+    pub polls: AtomicU64,
+    pub requests: AtomicU64,
+}
+
+/// A request waiting for its batch: the batch id once the batch is created (so the
+/// loop can write it down before the answer comes), then the outcome.
+pub struct Ticket {
+    pub joined: oneshot::Receiver<String>,
+    pub outcome: oneshot::Receiver<(String, Outcome)>,
+}
+
+struct Pending {
+    custom_id: String,
+    body: Value,
+    joined: oneshot::Sender<String>,
+    done: oneshot::Sender<(String, Outcome)>,
+}
+
+/// The pool of one provider's batched requests.
+#[derive(Clone)]
+pub struct Batcher {
+    tx: mpsc::UnboundedSender<Pending>,
+    pub calls: Arc<Calls>,
+}
+
+impl Batcher {
+    /// Starts pooling for `api`; the pooling task ends when every clone is dropped.
+    pub fn start(api: BatchApi, settings: Settings) -> Batcher {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let calls = Arc::new(Calls::default());
+        tokio::spawn(pool(Arc::new(api), settings, rx, calls.clone()));
+        Batcher { tx, calls }
+    }
+
+    /// Queues one request (`body` as the synchronous endpoint takes it, without
+    /// `stream`) under `custom_id` (`[A-Za-z0-9_-]{1,64}`, unique among waiting ones).
+    pub fn submit(&self, custom_id: String, body: Value) -> Ticket {
+        let (joined_tx, joined) = oneshot::channel();
+        let (done_tx, outcome) = oneshot::channel();
+        let pending = Pending {
+            custom_id,
+            body,
+            joined: joined_tx,
+            done: done_tx,
+        };
+        if let Err(mpsc::error::SendError(p)) = self.tx.send(pending) {
+            let _ = p.done.send((
+                String::new(),
+                Outcome::Failed {
+                    message: "the batch pool has stopped".into(),
+                    maybe_sent: false,
+                },
+            ));
+        }
+        Ticket { joined, outcome }
+    }
+}
+
+/// Gathers requests for a window (or until `max_requests`), then hands the batch to a
+/// watcher of its own.
+async fn pool(
+    api: Arc<BatchApi>,
+    settings: Settings,
+    mut rx: mpsc::UnboundedReceiver<Pending>,
+    calls: Arc<Calls>,
+) {
+    while let Some(first) = rx.recv().await {
+        let mut items = vec![first];
+        let until = tokio::time::Instant::now() + settings.window;
+        while items.len() < settings.max_requests {
+            match tokio::time::timeout_at(until, rx.recv()).await {
+                Ok(Some(p)) => items.push(p),
+                Ok(None) | Err(_) => break,
+            }
+        }
+        // A loop that gave up before its batch was sent is not sent for.
+        items.retain(|p| !p.done.is_closed());
+        if items.is_empty() {
+            continue;
+        }
+        tokio::spawn(watch(api.clone(), settings.clone(), items, calls.clone()));
+    }
+}
+
+/// Sends one batch, polls it until it ends (cancelling it past `max_wait`, or when no
+/// loop waits for it any more), and answers each request.
+async fn watch(api: Arc<BatchApi>, settings: Settings, items: Vec<Pending>, calls: Arc<Calls>) {
+    let bodies: Vec<(String, Value)> = items
+        .iter()
+        .map(|p| (p.custom_id.clone(), p.body.clone()))
+        .collect();
+    let mut waiting: HashMap<String, oneshot::Sender<(String, Outcome)>> = HashMap::new();
+    let mut joined = Vec::new();
+    for p in items {
+        joined.push(p.joined);
+        waiting.insert(p.custom_id, p.done);
+    }
+    let fail_all = |waiting: HashMap<String, oneshot::Sender<(String, Outcome)>>,
+                    id: &str,
+                    message: String,
+                    maybe_sent: bool| {
+        for (_, done) in waiting {
+            let _ = done.send((
+                id.to_string(),
+                Outcome::Failed {
+                    message: message.clone(),
+                    maybe_sent,
+                },
+            ));
+        }
+    };
+    let id = match with_retries(|| api.create(&bodies)).await {
+        Ok(id) => id,
+        Err(e) => {
+            // A refused create was not sent; a create cut off may have been.
+            let maybe_sent = e.status.is_none() || e.retryable;
+            fail_all(
+                waiting,
+                "",
+                format!("the batch was not created: {e}"),
+                maybe_sent,
+            );
+            return;
+        }
+    };
+    calls.batches.fetch_add(1, Ordering::Relaxed);
+    calls
+        .requests
+        .fetch_add(bodies.len() as u64, Ordering::Relaxed);
+    for j in joined {
+        let _ = j.send(id.clone());
+    }
+    let created = Instant::now();
+    let mut delay = settings.poll_first;
+    let mut cancelled = false;
+    let ended = loop {
+        tokio::time::sleep(delay).await;
+        delay = settings.poll_max.min(delay.mul_f64(1.5));
+        let abandoned = waiting.values().all(oneshot::Sender::is_closed);
+        if !cancelled && (abandoned || created.elapsed() >= settings.max_wait) {
+            // Best effort: a batch that cannot be cancelled ends on its own.
+            cancelled = with_retries(|| api.cancel(&id)).await.is_ok();
+            if abandoned {
+                return;
+            }
+        }
+        calls.polls.fetch_add(1, Ordering::Relaxed);
+        match with_retries(|| api.poll(&id)).await {
+            Ok(State::Running) => {}
+            Ok(State::Ended(e)) => break e,
+            Ok(State::Failed(why)) => {
+                fail_all(waiting, &id, format!("batch {id} failed: {why}"), false);
+                return;
+            }
+            Err(e) => {
+                fail_all(
+                    waiting,
+                    &id,
+                    format!("batch {id} could not be followed: {e}"),
+                    true,
+                );
+                return;
+            }
+        }
+    };
+    deliver(&api, &id, &ended, waiting).await;
+}
+
+async fn deliver(
+    api: &BatchApi,
+    id: &str,
+    ended: &Ended,
+    mut waiting: HashMap<String, oneshot::Sender<(String, Outcome)>>,
+) {
+    match with_retries(|| api.results(ended)).await {
+        Ok(results) => {
+            for (custom_id, outcome) in results {
+                if let Some(done) = waiting.remove(&custom_id) {
+                    let _ = done.send((id.to_string(), outcome));
+                }
+            }
+            for (custom_id, done) in waiting {
+                let _ = done.send((
+                    id.to_string(),
+                    Outcome::Failed {
+                        message: format!("batch {id} ended without a result for {custom_id}"),
+                        maybe_sent: true,
+                    },
+                ));
+            }
+        }
+        Err(e) => {
+            for (_, done) in waiting {
+                let _ = done.send((
+                    id.to_string(),
+                    Outcome::Failed {
+                        message: format!("the results of batch {id} could not be read: {e}"),
+                        maybe_sent: true,
+                    },
+                ));
+            }
+        }
+    }
+}
+
+/// A batch API call, tried again (up to 6 times in all, 1 s to 16 s apart) while its
+/// failure is one that may pass.
+async fn with_retries<T, F, Fut>(mut call: F) -> Result<T, CallError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, CallError>>,
+{
+    let mut wait = Duration::from_secs(1);
+    let mut tries = 0;
+    loop {
+        match call().await {
+            Ok(v) => return Ok(v),
+            Err(e) if e.retryable && tries < 5 => {
+                tries += 1;
+                tokio::time::sleep(wait.mul_f64(crate::model::backoff::jitter())).await;
+                wait *= 2;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// A `custom_id` for turn `turn`, attempt `attempt` of the task tagged `tag`: the
+/// simulator plays the script registered under the part before the last `--`.
+pub fn custom_id(tag: &str, turn: u32, attempt: u32) -> String {
+    format!("{tag}--{turn}-{attempt}")
+}

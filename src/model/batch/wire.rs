@@ -1,0 +1,464 @@
+//! The providers' batch APIs on the wire (PROTOCOLS.md G, docs/batch-apis.md): create a
+//! batch, poll it, read its results and cancel it, for Anthropic's Message Batches and
+//! OpenAI's Batch API (a JSONL file uploaded with purpose `batch`). Protocol-neutral
+//! above this file: a batch is an id, a state and results matched by `custom_id`.
+
+use std::time::Duration;
+
+use reqwest::header::HeaderMap;
+use reqwest::{Client, Url};
+use serde_json::{json, Value};
+
+use super::Outcome;
+use crate::model::backoff::status_is_retryable;
+use crate::model::Protocol;
+
+/// Where a provider's batch API is and how to reach it.
+#[derive(Debug, Clone)]
+pub struct BatchApi {
+    pub protocol: Protocol,
+    pub client: Client,
+    /// The provider's headers (key, version), as for its synchronous requests.
+    pub headers: HeaderMap,
+    /// Anthropic: `.../v1/messages/batches`. OpenAI: the base (`.../v1`) under which
+    /// `files` and `batches` are.
+    pub root: Url,
+    /// OpenAI: the endpoint each line is for (`/v1/responses`, `/v1/chat/completions`).
+    pub endpoint: String,
+    /// Per HTTP call.
+    pub timeout: Duration,
+}
+
+/// A batch API call that failed: with the HTTP status when there was one, and whether
+/// trying again may help.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallError {
+    pub status: Option<u16>,
+    pub error_type: String,
+    pub message: String,
+    pub retryable: bool,
+}
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.status {
+            Some(s) => write!(f, "HTTP {s} {}: {}", self.error_type, self.message),
+            None => write!(f, "{}: {}", self.error_type, self.message),
+        }
+    }
+}
+
+/// Where a batch stands.
+#[derive(Debug, Clone, PartialEq)]
+pub enum State {
+    /// Still being processed (or validated, finalized, cancelled).
+    Running,
+    /// Done: its results can be read.
+    Ended(Ended),
+    /// The whole batch failed (OpenAI `failed`: its input was refused).
+    Failed(String),
+}
+
+/// Where an ended batch's results are.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Ended {
+    /// Anthropic: the JSONL results URL.
+    Results(Url),
+    /// OpenAI: the output file and the error file, either may be absent.
+    Files {
+        output: Option<String>,
+        error: Option<String>,
+    },
+}
+
+impl BatchApi {
+    fn url(&self, path: &str) -> Result<Url, CallError> {
+        let base = self.root.as_str().trim_end_matches('/');
+        Url::parse(&format!("{base}/{path}")).map_err(|e| CallError {
+            status: None,
+            error_type: "bad_url".into(),
+            message: e.to_string(),
+            retryable: false,
+        })
+    }
+
+    /// Sends the requests (`custom_id`, request body) as one batch; returns its id.
+    pub async fn create(&self, items: &[(String, Value)]) -> Result<String, CallError> {
+        let batch = match self.protocol {
+            Protocol::Anthropic => {
+                let requests: Vec<Value> = items
+                    .iter()
+                    .map(|(id, body)| json!({"custom_id": id, "params": body}))
+                    .collect();
+                let url = self.root.clone();
+                self.send(self.client.post(url).json(&json!({ "requests": requests })))
+                    .await?
+            }
+            Protocol::OpenaiResponses | Protocol::OpenaiChat => {
+                let mut jsonl = Vec::new();
+                for (id, body) in items {
+                    let line = json!({"custom_id": id, "method": "POST", "url": self.endpoint, "body": body});
+                    jsonl.extend_from_slice(line.to_string().as_bytes());
+                    jsonl.push(b'\n');
+                }
+                let part = reqwest::multipart::Part::bytes(jsonl)
+                    .file_name("agentbatch.jsonl")
+                    .mime_str("application/jsonl")
+                    .map_err(|e| local(e.to_string()))?;
+                let form = reqwest::multipart::Form::new()
+                    .text("purpose", "batch")
+                    .part("file", part);
+                let file = self
+                    .send(self.client.post(self.url("files")?).multipart(form))
+                    .await?;
+                let file_id = text(&file, "id")?;
+                self.send(self.client.post(self.url("batches")?).json(&json!({
+                    "input_file_id": file_id,
+                    "endpoint": self.endpoint,
+                    "completion_window": "24h",
+                })))
+                .await?
+            }
+        };
+        text(&batch, "id")
+    }
+
+    /// Where the batch stands.
+    pub async fn poll(&self, id: &str) -> Result<State, CallError> {
+        match self.protocol {
+            Protocol::Anthropic => {
+                let b = self.send(self.client.get(self.url(id)?)).await?;
+                if b.get("processing_status").and_then(Value::as_str) != Some("ended") {
+                    return Ok(State::Running);
+                }
+                let results = match b.get("results_url").and_then(Value::as_str) {
+                    Some(u) => Url::parse(u).or_else(|_| self.url(&format!("{id}/results"))),
+                    None => self.url(&format!("{id}/results")),
+                }?;
+                Ok(State::Ended(Ended::Results(results)))
+            }
+            Protocol::OpenaiResponses | Protocol::OpenaiChat => {
+                let b = self
+                    .send(self.client.get(self.url(&format!("batches/{id}"))?))
+                    .await?;
+                let file = |k: &str| b.get(k).and_then(Value::as_str).map(str::to_string);
+                match b.get("status").and_then(Value::as_str).unwrap_or("") {
+                    "completed" | "expired" | "cancelled" => Ok(State::Ended(Ended::Files {
+                        output: file("output_file_id"),
+                        error: file("error_file_id"),
+                    })),
+                    "failed" => {
+                        let why = b
+                            .pointer("/errors/data")
+                            .and_then(Value::as_array)
+                            .map(|errs| {
+                                errs.iter()
+                                    .filter_map(|e| e.get("message").and_then(Value::as_str))
+                                    .collect::<Vec<_>>()
+                                    .join("; ")
+                            })
+                            .filter(|s| !s.is_empty())
+                            .unwrap_or_else(|| "the provider gave no reason".into());
+                        Ok(State::Failed(why))
+                    }
+                    _ => Ok(State::Running),
+                }
+            }
+        }
+    }
+
+    /// The ended batch's results, by `custom_id`.
+    pub async fn results(&self, ended: &Ended) -> Result<Vec<(String, Outcome)>, CallError> {
+        let mut out = Vec::new();
+        match ended {
+            Ended::Results(url) => {
+                let body = self.fetch(self.client.get(url.clone())).await?;
+                for line in lines(&body)? {
+                    out.push(anthropic_result(&line)?);
+                }
+            }
+            Ended::Files { output, error } => {
+                for file in [output, error].into_iter().flatten() {
+                    let url = self.url(&format!("files/{file}/content"))?;
+                    let body = self.fetch(self.client.get(url)).await?;
+                    for line in lines(&body)? {
+                        out.push(openai_result(&line)?);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Asks the provider to stop the batch: what it has not processed is not billed.
+    pub async fn cancel(&self, id: &str) -> Result<(), CallError> {
+        let url = match self.protocol {
+            Protocol::Anthropic => self.url(&format!("{id}/cancel"))?,
+            _ => self.url(&format!("batches/{id}/cancel"))?,
+        };
+        self.send(self.client.post(url)).await.map(|_| ())
+    }
+
+    async fn send(&self, req: reqwest::RequestBuilder) -> Result<Value, CallError> {
+        let body = self.fetch(req).await?;
+        serde_json::from_slice(&body).map_err(|e| CallError {
+            status: None,
+            error_type: "malformed".into(),
+            message: format!("the batch API's answer is not JSON: {e}"),
+            retryable: false,
+        })
+    }
+
+    async fn fetch(&self, req: reqwest::RequestBuilder) -> Result<Vec<u8>, CallError> {
+        let resp = req
+            .headers(self.headers.clone())
+            .timeout(self.timeout)
+            .send()
+            .await
+            .map_err(|e| CallError {
+                status: None,
+                error_type: "connection".into(),
+                message: e.to_string(),
+                retryable: true,
+            })?;
+        let status = resp.status().as_u16();
+        let body = resp.bytes().await.map_err(|e| CallError {
+            status: Some(status),
+            error_type: "connection".into(),
+            message: format!("the answer was cut off: {e}"),
+            retryable: true,
+        })?;
+        if !(200..300).contains(&status) {
+            let (error_type, message) = error_of(&body);
+            return Err(CallError {
+                status: Some(status),
+                error_type,
+                message,
+                retryable: status_is_retryable(status, None),
+            });
+        }
+        Ok(body.to_vec())
+    }
+}
+
+fn local(message: String) -> CallError {
+    CallError {
+        status: None,
+        error_type: "local".into(),
+        message,
+        retryable: false,
+    }
+}
+
+fn text(v: &Value, key: &str) -> Result<String, CallError> {
+    v.get(key)
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .ok_or_else(|| CallError {
+            status: None,
+            error_type: "malformed".into(),
+            message: format!("the batch API's answer has no \"{key}\""),
+            retryable: false,
+        })
+}
+
+/// The error type and message of an error body, in either provider's shape.
+fn error_of(body: &[u8]) -> (String, String) {
+    let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    let e = v.get("error").unwrap_or(&v);
+    let field = |k: &str| e.get(k).and_then(Value::as_str).map(str::to_string);
+    let error_type = field("type")
+        .or_else(|| field("code"))
+        .unwrap_or_else(|| "error".into());
+    let message = field("message")
+        .unwrap_or_else(|| String::from_utf8_lossy(&body[..body.len().min(500)]).into_owned());
+    (error_type, message)
+}
+
+fn lines(body: &[u8]) -> Result<Vec<Value>, CallError> {
+    body.split(|b| *b == b'\n')
+        .filter(|l| !l.iter().all(u8::is_ascii_whitespace))
+        .map(|l| {
+            serde_json::from_slice(l).map_err(|e| CallError {
+                status: None,
+                error_type: "malformed".into(),
+                message: format!("a results line is not JSON: {e}"),
+                retryable: false,
+            })
+        })
+        .collect()
+}
+
+fn custom_id(line: &Value) -> Result<String, CallError> {
+    text(line, "custom_id")
+}
+
+/// One line of Anthropic's results file.
+fn anthropic_result(line: &Value) -> Result<(String, Outcome), CallError> {
+    let id = custom_id(line)?;
+    let r = line.get("result").unwrap_or(&Value::Null);
+    let outcome = match r.get("type").and_then(Value::as_str) {
+        Some("succeeded") => Outcome::Succeeded {
+            body: r
+                .get("message")
+                .map(|m| m.to_string().into_bytes())
+                .unwrap_or_default(),
+            request_id: None,
+        },
+        Some("errored") => {
+            let e = r.get("error").unwrap_or(&Value::Null);
+            // The error is an error response: {type: "error", error: {type, message}}.
+            let inner = e.get("error").unwrap_or(e);
+            let error_type = inner
+                .get("type")
+                .and_then(Value::as_str)
+                .unwrap_or("api_error")
+                .to_string();
+            Outcome::Errored {
+                status: status_of_anthropic_error(&error_type),
+                message: inner
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string(),
+                error_type,
+            }
+        }
+        Some("canceled") => Outcome::Canceled,
+        Some("expired") => Outcome::Expired,
+        other => {
+            return Err(CallError {
+                status: None,
+                error_type: "malformed".into(),
+                message: format!("result of {id} has the unknown type {other:?}"),
+                retryable: false,
+            })
+        }
+    };
+    Ok((id, outcome))
+}
+
+/// The HTTP status a synchronous request would have had for an Anthropic error type
+/// (the batch result carries the type only).
+fn status_of_anthropic_error(t: &str) -> u16 {
+    match t {
+        "invalid_request_error" => 400,
+        "authentication_error" => 401,
+        "permission_error" => 403,
+        "not_found_error" => 404,
+        "request_too_large" => 413,
+        "rate_limit_error" => 429,
+        "overloaded_error" => 529,
+        _ => 500,
+    }
+}
+
+/// One line of an OpenAI output or error file.
+fn openai_result(line: &Value) -> Result<(String, Outcome), CallError> {
+    let id = custom_id(line)?;
+    if let Some(code) = line.pointer("/error/code").and_then(Value::as_str) {
+        let message = line
+            .pointer("/error/message")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let outcome = match code {
+            "batch_expired" => Outcome::Expired,
+            "batch_cancelled" => Outcome::Canceled,
+            _ => Outcome::Errored {
+                status: 400,
+                error_type: code.to_string(),
+                message,
+            },
+        };
+        return Ok((id, outcome));
+    }
+    let resp = line.get("response").unwrap_or(&Value::Null);
+    let status = resp
+        .get("status_code")
+        .and_then(Value::as_u64)
+        .and_then(|s| u16::try_from(s).ok())
+        .unwrap_or(0);
+    let body = resp.get("body").unwrap_or(&Value::Null);
+    let request_id = resp
+        .get("request_id")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let outcome = if status == 200 {
+        Outcome::Succeeded {
+            body: body.to_string().into_bytes(),
+            request_id,
+        }
+    } else {
+        let (error_type, message) = error_of(body.to_string().as_bytes());
+        Outcome::Errored {
+            status,
+            error_type,
+            message,
+        }
+    };
+    Ok((id, outcome))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn anthropic_result_lines_are_read_by_their_type() {
+        let ok = json!({"custom_id": "t1--1-1", "result": {"type": "succeeded", "message": {"id": "msg_1"}}});
+        let (id, o) = anthropic_result(&ok).unwrap();
+        assert_eq!(id, "t1--1-1");
+        assert!(matches!(o, Outcome::Succeeded { ref body, .. } if body == br#"{"id":"msg_1"}"#));
+        let err = json!({"custom_id": "a", "result": {"type": "errored", "error": {"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}}});
+        assert_eq!(
+            anthropic_result(&err).unwrap().1,
+            Outcome::Errored {
+                status: 529,
+                error_type: "overloaded_error".into(),
+                message: "busy".into()
+            }
+        );
+        for (t, o) in [
+            ("canceled", Outcome::Canceled),
+            ("expired", Outcome::Expired),
+        ] {
+            let l = json!({"custom_id": "a", "result": {"type": t}});
+            assert_eq!(anthropic_result(&l).unwrap().1, o);
+        }
+        let bad = json!({"custom_id": "a", "result": {"type": "pending"}});
+        assert!(anthropic_result(&bad).is_err());
+        assert!(anthropic_result(&json!({"result": {"type": "expired"}})).is_err());
+    }
+
+    #[test]
+    fn openai_lines_tell_success_request_errors_and_batch_ends_apart() {
+        let ok = json!({"id": "r1", "custom_id": "a", "response": {"status_code": 200, "request_id": "req_9", "body": {"id": "resp_1"}}, "error": null});
+        assert_eq!(
+            openai_result(&ok).unwrap().1,
+            Outcome::Succeeded {
+                body: br#"{"id":"resp_1"}"#.to_vec(),
+                request_id: Some("req_9".into())
+            }
+        );
+        let refused = json!({"custom_id": "b", "response": {"status_code": 400, "body": {"error": {"type": "invalid_request_error", "message": "bad"}}}, "error": null});
+        assert_eq!(
+            openai_result(&refused).unwrap().1,
+            Outcome::Errored {
+                status: 400,
+                error_type: "invalid_request_error".into(),
+                message: "bad".into()
+            }
+        );
+        let expired = json!({"custom_id": "c", "response": null, "error": {"code": "batch_expired", "message": "x"}});
+        assert_eq!(openai_result(&expired).unwrap().1, Outcome::Expired);
+        let cancelled = json!({"custom_id": "d", "response": null, "error": {"code": "batch_cancelled", "message": "x"}});
+        assert_eq!(openai_result(&cancelled).unwrap().1, Outcome::Canceled);
+    }
+
+    #[test]
+    fn results_files_skip_blank_lines_and_refuse_broken_ones() {
+        assert_eq!(lines(b"{\"a\":1}\n\n  \n{\"b\":2}\n").unwrap().len(), 2);
+        assert!(lines(b"{\"a\":1}\n{oops\n").is_err());
+    }
+}
