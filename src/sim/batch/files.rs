@@ -136,16 +136,17 @@ pub(super) async fn upload(
             &r.message,
         );
     }
-    let mut form =
-        match Multipart::from_request(req, &()).await {
-            Ok(m) => m,
-            Err(e) => return bad(
+    let mut form = match Multipart::from_request(req, &()).await {
+        Ok(m) => m,
+        Err(e) => {
+            return bad(
                 &state,
                 &format!(
                     "The request must be multipart/form-data with `purpose` and `file` fields: {e}"
                 ),
-            ),
-        };
+            )
+        }
+    };
     let mut purpose = None;
     let mut file = None;
     loop {
