@@ -221,14 +221,14 @@ pub(super) async fn create(
 }
 
 /// The batch a GET or cancel names, after the credentials are checked.
-fn find(state: &SimState, p: Params, headers: &HeaderMap) -> Result<Arc<Batch>, Response> {
+fn find(state: &SimState, p: Params, headers: &HeaderMap) -> Result<Arc<Batch>, Box<Response>> {
     let (run, id) = params(p);
-    check_key(Protocol::Anthropic, headers).map_err(|r| refuse(state, &r))?;
+    check_key(Protocol::Anthropic, headers).map_err(|r| Box::new(refuse(state, &r)))?;
     state
         .batches
         .get(&run, &id)
         .filter(|b| matches!(b.api, Api::Anthropic))
-        .ok_or_else(|| not_found(state, &id))
+        .ok_or_else(|| Box::new(not_found(state, &id)))
 }
 
 pub(super) async fn retrieve(
@@ -238,7 +238,7 @@ pub(super) async fn retrieve(
 ) -> Response {
     let batch = match find(&state, p, &headers) {
         Ok(b) => b,
-        Err(resp) => return resp,
+        Err(resp) => return *resp,
     };
     let mut p = super::lock(&batch.progress);
     p.calls.polls_ms.push(now_ms(&state));
@@ -252,7 +252,7 @@ pub(super) async fn cancel(
 ) -> Response {
     let batch = match find(&state, p, &headers) {
         Ok(b) => b,
-        Err(resp) => return resp,
+        Err(resp) => return *resp,
     };
     if super::lock(&batch.progress).phase == Phase::Ended {
         return refuse(
@@ -288,7 +288,7 @@ pub(super) async fn results(
 ) -> Response {
     let batch = match find(&state, p, &headers) {
         Ok(b) => b,
-        Err(resp) => return resp,
+        Err(resp) => return *resp,
     };
     let mut p = super::lock(&batch.progress);
     p.calls.results_ms.push(now_ms(&state));

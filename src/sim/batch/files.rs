@@ -216,13 +216,15 @@ fn no_such_file(state: &SimState, id: &str) -> Response {
 }
 
 /// The file a GET names, after the credentials are checked.
-fn find(state: &SimState, p: Params, headers: &HeaderMap) -> Result<Arc<File>, Response> {
+fn find(state: &SimState, p: Params, headers: &HeaderMap) -> Result<Arc<File>, Box<Response>> {
     let (run, id) = params(p);
     if let Err(r) = check_key(Protocol::OpenaiResponses, headers) {
         let code = r.code.as_deref().unwrap_or("");
-        return Err(openai_error(state, r.status, code, None, &r.message));
+        return Err(Box::new(openai_error(
+            state, r.status, code, None, &r.message,
+        )));
     }
-    get(state, &run, &id).ok_or_else(|| no_such_file(state, &id))
+    get(state, &run, &id).ok_or_else(|| Box::new(no_such_file(state, &id)))
 }
 
 pub(super) async fn retrieve(
@@ -232,7 +234,7 @@ pub(super) async fn retrieve(
 ) -> Response {
     match find(&state, p, &headers) {
         Ok(f) => Json(f.object()).into_response(),
-        Err(resp) => resp,
+        Err(resp) => *resp,
     }
 }
 
@@ -243,7 +245,7 @@ pub(super) async fn content(
 ) -> Response {
     let file = match find(&state, p, &headers) {
         Ok(f) => f,
-        Err(resp) => return resp,
+        Err(resp) => return *resp,
     };
     if let Some(batch) = state.batches.batch_of_file(&file.id) {
         lock(&batch.progress).calls.results_ms.push(now_ms(&state));

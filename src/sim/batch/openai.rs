@@ -461,24 +461,26 @@ pub(super) fn write_files(state: &SimState, batch: &Batch, p: &mut Progress) {
 }
 
 /// The batch a GET or cancel names, after the credentials are checked.
-fn find(state: &SimState, p: Params, headers: &HeaderMap) -> Result<Arc<Batch>, Response> {
+fn find(state: &SimState, p: Params, headers: &HeaderMap) -> Result<Arc<Batch>, Box<Response>> {
     let (run, id) = params(p);
     if let Err(r) = check_key(Protocol::OpenaiResponses, headers) {
         let code = r.code.as_deref().unwrap_or("");
-        return Err(openai_error(state, r.status, code, None, &r.message));
+        return Err(Box::new(openai_error(
+            state, r.status, code, None, &r.message,
+        )));
     }
     state
         .batches
         .get(&run, &id)
         .filter(|b| matches!(b.api, Api::OpenAi { .. }))
         .ok_or_else(|| {
-            openai_error(
+            Box::new(openai_error(
                 state,
                 StatusCode::NOT_FOUND,
                 "",
                 None,
                 &format!("No batch found with id '{id}'."),
-            )
+            ))
         })
 }
 
@@ -489,7 +491,7 @@ pub(super) async fn retrieve(
 ) -> Response {
     let batch = match find(&state, p, &headers) {
         Ok(b) => b,
-        Err(resp) => return resp,
+        Err(resp) => return *resp,
     };
     let mut p = lock(&batch.progress);
     p.calls.polls_ms.push(now_ms(&state));
@@ -503,7 +505,7 @@ pub(super) async fn cancel(
 ) -> Response {
     let batch = match find(&state, p, &headers) {
         Ok(b) => b,
-        Err(resp) => return resp,
+        Err(resp) => return *resp,
     };
     let refused = {
         let p = lock(&batch.progress);
