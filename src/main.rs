@@ -20,7 +20,7 @@ use agentbatch::bench;
 use agentbatch::job::{self, JobError, Plan};
 use agentbatch::report::ProgressMode;
 use agentbatch::run::{self, RunOptions};
-use agentbatch::sim::Sim;
+use agentbatch::sim::{BatchSettings, Sim};
 use agentbatch::text::clip_quotes;
 use agentbatch::tools::Registry;
 use agentbatch::vocab::limits::RateLimits;
@@ -220,6 +220,15 @@ enum Command {
         /// long benchmark runs, which would otherwise hold every body sent).
         #[arg(long)]
         no_request_bodies: bool,
+        /// Batch APIs: time from a batch's creation to its first item's result.
+        #[arg(long, default_value = "200ms", value_parser = parse_duration)]
+        batch_delay: Duration,
+        /// Batch APIs: time between one item's result and the next (a batch seen part done).
+        #[arg(long, default_value = "0s", value_parser = parse_duration)]
+        batch_spread: Duration,
+        /// Batch APIs: time from creation after which unprocessed items expire.
+        #[arg(long, default_value = "24h", value_parser = parse_duration)]
+        batch_expire_after: Duration,
     },
     /// Measure rate-limit goodput and cap precision against the simulator.
     Bench {
@@ -348,6 +357,9 @@ fn main() -> ExitCode {
                 otpm,
                 burst,
                 no_request_bodies,
+                batch_delay,
+                batch_spread,
+                batch_expire_after,
             } => {
                 let limits = RateLimits {
                     rpm,
@@ -355,9 +367,24 @@ fn main() -> ExitCode {
                     otpm,
                     burst,
                 };
+                let batches = BatchSettings {
+                    delay: batch_delay,
+                    spread: batch_spread,
+                    expire_after: batch_expire_after,
+                    ..BatchSettings::default()
+                };
                 report_error(
                     "sim",
-                    sim_cmd(port, &host, job, script, limits, !no_request_bodies).await,
+                    sim_cmd(
+                        port,
+                        &host,
+                        job,
+                        script,
+                        limits,
+                        batches,
+                        !no_request_bodies,
+                    )
+                    .await,
                 )
             }
             Command::Bench {
@@ -577,6 +604,7 @@ async fn sim_cmd(
     job: Option<PathBuf>,
     script: Option<PathBuf>,
     limits: RateLimits,
+    batches: BatchSettings,
     keep_bodies: bool,
 ) -> anyhow::Result<()> {
     let addr: SocketAddr = format!("{host}:{port}")
@@ -586,6 +614,7 @@ async fn sim_cmd(
         .await
         .with_context(|| format!("cannot listen on {addr}"))?;
     sim.set_limits(Some(&limits));
+    sim.set_batch_settings(batches);
     sim.keep_request_bodies(keep_bodies);
     let mut registered = 0;
     if let Some(path) = &job {

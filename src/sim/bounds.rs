@@ -88,9 +88,11 @@ impl Script {
             .map(|(i, t)| (format!("turns[{i}]"), t));
         for (at, t) in named.chain(self.summary.as_deref().map(|t| ("summary".to_string(), t))) {
             for f in &t.faults {
-                if (f.status, f.disconnect, f.mid_stream) == (None, false, None) {
+                if (f.status, f.disconnect, f.mid_stream, f.batch_expire)
+                    == (None, false, None, false)
+                {
                     return Err(format!(
-                        "{at}.faults: a fault needs `status: <code>`, `disconnect: true` or `mid_stream: <kind>`"
+                        "{at}.faults: a fault needs `status: <code>`, `disconnect: true`, `mid_stream: <kind>` or `batch_expire: true`"
                     )
                     .into());
                 }
@@ -196,6 +198,12 @@ fn check_fault(at: &str, f: &Fault) -> Result<(), OutOfBounds> {
     }
     delay_at_most(&format!("{at}.retry_after"), f.retry_after, MAX_HEADER_WAIT)?;
     delay_at_most(&format!("{at}.reset_after"), f.reset_after, MAX_HEADER_WAIT)?;
+    if f.batch_expire && (f.status.is_some() || f.disconnect || f.mid_stream.is_some()) {
+        return Err(format!(
+            "{at}.batch_expire: a fault is one of `status`, `disconnect`, `mid_stream` or `batch_expire`"
+        )
+        .into());
+    }
     check_mid_stream(at, f)
 }
 

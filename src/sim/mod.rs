@@ -11,8 +11,11 @@
 //! same with conversation state (faults played, answers sent) kept apart per run, which
 //! is what the runner uses, so a standalone simulator serves many runs alike; `POST /E`
 //! plays the script registered under the empty key; `GET /_sim/requests` returns the
-//! request log.
+//! request log. The providers' batch APIs (`/v1/messages/batches`, `/v1/files`,
+//! `/v1/batches`, at the root and under `/r/{run}`) play each item like a synchronous
+//! request (see `batch`); `GET /_sim/batches` shows their progress and the calls made.
 
+mod batch;
 mod bounds;
 mod cache;
 pub(crate) mod chaos;
@@ -45,6 +48,7 @@ use serde_json::Value;
 use tokio::task::JoinHandle;
 
 use crate::model::Protocol;
+pub use batch::{item_key, BatchCalls, BatchRecord, BatchSettings, ItemRecord};
 use check::History;
 use fault::{play_fault, slow_body};
 use script::Script;
@@ -80,6 +84,10 @@ pub struct RecordedRequest {
     /// The message the simulator rendered for a 200 answer (before any scripted body
     /// damage), so tests can check replays and usage against it.
     pub response: Option<Value>,
+    /// The batch the request came in as an item of (absent for a synchronous request),
+    /// so tests can tell what a provider bills at batch prices.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batch: Option<String>,
 }
 
 type Key = (String, usize);
@@ -97,6 +105,7 @@ struct SimState {
     keep_bodies: std::sync::atomic::AtomicBool,
     request_ids: AtomicU64,
     cache: cache::PromptCache,
+    batches: batch::Store,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -145,6 +154,7 @@ impl Sim {
             keep_bodies: std::sync::atomic::AtomicBool::new(true),
             request_ids: AtomicU64::default(),
             cache: cache::PromptCache::default(),
+            batches: batch::Store::default(),
         });
         let mut app = Router::new();
         for protocol in Protocol::ALL {
@@ -169,8 +179,11 @@ impl Sim {
                     }),
                 );
         }
+        let app = batch::routes(app, "");
+        let app = batch::routes(app, "/r/{run}");
         let app = app
             .route("/_sim/requests", get(requests))
+            .route("/_sim/batches", get(batches))
             .fallback(not_found)
             .with_state(state.clone());
         let listener = tokio::net::TcpListener::bind(addr).await?;
@@ -237,6 +250,16 @@ impl Sim {
     pub fn requests(&self) -> Vec<RecordedRequest> {
         lock(&self.state.log).clone()
     }
+
+    /// How batches are processed from now on (delay, spread, expiry, size limits).
+    pub fn set_batch_settings(&self, settings: BatchSettings) {
+        self.state.batches.set_settings(settings);
+    }
+
+    /// Every batch created so far, with its items' progress and the calls made about it.
+    pub fn batches(&self) -> Vec<BatchRecord> {
+        self.state.batches.records()
+    }
 }
 
 /// The path of a protocol's endpoint under an API root.
@@ -250,6 +273,10 @@ fn endpoint_path(protocol: Protocol) -> &'static str {
 
 async fn requests(State(state): State<Arc<SimState>>) -> Json<Vec<RecordedRequest>> {
     Json(lock(&state.log).clone())
+}
+
+async fn batches(State(state): State<Arc<SimState>>) -> Json<Vec<BatchRecord>> {
+    Json(state.batches.records())
 }
 
 async fn not_found() -> Response {
@@ -348,28 +375,45 @@ async fn messages(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let request_id = format!(
-        "req_sim_{:06}",
-        state.request_ids.fetch_add(1, Ordering::Relaxed) + 1
-    );
-    let parsed: Result<Value, _> = serde_json::from_slice(&body);
+    play(&state, protocol, run, key, &headers, &body, None)
+        .await
+        .0
+}
+
+/// Plays one request to a model endpoint and logs it: the synchronous routes and every
+/// item of a batch go through here, so a batched turn is checked, cached, counted and
+/// answered exactly like the same turn sent alone. Returns the answer and its request
+/// id. An item that a scripted `batch_expire` fault expires is not logged: the provider
+/// never ran it.
+async fn play(
+    state: &SimState,
+    protocol: Protocol,
+    run: String,
+    key: String,
+    headers: &HeaderMap,
+    body: &[u8],
+    batch: Option<&str>,
+) -> (Response, String) {
+    let request_id = next_request_id(state);
+    let parsed: Result<Value, _> = serde_json::from_slice(body);
     let mut rec = RecordedRequest {
         at_ms: state.started.elapsed().as_millis() as u64,
-        run: run.clone(),
-        key: key.clone(),
+        run,
+        key,
         protocol,
         step: None,
-        headers: recorded_headers(&headers),
+        headers: recorded_headers(headers),
         body: match &parsed {
             _ if !state.keep_bodies.load(Ordering::Relaxed) => Value::Null,
             Ok(v) => v.clone(),
-            Err(_) => Value::String(String::from_utf8_lossy(&body).into_owned()),
+            Err(_) => Value::String(String::from_utf8_lossy(body).into_owned()),
         },
         status: 200,
         error: None,
         response: None,
+        batch: batch.map(str::to_string),
     };
-    let outcome = answer(&state, &headers, parsed, body.len(), &request_id, &mut rec).await;
+    let outcome = answer(state, headers, parsed, body.len(), &request_id, &mut rec).await;
     let resp = match outcome {
         Ok(resp) => resp,
         Err(refusal) => {
@@ -381,14 +425,32 @@ async fn messages(
     if !state.keep_bodies.load(Ordering::Relaxed) {
         rec.response = None;
     }
-    lock(&state.log).push(rec);
-    resp
+    if resp.extensions().get::<batch::Expired>().is_none() {
+        lock(&state.log).push(rec);
+    }
+    (resp, request_id)
 }
 
 /// The client's credentials and headers, as each protocol requires them.
 fn check_headers(protocol: Protocol, headers: &HeaderMap) -> Result<String, Refusal> {
+    let version = check_key(protocol, headers)?;
+    let content_type = headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if !content_type.starts_with("application/json") {
+        return Err(Refusal::bad_request(
+            "content-type must be application/json",
+        ));
+    }
+    Ok(version)
+}
+
+/// The client's credentials (and Anthropic's version header, which it returns): what
+/// every request needs, a body or not.
+fn check_key(protocol: Protocol, headers: &HeaderMap) -> Result<String, Refusal> {
     let header = |n: &str| headers.get(n).and_then(|v| v.to_str().ok()).unwrap_or("");
-    let version = match protocol {
+    match protocol {
         Protocol::Anthropic => {
             if header("x-api-key").is_empty() && header("authorization").is_empty() {
                 return Err(Refusal::new(
@@ -403,7 +465,7 @@ fn check_headers(protocol: Protocol, headers: &HeaderMap) -> Result<String, Refu
                     "anthropic-version: header is required",
                 ));
             }
-            version
+            Ok(version)
         }
         Protocol::OpenaiResponses | Protocol::OpenaiChat => {
             if !header("authorization").starts_with("Bearer ") {
@@ -415,15 +477,17 @@ fn check_headers(protocol: Protocol, headers: &HeaderMap) -> Result<String, Refu
                 r.code = Some("invalid_api_key".into());
                 return Err(r);
             }
-            String::new()
+            Ok(String::new())
         }
-    };
-    if !header("content-type").starts_with("application/json") {
-        return Err(Refusal::bad_request(
-            "content-type must be application/json",
-        ));
     }
-    Ok(version)
+}
+
+/// A fresh request id, as every answer carries one.
+fn next_request_id(state: &SimState) -> String {
+    format!(
+        "req_sim_{:06}",
+        state.request_ids.fetch_add(1, Ordering::Relaxed) + 1
+    )
 }
 
 /// Checks and answers one request; `rec` names the run, script key and protocol and
@@ -499,7 +563,11 @@ async fn answer(
         r.code = code.map(str::to_string);
         return Err(r);
     }
-    let limits = lock(&state.limits).clone();
+    // Batches have their own quota: their items do not count against per-minute limits.
+    let limits = match rec.batch {
+        Some(_) => None,
+        None => lock(&state.limits).clone(),
+    };
     let mut rate_headers = match &limits {
         None => Vec::new(),
         Some(l) => {
@@ -579,6 +647,9 @@ async fn answer(
             attempt + 1,
             turn.faults.len()
         ));
+        if fault.batch_expire && rec.batch.is_some() {
+            return Ok(batch::expired_response());
+        }
         let resp = match fault.mid_stream {
             None => play_fault(protocol, fault, request_id),
             Some(kind) if streaming => {

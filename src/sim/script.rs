@@ -242,6 +242,11 @@ pub struct Fault {
     /// (default: forever, the connection held open), to test idle timeouts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stall_for: Option<HumanDuration>,
+    /// In a batch, the item expires instead of being played (as if the batch's 24 hours
+    /// ran out first), so a runner's handling of expired items can be tested; a
+    /// synchronous request, which cannot expire, gets a 500 instead.
+    #[serde(default)]
+    pub batch_expire: bool,
 }
 
 /// How a streamed answer fails after its first events.

@@ -25,6 +25,7 @@ mod repeats;
 mod repo;
 mod reports;
 mod shared_run;
+mod sim_batch;
 mod stream_runs;
 mod streaming;
 mod summarize;

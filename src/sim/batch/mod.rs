@@ -1,0 +1,568 @@
+//! The providers' batch APIs (Anthropic's Message Batches; OpenAI's Files and Batch
+//! API for `/v1/responses` and `/v1/chat/completions`), so a runner that sends its turns
+//! overnight at half price can be tested like one that sends them one by one. Each item
+//! is played by the same code as a synchronous request (`super::play`): the same script
+//! step, history checks, prompt cache and usage, so a conversation carried on through
+//! batches is the one it would have been without them. The wire facts and their sources
+//! are in docs/batch-apis.md.
+
+mod anthropic;
+mod files;
+mod openai;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{HeaderMap, HeaderValue};
+use axum::response::Response;
+use axum::routing::{get, post, MethodRouter};
+use axum::Router;
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
+use tokio::sync::Notify;
+
+use super::{lock, play, respond, SimState};
+use crate::model::Protocol;
+
+pub(super) use files::File;
+
+/// How the simulator processes batches. The real APIs take minutes to hours; tests want
+/// milliseconds, and sometimes a batch that is seen half done, or one that runs out of
+/// time.
+#[derive(Debug, Clone)]
+pub struct BatchSettings {
+    /// From a batch's creation to its first item's result.
+    pub delay: Duration,
+    /// Between one item's result and the next (item i is done at `delay + i * spread`),
+    /// so a poll can see a batch part done.
+    pub spread: Duration,
+    /// From creation until the items not yet processed expire (the real APIs: 24 hours).
+    pub expire_after: Duration,
+    /// The most requests in one Message Batch (Anthropic: 100,000).
+    pub max_anthropic_requests: usize,
+    /// The most requests in one OpenAI batch input file (50,000).
+    pub max_openai_requests: usize,
+}
+
+impl Default for BatchSettings {
+    fn default() -> BatchSettings {
+        BatchSettings {
+            delay: Duration::from_millis(200),
+            spread: Duration::ZERO,
+            expire_after: Duration::from_secs(24 * 3600),
+            max_anthropic_requests: 100_000,
+            max_openai_requests: 50_000,
+        }
+    }
+}
+
+/// The script key an item plays: the part of its custom_id before the last `--`
+/// (`task7--3` plays `task7`), or the whole custom_id when it has no `--`. A batch holds
+/// the turns of many tasks, and a custom_id is all an item carries.
+pub fn item_key(custom_id: &str) -> &str {
+    match custom_id.rfind("--") {
+        Some(i) => &custom_id[..i],
+        None => custom_id,
+    }
+}
+
+/// Marks the answer to an item that a scripted `batch_expire` fault expired.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Expired;
+
+pub(super) fn expired_response() -> Response {
+    let mut resp = Response::new(Body::empty());
+    resp.extensions_mut().insert(Expired);
+    resp
+}
+
+/// What became of one item.
+#[derive(Debug, Clone)]
+enum Outcome {
+    /// The endpoint's answer: its status, its JSON body and request id.
+    Answered {
+        status: u16,
+        body: Value,
+        request_id: String,
+    },
+    Canceled,
+    Expired,
+}
+
+#[derive(Debug)]
+struct Item {
+    custom_id: String,
+    /// The request body the item plays.
+    body: Value,
+    outcome: Option<Outcome>,
+    done_ms: Option<u64>,
+}
+
+/// Where a batch is in its life, in the words both APIs share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// OpenAI only: the input file is being checked.
+    Validating,
+    /// OpenAI only: the input file was refused (`errors` says why).
+    Failed,
+    InProgress,
+    Canceling,
+    /// Every item has an outcome.
+    Ended,
+}
+
+/// Why a batch ended, for OpenAI's final status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    Completed,
+    Expired,
+    Cancelled,
+}
+
+/// Which API a batch came through.
+#[derive(Debug, Clone)]
+enum Api {
+    Anthropic,
+    OpenAi {
+        /// The endpoint's protocol (Responses or Chat Completions).
+        protocol: Protocol,
+        endpoint: String,
+        input_file_id: String,
+        completion_window: String,
+        metadata: Value,
+    },
+}
+
+/// Calls a client made about one batch, so tests can check a runner's polling.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct BatchCalls {
+    /// Milliseconds from the simulator's start of each status request.
+    pub polls_ms: Vec<u64>,
+    /// ... of each results download (OpenAI: of the batch's output or error file).
+    pub results_ms: Vec<u64>,
+    /// ... of each cancel request.
+    pub cancels_ms: Vec<u64>,
+}
+
+#[derive(Debug)]
+struct Progress {
+    items: Vec<Item>,
+    phase: Phase,
+    end: Option<End>,
+    in_progress_at: Option<DateTime<Utc>>,
+    cancel_at: Option<DateTime<Utc>>,
+    finalizing_at: Option<DateTime<Utc>>,
+    ended_at: Option<DateTime<Utc>>,
+    /// OpenAI: why validation refused the input file.
+    errors: Vec<Value>,
+    output_file_id: Option<String>,
+    error_file_id: Option<String>,
+    calls: BatchCalls,
+}
+
+/// One batch, shared by its processing task and the handlers.
+#[derive(Debug)]
+pub(super) struct Batch {
+    id: String,
+    run: String,
+    api: Api,
+    created_at: DateTime<Utc>,
+    created: Instant,
+    created_ms: u64,
+    /// The create request's headers (credentials, version, betas), which every item is
+    /// sent with.
+    headers: HeaderMap,
+    progress: Mutex<Progress>,
+    /// Wakes the processing task when the batch is cancelled.
+    wake: Notify,
+}
+
+impl Batch {
+    fn expires_at(&self) -> DateTime<Utc> {
+        self.created_at + chrono::Duration::hours(24)
+    }
+
+    fn protocol(&self) -> Protocol {
+        match &self.api {
+            Api::Anthropic => Protocol::Anthropic,
+            Api::OpenAi { protocol, .. } => *protocol,
+        }
+    }
+}
+
+/// The simulator's batches and uploaded files.
+#[derive(Default)]
+pub(super) struct Store {
+    settings: Mutex<BatchSettings>,
+    batches: Mutex<Vec<Arc<Batch>>>,
+    files: Mutex<HashMap<String, Arc<File>>>,
+    ids: AtomicU64,
+}
+
+impl Store {
+    pub(super) fn set_settings(&self, s: BatchSettings) {
+        *lock(&self.settings) = s;
+    }
+
+    fn settings(&self) -> BatchSettings {
+        lock(&self.settings).clone()
+    }
+
+    /// A fresh id with the API's prefix, e.g. `msgbatch_sim_000001`.
+    fn new_id(&self, prefix: &str) -> String {
+        format!(
+            "{prefix}{:06}",
+            self.ids.fetch_add(1, Ordering::Relaxed) + 1
+        )
+    }
+
+    /// The batch `id` of `run` (another run's batches are not visible, like its
+    /// conversations).
+    fn get(&self, run: &str, id: &str) -> Option<Arc<Batch>> {
+        lock(&self.batches)
+            .iter()
+            .find(|b| b.id == id && b.run == run)
+            .cloned()
+    }
+
+    /// The batches of `run` through `api`, most recent first.
+    fn list(&self, run: &str, anthropic: bool) -> Vec<Arc<Batch>> {
+        lock(&self.batches)
+            .iter()
+            .rev()
+            .filter(|b| b.run == run && matches!(b.api, Api::Anthropic) == anthropic)
+            .cloned()
+            .collect()
+    }
+
+    /// The batch whose output or error file `file_id` is.
+    fn batch_of_file(&self, file_id: &str) -> Option<Arc<Batch>> {
+        lock(&self.batches)
+            .iter()
+            .find(|b| {
+                let p = lock(&b.progress);
+                p.output_file_id.as_deref() == Some(file_id)
+                    || p.error_file_id.as_deref() == Some(file_id)
+            })
+            .cloned()
+    }
+}
+
+/// One item of a batch as `GET /_sim/batches` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ItemRecord {
+    pub custom_id: String,
+    /// The script key the item plays.
+    pub key: String,
+    /// processing, succeeded, errored, canceled or expired.
+    pub state: &'static str,
+    /// The answer's HTTP status, when the endpoint answered.
+    pub status: Option<u16>,
+    pub done_ms: Option<u64>,
+}
+
+/// A batch as `GET /_sim/batches` shows it: what the simulator knows, including the
+/// progress the Anthropic API does not show until a batch ends.
+#[derive(Debug, Clone, Serialize)]
+pub struct BatchRecord {
+    pub id: String,
+    pub run: String,
+    /// The protocol its items play.
+    pub protocol: Protocol,
+    pub created_ms: u64,
+    /// The status the API reports now (Anthropic `processing_status`, OpenAI `status`).
+    pub status: String,
+    pub items: Vec<ItemRecord>,
+    pub calls: BatchCalls,
+}
+
+fn state_word(o: &Option<Outcome>) -> &'static str {
+    match o {
+        None => "processing",
+        Some(Outcome::Answered { status: 200, .. }) => "succeeded",
+        Some(Outcome::Answered { .. }) => "errored",
+        Some(Outcome::Canceled) => "canceled",
+        Some(Outcome::Expired) => "expired",
+    }
+}
+
+impl Store {
+    pub(super) fn records(&self) -> Vec<BatchRecord> {
+        lock(&self.batches)
+            .iter()
+            .map(|b| {
+                let p = lock(&b.progress);
+                BatchRecord {
+                    id: b.id.clone(),
+                    run: b.run.clone(),
+                    protocol: b.protocol(),
+                    created_ms: b.created_ms,
+                    status: match b.api {
+                        Api::Anthropic => anthropic::status_word(&p),
+                        Api::OpenAi { .. } => openai::status_word(&p),
+                    }
+                    .to_string(),
+                    items: p
+                        .items
+                        .iter()
+                        .map(|i| ItemRecord {
+                            custom_id: i.custom_id.clone(),
+                            key: item_key(&i.custom_id).to_string(),
+                            state: state_word(&i.outcome),
+                            status: match &i.outcome {
+                                Some(Outcome::Answered { status, .. }) => Some(*status),
+                                _ => None,
+                            },
+                            done_ms: i.done_ms,
+                        })
+                        .collect(),
+                    calls: p.calls.clone(),
+                }
+            })
+            .collect()
+    }
+}
+
+/// Anthropic's timestamps: RFC 3339 with microseconds, as the API reference shows them.
+fn rfc3339(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+}
+
+fn now_ms(state: &SimState) -> u64 {
+    state.started.elapsed().as_millis() as u64
+}
+
+/// The headers every item of a batch is played with: the create request's, as a JSON
+/// request to the endpoint would carry them.
+fn item_headers(headers: &HeaderMap) -> HeaderMap {
+    let mut h = headers.clone();
+    for name in [
+        "content-length",
+        "content-type",
+        "transfer-encoding",
+        "host",
+    ] {
+        h.remove(name);
+    }
+    h.insert("content-type", HeaderValue::from_static("application/json"));
+    h
+}
+
+/// Registers a new batch and starts processing it.
+fn start(state: &Arc<SimState>, batch: Batch) -> Arc<Batch> {
+    let batch = Arc::new(batch);
+    lock(&state.batches.batches).push(batch.clone());
+    tokio::spawn(process(state.clone(), batch.clone()));
+    batch
+}
+
+/// Processes a batch: OpenAI's validation first, then each item when it is due, until
+/// all are done, the batch is cancelled or its time runs out.
+async fn process(state: Arc<SimState>, batch: Arc<Batch>) {
+    let settings = state.batches.settings();
+    if let Api::OpenAi { .. } = batch.api {
+        if !openai::validate(&state, &batch, &settings) {
+            return;
+        }
+    }
+    let deadline = batch.created + settings.expire_after;
+    let count = lock(&batch.progress).items.len();
+    let protocol = batch.protocol();
+    let headers = item_headers(&batch.headers);
+    let mut end = End::Completed;
+    let mut next = 0;
+    while next < count {
+        let due = batch.created + settings.delay + settings.spread * next as u32;
+        let now = Instant::now();
+        if lock(&batch.progress).phase == Phase::Canceling {
+            end = End::Cancelled;
+            break;
+        }
+        if now >= deadline {
+            end = End::Expired;
+            break;
+        }
+        if now < due {
+            tokio::select! {
+                _ = tokio::time::sleep_until(due.min(deadline).into()) => {}
+                _ = batch.wake.notified() => {}
+            }
+            continue;
+        }
+        let (custom_id, body) = {
+            let p = lock(&batch.progress);
+            (p.items[next].custom_id.clone(), p.items[next].body.clone())
+        };
+        let played = play_item(&state, &batch, protocol, &headers, &custom_id, &body);
+        let outcome = match tokio::time::timeout(deadline - now, played).await {
+            Ok(o) => o,
+            Err(_) => Outcome::Expired,
+        };
+        let mut p = lock(&batch.progress);
+        p.items[next].outcome = Some(outcome);
+        p.items[next].done_ms = Some(now_ms(&state));
+        next += 1;
+    }
+    finish(&state, &batch, end);
+}
+
+/// Plays one item through the synchronous path and keeps what it answered.
+async fn play_item(
+    state: &SimState,
+    batch: &Batch,
+    protocol: Protocol,
+    headers: &HeaderMap,
+    custom_id: &str,
+    body: &Value,
+) -> Outcome {
+    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    let key = item_key(custom_id).to_string();
+    let (resp, request_id) = play(
+        state,
+        protocol,
+        batch.run.clone(),
+        key,
+        headers,
+        &bytes,
+        Some(&batch.id),
+    )
+    .await;
+    if resp.extensions().get::<Expired>().is_some() {
+        return Outcome::Expired;
+    }
+    let status = resp.status().as_u16();
+    let read = axum::body::to_bytes(resp.into_body(), usize::MAX).await;
+    match read.ok().and_then(|b| serde_json::from_slice(&b).ok()) {
+        Some(body) => Outcome::Answered {
+            status,
+            body,
+            request_id,
+        },
+        // A broken answer (a scripted disconnect or damaged body) reaches the client of a
+        // batch as a server error.
+        None => {
+            let message = "The simulated server failed while answering this request.";
+            let body = match protocol {
+                Protocol::Anthropic => respond::error_body("api_error", message, &request_id),
+                _ => respond::openai_error_body(500, "api_error", None, message),
+            };
+            Outcome::Answered {
+                status: 500,
+                body,
+                request_id,
+            }
+        }
+    }
+}
+
+/// Ends a batch: the items left become canceled or expired, and OpenAI's output and
+/// error files are written.
+fn finish(state: &SimState, batch: &Batch, end: End) {
+    let now = Utc::now();
+    let mut p = lock(&batch.progress);
+    let left = match end {
+        End::Cancelled => Outcome::Canceled,
+        _ => Outcome::Expired,
+    };
+    let at = now_ms(state);
+    for item in p.items.iter_mut().filter(|i| i.outcome.is_none()) {
+        item.outcome = Some(left.clone());
+        item.done_ms = Some(at);
+    }
+    p.phase = Phase::Ended;
+    p.end = Some(end);
+    p.finalizing_at = Some(now);
+    p.ended_at = Some(now);
+    if let Api::OpenAi { .. } = batch.api {
+        openai::write_files(state, batch, &mut p);
+    }
+}
+
+/// Cancels a batch still in progress; the processing task ends it.
+fn request_cancel(batch: &Batch, at_ms: u64) {
+    let mut p = lock(&batch.progress);
+    p.calls.cancels_ms.push(at_ms);
+    if matches!(p.phase, Phase::InProgress | Phase::Validating) {
+        p.phase = Phase::Canceling;
+        p.cancel_at = Some(Utc::now());
+        batch.wake.notify_one();
+    }
+}
+
+/// The value of `name` in a query string (ids and numbers only: no decoding needed).
+fn query_param<'a>(query: Option<&'a str>, name: &str) -> Option<&'a str> {
+    query?
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v)
+}
+
+/// A request too big to read: the Anthropic batch body (256 MB) and an uploaded file
+/// (512 MB) are far over axum's default limit.
+const MAX_BODY: usize = 512 * 1024 * 1024;
+
+/// The path's parameters: the run (empty on the routes without one) and the id.
+type Params = Option<axum::extract::Path<HashMap<String, String>>>;
+
+fn params(p: Params) -> (String, String) {
+    let mut m = p.map(|p| p.0).unwrap_or_default();
+    (
+        m.remove("run").unwrap_or_default(),
+        m.remove("id").unwrap_or_default(),
+    )
+}
+
+/// Adds the batch routes under `prefix` ("" or "/r/{run}").
+pub(super) fn routes(app: Router<Arc<SimState>>, prefix: &str) -> Router<Arc<SimState>> {
+    let big = || DefaultBodyLimit::max(MAX_BODY);
+    let at = |path: &str| format!("{prefix}{path}");
+    let big_post = |r: MethodRouter<Arc<SimState>>| r.layer(big());
+    app.route(
+        &at("/v1/messages/batches"),
+        big_post(post(anthropic::create)).get(anthropic::list),
+    )
+    .route(&at("/v1/messages/batches/{id}"), get(anthropic::retrieve))
+    .route(
+        &at("/v1/messages/batches/{id}/results"),
+        get(anthropic::results),
+    )
+    .route(
+        &at("/v1/messages/batches/{id}/cancel"),
+        post(anthropic::cancel),
+    )
+    .route(&at("/v1/files"), big_post(post(files::upload)))
+    .route(&at("/v1/files/{id}"), get(files::retrieve))
+    .route(&at("/v1/files/{id}/content"), get(files::content))
+    .route(&at("/v1/batches"), post(openai::create).get(openai::list))
+    .route(&at("/v1/batches/{id}"), get(openai::retrieve))
+    .route(&at("/v1/batches/{id}/cancel"), post(openai::cancel))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_item_plays_the_key_before_the_last_double_dash() {
+        assert_eq!(item_key("task7--3"), "task7");
+        assert_eq!(item_key("a--b--12"), "a--b");
+        assert_eq!(item_key("plain"), "plain");
+        assert_eq!(item_key("--1"), "");
+        assert_eq!(item_key("t-1"), "t-1");
+    }
+
+    #[test]
+    fn query_params_are_found_by_name() {
+        let q = Some("limit=5&after_id=msgbatch_sim_000002");
+        assert_eq!(query_param(q, "limit"), Some("5"));
+        assert_eq!(query_param(q, "after_id"), Some("msgbatch_sim_000002"));
+        assert_eq!(query_param(q, "before_id"), None);
+        assert_eq!(query_param(None, "limit"), None);
+    }
+}
