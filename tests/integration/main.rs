@@ -2,6 +2,7 @@
 //! report files, and the built binary for the command line.
 
 mod audit;
+mod batch_client;
 mod caching;
 mod chaos;
 mod cli;

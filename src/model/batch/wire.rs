@@ -72,6 +72,36 @@ pub enum Ended {
 }
 
 impl BatchApi {
+    /// The batch API of the provider at `base` (the base URL its synchronous endpoint
+    /// is under, as in the job file; for the simulator, the run's root), with the key
+    /// and version headers of `endpoint`.
+    pub fn new(
+        client: Client,
+        endpoint: &crate::model::Endpoint,
+        base: &str,
+    ) -> Result<BatchApi, String> {
+        let base = base.trim_end_matches('/');
+        let (root, path) = match endpoint.protocol {
+            Protocol::Anthropic => (format!("{base}/v1/messages/batches"), ""),
+            Protocol::OpenaiResponses => (base.to_string(), "/v1/responses"),
+            Protocol::OpenaiChat => (base.to_string(), "/v1/chat/completions"),
+        };
+        let root = Url::parse(&root).map_err(|e| format!("invalid base_url \"{base}\": {e}"))?;
+        let mut headers = endpoint.headers()?;
+        // Each call sets its own body type (JSON, or multipart for an upload), and no
+        // batch answer is an event stream.
+        headers.remove(reqwest::header::CONTENT_TYPE);
+        headers.remove(reqwest::header::ACCEPT);
+        Ok(BatchApi {
+            protocol: endpoint.protocol,
+            client,
+            headers,
+            root,
+            endpoint: path.to_string(),
+            timeout: endpoint.timeout,
+        })
+    }
+
     fn url(&self, path: &str) -> Result<Url, CallError> {
         let base = self.root.as_str().trim_end_matches('/');
         Url::parse(&format!("{base}/{path}")).map_err(|e| CallError {
