@@ -7,7 +7,6 @@
 //! 130 the run was interrupted (its reports are written, unfinished tasks as cancelled).
 //! `RunError::exit_code` decides between 1 and 2.
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -20,7 +19,7 @@ use agentbatch::bench;
 use agentbatch::job::{self, JobError, Plan};
 use agentbatch::report::ProgressMode;
 use agentbatch::run::{self, RunOptions};
-use agentbatch::sim::{BatchSettings, Sim};
+use agentbatch::sim::BatchSettings;
 use agentbatch::text::clip_quotes;
 use agentbatch::tools::Registry;
 use agentbatch::vocab::limits::RateLimits;
@@ -221,10 +220,10 @@ enum Command {
         #[arg(long)]
         no_request_bodies: bool,
         /// Batch APIs: time from a batch's creation to its first item's result.
-        #[arg(long, default_value = "200ms", value_parser = parse_duration)]
+        #[arg(long, default_value = "200ms", value_parser = humantime::parse_duration)]
         batch_delay: Duration,
         /// Batch APIs: time between one item's result and the next (a batch seen part done).
-        #[arg(long, default_value = "0s", value_parser = parse_duration)]
+        #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
         batch_spread: Duration,
         /// Batch APIs: time from creation after which unprocessed items expire.
         #[arg(long, default_value = "24h", value_parser = parse_duration)]
@@ -375,15 +374,15 @@ fn main() -> ExitCode {
                 };
                 report_error(
                     "sim",
-                    sim_cmd(
+                    agentbatch::commands::sim::serve(agentbatch::commands::sim::SimOptions {
                         port,
-                        &host,
+                        host,
                         job,
                         script,
                         limits,
                         batches,
-                        !no_request_bodies,
-                    )
+                        keep_bodies: !no_request_bodies,
+                    })
                     .await,
                 )
             }
@@ -473,7 +472,20 @@ fn load(path: &Path, registry: &Registry) -> Result<Plan, ExitCode> {
 
 async fn run_cmd(job: PathBuf, args: RunArgs) -> ExitCode {
     let registry = Arc::new(Registry::builtin());
-    let plan = match load(&job, &registry) {
+    let loaded = if args.queue.is_some() {
+        job::load_for_queue(&job, &registry).map_err(|e| {
+            eprintln!("{e}");
+            eprintln!(
+                "agentbatch: {} has {} problem(s); nothing was queued",
+                job.display(),
+                e.diagnostics.len()
+            );
+            ExitCode::from(2)
+        })
+    } else {
+        load(&job, &registry)
+    };
+    let plan = match loaded {
         Ok(p) => p,
         Err(code) => return code,
     };
@@ -596,62 +608,6 @@ fn tempfile_dir() -> std::io::Result<PathBuf> {
     ));
     std::fs::create_dir_all(&dir)?;
     Ok(dir)
-}
-
-async fn sim_cmd(
-    port: u16,
-    host: &str,
-    job: Option<PathBuf>,
-    script: Option<PathBuf>,
-    limits: RateLimits,
-    batches: BatchSettings,
-    keep_bodies: bool,
-) -> anyhow::Result<()> {
-    let addr: SocketAddr = format!("{host}:{port}")
-        .parse()
-        .with_context(|| format!("invalid address {host}:{port}"))?;
-    let sim = Sim::start(addr)
-        .await
-        .with_context(|| format!("cannot listen on {addr}"))?;
-    sim.set_limits(Some(&limits));
-    sim.set_batch_settings(batches);
-    sim.keep_request_bodies(keep_bodies);
-    let mut registered = 0;
-    if let Some(path) = &job {
-        let plan = job::load(path, &Registry::builtin()).map_err(|e| anyhow::anyhow!("{e}"))?;
-        for t in &plan.tasks {
-            if let Some(s) = &t.sim {
-                sim.register(&t.id, s.clone());
-                registered += 1;
-            }
-        }
-    }
-    if let Some(path) = &script {
-        let s = job::load_script_file(path).map_err(|e| anyhow::anyhow!("{e}"))?;
-        sim.register("", Arc::new(s));
-        registered += 1;
-    }
-    // Written, not println!'d: a reader that goes away (a pipe closed after the first
-    // line) must not stop the server.
-    use std::io::Write as _;
-    let mut out = std::io::stdout();
-    let _ = writeln!(
-        out,
-        "simulator listening on {} ({registered} script(s)); Ctrl-C stops it",
-        sim.base_url()
-    );
-    if job.is_some() {
-        let _ = writeln!(
-            out,
-            "point a job at it with providers: {{ sim: {{ base_url: {} }} }}",
-            sim.base_url()
-        );
-    }
-    let _ = out.flush();
-    tokio::signal::ctrl_c()
-        .await
-        .context("cannot wait for Ctrl-C")?;
-    Ok(())
 }
 
 async fn bench_cmd(

@@ -5,3 +5,4 @@ pub mod inspect;
 pub mod ledger;
 pub mod outcome;
 pub mod shared;
+pub mod sim;

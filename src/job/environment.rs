@@ -10,6 +10,9 @@ use std::collections::BTreeSet;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Environment {
     set: BTreeSet<String>,
+    /// The job is only queued here (`run --queue`): the workers that run it need the
+    /// provider keys, the machine that queues it does not.
+    pub keys_on_workers: bool,
 }
 
 impl Environment {
@@ -20,6 +23,7 @@ impl Environment {
                 .filter(|(_, v)| !v.is_empty())
                 .filter_map(|(k, _)| k.into_string().ok())
                 .collect(),
+            keys_on_workers: false,
         }
     }
 
@@ -32,6 +36,7 @@ impl Environment {
     {
         Environment {
             set: names.into_iter().map(Into::into).collect(),
+            keys_on_workers: false,
         }
     }
 

@@ -125,6 +125,14 @@ pub fn load(path: &Path, registry: &Registry) -> Result<Plan, JobError> {
     load_in(path, registry, &Environment::from_process())
 }
 
+/// [`load`] for `run --queue`: the provider keys' variables need not be set here, since
+/// only the workers send requests (each checks its own keys when it loads the job).
+pub fn load_for_queue(path: &Path, registry: &Registry) -> Result<Plan, JobError> {
+    let mut env = Environment::from_process();
+    env.keys_on_workers = true;
+    load_in(path, registry, &env)
+}
+
 /// [`load`] against a given environment snapshot instead of the process's: the same
 /// job gives the same answer for the same snapshot, whatever the process has set.
 pub(crate) fn load_in(

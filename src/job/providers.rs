@@ -306,7 +306,7 @@ pub(super) fn resolve_task_provider(
 
 /// The message for a real provider whose API key variable `env` does not have, or None.
 pub(super) fn missing_api_key(p: &ProviderSpec, env: &Environment) -> Option<String> {
-    if p.kind != ProviderKind::Api || p.api_key_optional {
+    if p.kind != ProviderKind::Api || p.api_key_optional || env.keys_on_workers {
         return None;
     }
     let var = p.api_key_env.as_ref()?;

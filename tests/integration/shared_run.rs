@@ -363,9 +363,11 @@ async fn workers_pace_together_on_one_shared_rate_limit() {
             sim.base_url()
         ),
     );
+    // The machine that queues needs no provider key; a worker does, and one without
+    // it is refused before it claims anything.
     let queued = bin()
         .args(["run", "job.yaml", "--queue", &url, "--run-id", "rate"])
-        .env("AB_TEST_KEY", "test")
+        .env_remove("AB_TEST_KEY")
         .current_dir(case.dir.path())
         .output()
         .unwrap();
@@ -375,6 +377,17 @@ async fn workers_pace_together_on_one_shared_rate_limit() {
         "{}",
         String::from_utf8_lossy(&queued.stderr)
     );
+    let keyless = bin()
+        .args([
+            "worker", &url, "--run-id", "rate", "--quiet", "--name", "keyless",
+        ])
+        .env_remove("AB_TEST_KEY")
+        .current_dir(case.dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(keyless.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&keyless.stderr);
+    assert!(said.contains("AB_TEST_KEY is not set"), "{said}");
     let dir = case.dir.path().to_path_buf();
     let url2 = url.clone();
     tokio::task::spawn_blocking(move || {
