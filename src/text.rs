@@ -63,6 +63,13 @@ fn closing_quote(s: &str) -> Option<usize> {
     None
 }
 
+/// FNV-1a: a digest that, unlike std's hasher, is the same in every build.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,6 +3,7 @@
 //! its call id, and repeat until the model ends its turn or a limit stops the task.
 //! The model proposes, the harness disposes.
 
+pub mod batching;
 mod mcp;
 mod repeats;
 mod repo;
@@ -56,6 +57,8 @@ pub struct AgentEnv {
     pub mcp: Arc<McpHub>,
     /// The pristine checkouts that overlay workspaces are layers over.
     pub pristines: Arc<crate::tools::pristine::Pristines>,
+    /// The providers' batch pools, for tasks in batch mode.
+    pub batchers: Arc<batching::Batchers>,
 }
 
 /// Where a task's requests go, with the key read from the environment at run time. A
@@ -210,6 +213,8 @@ struct Tally {
     /// Answers without usage, counted at an upper bound.
     usage_estimated_turns: u32,
     compactions: u32,
+    /// Turns answered through the provider's batch API.
+    batched_turns: u32,
     rate_wait: Duration,
     budget_wait: Duration,
     longest_request: Duration,
@@ -307,6 +312,12 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
         match endpoint(spec, env.sim_base.as_deref(), &env.run_id) {
             Err(e) => Stop::new(StopReason::ProviderError, e),
             Ok(ep) => {
+                let pool = env.batchers.for_task(
+                    spec,
+                    &ep,
+                    &env.client,
+                    (env.sim_base.as_deref(), &env.run_id),
+                );
                 match Conversation::new(
                     env.client.clone(),
                     ep,
@@ -314,7 +325,15 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
                     &spec.prompt,
                 ) {
                     Err(e) => Stop::new(StopReason::ProviderError, e),
-                    Ok(mut conv) => lp.drive(&mut conv).await,
+                    Ok(mut conv) => match pool {
+                        Err(e) => Stop::new(StopReason::ProviderError, e),
+                        Ok(pool) => {
+                            if let Some(pool) = pool {
+                                conv.use_batches(pool, crate::model::batch::tag_for(&spec.id));
+                            }
+                            lp.drive(&mut conv).await
+                        }
+                    },
                 }
             }
         }
@@ -383,6 +402,11 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
         ttft_ms: crate::stats::median_u64(&mut tally.ttfts.clone()).map(|m| m.round() as u64),
         cost_usd: cost,
         cache_saved_usd: spec.price.as_ref().map(|_| meter.saved),
+        batched_turns: tally.batched_turns,
+        batch_saved_usd: match (&spec.price, spec.batch, cost) {
+            (Some(p), Some(_), Some(c)) => Some(p.standard_cost_of(c) - c),
+            _ => None,
+        },
         wall_ms: t0.elapsed().as_millis() as u64,
         model_ms: tally.model.as_millis() as u64,
         tool_ms: tally.tools.as_millis() as u64,

@@ -104,6 +104,9 @@ impl Loop<'_> {
                 }
                 Ok(Ok(turn)) => {
                     self.tally.ttfts.extend(turn.ttft_ms);
+                    if self.spec.batch.is_some() {
+                        self.tally.batched_turns += 1;
+                    }
                     self.correct_gates(paced, Some(conv.rate_counted(&turn.usage)));
                     self.settle(&turn.usage, turn.usage_estimated, &plan, held, turn_no)
                         .await;

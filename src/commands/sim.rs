@@ -43,6 +43,10 @@ pub async fn serve(o: SimOptions) -> anyhow::Result<()> {
         for t in &plan.tasks {
             if let Some(s) = &t.sim {
                 sim.register(&t.id, s.clone());
+                let tag = crate::model::batch::tag_for(&t.id);
+                if t.batch.is_some() && tag != t.id {
+                    sim.register(&tag, s.clone());
+                }
                 registered += 1;
             }
         }

@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::Arc;
 
+use super::batch::resolve_batch;
 use super::context::{Ctx, ScriptCache};
 use super::diagnostics::{key, origin, Diagnostics};
 use super::environment::Environment;
@@ -322,12 +323,14 @@ fn expand_task(
     let (provider, provider_at) = resolve_task_provider(i, t, d, shared.providers, cx);
     let (model, model_at) = resolve_model(i, t, d, cx);
     let (max_tokens, max_tokens_at) = resolve_max_tokens(i, t, d, cx);
+    let batch = resolve_batch(i, t, d, provider.as_deref(), cx);
     let stream = resolve_stream(
         i,
         t,
         d,
         provider.as_deref(),
         (max_tokens, &max_tokens_at),
+        batch.is_some(),
         cx,
     );
     let toolset = resolve_task_toolset(i, t, d, shared.toolsets, registry, cx);
@@ -382,8 +385,13 @@ fn expand_task(
             .as_ref()
             .is_some_and(|p| p.protocol == crate::vocab::protocol::Protocol::Anthropic);
     let price = price.map(|p| {
-        if one_hour {
+        let p = if one_hour {
             p.with_one_hour_writes()
+        } else {
+            p
+        };
+        if batch.is_some() {
+            p.batched()
         } else {
             p
         }
@@ -411,6 +419,7 @@ fn expand_task(
         cache,
         context,
         stream,
+        batch,
         price,
         sim,
     })

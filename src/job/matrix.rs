@@ -278,12 +278,7 @@ pub(super) fn instance_key(task: &str, variant: &Variant, epoch: u32, epochs: u3
     key
 }
 
-/// FNV-1a: a digest that, unlike std's hasher, is the same in every build.
-pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
+pub(crate) use crate::text::fnv1a;
 
 #[cfg(test)]
 mod tests {

@@ -2,6 +2,7 @@
 //! spending, and expand into a [`Plan`] of fully resolved tasks. Every error names the
 //! file, line and column, and the field.
 
+mod batch;
 mod context;
 mod describe;
 mod diagnostics;

@@ -122,6 +122,7 @@ fn resolve_provider(
         max_tokens_field,
         parallel_tool_calls,
         cache,
+        batch,
         stream,
         stream_idle_timeout,
         stream_options,
@@ -230,6 +231,7 @@ fn resolve_provider(
         anthropic_version: anthropic_version.unwrap_or_else(|| DEFAULT_ANTHROPIC_VERSION.into()),
         max_tokens_field: max_tokens_field.to_string(),
         cache,
+        batch,
         parallel_tool_calls: match parallel_tool_calls {
             _ if protocol == Protocol::Anthropic => None,
             Some(ParallelToolCalls::Send(v)) => Some(v),

@@ -332,6 +332,9 @@ pub struct TaskFields {
     /// answer could outlast the API's 10 minutes (large max_tokens, thinking).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream: Option<StreamMode>,
+    /// The providers' batch APIs (half price, answers within hours): `batch: {mode: on}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<BatchFields>,
     /// The simulator script: a path relative to the job file, or the script inline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sim: Option<SimSource>,
@@ -446,6 +449,10 @@ pub struct ProviderFields {
     /// the defaults').
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream: Option<StreamMode>,
+    /// Batch mode for the provider's tasks (field by field, a task's own `batch` wins,
+    /// then this, then the defaults').
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<BatchFields>,
     /// How long a streamed answer may go without a byte before it counts as cut
     /// (default 2m).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -515,6 +522,33 @@ pub struct CacheFields {
     pub ttl: Option<CacheTtl>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retention: Option<CacheRetention>,
+}
+
+/// `batch: {mode: off|on, window, max_requests, max_wait}`; each field falls back to the
+/// provider's, then the defaults'.
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchFields {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<BatchMode>,
+    /// How long the first request of a batch waits for others (default 10s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<HumanDuration>,
+    /// The most requests in one batch (default 1000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_requests: Option<u32>,
+    /// How long a batch may take before it is cancelled (default and most: 24h).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_wait: Option<HumanDuration>,
+}
+
+/// Whether a task's requests go through the provider's batch API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BatchMode {
+    #[default]
+    Off,
+    On,
 }
 
 /// `context: {window, strategy: auto|clear_tool_results|summarize|native|off, at, keep,

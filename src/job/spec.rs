@@ -54,6 +54,9 @@ pub struct ProviderSpec {
     /// The provider's own `cache:` settings, which a task's own override.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache: Option<crate::job::schema::CacheFields>,
+    /// The provider's own `batch:` settings, which a task's own override field by field.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batch: Option<crate::job::schema::BatchFields>,
     /// OpenAI protocols: sent as `parallel_tool_calls` when tools are declared.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub parallel_tool_calls: Option<bool>,
@@ -190,8 +193,19 @@ pub struct TaskSpec {
     /// Answers are streamed (resolved from `stream` on the task, its provider and the
     /// defaults, and for `auto` from max_tokens and thinking).
     pub stream: bool,
+    /// Requests go through the provider's batch API (None: one by one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batch: Option<BatchSpec>,
     #[serde(skip)]
     pub sim: Option<Arc<Script>>,
+}
+
+/// A task's batch mode, resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct BatchSpec {
+    pub window: crate::vocab::values::HumanDuration,
+    pub max_requests: u32,
+    pub max_wait: crate::vocab::values::HumanDuration,
 }
 
 fn team_name<S: serde::Serializer>(t: &Option<Arc<TeamSpec>>, s: S) -> Result<S::Ok, S::Error> {

@@ -1,5 +1,6 @@
 //! Whether a task's answers are streamed: its own `stream`, else its provider's, else
-//! the defaults', and for `auto` the Anthropic SDKs' rule, applied to every protocol.
+//! the defaults', and for `auto` the Anthropic SDKs' rule, applied to every protocol;
+//! never in batch mode.
 
 use super::context::Ctx;
 use super::diagnostics::origin;
@@ -23,6 +24,7 @@ pub(super) fn resolve_stream(
     d: &TaskFields,
     provider: Option<&ProviderSpec>,
     (max_tokens, max_tokens_at): (u32, &[Seg]),
+    batch: bool,
     cx: &mut Ctx,
 ) -> bool {
     let mode = t
@@ -30,6 +32,16 @@ pub(super) fn resolve_stream(
         .or_else(|| provider.and_then(|p| p.stream))
         .or(d.stream)
         .unwrap_or_default();
+    // A batch answers whole, and has no 10-minute limit per request.
+    if batch {
+        if mode == StreamMode::Always {
+            cx.err(
+                &origin(i, t.stream.is_some(), &["stream"]),
+                "batch requests are answered whole, never streamed: set stream to auto or never, or batch mode off",
+            );
+        }
+        return false;
+    }
     let thinking = t
         .thinking
         .as_ref()

@@ -80,6 +80,8 @@ pub struct Conversation {
     /// change only with the tools, so no request computes them again.
     tools_bytes: u64,
     marked_tools: Option<Vec<Value>>,
+    /// Batch mode: the provider's pool and this task's tag in its custom_ids.
+    batch: Option<(super::batch::Batcher, String)>,
 }
 
 /// The cache breakpoints of one Anthropic request (see [`Conversation::cache_marks`]);
@@ -193,7 +195,14 @@ impl Conversation {
             cached_tail: None,
             tools_bytes,
             marked_tools,
+            batch: None,
         })
+    }
+
+    /// Sends this conversation's requests through `batcher`, under `tag` in their
+    /// custom_ids (`[A-Za-z0-9_-]`, unique in the run).
+    pub fn use_batches(&mut self, batcher: super::batch::Batcher, tag: String) {
+        self.batch = Some((batcher, tag));
     }
 
     /// The history as it will be sent.
@@ -430,9 +439,14 @@ impl Conversation {
             max_body: self.endpoint.max_response_bytes,
         };
         let (protocol, idle) = (self.endpoint.protocol, self.endpoint.stream_idle);
-        let reply = super::stream::post(&post, body, protocol, idle)
-            .await
-            .map_err(SendError::from)?;
+        let reply = match &self.batch {
+            Some((batcher, tag)) => {
+                super::batch::send(batcher, tag, body, log, (turn, attempt)).await?
+            }
+            None => super::stream::post(&post, body, protocol, idle)
+                .await
+                .map_err(SendError::from)?,
+        };
         let failed = |error: ModelError, retryable: bool| SendError {
             error,
             retryable,

@@ -105,6 +105,10 @@ pub enum ModelError {
         detail: String,
         request_id: Option<String>,
     },
+    /// A request sent through the batch API came back without an answer (expired,
+    /// cancelled, or its batch could not be followed).
+    #[error("batch {batch_id}: {detail}")]
+    Batch { batch_id: String, detail: String },
     /// The provider answered 200 with a response that says generation failed (OpenAI
     /// Responses `status: failed`).
     #[error("the response failed: {code}: {message}{}", request_id.as_deref().map(|r| format!(" (request-id {r})")).unwrap_or_default())]

@@ -23,6 +23,10 @@ pub struct RunTotals {
     pub cost_usd: Decimal,
     /// What prompt caching saved over the priced tasks (uncached cost minus cost).
     pub cache_saved_usd: Decimal,
+    /// What batch pricing saved (the batched turns at standard prices, minus their cost).
+    pub batch_saved_usd: Decimal,
+    /// Turns answered through a provider's batch API.
+    pub batched_turns: u64,
     /// Tasks whose model has no price (their cost is not in cost_usd).
     pub unpriced_tasks: usize,
     pub retries: u64,
@@ -43,6 +47,10 @@ impl RunTotals {
         if let Some(saved) = r.cache_saved_usd {
             self.cache_saved_usd = self.cache_saved_usd.saturating_add(saved);
         }
+        if let Some(saved) = r.batch_saved_usd {
+            self.batch_saved_usd = self.batch_saved_usd.saturating_add(saved);
+        }
+        self.batched_turns += u64::from(r.batched_turns);
         match r.cost_usd {
             Some(c) => self.cost_usd += c,
             None => self.unpriced_tasks += 1,
@@ -122,7 +130,7 @@ impl Summary {
         );
         let _ = write!(
             s,
-            "tokens in {} out {} (cache read {}, write {}); cost ${:.4}{}{}",
+            "tokens in {} out {} (cache read {}, write {}); cost ${:.4}{}{}{}",
             t.usage.input_tokens,
             t.usage.output_tokens,
             t.usage.cache_read_tokens,
@@ -135,6 +143,14 @@ impl Summary {
             },
             if t.usage.cache_read_tokens > 0 || t.usage.cache_write_tokens > 0 {
                 format!("; caching saved ${:.4}", t.cache_saved_usd)
+            } else {
+                String::new()
+            },
+            if t.batched_turns > 0 {
+                format!(
+                    "; {} turn(s) batched, batch pricing saved ${:.4}",
+                    t.batched_turns, t.batch_saved_usd
+                )
             } else {
                 String::new()
             }

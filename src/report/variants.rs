@@ -37,6 +37,10 @@ pub struct VariantSummary {
     pub killed_cost: Decimal,
     /// What prompt caching saved on the variant's rows (results.csv's `cache_saved_usd`).
     pub cache_saved: Decimal,
+    /// What batch pricing saved on the variant's rows (results.csv's `batch_saved_usd`).
+    pub batch_saved: Decimal,
+    /// Turns answered through a batch API.
+    pub batched_turns: u64,
 }
 
 impl VariantSummary {
@@ -88,6 +92,8 @@ pub(crate) fn summary_columns(axes: &[String]) -> Vec<String> {
         "wall_s",
         "median_wall_s",
         "cache_saved_usd",
+        "batched_turns",
+        "batch_saved_usd",
     ] {
         c.push(s.into());
     }
@@ -176,6 +182,8 @@ pub(crate) fn summarize(
             v.costs.push(c);
         }
         v.cache_saved += row.cache_saved_usd.unwrap_or_default();
+        v.batch_saved += row.batch_saved_usd.unwrap_or_default();
+        v.batched_turns += row.batched_turns.unwrap_or(0);
         v.input_tokens += row.input_tokens.unwrap_or(0);
         v.output_tokens += row.output_tokens.unwrap_or(0);
         v.turns.push(row.turns.unwrap_or(0));
@@ -271,6 +279,8 @@ pub(crate) fn write_summary_csv(
             median_u64(&mut v.wall_ms.clone())
                 .map_or(String::new(), |m| format!("{:.3}", m / 1000.0)),
             v.cache_saved.normalize().to_string(),
+            v.batched_turns.to_string(),
+            v.batch_saved.normalize().to_string(),
         ]);
         w.write_record(&row).map_err(|x| e(&x))?;
     }

@@ -195,6 +195,8 @@ fn unrun(spec: &TaskSpec, detail: &str) -> TaskResult {
         ttft_ms: None,
         cost_usd: None,
         cache_saved_usd: None,
+        batched_turns: 0,
+        batch_saved_usd: None,
         wall_ms: 0,
         model_ms: 0,
         tool_ms: 0,

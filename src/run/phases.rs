@@ -219,6 +219,11 @@ impl Run {
             for t in tasks {
                 if let (ProviderKind::Sim, Some(script)) = (t.provider.kind, &t.sim) {
                     sim.register(&t.id, script.clone());
+                    // A batch item names its task by the tag in its custom_id.
+                    let tag = crate::model::batch::tag_for(&t.id);
+                    if t.batch.is_some() && tag != t.id {
+                        sim.register(&tag, script.clone());
+                    }
                 }
             }
             let server_limits = tasks
@@ -339,6 +344,7 @@ impl Run {
             }),
             cancel: self.cancel.clone(),
             mcp: Arc::new(crate::tools::mcp::McpHub::default()),
+            batchers: Arc::default(),
             pristines: Arc::new(crate::tools::pristine::Pristines::new(
                 task_dir.join("pristine"),
                 self.opts.pristine_cache.clone(),
@@ -379,9 +385,11 @@ impl Run {
             s.abort();
         }
         let mcp = env.mcp.clone();
+        let batchers = env.batchers.clone();
         drop(tx);
         drop(env);
         mcp.shutdown().await;
+        batchers.close().await;
     }
 
     /// Completes run.json, sorts the rows into plan order and writes summary.csv.

@@ -47,6 +47,10 @@ pub struct TaskResult {
     pub cost_usd: Option<Decimal>,
     /// What prompt caching saved (see results.csv's `cache_saved_usd`).
     pub cache_saved_usd: Option<Decimal>,
+    /// Turns answered through the provider's batch API.
+    pub batched_turns: u32,
+    /// What batch pricing saved (see results.csv's `batch_saved_usd`).
+    pub batch_saved_usd: Option<Decimal>,
     pub wall_ms: u64,
     pub model_ms: u64,
     pub tool_ms: u64,

@@ -30,6 +30,28 @@ pub struct PriceFields {
     /// Rates for the whole request once its prompt exceeds `above_tokens`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub long_context: Option<Box<LongContextFields>>,
+    /// The share of every rate (cache rates and long-context tier included) a request
+    /// sent through the provider's batch API is billed at; defaults to 0.5, both
+    /// vendors' batch discount.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_rate: Option<BatchRate>,
+}
+
+/// A share of the standard price, above 0 and at most 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct BatchRate(pub Decimal);
+
+impl<'de> Deserialize<'de> for BatchRate {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let m = Money::deserialize(d)?;
+        if m.0 <= Decimal::ZERO || m.0 > Decimal::ONE {
+            return Err(serde::de::Error::custom(format!(
+                "batch_rate {} is a share of the standard price: above 0, at most 1 (0.5 is half price)",
+                m.0
+            )));
+        }
+        Ok(BatchRate(m.0))
+    }
 }
 
 /// A long-context price tier.
@@ -65,6 +87,11 @@ pub struct Price {
     /// 1-hour write rate: worst cases use it.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub one_hour_writes: bool,
+    /// The share of these rates a batch request is billed at.
+    pub batch_rate: Decimal,
+    /// These rates are already the batch rates (the task is in batch mode).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub batched: bool,
 }
 
 impl Price {
@@ -91,6 +118,8 @@ impl Price {
             cache_read: cache_read.map_or(input.saturating_mul(Decimal::new(1, 1)), |m| m.0),
             long_context: None,
             one_hour_writes: false,
+            batch_rate: Decimal::new(5, 1),
+            batched: false,
         }
     }
 
@@ -124,7 +153,46 @@ impl Price {
             );
             p.long_context = Some((above_tokens, Box::new(tier)));
         }
+        if let Some(r) = f.batch_rate {
+            p.batch_rate = r.0;
+        }
         p
+    }
+
+    /// This price for a request sent through the batch API: every rate times
+    /// `batch_rate`, so cache discounts combine with the batch discount as both vendors
+    /// document (a cache read in a batch is 0.1 x 0.5 of the input rate).
+    pub fn batched(&self) -> Price {
+        if self.batched {
+            return self.clone();
+        }
+        let r = self.batch_rate;
+        Price {
+            input: self.input * r,
+            output: self.output * r,
+            cache_write: self.cache_write * r,
+            cache_write_1h: self.cache_write_1h * r,
+            cache_read: self.cache_read * r,
+            long_context: self.long_context.as_ref().map(|(above, t)| {
+                let tier = Price {
+                    batch_rate: r,
+                    ..(**t).clone()
+                };
+                (*above, Box::new(tier.batched()))
+            }),
+            one_hour_writes: self.one_hour_writes,
+            batch_rate: r,
+            batched: true,
+        }
+    }
+
+    /// What `cost`, billed at these batch rates, would have cost at the standard ones.
+    pub fn standard_cost_of(&self, cost: Decimal) -> Decimal {
+        if self.batched && !self.batch_rate.is_zero() {
+            cost / self.batch_rate
+        } else {
+            cost
+        }
     }
 
     fn tier(&self, prompt_tokens: u64) -> &Price {
@@ -347,6 +415,7 @@ mod tests {
                 cache_write_1h: None,
                 cache_read: None,
                 long_context: None,
+                batch_rate: None,
             },
         );
         let p = lookup(&t, "claude-sonnet-4-5").unwrap();
@@ -396,5 +465,36 @@ mod tests {
         let p = p.with_one_hour_writes();
         assert_eq!(p.max_input_rate(), d("6"));
         assert_eq!(p.worst_case(1_000_000, 0), d("6"));
+    }
+
+    #[test]
+    fn batch_prices_scale_every_rate_and_combine_with_cache_discounts() {
+        let p = lookup(&BTreeMap::new(), "claude-sonnet-4-5").unwrap();
+        let b = p.batched();
+        assert_eq!(b.input, p.input * d("0.5"));
+        assert_eq!(b.cache_read, p.input * d("0.1") * d("0.5"));
+        assert_eq!(b.cache_write_1h, p.cache_write_1h * d("0.5"));
+        let u = Usage {
+            input_tokens: 1000,
+            output_tokens: 200,
+            cache_read_tokens: 2000,
+            cache_write_tokens: 400,
+            cache_write_1h_tokens: 100,
+            reasoning_tokens: 0,
+        };
+        assert_eq!(b.cost(&u) * d("2"), p.cost(&u));
+        assert_eq!(b.standard_cost_of(b.cost(&u)), p.cost(&u));
+        assert_eq!(p.standard_cost_of(p.cost(&u)), p.cost(&u));
+        assert_eq!(b.batched().input, b.input, "batching twice halves once");
+        let fields: PriceFields =
+            serde_yaml::from_str("{ input: 2, output: 10, batch_rate: 0.6 }").unwrap();
+        let own = Price::from_fields(&fields, Protocol::OpenaiResponses).batched();
+        assert_eq!(own.input, d("1.2"));
+        assert_eq!(own.output, d("6"));
+        for bad in ["0", "1.5", "-0.5"] {
+            let r: Result<PriceFields, _> =
+                serde_yaml::from_str(&format!("{{ input: 2, output: 10, batch_rate: {bad} }}"));
+            assert!(r.is_err(), "{bad}");
+        }
     }
 }

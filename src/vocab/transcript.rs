@@ -399,6 +399,18 @@ pub enum TranscriptEvent {
         retry_in_ms: Option<Option<u64>>,
     },
     /// A request cut off in flight; its reservation counts as spent.
+    /// A request joined a batch of the provider's batch API: written before its answer
+    /// is waited for, so a resume knows which batch holds it.
+    BatchJoined {
+        #[serde(default, deserialize_with = "lenient")]
+        turn: u32,
+        #[serde(default, deserialize_with = "lenient")]
+        attempt: u32,
+        #[serde(default, deserialize_with = "lenient")]
+        batch_id: String,
+        #[serde(default, deserialize_with = "lenient")]
+        custom_id: String,
+    },
     RequestAborted {
         #[serde(default, deserialize_with = "lenient")]
         turn: u32,

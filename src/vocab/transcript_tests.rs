@@ -14,7 +14,7 @@ const WRITTEN_BEFORE: &str = include_str!(concat!(
 
 /// Every event name on disk. Renaming one breaks every transcript already written and
 /// every reader of them (resume, audit, scripts): change this list only on purpose.
-const NAMES: [&str; 32] = [
+const NAMES: [&str; 33] = [
     "task_start",
     "workspace",
     "sandbox",
@@ -31,6 +31,7 @@ const NAMES: [&str; 32] = [
     "response",
     "attempt_failed",
     "request_aborted",
+    "batch_joined",
     "reservation_exceeded",
     "ledger_error",
     "settle",
@@ -69,6 +70,7 @@ fn name_of(e: &TranscriptEvent) -> &'static str {
         E::Response { .. } => "response",
         E::AttemptFailed { .. } => "attempt_failed",
         E::RequestAborted { .. } => "request_aborted",
+        E::BatchJoined { .. } => "batch_joined",
         E::ReservationExceeded { .. } => "reservation_exceeded",
         E::LedgerError { .. } => "ledger_error",
         E::Settle { .. } => "settle",

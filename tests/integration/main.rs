@@ -3,6 +3,7 @@
 
 mod audit;
 mod batch_client;
+mod batch_runs;
 mod caching;
 mod chaos;
 mod cli;

@@ -6,6 +6,7 @@
 //! One [`Batcher`] per provider of a run owns the pooling; each batch is then watched by
 //! a task of its own, so a slow batch never holds back the next window's.
 
+mod send;
 mod wire;
 
 use std::collections::HashMap;
@@ -16,6 +17,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
+pub use send::send;
 pub use wire::{BatchApi, CallError};
 use wire::{Ended, State};
 
@@ -96,6 +98,8 @@ struct Pending {
 pub struct Batcher {
     tx: mpsc::UnboundedSender<Pending>,
     pub calls: Arc<Calls>,
+    /// The tasks watching batches in flight, so a run can wait for the last cancels.
+    watchers: Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
 }
 
 impl Batcher {
@@ -103,8 +107,32 @@ impl Batcher {
     pub fn start(api: BatchApi, settings: Settings) -> Batcher {
         let (tx, rx) = mpsc::unbounded_channel();
         let calls = Arc::new(Calls::default());
-        tokio::spawn(pool(Arc::new(api), settings, rx, calls.clone()));
-        Batcher { tx, calls }
+        let watchers = Arc::new(std::sync::Mutex::new(Vec::new()));
+        tokio::spawn(pool(
+            Arc::new(api),
+            settings,
+            rx,
+            calls.clone(),
+            watchers.clone(),
+        ));
+        Batcher {
+            tx,
+            calls,
+            watchers,
+        }
+    }
+
+    /// Waits (up to `limit`) for the batches still in flight: once no loop waits for a
+    /// batch it is cancelled at once, so at the end of a run this is the time those
+    /// cancels take, and a batch abandoned at a deadline is not left running.
+    pub async fn close(&self, limit: Duration) {
+        let handles: Vec<_> = std::mem::take(
+            &mut *self
+                .watchers
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        let _ = tokio::time::timeout(limit, futures::future::join_all(handles)).await;
     }
 
     /// Queues one request (`body` as the synchronous endpoint takes it, without
@@ -138,6 +166,7 @@ async fn pool(
     settings: Settings,
     mut rx: mpsc::UnboundedReceiver<Pending>,
     calls: Arc<Calls>,
+    watchers: Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
 ) {
     while let Some(first) = rx.recv().await {
         let mut items = vec![first];
@@ -153,7 +182,12 @@ async fn pool(
         if items.is_empty() {
             continue;
         }
-        tokio::spawn(watch(api.clone(), settings.clone(), items, calls.clone()));
+        let handle = tokio::spawn(watch(api.clone(), settings.clone(), items, calls.clone()));
+        let mut w = watchers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        w.retain(|h| !h.is_finished());
+        w.push(handle);
     }
 }
 
@@ -209,7 +243,12 @@ async fn watch(api: Arc<BatchApi>, settings: Settings, items: Vec<Pending>, call
     let mut delay = settings.poll_first;
     let mut cancelled = false;
     let ended = loop {
-        tokio::time::sleep(delay).await;
+        // Wake at the next poll, or as soon as no loop waits for the batch any more.
+        let all_gone = futures::future::join_all(waiting.values_mut().map(|s| s.closed()));
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = all_gone, if !cancelled => {}
+        }
         delay = settings.poll_max.min(delay.mul_f64(1.5));
         let abandoned = waiting.values().all(oneshot::Sender::is_closed);
         if !cancelled && (abandoned || created.elapsed() >= settings.max_wait) {
@@ -304,4 +343,37 @@ where
 /// simulator plays the script registered under the part before the last `--`.
 pub fn custom_id(tag: &str, turn: u32, attempt: u32) -> String {
     format!("{tag}--{turn}-{attempt}")
+}
+
+/// The tag of a task's custom_ids: its id when that fits the providers' custom_id
+/// rules (`[A-Za-z0-9_-]`, with room for the turn and attempt in 64 characters), else
+/// a digest of it. Stable for an id, so a resume names the same requests alike.
+pub fn tag_for(task_id: &str) -> String {
+    let fits = !task_id.is_empty()
+        && task_id.len() <= 48
+        && task_id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if fits {
+        task_id.to_string()
+    } else {
+        format!("h{:016x}", crate::text::fnv1a(task_id.as_bytes()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tags_fit_the_custom_id_rules_and_stay_apart() {
+        assert_eq!(tag_for("fix-bug_1"), "fix-bug_1");
+        let dotted = tag_for("fix.bug--model=a--e2");
+        assert_eq!(dotted.len(), 17);
+        assert!(dotted.bytes().all(|b| b.is_ascii_alphanumeric()));
+        assert_ne!(dotted, tag_for("fix.bug--model=b--e2"));
+        assert_eq!(tag_for(&"x".repeat(49)).len(), 17);
+        let id = custom_id(&tag_for(&"y".repeat(48)), 9999, 99);
+        assert!(id.len() <= 64, "{id}");
+    }
 }

@@ -22,7 +22,7 @@ pub(crate) use read::{parse_results, read_results, ResultsFile};
 
 /// The columns of results.csv, in order. Scripts read them by name; new columns are
 /// only ever added at the end. [`ResultRow`]'s fields are these, in this order.
-pub const COLUMNS: [&str; 38] = [
+pub const COLUMNS: [&str; 40] = [
     "run_id",
     "task_id",
     "provider",
@@ -61,6 +61,8 @@ pub const COLUMNS: [&str; 38] = [
     "cache_saved_usd",
     "compactions",
     "ttft_ms",
+    "batched_turns",
+    "batch_saved_usd",
 ];
 
 /// The prefix of the columns that hold one matrix axis each (`matrix.model`).
@@ -158,6 +160,17 @@ pub(crate) struct ResultRow {
     /// when none was streamed (and in runs from before streaming).
     #[serde(deserialize_with = "de_whole")]
     pub ttft_ms: Option<u64>,
+    /// Turns answered through the provider's batch API (empty in runs from before it).
+    #[serde(default, deserialize_with = "de_whole")]
+    pub batched_turns: Option<u64>,
+    /// What batch pricing saved: the standard price of the batched turns' usage minus
+    /// what they cost. None without a price or batch mode.
+    #[serde(
+        default,
+        serialize_with = "ser_decimal",
+        deserialize_with = "de_decimal"
+    )]
+    pub batch_saved_usd: Option<Decimal>,
     /// The matrix axis values by axis name (empty values left out): the `matrix.*`
     /// columns, which follow the fixed ones.
     #[serde(skip)]
@@ -191,6 +204,8 @@ impl Default for ResultRow {
             cache_saved_usd: None,
             compactions: None,
             ttft_ms: None,
+            batched_turns: None,
+            batch_saved_usd: None,
             wall_ms: None,
             model_ms: None,
             tool_ms: None,
@@ -287,6 +302,7 @@ impl BadValue {
                 "usage_estimated_turns",
                 "compactions",
                 "ttft_ms",
+                "batched_turns",
             ],
         }
     }
@@ -400,6 +416,8 @@ impl ResultRow {
             cache_saved_usd: r.cache_saved_usd,
             compactions: Some(r.compactions.into()),
             ttft_ms: r.ttft_ms,
+            batched_turns: Some(r.batched_turns.into()),
+            batch_saved_usd: r.batch_saved_usd,
             axes: r
                 .axes
                 .iter()

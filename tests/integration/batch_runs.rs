@@ -1,0 +1,325 @@
+//! Batch mode end to end through the binary, against the simulator's batch APIs: the
+//! same rows as synchronous mode at half the cost (the shipped repo-fix suite, and a
+//! tool loop on all three protocols), expired and errored items retried without being
+//! billed, caps held, and a task's time limit covering its wait in a batch.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::str::FromStr;
+
+use rust_decimal::Decimal;
+use serde_json::Value;
+
+use crate::common::{bin, read_csv, Case};
+
+fn dec(row: &HashMap<String, String>, col: &str) -> Decimal {
+    Decimal::from_str(&row[col]).unwrap_or_else(|_| panic!("{col} = {:?}", row[col]))
+}
+
+fn run(case: &Case, job: &str, id: &str) -> (Vec<HashMap<String, String>>, String) {
+    let out = case.agentbatch(&["run", job, "--run-id", id, "--quiet"]);
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.code().is_some_and(|c| c <= 1),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (
+        read_csv(&case.path(&format!("reports/{id}/results.csv"))),
+        said,
+    )
+}
+
+fn by_task(rows: Vec<HashMap<String, String>>) -> HashMap<String, HashMap<String, String>> {
+    rows.into_iter()
+        .map(|r| (r["task_id"].clone(), r))
+        .collect()
+}
+
+fn transcript(case: &Case, run: &str, task: &str) -> Vec<Value> {
+    let text =
+        std::fs::read_to_string(case.path(&format!("reports/{run}/transcripts/{task}.jsonl")))
+            .unwrap();
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The columns a run in batch mode must give exactly as synchronous mode does.
+const SAME: &[&str] = &[
+    "outcome",
+    "stop_reason",
+    "turns",
+    "tool_calls",
+    "tool_errors",
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "check_exit_code",
+    "denied_calls",
+];
+
+fn same_rows_at_half_price(
+    sync: &HashMap<String, HashMap<String, String>>,
+    batch: &HashMap<String, HashMap<String, String>>,
+) {
+    assert_eq!(sync.len(), batch.len());
+    for (task, s) in sync {
+        let b = &batch[task];
+        for col in SAME {
+            assert_eq!(s[*col], b[*col], "{task}: {col}");
+        }
+        assert_eq!(
+            dec(b, "cost_usd") * Decimal::TWO,
+            dec(s, "cost_usd"),
+            "{task}"
+        );
+        assert_eq!(b["batched_turns"], b["turns"], "{task}");
+        assert_eq!(s["batched_turns"], "0", "{task}");
+        assert_eq!(dec(b, "batch_saved_usd"), dec(b, "cost_usd"), "{task}");
+        assert_eq!(s["batch_saved_usd"], "", "{task}");
+    }
+}
+
+#[test]
+fn the_repo_fix_suite_in_batch_mode_gives_the_synchronous_rows_at_half_the_cost() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("jobs");
+    let text = std::fs::read_to_string(root.join("repo-fix.yaml"))
+        .unwrap()
+        .replace(
+            "    repo: fixtures/",
+            &format!("    repo: {}/fixtures/", root.display()),
+        )
+        .replace(
+            "    sim: sim/",
+            &format!("    sim: {}/sim/", root.display()),
+        );
+    assert!(text.contains("defaults:\n"));
+    let case = Case::new();
+    case.write("sync.yaml", &text);
+    case.write(
+        "batch.yaml",
+        &text.replace(
+            "defaults:\n",
+            "defaults:\n  batch: { mode: on, window: 300ms }\n",
+        ),
+    );
+    let (sync, _) = run(&case, "sync.yaml", "run-s");
+    let (batch, said) = run(&case, "batch.yaml", "run-b");
+    assert!(said.contains("batch pricing saved $"), "{said}");
+    let (sync, batch) = (by_task(sync), by_task(batch));
+    // Tool output quotes workspace paths, which hold the run id: the two ids are as
+    // long, so the token counts can be compared.
+    same_rows_at_half_price(&sync, &batch);
+    assert!(batch.values().any(|r| r["outcome"] == "pass"));
+    // The agents made the same changes.
+    for task in sync.keys() {
+        let patch = |run: &str| {
+            std::fs::read_to_string(case.path(&format!("reports/{run}/patches/{task}.diff")))
+                .unwrap_or_default()
+        };
+        assert_eq!(patch("run-s"), patch("run-b"), "{task}");
+    }
+    // Every request went through a batch, its id written before its answer.
+    for task in batch.keys() {
+        let events = transcript(&case, "run-b", task);
+        let joined: Vec<&Value> = events
+            .iter()
+            .filter(|e| e["event"] == "batch_joined")
+            .collect();
+        let answered = events.iter().filter(|e| e["event"] == "response").count();
+        assert_eq!(joined.len(), answered, "{task}");
+        let first_join = events.iter().position(|e| e["event"] == "batch_joined");
+        let first_answer = events.iter().position(|e| e["event"] == "response");
+        assert!(first_join < first_answer, "{task}");
+        assert!(joined
+            .iter()
+            .all(|e| e["batch_id"].as_str().unwrap().starts_with("msgbatch_")));
+    }
+}
+
+/// Three turns of get_time on each protocol, task ids that are and are not custom_ids.
+fn loop_job(batch: &str, faults: &str) -> String {
+    format!(
+        "name: loop\nconcurrency: 8\nproviders:\n  sim-responses: {{ protocol: openai-responses, simulator: true }}\n  sim-chat: {{ protocol: openai-chat, simulator: true }}\ndefaults:\n  model: claude-sonnet-4-5\n  tools: [get_time]\n{batch}  sim:\n    turns:\n      - content: [ {{ text: looking }}, {{ tool_use: {{ name: get_time, input: {{}} }} }} ]\n{faults}      - content: [ {{ tool_use: {{ name: get_time, input: {{}} }} }} ]\n      - content: [ {{ text: done }} ]\ntasks:\n  - {{ id: plain, prompt: go }}\n  - {{ id: with.dots_and-dashes.v2, prompt: go }}\n  - {{ id: resp, prompt: go, provider: sim-responses, model: gpt-5.4-mini }}\n  - {{ id: chat, prompt: go, provider: sim-chat, model: gpt-5.4-mini }}\n"
+    )
+}
+
+const BATCH: &str = "  batch: { mode: on, window: 200ms }\n";
+
+#[test]
+fn all_three_protocols_give_the_same_rows_at_half_price_in_batch_mode() {
+    let case = Case::new();
+    case.write("sync.yaml", &loop_job("", ""));
+    case.write("batch.yaml", &loop_job(BATCH, ""));
+    let (sync, _) = run(&case, "sync.yaml", "run-s");
+    let (batch, _) = run(&case, "batch.yaml", "run-b");
+    let (sync, batch) = (by_task(sync), by_task(batch));
+    same_rows_at_half_price(&sync, &batch);
+    for r in batch.values() {
+        assert_eq!(r["stop_reason"], "completed", "{r:?}");
+        assert_eq!(r["turns"], "3");
+    }
+    // summary.csv carries the batch figures too.
+    let summary = read_csv(&case.path("reports/run-b/summary.csv"));
+    assert_eq!(summary[0]["batched_turns"], "12");
+    assert_eq!(
+        Decimal::from_str(&summary[0]["batch_saved_usd"]).unwrap(),
+        batch.values().map(|r| dec(r, "cost_usd")).sum::<Decimal>()
+    );
+}
+
+#[test]
+fn expired_and_errored_items_are_retried_and_never_billed() {
+    let case = Case::new();
+    // The second answer: first expired in its batch, then refused with a 529, then given.
+    let faults = "        faults: [ { batch_expire: true }, { status: 529 } ]\n";
+    let with_faults = loop_job(BATCH, "").replacen(
+        "      - content: [ { tool_use: { name: get_time, input: {} } } ]\n",
+        &format!(
+            "      - content: [ {{ tool_use: {{ name: get_time, input: {{}} }} }} ]\n{faults}"
+        ),
+        1,
+    );
+    assert!(with_faults.contains("batch_expire"));
+    case.write("faults.yaml", &with_faults);
+    case.write("clean.yaml", &loop_job(BATCH, ""));
+    let (clean, _) = run(&case, "clean.yaml", "clean");
+    let (faulty, _) = run(&case, "faults.yaml", "faulty");
+    let (clean, faulty) = (by_task(clean), by_task(faulty));
+    for (task, f) in &faulty {
+        let c = &clean[task];
+        assert_eq!(f["stop_reason"], "completed", "{task}: {f:?}");
+        assert_eq!(f["retries"], "2", "{task}");
+        // What was billed is what the clean run paid: neither failed item cost anything.
+        assert_eq!(f["cost_usd"], c["cost_usd"], "{task}");
+        assert_eq!(f["input_tokens"], c["input_tokens"], "{task}");
+        let events = transcript(&case, "faulty", task);
+        let failed: Vec<String> = events
+            .iter()
+            .filter(|e| e["event"] == "attempt_failed")
+            .map(|e| e["error"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(failed.len(), 2, "{task}: {failed:?}");
+        assert!(failed[0].contains("expired"), "{task}: {failed:?}");
+        assert!(failed[1].contains("529"), "{task}: {failed:?}");
+        assert!(
+            events
+                .iter()
+                .filter(|e| e["event"] == "attempt_failed")
+                .all(|e| e["charged_usd"].is_null()),
+            "{task}: a failed batch item is not charged"
+        );
+    }
+}
+
+#[test]
+fn a_cost_cap_holds_in_batch_mode_at_batch_prices() {
+    let case = Case::new();
+    let looping = |batch: &str| {
+        let tasks: String = (0..6)
+            .map(|i| format!("  - {{ id: t{i}, prompt: go }}\n"))
+            .collect();
+        format!("name: capped\nconcurrency: 6\nteams:\n  t: {{ max_cost_usd: 0.30 }}\ndefaults:\n  team: t\n  model: claude-sonnet-4-5\n  tools: [get_time]\n{batch}  limits: {{ max_turns: 400, min_max_tokens: 128, max_repeats: off }}\n  sim: {{ repeat_last: true, turns: [ {{ content: [ {{ text: working }}, {{ tool_use: {{ name: get_time, input: {{}} }} }} ], usage: {{ output_tokens: 100 }} }} ] }}\ntasks:\n{tasks}")
+    };
+    case.write("sync.yaml", &looping(""));
+    case.write(
+        "batch.yaml",
+        &looping("  batch: { mode: on, window: 100ms }\n"),
+    );
+    let turns = |rows: &[HashMap<String, String>]| -> u64 {
+        rows.iter()
+            .map(|r| r["turns"].parse::<u64>().unwrap())
+            .sum()
+    };
+    let (sync, _) = run(&case, "sync.yaml", "run-s");
+    let (rows, _) = run(&case, "batch.yaml", "run-b");
+    let cap = Decimal::from_str("0.30").unwrap();
+    for (name, rows) in [("sync", &sync), ("batch", &rows)] {
+        let spent: Decimal = rows.iter().map(|r| dec(r, "cost_usd")).sum();
+        assert!(spent <= cap, "{name}: {spent}");
+        assert!(
+            spent >= cap * Decimal::from_str("0.9").unwrap(),
+            "{name}: {spent}: the cap was used"
+        );
+        assert!(
+            rows.iter().all(|r| r["stop_reason"] == "team_budget"),
+            "{name}: {rows:?}"
+        );
+    }
+    // Half price: about twice the turns under the same cap.
+    let (s, b) = (turns(&sync), turns(&rows));
+    assert!(b * 10 >= s * 18, "{b} turns in batch mode against {s}");
+}
+
+#[test]
+fn a_time_limit_covers_the_wait_in_a_batch_and_the_abandoned_batch_is_cancelled() {
+    use std::io::{BufRead, BufReader};
+    let case = Case::new();
+    case.write(
+        "job.yaml",
+        "name: slow\ndefaults:\n  model: claude-sonnet-4-5\n  tools: [get_time]\n  batch: { mode: on, window: 100ms }\n  limits: { time_limit: 2s }\n  sim: { turns: [ { content: [ { text: done } ] } ] }\ntasks:\n  - { id: waits, prompt: go }\n",
+    );
+    // A simulator of its own whose batches take a minute.
+    let mut sim = bin()
+        .args([
+            "sim",
+            "--port",
+            "0",
+            "--job",
+            "job.yaml",
+            "--batch-delay",
+            "60s",
+        ])
+        .current_dir(case.dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(sim.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let url = first
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap()
+        .to_string();
+    case.write(
+        "job.yaml",
+        &std::fs::read_to_string(case.path("job.yaml")).unwrap().replace(
+            "defaults:\n",
+            &format!("providers:\n  slow: {{ protocol: anthropic, simulator: true, base_url: \"{url}\" }}\ndefaults:\n  provider: slow\n"),
+        ),
+    );
+    let started = std::time::Instant::now();
+    let (rows, _) = run(&case, "job.yaml", "slow");
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+    assert_eq!(rows[0]["stop_reason"], "time_limit", "{:?}", rows[0]);
+    // The batch no task waits for is cancelled (shortly after the run ended: the pool
+    // checks at its next poll).
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let seen: Vec<Value> = rt.block_on(async {
+        let text = reqwest::get(format!("{url}/_sim/batches"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        serde_json::from_str(&text).unwrap()
+    });
+    let _ = sim.kill();
+    let _ = sim.wait();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    let cancels = seen[0]["calls"]["cancels_ms"].as_array().unwrap();
+    assert_eq!(
+        cancels.len(),
+        1,
+        "the abandoned batch was cancelled: {seen:?}"
+    );
+    assert_eq!(seen[0]["items"][0]["state"], "canceled", "{seen:?}");
+}
