@@ -41,19 +41,7 @@ impl Batchers {
             return Ok(None);
         };
         let p = &spec.provider;
-        // The simulator serves a run's batches under /r/{run}, not under a task's path.
-        let base = match p.kind {
-            ProviderKind::Sim => {
-                let root = p.base_url.as_deref().or(sim_base).unwrap_or_default();
-                let v1 = if p.protocol == Protocol::Anthropic {
-                    ""
-                } else {
-                    "/v1"
-                };
-                format!("{}/r/{run_id}{v1}", root.trim_end_matches('/'))
-            }
-            ProviderKind::Api => p.base_url.clone().unwrap_or_default(),
-        };
+        let base = batch_base(spec, sim_base, run_id);
         let key = format!("{}|{}|{base}|{b:?}", p.name, p.protocol);
         let mut pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(pool) = pools.get(&key) {
@@ -71,5 +59,23 @@ impl Batchers {
         );
         pools.insert(key, pool.clone());
         Ok(Some(pool))
+    }
+}
+
+/// The base URL the task's provider's batch API is under: the simulator serves a run's
+/// batches under `/r/{run}`, not under a task's path.
+pub(crate) fn batch_base(spec: &TaskSpec, sim_base: Option<&str>, run_id: &str) -> String {
+    let p = &spec.provider;
+    match p.kind {
+        ProviderKind::Sim => {
+            let root = p.base_url.as_deref().or(sim_base).unwrap_or_default();
+            let v1 = if p.protocol == Protocol::Anthropic {
+                ""
+            } else {
+                "/v1"
+            };
+            format!("{}/r/{run_id}{v1}", root.trim_end_matches('/'))
+        }
+        ProviderKind::Api => p.base_url.clone().unwrap_or_default(),
     }
 }

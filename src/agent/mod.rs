@@ -64,7 +64,11 @@ pub struct AgentEnv {
 /// Where a task's requests go, with the key read from the environment at run time. A
 /// simulated provider's requests go to the task's own path on the simulator, under the
 /// protocol's usual root (`/v1` for OpenAI).
-fn endpoint(spec: &TaskSpec, sim_base: Option<&str>, run_id: &str) -> Result<Endpoint, String> {
+pub(crate) fn endpoint(
+    spec: &TaskSpec,
+    sim_base: Option<&str>,
+    run_id: &str,
+) -> Result<Endpoint, String> {
     let p = &spec.provider;
     let (base, api_key) = match p.kind {
         ProviderKind::Sim => {

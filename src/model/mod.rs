@@ -31,6 +31,17 @@ pub use endpoint::Endpoint;
 pub use http::{client, parse_go_duration, Failure, HttpError, RateHeaders, Reply};
 pub use summary::Summarized;
 
+/// The usage an answer of `protocol` reports (None when it is not an answer, or has no
+/// usage): what a batch result found again on resume was billed for.
+pub fn usage_of(protocol: Protocol, body: &Value) -> Option<Usage> {
+    let parsed = match protocol {
+        Protocol::Anthropic => anthropic::parse(body),
+        Protocol::OpenaiResponses => responses::parse(body),
+        Protocol::OpenaiChat => chat::parse(body, 0),
+    };
+    parsed.ok()?.usage
+}
+
 /// A tool call the model asked for.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ToolCall {

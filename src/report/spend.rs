@@ -27,7 +27,7 @@ pub fn spent_in_transcript(path: &Path) -> Decimal {
                 spent = spent_usd.0;
                 pending = reserved_usd.map(|r| r.0).unwrap_or_default();
             }
-            E::Settle { spent_usd, .. } => {
+            E::Settle { spent_usd, .. } | E::BatchRecovered { spent_usd, .. } => {
                 spent = spent_usd.0;
                 pending = Decimal::ZERO;
             }

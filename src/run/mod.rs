@@ -19,6 +19,7 @@ use crate::report::{ProgressMode, ReportError, Summary, VariantsError};
 use crate::sim::Sim;
 use crate::tools::Registry;
 
+mod batch_recovery;
 mod feed;
 mod folder;
 mod phases;
@@ -167,6 +168,14 @@ pub async fn run(plan: crate::job::Plan, opts: RunOptions) -> Result<RunOutcome,
             }
             // Locked before the folder is read, and held until the run ends.
             let lock = folder::lock_run_dir(&r.dir)?;
+            let run_id = r
+                .dir
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            for note in batch_recovery::recover(&r.dir, &plan, &run_id).await {
+                eprintln!("resume: {note}");
+            }
             let resumed = resume::prepare(r, &plan, selected.clone(), &resume::header_for(&plan))?;
             Some((resumed, lock))
         }

@@ -411,6 +411,26 @@ pub enum TranscriptEvent {
         #[serde(default, deserialize_with = "lenient")]
         custom_id: String,
     },
+    /// A resume found a request a kill left in a batch: cancelled or ended, what it was
+    /// billed (`cost_usd`, zero unless it was answered) replaces its reservation.
+    BatchRecovered {
+        #[serde(default, deserialize_with = "lenient")]
+        turn: u32,
+        #[serde(default, deserialize_with = "lenient")]
+        attempt: u32,
+        #[serde(default, deserialize_with = "lenient")]
+        batch_id: String,
+        #[serde(default, deserialize_with = "lenient")]
+        custom_id: String,
+        /// succeeded, errored, canceled or expired.
+        #[serde(default, deserialize_with = "lenient")]
+        result: String,
+        #[serde(default, deserialize_with = "lenient")]
+        cost_usd: Usd,
+        /// The task's spend with it.
+        #[serde(default, deserialize_with = "lenient")]
+        spent_usd: Usd,
+    },
     RequestAborted {
         #[serde(default, deserialize_with = "lenient")]
         turn: u32,

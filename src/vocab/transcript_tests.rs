@@ -14,7 +14,7 @@ const WRITTEN_BEFORE: &str = include_str!(concat!(
 
 /// Every event name on disk. Renaming one breaks every transcript already written and
 /// every reader of them (resume, audit, scripts): change this list only on purpose.
-const NAMES: [&str; 33] = [
+const NAMES: [&str; 34] = [
     "task_start",
     "workspace",
     "sandbox",
@@ -32,6 +32,7 @@ const NAMES: [&str; 33] = [
     "attempt_failed",
     "request_aborted",
     "batch_joined",
+    "batch_recovered",
     "reservation_exceeded",
     "ledger_error",
     "settle",
@@ -71,6 +72,7 @@ fn name_of(e: &TranscriptEvent) -> &'static str {
         E::AttemptFailed { .. } => "attempt_failed",
         E::RequestAborted { .. } => "request_aborted",
         E::BatchJoined { .. } => "batch_joined",
+        E::BatchRecovered { .. } => "batch_recovered",
         E::ReservationExceeded { .. } => "reservation_exceeded",
         E::LedgerError { .. } => "ledger_error",
         E::Settle { .. } => "settle",

@@ -323,3 +323,102 @@ fn a_time_limit_covers_the_wait_in_a_batch_and_the_abandoned_batch_is_cancelled(
     );
     assert_eq!(seen[0]["items"][0]["state"], "canceled", "{seen:?}");
 }
+
+/// Starts `agentbatch sim` with batches taking `delay`, and returns it with its URL.
+fn standalone_sim(case: &Case, delay: &str) -> (std::process::Child, String) {
+    use std::io::{BufRead, BufReader};
+    let mut sim = bin()
+        .args([
+            "sim",
+            "--port",
+            "0",
+            "--job",
+            "job.yaml",
+            "--batch-delay",
+            delay,
+        ])
+        .current_dir(case.dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    let mut out = BufReader::new(sim.stdout.take().unwrap());
+    out.read_line(&mut first).unwrap();
+    // Keep reading: a closed pipe would stop the simulator.
+    std::thread::spawn(move || {
+        let mut sink = String::new();
+        while out.read_line(&mut sink).is_ok_and(|n| n > 0) {
+            sink.clear();
+        }
+    });
+    let url = first
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap()
+        .to_string();
+    (sim, url)
+}
+
+/// A run killed with -9 while its task waits in a batch; the resume finds the batch
+/// from the transcript, cancels it or reads its result, and counts what it was billed,
+/// not its reservation.
+#[test]
+fn a_batch_left_by_a_killed_run_is_found_on_resume_and_not_paid_twice() {
+    for (delay, wait_before_resume, result) in [
+        ("4s", 0, "cancelled before it was processed"),
+        ("1500ms", 2500, "answered"),
+    ] {
+        let case = Case::new();
+        let job = "name: killed\ndefaults:\n  model: claude-sonnet-4-5\n  tools: [get_time]\n  batch: { mode: on, window: 100ms }\n  limits: { max_cost_usd: 1.00 }\n  sim: { turns: [ { content: [ { text: done } ], usage: { output_tokens: 50 } } ] }\ntasks:\n  - { id: waits, prompt: go }\n";
+        case.write("job.yaml", job);
+        let (mut sim, url) = standalone_sim(&case, delay);
+        case.write(
+            "job.yaml",
+            &job.replace(
+                "defaults:\n",
+                &format!("providers:\n  slow: {{ protocol: anthropic, simulator: true, base_url: \"{url}\" }}\ndefaults:\n  provider: slow\n"),
+            ),
+        );
+        let mut run = case.start_run(&[]);
+        let transcript = case.path("reports/r/transcripts/waits.jsonl");
+        crate::common::wait_until(
+            "the request to join a batch",
+            std::time::Duration::from_secs(20),
+            || {
+                std::fs::read_to_string(&transcript)
+                    .unwrap_or_default()
+                    .contains("batch_joined")
+            },
+        );
+        crate::common::signal(run.id(), "KILL");
+        let _ = run.wait();
+        std::thread::sleep(std::time::Duration::from_millis(wait_before_resume));
+        let out = case.agentbatch(&["run", "job.yaml", "--resume", "reports/r", "--quiet"]);
+        let said = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{said}");
+        assert!(said.contains(&format!("was {result}")), "{delay}: {said}");
+        let run_json: Value = serde_json::from_str(
+            &std::fs::read_to_string(case.path("reports/r/run.json")).unwrap(),
+        )
+        .unwrap();
+        let killed = Decimal::from_str(
+            run_json["resumes"][0]["killed_spent_usd"]
+                .as_str()
+                .unwrap_or("x"),
+        )
+        .unwrap_or_else(|_| panic!("{}", run_json["resumes"]));
+        let rows = read_csv(&case.path("reports/r/results.csv"));
+        assert_eq!(rows[0]["stop_reason"], "completed", "{rows:?}");
+        let rerun = dec(&rows[0], "cost_usd");
+        if result == "answered" {
+            // Billed once for the killed attempt's answer, at its real (batch) price,
+            // which is what the re-run's identical request cost.
+            assert_eq!(killed, rerun, "{delay}");
+        } else {
+            assert!(killed.is_zero(), "{delay}: {killed}");
+        }
+        let _ = sim.kill();
+        let _ = sim.wait();
+    }
+}

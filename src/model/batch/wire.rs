@@ -220,6 +220,44 @@ impl BatchApi {
         Ok(out)
     }
 
+    /// What became of request `custom_id` of batch `id`, sent by a process that was
+    /// killed: the batch is cancelled (what it has not processed is then not billed),
+    /// then followed until it ends, for up to `wait`. None: it has not ended by then.
+    pub async fn recover(
+        &self,
+        id: &str,
+        custom_id: &str,
+        wait: Duration,
+    ) -> Result<Option<Outcome>, CallError> {
+        let until = std::time::Instant::now() + wait;
+        // An ended batch refuses the cancel: that is fine, its results are there.
+        let _ = self.cancel(id).await;
+        let ended = loop {
+            match self.poll(id).await? {
+                State::Ended(e) => break e,
+                State::Failed(why) => {
+                    return Ok(Some(Outcome::Failed {
+                        message: why,
+                        maybe_sent: false,
+                    }))
+                }
+                State::Running if std::time::Instant::now() >= until => return Ok(None),
+                State::Running => tokio::time::sleep(Duration::from_millis(500)).await,
+            }
+        };
+        let results = self.results(&ended).await?;
+        Ok(Some(
+            results
+                .into_iter()
+                .find(|(c, _)| c == custom_id)
+                .map(|(_, o)| o)
+                .unwrap_or(Outcome::Failed {
+                    message: format!("batch {id} has no result for {custom_id}"),
+                    maybe_sent: false,
+                }),
+        ))
+    }
+
     /// Asks the provider to stop the batch: what it has not processed is not billed.
     pub async fn cancel(&self, id: &str) -> Result<(), CallError> {
         let url = match self.protocol {

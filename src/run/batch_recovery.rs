@@ -1,0 +1,191 @@
+//! A resume's first step for tasks a kill cut off in batch mode. Each request was
+//! written to its task's transcript with its batch id (`batch_joined`) before its answer
+//! was awaited, so the resume finds the batch again: it cancels it (what the provider
+//! has not processed is then not billed) and reads its result, and what the request
+//! was billed, nothing unless it was answered, replaces its reservation in the killed
+//! attempt's spend (a `batch_recovered` event). The task itself runs again from its
+//! start, as every task a kill cut off does.
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::job::{Plan, ProviderKind, TaskSpec};
+use crate::model::batch::{BatchApi, Outcome};
+use crate::vocab::transcript::{TranscriptEvent as E, Usd};
+
+/// How long a resume waits for a cancelled batch to end before leaving the request's
+/// reservation counted whole.
+const WAIT: Duration = Duration::from_secs(60);
+
+/// A request a kill left in a batch.
+struct InFlight {
+    turn: u32,
+    attempt: u32,
+    batch_id: String,
+    custom_id: String,
+    /// The task's spend before it (the last reservation's `spent_usd`).
+    spent_before: rust_decimal::Decimal,
+}
+
+/// The request a transcript left waiting in a batch, if any.
+fn in_flight(text: &str) -> Option<InFlight> {
+    let mut spent = rust_decimal::Decimal::ZERO;
+    let mut open = None;
+    for event in text.lines().filter_map(E::read) {
+        match event {
+            E::Reserve { spent_usd, .. } => spent = spent_usd.0,
+            E::BatchJoined {
+                turn,
+                attempt,
+                batch_id,
+                custom_id,
+            } => {
+                open = Some(InFlight {
+                    turn,
+                    attempt,
+                    batch_id,
+                    custom_id,
+                    spent_before: spent,
+                })
+            }
+            E::Response { .. }
+            | E::AttemptFailed { .. }
+            | E::RequestAborted { .. }
+            | E::BatchRecovered { .. } => open = None,
+            _ => {}
+        }
+    }
+    open
+}
+
+/// Finds, cancels and settles the requests the killed process left in batches, for
+/// the tasks of `plan` with a transcript in `dir`; returns what it did, a line each.
+pub(super) async fn recover(dir: &Path, plan: &Plan, run_id: &str) -> Vec<String> {
+    let mut notes = Vec::new();
+    let Ok(client) = crate::model::client() else {
+        return notes;
+    };
+    for spec in plan.tasks.iter().filter(|t| t.batch.is_some()) {
+        let path = dir.join("transcripts").join(format!("{}.jsonl", spec.id));
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        let Some(item) = in_flight(&text) else {
+            continue;
+        };
+        let note = match settle(spec, &client, run_id, &item).await {
+            Ok((result, cost)) => {
+                let event = E::BatchRecovered {
+                    turn: item.turn,
+                    attempt: item.attempt,
+                    batch_id: item.batch_id.clone(),
+                    custom_id: item.custom_id.clone(),
+                    result: result.clone(),
+                    cost_usd: Usd(cost),
+                    spent_usd: Usd(item.spent_before + cost),
+                };
+                match append(&path, &event) {
+                    Ok(()) => format!(
+                        "task {}: its request in batch {} was {result}; ${} billed for it instead of its reservation",
+                        spec.id,
+                        item.batch_id,
+                        cost.normalize()
+                    ),
+                    Err(e) => format!(
+                        "task {}: cannot record batch {}'s result in {}: {e}; its reservation stays counted",
+                        spec.id,
+                        item.batch_id,
+                        path.display()
+                    ),
+                }
+            }
+            Err(why) => format!(
+                "task {}: its request in batch {} {why}; its reservation stays counted as spent",
+                spec.id, item.batch_id
+            ),
+        };
+        notes.push(note);
+    }
+    notes
+}
+
+/// Cancels the batch and reads what became of the request: (result, what it cost).
+async fn settle(
+    spec: &TaskSpec,
+    client: &reqwest::Client,
+    run_id: &str,
+    item: &InFlight,
+) -> Result<(String, rust_decimal::Decimal), String> {
+    if spec.provider.kind == ProviderKind::Sim && spec.provider.base_url.is_none() {
+        return Err("was in the killed run's own simulator, which is gone".into());
+    }
+    let endpoint = crate::agent::endpoint(spec, None, run_id)?;
+    let base = crate::agent::batching::batch_base(spec, None, run_id);
+    let api = BatchApi::new(client.clone(), &endpoint, &base)?;
+    let outcome = api
+        .recover(&item.batch_id, &item.custom_id, WAIT)
+        .await
+        .map_err(|e| format!("could not be looked up ({e})"))?
+        .ok_or_else(|| format!("had not ended {}s after it was cancelled", WAIT.as_secs()))?;
+    Ok(match outcome {
+        Outcome::Succeeded { body, .. } => {
+            let usage = serde_json::from_slice(&body)
+                .ok()
+                .and_then(|v| crate::model::usage_of(spec.provider.protocol, &v))
+                .ok_or("was answered, but its answer carries no usage")?;
+            let cost = spec
+                .price
+                .as_ref()
+                .map(|p| p.cost(&usage))
+                .unwrap_or_default();
+            ("answered".into(), cost)
+        }
+        Outcome::Errored { status, .. } => (format!("refused (HTTP {status})"), Default::default()),
+        Outcome::Canceled => (
+            "cancelled before it was processed".into(),
+            Default::default(),
+        ),
+        Outcome::Expired => ("expired".into(), Default::default()),
+        Outcome::Failed { message, .. } => return Err(format!("is unknown: {message}")),
+    })
+}
+
+fn append(path: &Path, event: &E) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let line = serde_json::to_string(&crate::vocab::transcript::TranscriptLine {
+        ts: &chrono::Utc::now()
+            .format("%Y-%m-%dT%H:%M:%S%.3fZ")
+            .to_string(),
+        t_ms: 0,
+        event,
+    })
+    .map_err(std::io::Error::other)?;
+    let mut f = std::fs::OpenOptions::new().append(true).open(path)?;
+    // A line cut off by the kill is ended first, so this one reads on its own.
+    let text = std::fs::read(path)?;
+    if text.last().is_some_and(|b| *b != b'\n') {
+        f.write_all(b"\n")?;
+    }
+    writeln!(f, "{line}")?;
+    f.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_request_left_waiting_is_in_flight() {
+        let joined =
+            r#"{"event":"batch_joined","turn":2,"attempt":1,"batch_id":"b1","custom_id":"t--2-1"}"#;
+        let reserve =
+            r#"{"event":"reserve","turn":2,"attempt":1,"reserved_usd":"0.05","spent_usd":"0.01"}"#;
+        let answered = r#"{"event":"response","turn":2}"#;
+        let text = [reserve, joined].join("\n");
+        let item = in_flight(&text).unwrap();
+        assert_eq!((item.turn, item.batch_id.as_str()), (2, "b1"));
+        assert_eq!(item.spent_before, "0.01".parse().unwrap());
+        assert!(in_flight(&[reserve, joined, answered].join("\n")).is_none());
+        assert!(in_flight(reserve).is_none());
+    }
+}
