@@ -629,6 +629,9 @@ async fn bench_cmd(
         let r = bench::cache_savings(out).await?;
         println!("{r}");
     }
+    if matches!(which, Which::Batch) {
+        println!("{}", bench::batch_mode(out).await?);
+    }
     if matches!(which, bench::Which::Caps | bench::Which::All) {
         let r = bench::cap_precision(out).await?;
         println!("{r}");

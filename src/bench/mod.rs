@@ -20,10 +20,12 @@ use crate::sim::Sim;
 use crate::tools::Registry;
 use crate::vocab::price;
 
+mod batch;
 mod cache;
 mod coordination;
 mod load;
 mod workspaces;
+pub use batch::{batch_mode, BatchReport};
 pub use cache::{cache_savings, CacheReport};
 pub use coordination::{coordination, CoordinationReport};
 pub use load::{history_growth, run_load, Load, LoadReport};
@@ -44,6 +46,8 @@ pub enum Which {
     History,
     /// Prompt caching: dollars per 30-turn repo-fix-shaped task per strategy and protocol, and throughput under an itpm limit.
     Cache,
+    /// Batch mode: turns per hour and dollars per task of a 300-task suite, synchronous and through the batch APIs (simulated 20 s batches).
+    Batch,
     /// Workspaces: 200 tasks over a generated 20,000-file, 240 MB git repository, each editing three files, per workspace method (overlay, copy).
     Workspaces,
     /// A shared run's cost: database calls and waits per model request, three workers at 100 and 1,000 requests a second (needs --queue URL).

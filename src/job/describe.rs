@@ -130,6 +130,18 @@ pub fn describe(plan: &Plan) -> String {
             "no (whole answers)".to_string()
         };
         let _ = writeln!(s, "      stream: {stream}");
+        if let Some(b) = &t.batch {
+            let rate = t.price.as_ref().map_or("no price".to_string(), |p| {
+                format!("{}x the standard rates", p.batch_rate.normalize())
+            });
+            let _ = writeln!(
+                s,
+                "      batch: on, through the provider's batch API ({rate}); a batch gathers {} of requests (at most {}), cancelled after {}",
+                humantime::format_duration(b.window.0),
+                b.max_requests,
+                humantime::format_duration(b.max_wait.0)
+            );
+        }
         let _ = writeln!(s, "      context: {}", describe_context(&t.context));
         if let Some(r) = &t.repo {
             let _ = writeln!(
