@@ -321,11 +321,14 @@ impl Loop<'_> {
     }
 
     /// The team's and the provider's rate gates.
+    /// The team's gate and the provider's; a batched request passes the team's only:
+    /// the batch APIs have their own limits, apart from the per-minute ones.
     fn gates(&self) -> [Option<std::sync::Arc<crate::govern::rate::Gate>>; 2] {
-        [
-            self.env.gates.team(self.spec.team_name()),
-            self.env.gates.provider(&self.spec.provider.name),
-        ]
+        let provider = match self.spec.batch {
+            Some(_) => None,
+            None => self.env.gates.provider(&self.spec.provider.name),
+        };
+        [self.env.gates.team(self.spec.team_name()), provider]
     }
 
     /// Corrects the gates' pre-charge to what the provider counted (None: nothing).

@@ -508,3 +508,43 @@ fn streaming_is_resolved_task_then_provider_then_defaults_and_auto_follows_the_s
         "{e}"
     );
 }
+
+#[test]
+fn batch_mode_resolves_field_by_field_and_refuses_what_the_apis_refuse() {
+    let plan = load(&format!(
+        "name: t\nproviders:\n  sim: {{ batch: {{ window: 30s, max_requests: 5000 }} }}\ndefaults:\n  model: claude-sonnet-4-5\n  batch: {{ mode: on, max_wait: 12h }}\n  sim: {INLINE}\ntasks:\n  - {{ id: a, prompt: p }}\n  - {{ id: b, prompt: p, batch: {{ mode: off }} }}\n  - {{ id: c, prompt: p, batch: {{ window: 1s }}, max_tokens: 64000 }}\n"
+    ))
+    .unwrap();
+    let a = plan.tasks[0].batch.unwrap();
+    assert_eq!(
+        (a.window.0.as_secs(), a.max_requests, a.max_wait.0.as_secs()),
+        (30, 5000, 12 * 3600)
+    );
+    assert!(plan.tasks[1].batch.is_none());
+    assert_eq!(plan.tasks[2].batch.unwrap().window.0.as_secs(), 1);
+    // A batched answer is never streamed, whatever max_tokens.
+    assert!(!plan.tasks[2].stream);
+    let price = plan.tasks[0].price.as_ref().unwrap();
+    assert!(price.batched);
+    assert_eq!(
+        price.input,
+        plan.tasks[1].price.as_ref().unwrap().input / rust_decimal::Decimal::TWO
+    );
+    for (fields, says) in [
+        ("{ mode: on }, stream: always", "never streamed"),
+        ("{ mode: on, max_requests: 0 }", "from 1 to 100000"),
+        ("{ mode: on, max_requests: 200000 }", "from 1 to 100000"),
+        ("{ mode: on, window: 2h }", "over 1h"),
+        ("{ mode: on, max_wait: 48h }", "at most 24h"),
+        ("{ mode: sometimes }", "unknown variant"),
+        ("{ mode: on, windw: 1s }", "unknown field"),
+    ] {
+        let e = load(&format!(
+            "name: t\ndefaults:\n  model: claude-sonnet-4-5\n  sim: {INLINE}\ntasks:\n  - {{ id: a, prompt: p, batch: {fields} }}\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains(says), "{fields}: {e}");
+        assert!(e.contains("tasks[0]"), "{fields}: {e}");
+    }
+}

@@ -15,6 +15,7 @@ mod compact;
 mod conversation;
 mod endpoint;
 mod http;
+mod opening;
 pub(crate) mod responses;
 mod stream;
 mod summary;

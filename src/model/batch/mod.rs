@@ -223,10 +223,16 @@ async fn watch(api: Arc<BatchApi>, settings: Settings, items: Vec<Pending>, call
         Err(e) => {
             // A refused create was not sent; a create cut off may have been.
             let maybe_sent = e.status.is_none() || e.retryable;
+            let hint = match e.status {
+                Some(404 | 405) => {
+                    " (does this provider have a batch API? If not, set batch: { mode: off })"
+                }
+                _ => "",
+            };
             fail_all(
                 waiting,
                 "",
-                format!("the batch was not created: {e}"),
+                format!("the batch was not created: {e}{hint}"),
                 maybe_sent,
             );
             return;
