@@ -59,7 +59,13 @@ pub struct AgentEnv {
     pub pristines: Arc<crate::tools::pristine::Pristines>,
     /// The providers' batch pools, for tasks in batch mode.
     pub batchers: Arc<batching::Batchers>,
+    /// A resume: the answers each task's killed attempt paid for, by request digest,
+    /// taken by the task when it starts.
+    pub replays: Arc<std::sync::Mutex<Replays>>,
 }
+
+/// Per task id, the answers its killed attempt paid for, by request digest.
+pub type Replays = std::collections::HashMap<String, Vec<(String, serde_json::Value)>>;
 
 /// Where a task's requests go, with the key read from the environment at run time. A
 /// simulated provider's requests go to the task's own path on the simulator, under the
@@ -219,6 +225,8 @@ struct Tally {
     compactions: u32,
     /// Turns answered through the provider's batch API.
     batched_turns: u32,
+    /// Turns whose answer a killed attempt had paid for (a resume reuses them).
+    replayed_turns: u32,
     rate_wait: Duration,
     budget_wait: Duration,
     longest_request: Duration,
@@ -332,6 +340,14 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
                     Ok(mut conv) => match pool {
                         Err(e) => Stop::new(StopReason::ProviderError, e),
                         Ok(pool) => {
+                            let paid = env
+                                .replays
+                                .lock()
+                                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                                .remove(&spec.id);
+                            if let Some(paid) = paid {
+                                conv.replay(paid);
+                            }
                             if let Some(pool) = pool {
                                 conv.use_batches(pool, crate::model::batch::tag_for(&spec.id));
                             }

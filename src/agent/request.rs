@@ -104,6 +104,14 @@ impl Loop<'_> {
                 }
                 Ok(Ok(turn)) => {
                     self.tally.ttfts.extend(turn.ttft_ms);
+                    if turn.replayed {
+                        // Paid for by the killed attempt, and counted there.
+                        self.correct_gates(paced, None);
+                        self.settle(&Usage::default(), false, &plan, held, turn_no)
+                            .await;
+                        self.tally.replayed_turns += 1;
+                        return Ok(turn);
+                    }
                     if self.spec.batch.is_some() {
                         self.tally.batched_turns += 1;
                     }

@@ -83,6 +83,9 @@ pub struct Conversation {
     marked_tools: Option<Vec<Value>>,
     /// Batch mode: the provider's pool and this task's tag in its custom_ids.
     batch: Option<(super::batch::Batcher, String)>,
+    /// Answers a killed attempt of this task paid for, by the digest of the body they
+    /// answered: a request with the same body takes its answer from here.
+    replay: Vec<(String, Value)>,
 }
 
 /// The cache breakpoints of one Anthropic request (see [`Conversation::cache_marks`]);
@@ -92,6 +95,11 @@ struct CacheMarks {
     system: Option<Value>,
     /// Marked copies of history entries, by index.
     messages: Vec<(usize, Value)>,
+}
+
+/// The digest of a request body a resume matches answers by (FNV-1a and the length).
+pub fn body_hash(body: &[u8]) -> String {
+    format!("{:016x}-{}", crate::text::fnv1a(body), body.len())
 }
 
 pub(super) fn len_of(v: &impl serde::Serialize) -> u64 {
@@ -128,7 +136,14 @@ impl Conversation {
             tools_bytes,
             marked_tools,
             batch: None,
+            replay: Vec::new(),
         })
+    }
+
+    /// Answers already paid for, by request-body digest (see [`body_hash`]), to reuse
+    /// instead of sending the same request again.
+    pub fn replay(&mut self, answers: Vec<(String, Value)>) {
+        self.replay = answers;
     }
 
     /// Sends this conversation's requests through `batcher`, under `tag` in their
@@ -353,6 +368,7 @@ impl Conversation {
             anthropic_version: (self.endpoint.protocol == Protocol::Anthropic)
                 .then(|| self.endpoint.anthropic_version.clone()),
         });
+        let body_hash = body_hash(&body);
         log.emit(TranscriptEvent::Request {
             turn,
             attempt,
@@ -361,8 +377,15 @@ impl Conversation {
             message_count: self.history.len(),
             new_messages: Value::Array(self.history[self.logged..].to_vec()),
             params,
+            body_hash: Some(body_hash.clone()),
         });
         self.logged = self.history.len();
+        let answer = self
+            .replay
+            .iter()
+            .position(|(h, _)| *h == body_hash)
+            .map(|i| self.replay.remove(i).1);
+        let replayed = answer.is_some();
         let post = Post {
             client: &self.client,
             url: &self.endpoint.url,
@@ -371,11 +394,18 @@ impl Conversation {
             max_body: self.endpoint.max_response_bytes,
         };
         let (protocol, idle) = (self.endpoint.protocol, self.endpoint.stream_idle);
-        let reply = match &self.batch {
-            Some((batcher, tag)) => {
+        let reply = match (&self.batch, answer) {
+            (_, Some(answer)) => super::Reply {
+                body: answer.to_string().into_bytes(),
+                request_id: None,
+                ms: 0,
+                rate: Default::default(),
+                ttft_ms: None,
+            },
+            (Some((batcher, tag)), None) => {
                 super::batch::send(batcher, tag, body, log, (turn, attempt)).await?
             }
-            None => super::stream::post(&post, body, protocol, idle)
+            (None, None) => super::stream::post(&post, body, protocol, idle)
                 .await
                 .map_err(SendError::from)?,
         };
@@ -409,6 +439,7 @@ impl Conversation {
                     body: None,
                     raw_body: Some(text.chars().take(4000).collect()),
                     ttft_ms: reply.ttft_ms,
+                    replayed,
                 });
                 return Err(malformed(format!(
                     "the body is not JSON ({e}), {} bytes",
@@ -423,6 +454,7 @@ impl Conversation {
             body: Some(raw.clone()),
             raw_body: None,
             ttft_ms: reply.ttft_ms,
+            replayed,
         });
         let parsed = match self.endpoint.protocol {
             Protocol::Anthropic => anthropic::parse(&raw),
@@ -509,6 +541,7 @@ impl Conversation {
             usage_estimated,
             ttft_ms: reply.ttft_ms,
             context_edits,
+            replayed,
         })
     }
 

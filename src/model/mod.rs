@@ -104,6 +104,8 @@ pub struct Turn {
     pub ttft_ms: Option<u64>,
     /// What Anthropic's context editing cleared before the model read the prompt.
     pub context_edits: Option<crate::vocab::context::ContextEdits>,
+    /// The answer a killed attempt paid for, reused: nothing was sent or billed.
+    pub replayed: bool,
 }
 
 /// Why a request produced no usable turn.

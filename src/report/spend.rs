@@ -45,6 +45,42 @@ pub fn spent_in_transcript(path: &Path) -> Decimal {
     spent + pending
 }
 
+/// The answers a task cut off by a kill paid for, by the digest of the request body
+/// each answered, in order: a resume reuses them for the same requests instead of
+/// buying them again. An answer counts once it was settled (or, left in a batch, found
+/// again by the resume).
+pub fn paid_answers(path: &Path) -> Vec<(String, serde_json::Value)> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Vec::new();
+    };
+    let mut paid = Vec::new();
+    let (mut hash, mut answer) = (None, None);
+    for event in text.lines().filter_map(E::read) {
+        match event {
+            E::Request { body_hash, .. } => {
+                hash = body_hash;
+                answer = None;
+            }
+            E::Response { body, .. } => answer = body,
+            E::AttemptFailed { .. } | E::RequestAborted { .. } => answer = None,
+            E::Settle { .. } => {
+                if let (Some(h), Some(a)) = (hash.take(), answer.take()) {
+                    paid.push((h, a));
+                }
+            }
+            E::BatchRecovered {
+                answer: Some(a), ..
+            } => {
+                if let Some(h) = hash.take() {
+                    paid.push((h, a));
+                }
+            }
+            _ => {}
+        }
+    }
+    paid
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -95,5 +131,31 @@ mod tests {
         ];
         std::fs::write(&p, lines.join("\n")).unwrap();
         assert_eq!(spent_in_transcript(&p), "0.01".parse::<Decimal>().unwrap());
+    }
+
+    #[test]
+    fn only_settled_or_recovered_answers_are_paid_for() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("t.jsonl");
+        let lines = [
+            r#"{"event":"request","turn":1,"attempt":1,"body_hash":"a"}"#,
+            r#"{"event":"response","turn":1,"body":{"n":1}}"#,
+            r#"{"event":"settle","turn":1,"cost_usd":"0.01","spent_usd":"0.01"}"#,
+            r#"{"event":"request","turn":2,"attempt":1,"body_hash":"b"}"#,
+            r#"{"event":"response","turn":2,"body":{"n":2}}"#,
+            r#"{"event":"attempt_failed","turn":2,"attempt":1}"#,
+            r#"{"event":"request","turn":2,"attempt":2,"body_hash":"c"}"#,
+            r#"{"event":"batch_joined","turn":2,"attempt":2,"batch_id":"x","custom_id":"t--2-2"}"#,
+            r#"{"event":"batch_recovered","turn":2,"attempt":2,"batch_id":"x","custom_id":"t--2-2","result":"answered","cost_usd":"0.02","spent_usd":"0.03","answer":{"n":3}}"#,
+            r#"{"event":"request","turn":3,"attempt":1,"body_hash":"d"}"#,
+            r#"{"event":"response","turn":3,"body":{"n":4}}"#,
+        ];
+        std::fs::write(&p, lines.join("\n")).unwrap();
+        let paid: Vec<(String, i64)> = paid_answers(&p)
+            .into_iter()
+            .map(|(h, v)| (h, v["n"].as_i64().unwrap()))
+            .collect();
+        assert_eq!(paid, vec![("a".to_string(), 1), ("c".to_string(), 3)]);
+        assert_eq!(spent_in_transcript(&p), "0.03".parse::<Decimal>().unwrap());
     }
 }

@@ -74,7 +74,7 @@ pub(super) async fn recover(dir: &Path, plan: &Plan, run_id: &str) -> Vec<String
             continue;
         };
         let note = match settle(spec, &client, run_id, &item).await {
-            Ok((result, cost)) => {
+            Ok((result, cost, answer)) => {
                 let event = E::BatchRecovered {
                     turn: item.turn,
                     attempt: item.attempt,
@@ -83,6 +83,7 @@ pub(super) async fn recover(dir: &Path, plan: &Plan, run_id: &str) -> Vec<String
                     result: result.clone(),
                     cost_usd: Usd(cost),
                     spent_usd: Usd(item.spent_before + cost),
+                    answer,
                 };
                 match append(&path, &event) {
                     Ok(()) => format!(
@@ -115,7 +116,7 @@ async fn settle(
     client: &reqwest::Client,
     run_id: &str,
     item: &InFlight,
-) -> Result<(String, rust_decimal::Decimal), String> {
+) -> Result<(String, rust_decimal::Decimal, Option<serde_json::Value>), String> {
     if spec.provider.kind == ProviderKind::Sim && spec.provider.base_url.is_none() {
         return Err("was in the killed run's own simulator, which is gone".into());
     }
@@ -129,23 +130,26 @@ async fn settle(
         .ok_or_else(|| format!("had not ended {}s after it was cancelled", WAIT.as_secs()))?;
     Ok(match outcome {
         Outcome::Succeeded { body, .. } => {
-            let usage = serde_json::from_slice(&body)
-                .ok()
-                .and_then(|v| crate::model::usage_of(spec.provider.protocol, &v))
+            let answer: serde_json::Value = serde_json::from_slice(&body)
+                .map_err(|_| "was answered, but its answer is not JSON")?;
+            let usage = crate::model::usage_of(spec.provider.protocol, &answer)
                 .ok_or("was answered, but its answer carries no usage")?;
             let cost = spec
                 .price
                 .as_ref()
                 .map(|p| p.cost(&usage))
                 .unwrap_or_default();
-            ("answered".into(), cost)
+            ("answered".into(), cost, Some(answer))
         }
-        Outcome::Errored { status, .. } => (format!("refused (HTTP {status})"), Default::default()),
+        Outcome::Errored { status, .. } => {
+            (format!("refused (HTTP {status})"), Default::default(), None)
+        }
         Outcome::Canceled => (
             "cancelled before it was processed".into(),
             Default::default(),
+            None,
         ),
-        Outcome::Expired => ("expired".into(), Default::default()),
+        Outcome::Expired => ("expired".into(), Default::default(), None),
         Outcome::Failed { message, .. } => return Err(format!("is unknown: {message}")),
     })
 }

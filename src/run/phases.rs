@@ -345,6 +345,12 @@ impl Run {
             cancel: self.cancel.clone(),
             mcp: Arc::new(crate::tools::mcp::McpHub::default()),
             batchers: Arc::default(),
+            replays: Arc::new(std::sync::Mutex::new(
+                self.resumed
+                    .as_ref()
+                    .map(|r| r.replays.clone())
+                    .unwrap_or_default(),
+            )),
             pristines: Arc::new(crate::tools::pristine::Pristines::new(
                 task_dir.join("pristine"),
                 self.opts.pristine_cache.clone(),

@@ -40,6 +40,9 @@ pub(super) struct Resumed {
     pub killed_spent: Decimal,
     pub killed_teams: HashMap<String, Decimal>,
     pub killed_variants: HashMap<String, Decimal>,
+    /// The answers each task cut off by a kill paid for, by request digest: its re-run
+    /// reuses them instead of buying them again.
+    pub replays: HashMap<String, Vec<(String, Value)>>,
     /// run.json as the earlier attempt left it.
     pub run_json: RunJson,
     /// The run folder.
@@ -237,13 +240,17 @@ pub(super) fn prepare(
     let mut killed_spent = Decimal::ZERO;
     let mut killed_teams: HashMap<String, Decimal> = HashMap::new();
     let mut killed_variants: HashMap<String, Decimal> = HashMap::new();
+    let mut replays = HashMap::new();
     for t in &tasks {
         if superseded_keys.contains(&(t.task.clone(), t.variant.clone(), t.epoch)) {
             continue;
         }
-        let spent = crate::report::spent_in_transcript(
-            &dir.join("transcripts").join(format!("{}.jsonl", t.id)),
-        );
+        let transcript = dir.join("transcripts").join(format!("{}.jsonl", t.id));
+        let spent = crate::report::spent_in_transcript(&transcript);
+        let paid = crate::report::paid_answers(&transcript);
+        if !paid.is_empty() {
+            replays.insert(t.id.clone(), paid);
+        }
         spent_run += spent;
         killed_spent += spent;
         if !spent.is_zero() {
@@ -269,6 +276,7 @@ pub(super) fn prepare(
         killed_spent,
         killed_teams,
         killed_variants,
+        replays,
         run_json,
         changes: ResumeChanges {
             header: head,

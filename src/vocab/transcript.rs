@@ -336,6 +336,15 @@ pub enum TranscriptEvent {
             deserialize_with = "lenient"
         )]
         params: Option<RequestParams>,
+        /// A digest of the whole body sent: a resume reuses the answer a killed attempt
+        /// paid for when the same body is to be sent again. Absent in transcripts from
+        /// before it.
+        #[serde(
+            default,
+            skip_serializing_if = "Option::is_none",
+            deserialize_with = "lenient"
+        )]
+        body_hash: Option<String>,
     },
     /// The provider's answer: its body, or the start of a body that is not JSON.
     Response {
@@ -362,6 +371,10 @@ pub enum TranscriptEvent {
             deserialize_with = "lenient"
         )]
         ttft_ms: Option<u64>,
+        /// The answer a killed attempt of this task paid for, reused by a resume for the
+        /// same request instead of buying it again.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        replayed: bool,
     },
     /// An attempt failed; a 429 carries `rate_limited` and `provider_paused_ms`, any
     /// other failure `retry_in_ms` (null when it is not retried).
@@ -430,6 +443,10 @@ pub enum TranscriptEvent {
         /// The task's spend with it.
         #[serde(default, deserialize_with = "lenient")]
         spent_usd: Usd,
+        /// The answer's body, when it was answered: the re-run uses it for the same
+        /// request.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        answer: Option<Value>,
     },
     RequestAborted {
         #[serde(default, deserialize_with = "lenient")]

@@ -381,12 +381,12 @@ fn a_batch_left_by_a_killed_run_is_found_on_resume_and_not_paid_twice() {
             ),
         );
         let mut run = case.start_run(&[]);
-        let transcript = case.path("reports/r/transcripts/waits.jsonl");
+        let waits = case.path("reports/r/transcripts/waits.jsonl");
         crate::common::wait_until(
             "the request to join a batch",
             std::time::Duration::from_secs(20),
             || {
-                std::fs::read_to_string(&transcript)
+                std::fs::read_to_string(&waits)
                     .unwrap_or_default()
                     .contains("batch_joined")
             },
@@ -411,12 +411,20 @@ fn a_batch_left_by_a_killed_run_is_found_on_resume_and_not_paid_twice() {
         let rows = read_csv(&case.path("reports/r/results.csv"));
         assert_eq!(rows[0]["stop_reason"], "completed", "{rows:?}");
         let rerun = dec(&rows[0], "cost_usd");
+        let replayed = transcript(&case, "r", "waits")
+            .iter()
+            .filter(|e| e["event"] == "response" && e["replayed"] == true)
+            .count();
         if result == "answered" {
-            // Billed once for the killed attempt's answer, at its real (batch) price,
-            // which is what the re-run's identical request cost.
-            assert_eq!(killed, rerun, "{delay}");
+            // Billed once, for the killed attempt, at its real (batch) price; the
+            // re-run's identical request takes that answer and buys nothing.
+            assert!(killed > Decimal::ZERO, "{delay}");
+            assert!(rerun.is_zero(), "{delay}: {rerun}");
+            assert_eq!(replayed, 1, "{delay}");
         } else {
             assert!(killed.is_zero(), "{delay}: {killed}");
+            assert!(rerun > Decimal::ZERO, "{delay}");
+            assert_eq!(replayed, 0, "{delay}");
         }
         let _ = sim.kill();
         let _ = sim.wait();

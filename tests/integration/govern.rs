@@ -725,3 +725,51 @@ async fn a_resume_never_waits_for_a_dead_runs_reservations_and_reports_what_they
         "the team's figure is what its cap counted: {stdout}"
     );
 }
+
+/// A run killed with -9 mid-task and resumed: the answers the killed attempt paid for
+/// are reused for the same requests (the get_time calls fail the same way each time,
+/// so the conversation repeats byte for byte), and only the rest is bought.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_reuses_the_answers_a_killed_attempt_paid_for() {
+    let case = Case::new();
+    let sim = Sim::start_local().await.unwrap();
+    let mut turns = String::new();
+    for _ in 0..6 {
+        turns.push_str("  - content: [ { tool_use: { name: get_time, input: { timezone: Mars/Olympus } } } ]\n    latency: 300ms\n");
+    }
+    turns.push_str("  - content: [ { text: done } ]\n");
+    sim.register(
+        "t",
+        std::sync::Arc::new(serde_yaml::from_str(&format!("turns:\n{turns}")).unwrap()),
+    );
+    case.write(
+        "job.yaml",
+        &format!(
+            "name: replay\nproviders:\n  p: {{ protocol: anthropic, simulator: true, base_url: \"{}\" }}\ndefaults:\n  provider: p\n  model: claude-sonnet-4-5\n  tools: [get_time]\n  limits: {{ max_turns: 20, max_repeats: off }}\ntasks:\n  - {{ id: t, prompt: go }}\n",
+            sim.base_url()
+        ),
+    );
+    run_and_kill_9_after(&case, &sim, 4).await;
+    let before = sim.received();
+    let out = case.agentbatch(&["run", "job.yaml", "--resume", "reports/r", "--quiet"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows = crate::common::read_csv(&case.path("reports/r/results.csv"));
+    assert_eq!(rows[0]["stop_reason"], "completed", "{rows:?}");
+    assert_eq!(rows[0]["turns"], "7");
+    let text = std::fs::read_to_string(case.path("reports/r/transcripts/t.jsonl")).unwrap();
+    let replayed = text
+        .lines()
+        .filter(|l| l.contains("\"event\":\"response\"") && l.contains("\"replayed\":true"))
+        .count() as u64;
+    // The killed attempt had at least three answers (the fourth request was sent).
+    assert!(replayed >= 3, "{replayed} answers reused");
+    let bought = sim.received() - before;
+    assert_eq!(bought + replayed, 7, "{bought} requests sent by the re-run");
+    // All told, the provider answered each of the 7 turns once, plus at most the one
+    // request in flight at the kill.
+    assert!(sim.received() <= 8, "{}", sim.received());
+}
