@@ -42,7 +42,12 @@ impl Batchers {
         };
         let p = &spec.provider;
         let base = batch_base(spec, sim_base, run_id);
-        let key = format!("{}|{}|{base}|{b:?}", p.name, p.protocol);
+        // Tasks of one provider may send different beta headers (context editing);
+        // a pool sends the headers of the endpoint it was made with.
+        let key = format!(
+            "{}|{}|{base}|{b:?}|{:?}",
+            p.name, p.protocol, endpoint.anthropic_beta
+        );
         let mut pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(pool) = pools.get(&key) {
             return Ok(Some(pool.clone()));

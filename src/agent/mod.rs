@@ -225,6 +225,8 @@ struct Tally {
     compactions: u32,
     /// Turns answered through the provider's batch API.
     batched_turns: u32,
+    /// What batch pricing saved on the settled batched turns.
+    batch_saved: rust_decimal::Decimal,
     /// Turns whose answer a killed attempt had paid for (a resume reuses them).
     replayed_turns: u32,
     rate_wait: Duration,
@@ -423,10 +425,8 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
         cost_usd: cost,
         cache_saved_usd: spec.price.as_ref().map(|_| meter.saved),
         batched_turns: tally.batched_turns,
-        batch_saved_usd: match (&spec.price, spec.batch, cost) {
-            (Some(p), Some(_), Some(c)) => Some(p.standard_cost_of(c) - c),
-            _ => None,
-        },
+        batch_saved_usd: (spec.price.is_some() && spec.batch.is_some())
+            .then_some(tally.batch_saved),
         wall_ms: t0.elapsed().as_millis() as u64,
         model_ms: tally.model.as_millis() as u64,
         tool_ms: tally.tools.as_millis() as u64,

@@ -112,12 +112,16 @@ impl Loop<'_> {
                         self.tally.replayed_turns += 1;
                         return Ok(turn);
                     }
+                    self.correct_gates(paced, Some(conv.rate_counted(&turn.usage)));
+                    let cost = self
+                        .settle(&turn.usage, turn.usage_estimated, &plan, held, turn_no)
+                        .await;
                     if self.spec.batch.is_some() {
                         self.tally.batched_turns += 1;
+                        if let (Some(c), Some(p)) = (cost, &self.spec.price) {
+                            self.tally.batch_saved += p.standard_cost_of(c) - c;
+                        }
                     }
-                    self.correct_gates(paced, Some(conv.rate_counted(&turn.usage)));
-                    self.settle(&turn.usage, turn.usage_estimated, &plan, held, turn_no)
-                        .await;
                     self.note_rate_headers(&turn.rate);
                     return Ok(turn);
                 }

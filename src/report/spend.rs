@@ -55,17 +55,28 @@ pub fn paid_answers(path: &Path) -> Vec<(String, serde_json::Value)> {
     };
     let mut paid = Vec::new();
     let (mut hash, mut answer) = (None, None);
+    // Whether the newest paid answer is the current request's: an answer settled and
+    // then failed (a failed generation that reported its usage) is not replayed, since
+    // its replay would be a failure billed again.
+    let mut settled_current = false;
     for event in text.lines().filter_map(E::read) {
         match event {
             E::Request { body_hash, .. } => {
                 hash = body_hash;
                 answer = None;
+                settled_current = false;
             }
             E::Response { body, .. } => answer = body,
-            E::AttemptFailed { .. } | E::RequestAborted { .. } => answer = None,
+            E::AttemptFailed { .. } | E::RequestAborted { .. } => {
+                answer = None;
+                if std::mem::take(&mut settled_current) {
+                    paid.pop();
+                }
+            }
             E::Settle { .. } => {
                 if let (Some(h), Some(a)) = (hash.take(), answer.take()) {
                     paid.push((h, a));
+                    settled_current = true;
                 }
             }
             E::BatchRecovered {
@@ -147,7 +158,11 @@ mod tests {
             r#"{"event":"request","turn":2,"attempt":2,"body_hash":"c"}"#,
             r#"{"event":"batch_joined","turn":2,"attempt":2,"batch_id":"x","custom_id":"t--2-2"}"#,
             r#"{"event":"batch_recovered","turn":2,"attempt":2,"batch_id":"x","custom_id":"t--2-2","result":"answered","cost_usd":"0.02","spent_usd":"0.03","answer":{"n":3}}"#,
-            r#"{"event":"request","turn":3,"attempt":1,"body_hash":"d"}"#,
+            r#"{"event":"request","turn":3,"attempt":1,"body_hash":"e"}"#,
+            r#"{"event":"response","turn":3,"body":{"n":5}}"#,
+            r#"{"event":"settle","turn":3,"cost_usd":"0","spent_usd":"0.03"}"#,
+            r#"{"event":"attempt_failed","turn":3,"attempt":1}"#,
+            r#"{"event":"request","turn":3,"attempt":2,"body_hash":"d"}"#,
             r#"{"event":"response","turn":3,"body":{"n":4}}"#,
         ];
         std::fs::write(&p, lines.join("\n")).unwrap();

@@ -6,6 +6,7 @@
 //! attempt's spend (a `batch_recovered` event). The task itself runs again from its
 //! start, as every task a kill cut off does.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 
@@ -60,74 +61,127 @@ fn in_flight(text: &str) -> Option<InFlight> {
 
 /// Finds, cancels and settles the requests the killed process left in batches, for
 /// the tasks of `plan` with a transcript in `dir`; returns what it did, a line each.
+/// Each batch is looked up once, and all of them at the same time.
 pub(super) async fn recover(dir: &Path, plan: &Plan, run_id: &str) -> Vec<String> {
-    let mut notes = Vec::new();
     let Ok(client) = crate::model::client() else {
-        return notes;
+        return Vec::new();
     };
+    let mut waiting: Vec<(&TaskSpec, std::path::PathBuf, InFlight)> = Vec::new();
     for spec in plan.tasks.iter().filter(|t| t.batch.is_some()) {
         let path = dir.join("transcripts").join(format!("{}.jsonl", spec.id));
         let Ok(text) = std::fs::read_to_string(&path) else {
             continue;
         };
-        let Some(item) = in_flight(&text) else {
-            continue;
-        };
-        let note = match settle(spec, &client, run_id, &item).await {
-            Ok((result, cost, answer)) => {
-                let event = E::BatchRecovered {
-                    turn: item.turn,
-                    attempt: item.attempt,
-                    batch_id: item.batch_id.clone(),
-                    custom_id: item.custom_id.clone(),
-                    result: result.clone(),
-                    cost_usd: Usd(cost),
-                    spent_usd: Usd(item.spent_before + cost),
-                    answer,
-                };
-                match append(&path, &event) {
-                    Ok(()) => format!(
-                        "task {}: its request in batch {} was {result}; ${} billed for it instead of its reservation",
-                        spec.id,
-                        item.batch_id,
-                        cost.normalize()
-                    ),
-                    Err(e) => format!(
-                        "task {}: cannot record batch {}'s result in {}: {e}; its reservation stays counted",
-                        spec.id,
-                        item.batch_id,
-                        path.display()
-                    ),
-                }
+        if let Some(item) = in_flight(&text) {
+            waiting.push((spec, path, item));
+        }
+    }
+    // One lookup per batch, by where its API is and its id.
+    let mut batches: HashMap<(String, String), (BatchApi, Vec<usize>)> = HashMap::new();
+    let mut notes = Vec::new();
+    for (i, (spec, _, item)) in waiting.iter().enumerate() {
+        match api_for(spec, &client, run_id) {
+            Ok((base, api)) => {
+                batches
+                    .entry((base, item.batch_id.clone()))
+                    .or_insert((api, Vec::new()))
+                    .1
+                    .push(i);
             }
-            Err(why) => format!(
+            Err(why) => notes.push(format!(
                 "task {}: its request in batch {} {why}; its reservation stays counted as spent",
                 spec.id, item.batch_id
-            ),
-        };
-        notes.push(note);
+            )),
+        }
+    }
+    let looked_up = futures::future::join_all(
+        batches
+            .into_iter()
+            .map(|((_, id), (api, who))| async move { (who, api.recover(&id, WAIT).await) }),
+    )
+    .await;
+    for (who, found) in looked_up {
+        for i in who {
+            let (spec, path, item) = &waiting[i];
+            let settled = match &found {
+                Err(e) => Err(format!("could not be looked up ({e})")),
+                Ok(None) => Err(format!(
+                    "had not ended {}s after it was cancelled",
+                    WAIT.as_secs()
+                )),
+                Ok(Some(results)) => match results.iter().find(|(c, _)| *c == item.custom_id) {
+                    None => Err("has no result in its batch".to_string()),
+                    Some((_, outcome)) => settle(spec, outcome.clone()),
+                },
+            };
+            notes.push(note(spec, path, item, settled));
+        }
     }
     notes
 }
 
-/// Cancels the batch and reads what became of the request: (result, what it cost).
-async fn settle(
+/// The batch API of the task's provider, and the base it is under.
+fn api_for(
     spec: &TaskSpec,
     client: &reqwest::Client,
     run_id: &str,
-    item: &InFlight,
-) -> Result<(String, rust_decimal::Decimal, Option<serde_json::Value>), String> {
+) -> Result<(String, BatchApi), String> {
     if spec.provider.kind == ProviderKind::Sim && spec.provider.base_url.is_none() {
         return Err("was in the killed run's own simulator, which is gone".into());
     }
     let endpoint = crate::agent::endpoint(spec, None, run_id)?;
     let base = crate::agent::batching::batch_base(spec, None, run_id);
     let api = BatchApi::new(client.clone(), &endpoint, &base)?;
-    let outcome = api
-        .recover(&item.batch_id, &item.custom_id, WAIT)
-        .await
-        .map_err(|e| format!("could not be looked up ({e})"))?
-        .ok_or_else(|| format!("had not ended {}s after it was cancelled", WAIT.as_secs()))?;
+    Ok((base, api))
+}
+
+/// Records what became of a request (a `batch_recovered` event), and says so.
+fn note(
+    spec: &TaskSpec,
+    path: &Path,
+    item: &InFlight,
+    settled: Result<(String, rust_decimal::Decimal, Option<serde_json::Value>), String>,
+) -> String {
+    let (result, cost, answer) = match settled {
+        Ok(s) => s,
+        Err(why) => {
+            return format!(
+                "task {}: its request in batch {} {why}; its reservation stays counted as spent",
+                spec.id, item.batch_id
+            )
+        }
+    };
+    let event = E::BatchRecovered {
+        turn: item.turn,
+        attempt: item.attempt,
+        batch_id: item.batch_id.clone(),
+        custom_id: item.custom_id.clone(),
+        result: result.clone(),
+        cost_usd: Usd(cost),
+        spent_usd: Usd(item.spent_before + cost),
+        answer,
+    };
+    match append(path, &event) {
+        Ok(()) => format!(
+            "task {}: its request in batch {} was {result}; ${} billed for it instead of its reservation",
+            spec.id,
+            item.batch_id,
+            cost.normalize()
+        ),
+        Err(e) => format!(
+            "task {}: cannot record batch {}'s result in {}: {e}; its reservation stays counted",
+            spec.id,
+            item.batch_id,
+            path.display()
+        ),
+    }
+}
+
+/// What became of the request: (result, what it cost, the answer).
+fn settle(
+    spec: &TaskSpec,
+    outcome: Outcome,
+) -> Result<(String, rust_decimal::Decimal, Option<serde_json::Value>), String> {
     Ok(match outcome {
         Outcome::Succeeded { body, .. } => {
             let answer: serde_json::Value = serde_json::from_slice(&body)

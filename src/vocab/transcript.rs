@@ -411,7 +411,6 @@ pub enum TranscriptEvent {
         )]
         retry_in_ms: Option<Option<u64>>,
     },
-    /// A request cut off in flight; its reservation counts as spent.
     /// A request joined a batch of the provider's batch API: written before its answer
     /// is waited for, so a resume knows which batch holds it.
     BatchJoined {
@@ -448,6 +447,7 @@ pub enum TranscriptEvent {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         answer: Option<Value>,
     },
+    /// A request cut off in flight; its reservation counts as spent.
     RequestAborted {
         #[serde(default, deserialize_with = "lenient")]
         turn: u32,

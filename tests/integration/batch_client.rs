@@ -104,7 +104,7 @@ fn text_of(protocol: Protocol, body: &[u8]) -> String {
 }
 
 async fn outcome(b: &Batcher, custom_id: String, protocol: Protocol) -> (String, Outcome) {
-    let ticket = b.submit(custom_id, body(protocol));
+    let ticket = b.submit(custom_id, body(protocol), 100);
     let joined = ticket.joined.await.expect("the batch was created");
     let (id, o) = ticket.outcome.await.expect("an outcome");
     assert_eq!(joined, id);
@@ -187,7 +187,7 @@ async fn a_batch_no_loop_waits_for_is_cancelled_and_max_wait_cancels_too() {
         });
         let b = Batcher::start(api(&sim, protocol), settings());
         // The loop gives up (its deadline) once its request has joined a batch.
-        let ticket = b.submit("t1--1-1".into(), body(protocol));
+        let ticket = b.submit("t1--1-1".into(), body(protocol), 100);
         let id = ticket.joined.await.unwrap();
         drop(ticket.outcome);
         let mut cancelled = false;

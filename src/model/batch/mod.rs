@@ -21,6 +21,11 @@ pub use send::send;
 pub use wire::{BatchApi, CallError};
 use wire::{Ended, State};
 
+/// The most bytes of request bodies in one batch: nine tenths of Anthropic's 256 MB
+/// and OpenAI's 200 MB file, leaving room for the envelope.
+const MAX_ANTHROPIC_BYTES: usize = 230 * 1024 * 1024;
+const MAX_OPENAI_BYTES: usize = 180 * 1024 * 1024;
+
 /// What became of one request sent in a batch.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
@@ -41,8 +46,12 @@ pub enum Outcome {
     /// Not processed within the provider's window. Not billed.
     Expired,
     /// The batch itself could not be sent or followed: the request's fate is unknown
-    /// when `maybe_sent`.
-    Failed { message: String, maybe_sent: bool },
+    /// when `maybe_sent`; `retryable` when another batch may fare better.
+    Failed {
+        message: String,
+        maybe_sent: bool,
+        retryable: bool,
+    },
 }
 
 /// How requests are pooled and followed (the job's `batch:` setting).
@@ -89,6 +98,8 @@ pub struct Ticket {
 struct Pending {
     custom_id: String,
     body: Value,
+    /// The body's encoded size, for the batch size limit.
+    bytes: usize,
     joined: oneshot::Sender<String>,
     done: oneshot::Sender<(String, Outcome)>,
 }
@@ -137,12 +148,13 @@ impl Batcher {
 
     /// Queues one request (`body` as the synchronous endpoint takes it, without
     /// `stream`) under `custom_id` (`[A-Za-z0-9_-]{1,64}`, unique among waiting ones).
-    pub fn submit(&self, custom_id: String, body: Value) -> Ticket {
+    pub fn submit(&self, custom_id: String, body: Value, bytes: usize) -> Ticket {
         let (joined_tx, joined) = oneshot::channel();
         let (done_tx, outcome) = oneshot::channel();
         let pending = Pending {
             custom_id,
             body,
+            bytes,
             joined: joined_tx,
             done: done_tx,
         };
@@ -152,6 +164,7 @@ impl Batcher {
                 Outcome::Failed {
                     message: "the batch pool has stopped".into(),
                     maybe_sent: false,
+                    retryable: false,
                 },
             ));
         }
@@ -168,12 +181,33 @@ async fn pool(
     calls: Arc<Calls>,
     watchers: Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
 ) {
-    while let Some(first) = rx.recv().await {
+    // A request that would take a batch past the provider's size limit opens the next.
+    let mut carried: Option<Pending> = None;
+    let most_bytes = match api.protocol {
+        crate::model::Protocol::Anthropic => MAX_ANTHROPIC_BYTES,
+        _ => MAX_OPENAI_BYTES,
+    };
+    loop {
+        let first = match carried.take() {
+            Some(p) => p,
+            None => match rx.recv().await {
+                Some(p) => p,
+                None => break,
+            },
+        };
+        let mut bytes = first.bytes;
         let mut items = vec![first];
         let until = tokio::time::Instant::now() + settings.window;
         while items.len() < settings.max_requests {
             match tokio::time::timeout_at(until, rx.recv()).await {
-                Ok(Some(p)) => items.push(p),
+                Ok(Some(p)) if bytes + p.bytes > most_bytes => {
+                    carried = Some(p);
+                    break;
+                }
+                Ok(Some(p)) => {
+                    bytes += p.bytes;
+                    items.push(p);
+                }
                 Ok(None) | Err(_) => break,
             }
         }
@@ -207,22 +241,38 @@ async fn watch(api: Arc<BatchApi>, settings: Settings, items: Vec<Pending>, call
     let fail_all = |waiting: HashMap<String, oneshot::Sender<(String, Outcome)>>,
                     id: &str,
                     message: String,
-                    maybe_sent: bool| {
+                    (maybe_sent, retryable): (bool, bool)| {
         for (_, done) in waiting {
             let _ = done.send((
                 id.to_string(),
                 Outcome::Failed {
                     message: message.clone(),
                     maybe_sent,
+                    retryable,
                 },
             ));
         }
     };
-    let id = match with_retries(|| api.create(&bodies)).await {
+    // Readying (an upload) may be repeated; the create itself only after a refusal,
+    // which created nothing: after a failure that may have reached the provider, a
+    // second create could make a second batch, billed too.
+    let prepared = match with_retries(|| api.prepare(&bodies)).await {
+        Ok(p) => p,
+        Err(e) => {
+            // Nothing is created, or billed, by an upload alone.
+            fail_all(
+                waiting,
+                "",
+                format!("the batch's requests could not be uploaded: {e}"),
+                (false, e.retryable),
+            );
+            return;
+        }
+    };
+    let id = match create_once(&api, &prepared).await {
         Ok(id) => id,
         Err(e) => {
-            // A refused create was not sent; a create cut off may have been.
-            let maybe_sent = e.status.is_none() || e.retryable;
+            let maybe_sent = !e.refused();
             let hint = match e.status {
                 Some(404 | 405) => {
                     " (does this provider have a batch API? If not, set batch: { mode: off })"
@@ -233,7 +283,7 @@ async fn watch(api: Arc<BatchApi>, settings: Settings, items: Vec<Pending>, call
                 waiting,
                 "",
                 format!("the batch was not created: {e}{hint}"),
-                maybe_sent,
+                (maybe_sent, e.retryable),
             );
             return;
         }
@@ -269,15 +319,22 @@ async fn watch(api: Arc<BatchApi>, settings: Settings, items: Vec<Pending>, call
             Ok(State::Running) => {}
             Ok(State::Ended(e)) => break e,
             Ok(State::Failed(why)) => {
-                fail_all(waiting, &id, format!("batch {id} failed: {why}"), false);
+                fail_all(
+                    waiting,
+                    &id,
+                    format!("batch {id} failed: {why}"),
+                    (false, false),
+                );
                 return;
             }
             Err(e) => {
+                // Best effort: a batch left running would be billed beside the retries.
+                let _ = api.cancel(&id).await;
                 fail_all(
                     waiting,
                     &id,
                     format!("batch {id} could not be followed: {e}"),
-                    true,
+                    (true, true),
                 );
                 return;
             }
@@ -303,8 +360,11 @@ async fn deliver(
                 let _ = done.send((
                     id.to_string(),
                     Outcome::Failed {
-                        message: format!("batch {id} ended without a result for {custom_id}"),
+                        message: format!(
+                            "batch {id} ended without a readable result for {custom_id}"
+                        ),
                         maybe_sent: true,
+                        retryable: true,
                     },
                 ));
             }
@@ -316,9 +376,27 @@ async fn deliver(
                     Outcome::Failed {
                         message: format!("the results of batch {id} could not be read: {e}"),
                         maybe_sent: true,
+                        retryable: true,
                     },
                 ));
             }
+        }
+    }
+}
+
+/// Creates the batch, trying again (up to 6 times, 1 s to 16 s apart) only after a
+/// refusal that created nothing (a rate limit, an overload).
+async fn create_once(api: &BatchApi, prepared: &wire::Prepared) -> Result<String, CallError> {
+    let mut wait = Duration::from_secs(1);
+    let mut tries = 0;
+    loop {
+        match api.create(prepared).await {
+            Err(e) if e.retryable && e.refused() && tries < 5 => {
+                tries += 1;
+                tokio::time::sleep(wait.mul_f64(crate::model::backoff::jitter())).await;
+                wait *= 2;
+            }
+            other => return other,
         }
     }
 }

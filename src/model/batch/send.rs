@@ -33,7 +33,7 @@ pub async fn send(
         usage: None,
     })?;
     let id = custom_id(tag, turn, attempt);
-    let ticket = batcher.submit(id.clone(), value);
+    let ticket = batcher.submit(id.clone(), value, body.len());
     if let Ok(batch_id) = ticket.joined.await {
         log.emit_written(TranscriptEvent::BatchJoined {
             turn,
@@ -49,6 +49,7 @@ pub async fn send(
             Outcome::Failed {
                 message: "the batch pool stopped".into(),
                 maybe_sent: true,
+                retryable: true,
             },
         )
     });
@@ -106,6 +107,7 @@ pub async fn send(
         Outcome::Failed {
             message,
             maybe_sent,
-        } => Err(not_answered(message, true, maybe_sent)),
+            retryable,
+        } => Err(not_answered(message, retryable, maybe_sent)),
     }
 }

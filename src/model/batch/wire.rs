@@ -39,6 +39,14 @@ pub struct CallError {
     pub retryable: bool,
 }
 
+impl CallError {
+    /// The provider refused the call before doing anything (a rate limit, overload, or
+    /// a refusal of the request itself): nothing was created.
+    pub fn refused(&self) -> bool {
+        matches!(self.status, Some(s) if ((400..500).contains(&s) && s != 408) || s == 529)
+    }
+}
+
 impl std::fmt::Display for CallError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.status {
@@ -46,6 +54,13 @@ impl std::fmt::Display for CallError {
             None => write!(f, "{}: {}", self.error_type, self.message),
         }
     }
+}
+
+/// A batch ready to be created.
+#[derive(Debug, Clone)]
+pub enum Prepared {
+    /// The create call's body.
+    Body(Value),
 }
 
 /// Where a batch stands.
@@ -112,17 +127,17 @@ impl BatchApi {
         })
     }
 
-    /// Sends the requests (`custom_id`, request body) as one batch; returns its id.
-    pub async fn create(&self, items: &[(String, Value)]) -> Result<String, CallError> {
-        let batch = match self.protocol {
+    /// Readies the requests (`custom_id`, request body) for one batch: Anthropic's are
+    /// sent in the create call itself; OpenAI's are uploaded as a JSONL file first
+    /// (an upload can be repeated safely: an unused file costs nothing).
+    pub async fn prepare(&self, items: &[(String, Value)]) -> Result<Prepared, CallError> {
+        match self.protocol {
             Protocol::Anthropic => {
                 let requests: Vec<Value> = items
                     .iter()
                     .map(|(id, body)| json!({"custom_id": id, "params": body}))
                     .collect();
-                let url = self.root.clone();
-                self.send(self.client.post(url).json(&json!({ "requests": requests })))
-                    .await?
+                Ok(Prepared::Body(json!({ "requests": requests })))
             }
             Protocol::OpenaiResponses | Protocol::OpenaiChat => {
                 let mut jsonl = Vec::new();
@@ -141,15 +156,24 @@ impl BatchApi {
                 let file = self
                     .send(self.client.post(self.url("files")?).multipart(form))
                     .await?;
-                let file_id = text(&file, "id")?;
-                self.send(self.client.post(self.url("batches")?).json(&json!({
-                    "input_file_id": file_id,
+                Ok(Prepared::Body(json!({
+                    "input_file_id": text(&file, "id")?,
                     "endpoint": self.endpoint,
                     "completion_window": "24h",
                 })))
-                .await?
             }
+        }
+    }
+
+    /// Creates the batch; returns its id. Not safe to repeat after a failure that may
+    /// have reached the provider: a second batch would be billed too.
+    pub async fn create(&self, prepared: &Prepared) -> Result<String, CallError> {
+        let Prepared::Body(body) = prepared;
+        let url = match self.protocol {
+            Protocol::Anthropic => self.root.clone(),
+            _ => self.url("batches")?,
         };
+        let batch = self.send(self.client.post(url).json(body)).await?;
         text(&batch, "id")
     }
 
@@ -201,61 +225,58 @@ impl BatchApi {
     pub async fn results(&self, ended: &Ended) -> Result<Vec<(String, Outcome)>, CallError> {
         let mut out = Vec::new();
         match ended {
+            // A line that cannot be read leaves its request without a result (failed,
+            // maybe billed); the others are still delivered.
             Ended::Results(url) => {
                 let body = self.fetch(self.client.get(url.clone())).await?;
-                for line in lines(&body)? {
-                    out.push(anthropic_result(&line)?);
-                }
+                out.extend(lines(&body).filter_map(|l| anthropic_result(&l.ok()?).ok()));
             }
             Ended::Files { output, error } => {
                 for file in [output, error].into_iter().flatten() {
                     let url = self.url(&format!("files/{file}/content"))?;
                     let body = self.fetch(self.client.get(url)).await?;
-                    for line in lines(&body)? {
-                        out.push(openai_result(&line)?);
-                    }
+                    out.extend(lines(&body).filter_map(|l| openai_result(&l.ok()?).ok()));
                 }
             }
         }
         Ok(out)
     }
 
-    /// What became of request `custom_id` of batch `id`, sent by a process that was
-    /// killed: the batch is cancelled (what it has not processed is then not billed),
-    /// then followed until it ends, for up to `wait`. None: it has not ended by then.
+    /// What became of the requests of batch `id`, sent by a process that was killed:
+    /// the batch is cancelled (what it has not processed is then not billed), then
+    /// followed until it ends, for up to `wait` (failures that may pass are tried again
+    /// meanwhile). None: it has not ended by then.
     pub async fn recover(
         &self,
         id: &str,
-        custom_id: &str,
         wait: Duration,
-    ) -> Result<Option<Outcome>, CallError> {
+    ) -> Result<Option<Vec<(String, Outcome)>>, CallError> {
         let until = std::time::Instant::now() + wait;
+        let patient = |e: CallError| async move {
+            if e.retryable && std::time::Instant::now() < until {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                Ok(())
+            } else {
+                Err(e)
+            }
+        };
         // An ended batch refuses the cancel: that is fine, its results are there.
         let _ = self.cancel(id).await;
         let ended = loop {
-            match self.poll(id).await? {
-                State::Ended(e) => break e,
-                State::Failed(why) => {
-                    return Ok(Some(Outcome::Failed {
-                        message: why,
-                        maybe_sent: false,
-                    }))
-                }
-                State::Running if std::time::Instant::now() >= until => return Ok(None),
-                State::Running => tokio::time::sleep(Duration::from_millis(500)).await,
+            match self.poll(id).await {
+                Ok(State::Ended(e)) => break e,
+                Ok(State::Failed(why)) => return Err(local(format!("the batch failed: {why}"))),
+                Ok(State::Running) if std::time::Instant::now() >= until => return Ok(None),
+                Ok(State::Running) => tokio::time::sleep(Duration::from_millis(500)).await,
+                Err(e) => patient(e).await?,
             }
         };
-        let results = self.results(&ended).await?;
-        Ok(Some(
-            results
-                .into_iter()
-                .find(|(c, _)| c == custom_id)
-                .map(|(_, o)| o)
-                .unwrap_or(Outcome::Failed {
-                    message: format!("batch {id} has no result for {custom_id}"),
-                    maybe_sent: false,
-                }),
-        ))
+        loop {
+            match self.results(&ended).await {
+                Ok(r) => return Ok(Some(r)),
+                Err(e) => patient(e).await?,
+            }
+        }
     }
 
     /// Asks the provider to stop the batch: what it has not processed is not billed.
@@ -264,7 +285,12 @@ impl BatchApi {
             Protocol::Anthropic => self.url(&format!("{id}/cancel"))?,
             _ => self.url(&format!("batches/{id}/cancel"))?,
         };
-        self.send(self.client.post(url)).await.map(|_| ())
+        match self.send(self.client.post(url)).await {
+            Ok(_) => Ok(()),
+            // "Cannot cancel a batch with status 'completed'": it ended by itself.
+            Err(e) if matches!(e.status, Some(400 | 409)) => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     async fn send(&self, req: reqwest::RequestBuilder) -> Result<Value, CallError> {
@@ -343,18 +369,10 @@ fn error_of(body: &[u8]) -> (String, String) {
     (error_type, message)
 }
 
-fn lines(body: &[u8]) -> Result<Vec<Value>, CallError> {
+fn lines(body: &[u8]) -> impl Iterator<Item = Result<Value, serde_json::Error>> + '_ {
     body.split(|b| *b == b'\n')
         .filter(|l| !l.iter().all(u8::is_ascii_whitespace))
-        .map(|l| {
-            serde_json::from_slice(l).map_err(|e| CallError {
-                status: None,
-                error_type: "malformed".into(),
-                message: format!("a results line is not JSON: {e}"),
-                retryable: false,
-            })
-        })
-        .collect()
+        .map(serde_json::from_slice)
 }
 
 fn custom_id(line: &Value) -> Result<String, CallError> {
@@ -415,7 +433,9 @@ fn status_of_anthropic_error(t: &str) -> u16 {
         "permission_error" => 403,
         "not_found_error" => 404,
         "request_too_large" => 413,
+        "billing_error" => 402,
         "rate_limit_error" => 429,
+        "timeout_error" => 504,
         "overloaded_error" => 529,
         _ => 500,
     }
@@ -526,7 +546,10 @@ mod tests {
 
     #[test]
     fn results_files_skip_blank_lines_and_refuse_broken_ones() {
-        assert_eq!(lines(b"{\"a\":1}\n\n  \n{\"b\":2}\n").unwrap().len(), 2);
-        assert!(lines(b"{\"a\":1}\n{oops\n").is_err());
+        assert_eq!(lines(b"{\"a\":1}\n\n  \n{\"b\":2}\n").count(), 2);
+        let read: Vec<bool> = lines(b"{\"a\":1}\n{oops\n{\"b\":2}")
+            .map(|l| l.is_ok())
+            .collect();
+        assert_eq!(read, vec![true, false, true]);
     }
 }
