@@ -105,9 +105,11 @@ fn text_of(protocol: Protocol, body: &[u8]) -> String {
 
 async fn outcome(b: &Batcher, custom_id: String, protocol: Protocol) -> (String, Outcome) {
     let ticket = b.submit(custom_id, body(protocol), 100);
-    let joined = ticket.joined.await.expect("the batch was created");
+    let joined = ticket.joined.await.ok();
     let (id, o) = ticket.outcome.await.expect("an outcome");
-    assert_eq!(joined, id);
+    if let Some(joined) = joined {
+        assert_eq!(joined, id);
+    }
     (id, o)
 }
 
@@ -214,4 +216,85 @@ async fn a_batch_no_loop_waits_for_is_cancelled_and_max_wait_cancels_too() {
         let (_, o) = outcome(&b, "t2--1-1".into(), protocol).await;
         assert_eq!(o, Outcome::Canceled, "{protocol}");
     }
+}
+
+/// A provider that answers every batch create with `status` after `delay`, counting
+/// the creates.
+async fn stub_provider(
+    status: u16,
+    delay: Duration,
+) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    use axum::routing::post;
+    let creates = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = creates.clone();
+    let app = axum::Router::new().route(
+        "/v1/messages/batches",
+        post(move || {
+            let seen = seen.clone();
+            async move {
+                seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                tokio::time::sleep(delay).await;
+                (
+                    axum::http::StatusCode::from_u16(status).unwrap(),
+                    r#"{"type":"error","error":{"type":"invalid_request_error","message":"no"}}"#,
+                )
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, creates)
+}
+
+fn stub_api(url: &str, timeout: Duration) -> BatchApi {
+    let endpoint = Endpoint {
+        protocol: Protocol::Anthropic,
+        url: Protocol::Anthropic.url(url).unwrap(),
+        api_key: Some("k".into()),
+        anthropic_version: "2023-06-01".into(),
+        anthropic_beta: None,
+        max_tokens_field: "max_tokens".into(),
+        timeout,
+        max_response_bytes: 1 << 20,
+        stream_idle: None,
+    };
+    BatchApi::new(agentbatch::model::client().unwrap(), &endpoint, url).unwrap()
+}
+
+/// A create that timed out may have made a batch: it is not sent again (a second
+/// batch would be billed too), and its requests count as maybe billed. A refused one
+/// made nothing: not billed, and not worth another batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_that_may_have_reached_the_provider_is_never_repeated() {
+    let (url, creates) = stub_provider(200, Duration::from_secs(3)).await;
+    let b = Batcher::start(stub_api(&url, Duration::from_millis(300)), settings());
+    let (_, o) = outcome(&b, "t1--1-1".into(), Protocol::Anthropic).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(creates.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert!(
+        matches!(
+            o,
+            Outcome::Failed {
+                maybe_sent: true,
+                ..
+            }
+        ),
+        "{o:?}"
+    );
+    let (url, creates) = stub_provider(400, Duration::ZERO).await;
+    let b = Batcher::start(stub_api(&url, Duration::from_secs(5)), settings());
+    let (_, o) = outcome(&b, "t1--1-1".into(), Protocol::Anthropic).await;
+    assert_eq!(creates.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert!(
+        matches!(
+            o,
+            Outcome::Failed {
+                maybe_sent: false,
+                retryable: false,
+                ..
+            }
+        ),
+        "{o:?}"
+    );
 }
