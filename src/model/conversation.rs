@@ -97,9 +97,11 @@ struct CacheMarks {
     messages: Vec<(usize, Value)>,
 }
 
-/// The digest of a request body a resume matches answers by (FNV-1a and the length).
+/// The digest of a request body a resume matches answers by (128-bit XXH3 and the
+/// length). Computed for every request, so a fast one: a long history's body is
+/// megabytes.
 pub fn body_hash(body: &[u8]) -> String {
-    format!("{:016x}-{}", crate::text::fnv1a(body), body.len())
+    format!("{:032x}-{}", xxhash_rust::xxh3::xxh3_128(body), body.len())
 }
 
 pub(super) fn len_of(v: &impl serde::Serialize) -> u64 {

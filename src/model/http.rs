@@ -378,7 +378,7 @@ pub(super) async fn read_whole(post: &Post<'_>, opened: Opened) -> Result<Reply,
 /// Reads `{"error": {"type", "message"}}` (Anthropic and OpenAI shapes), or quotes the
 /// start of whatever else came back. OpenAI's quota errors are named by `code` or
 /// `type`; either makes the type `insufficient_quota`, whatever else the body holds.
-fn error_body(bytes: &[u8]) -> (String, String) {
+pub(super) fn error_body(bytes: &[u8]) -> (String, String) {
     let quoted = || {
         let text = String::from_utf8_lossy(bytes);
         let short: String = text.chars().take(300).collect();

@@ -23,7 +23,7 @@ pub use results::{ResultsError, COLUMNS};
 pub(crate) use resume::ResumeChanges;
 pub use run_json::RunJsonError;
 pub(crate) use run_json::{ResumeRecord, RunJson};
-pub use spend::{paid_answers, spent_in_transcript};
+pub use spend::{paid_answers, spent_in_text, spent_in_transcript};
 pub use summary::{RunTotals, Summary};
 pub(crate) use variants::write_summary_csv;
 pub use variants::{variants_table, VariantSummary, VariantsError};

@@ -12,9 +12,11 @@ use crate::vocab::transcript::TranscriptEvent as E;
 /// total (`spent_usd`), plus charges recorded after it, plus a reservation still in
 /// flight (it may be billed).
 pub fn spent_in_transcript(path: &Path) -> Decimal {
-    let Ok(text) = std::fs::read_to_string(path) else {
-        return Decimal::ZERO;
-    };
+    std::fs::read_to_string(path).map_or(Decimal::ZERO, |t| spent_in_text(&t))
+}
+
+/// [`spent_in_transcript`] of a transcript already read.
+pub fn spent_in_text(text: &str) -> Decimal {
     let (mut spent, mut pending) = (Decimal::ZERO, Decimal::ZERO);
     // Lines this version cannot read (cut off by the kill, or unknown) carry no money.
     for event in text.lines().filter_map(E::read) {
@@ -49,10 +51,7 @@ pub fn spent_in_transcript(path: &Path) -> Decimal {
 /// each answered, in order: a resume reuses them for the same requests instead of
 /// buying them again. An answer counts once it was settled (or, left in a batch, found
 /// again by the resume).
-pub fn paid_answers(path: &Path) -> Vec<(String, serde_json::Value)> {
-    let Ok(text) = std::fs::read_to_string(path) else {
-        return Vec::new();
-    };
+pub fn paid_answers(text: &str) -> Vec<(String, serde_json::Value)> {
     let mut paid = Vec::new();
     let (mut hash, mut answer) = (None, None);
     // Whether the newest paid answer is the current request's: an answer settled and
@@ -166,7 +165,7 @@ mod tests {
             r#"{"event":"response","turn":3,"body":{"n":4}}"#,
         ];
         std::fs::write(&p, lines.join("\n")).unwrap();
-        let paid: Vec<(String, i64)> = paid_answers(&p)
+        let paid: Vec<(String, i64)> = paid_answers(&lines.join("\n"))
             .into_iter()
             .map(|(h, v)| (h, v["n"].as_i64().unwrap()))
             .collect();

@@ -246,8 +246,9 @@ pub(super) fn prepare(
             continue;
         }
         let transcript = dir.join("transcripts").join(format!("{}.jsonl", t.id));
-        let spent = crate::report::spent_in_transcript(&transcript);
-        let paid = crate::report::paid_answers(&transcript);
+        let text = std::fs::read_to_string(&transcript).unwrap_or_default();
+        let spent = crate::report::spent_in_text(&text);
+        let paid = crate::report::paid_answers(&text);
         if !paid.is_empty() {
             replays.insert(t.id.clone(), paid);
         }

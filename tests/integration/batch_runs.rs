@@ -255,43 +255,12 @@ fn a_cost_cap_holds_in_batch_mode_at_batch_prices() {
 
 #[test]
 fn a_time_limit_covers_the_wait_in_a_batch_and_the_abandoned_batch_is_cancelled() {
-    use std::io::{BufRead, BufReader};
     let case = Case::new();
-    case.write(
-        "job.yaml",
-        "name: slow\ndefaults:\n  model: claude-sonnet-4-5\n  tools: [get_time]\n  batch: { mode: on, window: 100ms }\n  limits: { time_limit: 2s }\n  sim: { turns: [ { content: [ { text: done } ] } ] }\ntasks:\n  - { id: waits, prompt: go }\n",
-    );
     // A simulator of its own whose batches take a minute.
-    let mut sim = bin()
-        .args([
-            "sim",
-            "--port",
-            "0",
-            "--job",
-            "job.yaml",
-            "--batch-delay",
-            "60s",
-        ])
-        .current_dir(case.dir.path())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut first = String::new();
-    BufReader::new(sim.stdout.take().unwrap())
-        .read_line(&mut first)
-        .unwrap();
-    let url = first
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap()
-        .to_string();
-    case.write(
-        "job.yaml",
-        &std::fs::read_to_string(case.path("job.yaml")).unwrap().replace(
-            "defaults:\n",
-            &format!("providers:\n  slow: {{ protocol: anthropic, simulator: true, base_url: \"{url}\" }}\ndefaults:\n  provider: slow\n"),
-        ),
+    let (mut sim, url) = on_standalone_sim(
+        &case,
+        "name: slow\ndefaults:\n  model: claude-sonnet-4-5\n  tools: [get_time]\n  batch: { mode: on, window: 100ms }\n  limits: { time_limit: 2s }\n  sim: { turns: [ { content: [ { text: done } ] } ] }\ntasks:\n  - { id: waits, prompt: go }\n",
+        "60s",
     );
     let started = std::time::Instant::now();
     let (rows, _) = run(&case, "job.yaml", "slow");
@@ -324,8 +293,11 @@ fn a_time_limit_covers_the_wait_in_a_batch_and_the_abandoned_batch_is_cancelled(
     assert_eq!(seen[0]["items"][0]["state"], "canceled", "{seen:?}");
 }
 
-/// Starts `agentbatch sim` with batches taking `delay`, and returns it with its URL.
-fn standalone_sim(case: &Case, delay: &str) -> (std::process::Child, String) {
+/// Writes `job` (whose tasks use the defaults' provider) as the case's job.yaml, starts
+/// `agentbatch sim` for it with batches taking `delay`, and points the job at it.
+/// Returns the simulator and its URL.
+fn on_standalone_sim(case: &Case, job: &str, delay: &str) -> (std::process::Child, String) {
+    case.write("job.yaml", job);
     use std::io::{BufRead, BufReader};
     let mut sim = bin()
         .args([
@@ -357,6 +329,13 @@ fn standalone_sim(case: &Case, delay: &str) -> (std::process::Child, String) {
         .find(|w| w.starts_with("http://"))
         .unwrap()
         .to_string();
+    case.write(
+        "job.yaml",
+        &job.replace(
+            "defaults:\n",
+            &format!("providers:\n  slow: {{ protocol: anthropic, simulator: true, base_url: \"{url}\" }}\ndefaults:\n  provider: slow\n"),
+        ),
+    );
     (sim, url)
 }
 
@@ -371,15 +350,7 @@ fn a_batch_left_by_a_killed_run_is_found_on_resume_and_not_paid_twice() {
     ] {
         let case = Case::new();
         let job = "name: killed\ndefaults:\n  model: claude-sonnet-4-5\n  tools: [get_time]\n  batch: { mode: on, window: 100ms }\n  limits: { max_cost_usd: 1.00 }\n  sim: { turns: [ { content: [ { text: done } ], usage: { output_tokens: 50 } } ] }\ntasks:\n  - { id: waits, prompt: go }\n";
-        case.write("job.yaml", job);
-        let (mut sim, url) = standalone_sim(&case, delay);
-        case.write(
-            "job.yaml",
-            &job.replace(
-                "defaults:\n",
-                &format!("providers:\n  slow: {{ protocol: anthropic, simulator: true, base_url: \"{url}\" }}\ndefaults:\n  provider: slow\n"),
-            ),
-        );
+        let (mut sim, _) = on_standalone_sim(&case, job, delay);
         let mut run = case.start_run(&[]);
         let waits = case.path("reports/r/transcripts/waits.jsonl");
         crate::common::wait_until(

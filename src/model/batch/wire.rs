@@ -323,7 +323,7 @@ impl BatchApi {
             retryable: true,
         })?;
         if !(200..300).contains(&status) {
-            let (error_type, message) = error_of(&body);
+            let (error_type, message) = crate::model::http::error_body(&body);
             return Err(CallError {
                 status: Some(status),
                 error_type,
@@ -354,19 +354,6 @@ fn text(v: &Value, key: &str) -> Result<String, CallError> {
             message: format!("the batch API's answer has no \"{key}\""),
             retryable: false,
         })
-}
-
-/// The error type and message of an error body, in either provider's shape.
-fn error_of(body: &[u8]) -> (String, String) {
-    let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
-    let e = v.get("error").unwrap_or(&v);
-    let field = |k: &str| e.get(k).and_then(Value::as_str).map(str::to_string);
-    let error_type = field("type")
-        .or_else(|| field("code"))
-        .unwrap_or_else(|| "error".into());
-    let message = field("message")
-        .unwrap_or_else(|| String::from_utf8_lossy(&body[..body.len().min(500)]).into_owned());
-    (error_type, message)
 }
 
 fn lines(body: &[u8]) -> impl Iterator<Item = Result<Value, serde_json::Error>> + '_ {
@@ -478,7 +465,7 @@ fn openai_result(line: &Value) -> Result<(String, Outcome), CallError> {
             request_id,
         }
     } else {
-        let (error_type, message) = error_of(body.to_string().as_bytes());
+        let (error_type, message) = crate::model::http::error_body(body.to_string().as_bytes());
         Outcome::Errored {
             status,
             error_type,

@@ -16,8 +16,8 @@ use serde_json::{json, Value};
 use tokio::sync::Notify;
 
 use super::{
-    now_ms, params, query_param, request_cancel, rfc3339, start, Api, Batch, BatchCalls, Item,
-    Outcome, Params, Phase, Progress,
+    now_ms, params, query_param, request_cancel, rfc3339, start, Api, Batch, Item, Outcome, Params,
+    Phase, Progress,
 };
 use crate::model::Protocol;
 use crate::sim::{check_headers, check_key, error_response, next_request_id, Refusal, SimState};
@@ -200,19 +200,7 @@ pub(super) async fn create(
         created: Instant::now(),
         created_ms: now_ms(&state),
         headers: headers.clone(),
-        progress: Mutex::new(Progress {
-            items,
-            phase: Phase::InProgress,
-            end: None,
-            in_progress_at: Some(Utc::now()),
-            cancel_at: None,
-            finalizing_at: None,
-            ended_at: None,
-            errors: Vec::new(),
-            output_file_id: None,
-            error_file_id: None,
-            calls: BatchCalls::default(),
-        }),
+        progress: Mutex::new(Progress::new(items, Phase::InProgress)),
         wake: Notify::new(),
     };
     let batch = start(&state, batch);
@@ -268,13 +256,38 @@ pub(super) async fn cancel(
     Json(object(&batch, &p, &headers)).into_response()
 }
 
+/// The error of an errored item. A result carries no HTTP status, only the error's
+/// type, so the type is the one the API gives that status (a scripted fault may pair a
+/// status with any type; a 408 read as `invalid_request_error` would be a refusal).
+fn errored_body(status: u16, body: &Value) -> Value {
+    let kind = match status {
+        400 => return body.clone(),
+        401 => "authentication_error",
+        402 => "billing_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        408 | 504 => "timeout_error",
+        413 => "request_too_large",
+        429 => "rate_limit_error",
+        529 => "overloaded_error",
+        _ => "api_error",
+    };
+    let mut body = body.clone();
+    if let Some(error) = body.get_mut("error").and_then(Value::as_object_mut) {
+        error.insert("type".into(), kind.into());
+    }
+    body
+}
+
 /// One line of the results file.
 fn result_line(item: &Item) -> Value {
     let result = match &item.outcome {
         Some(Outcome::Answered {
             status: 200, body, ..
         }) => json!({"type": "succeeded", "message": body}),
-        Some(Outcome::Answered { body, .. }) => json!({"type": "errored", "error": body}),
+        Some(Outcome::Answered { status, body, .. }) => {
+            json!({"type": "errored", "error": errored_body(*status, body)})
+        }
         Some(Outcome::Canceled) => json!({"type": "canceled"}),
         Some(Outcome::Expired) | None => json!({"type": "expired"}),
     };

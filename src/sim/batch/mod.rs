@@ -165,6 +165,26 @@ struct Progress {
     calls: BatchCalls,
 }
 
+impl Progress {
+    /// A batch just created: Anthropic's in progress with its items, OpenAI's still to
+    /// validate its input file.
+    fn new(items: Vec<Item>, phase: Phase) -> Progress {
+        Progress {
+            in_progress_at: (phase == Phase::InProgress).then(Utc::now),
+            items,
+            phase,
+            end: None,
+            cancel_at: None,
+            finalizing_at: None,
+            ended_at: None,
+            errors: Vec::new(),
+            output_file_id: None,
+            error_file_id: None,
+            calls: BatchCalls::default(),
+        }
+    }
+}
+
 /// One batch, shared by its processing task and the handlers.
 #[derive(Debug)]
 pub(super) struct Batch {

@@ -17,8 +17,8 @@ use serde_json::{json, Value};
 use tokio::sync::Notify;
 
 use super::{
-    files, lock, now_ms, params, query_param, request_cancel, start, Api, Batch, BatchCalls,
-    BatchSettings, End, Item, Outcome, Params, Phase, Progress,
+    files, lock, now_ms, params, query_param, request_cancel, start, Api, Batch, BatchSettings,
+    End, Item, Outcome, Params, Phase, Progress,
 };
 use crate::model::Protocol;
 use crate::sim::{check_headers, check_key, next_request_id, SimState};
@@ -207,19 +207,7 @@ pub(super) async fn create(
         created: Instant::now(),
         created_ms: now_ms(&state),
         headers: headers.clone(),
-        progress: Mutex::new(Progress {
-            items: Vec::new(),
-            phase: Phase::Validating,
-            end: None,
-            in_progress_at: None,
-            cancel_at: None,
-            finalizing_at: None,
-            ended_at: None,
-            errors: Vec::new(),
-            output_file_id: None,
-            error_file_id: None,
-            calls: BatchCalls::default(),
-        }),
+        progress: Mutex::new(Progress::new(Vec::new(), Phase::Validating)),
         wake: Notify::new(),
     };
     // The answer shows the batch as created, before validation has had a chance to run.

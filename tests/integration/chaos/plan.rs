@@ -38,6 +38,9 @@ pub(super) struct Task {
     wrap_up: bool,
     /// `always` or `never`: streamed answers get the chaos model's mid-stream faults.
     stream: &'static str,
+    /// Half of the unstreamed tasks go through the batch APIs: the chaos model's faults
+    /// then come back as errored batch items.
+    batch: bool,
     /// A context window the simulator enforces and the job states (0: the model's),
     /// small enough for long chaos answers to pass it: compaction under fire.
     window: u64,
@@ -59,6 +62,12 @@ fn choose(seed: u64, attribute: u64, k: usize) -> usize {
 
 impl Task {
     pub fn new(seed: u64) -> Task {
+        let mut t = Task::drawn(seed);
+        t.batch = t.stream == "never" && choose(seed, 12, 2) == 0;
+        t
+    }
+
+    fn drawn(seed: u64) -> Task {
         Task {
             seed,
             // every protocol in turn, so any three consecutive seeds cover them all
@@ -72,6 +81,7 @@ impl Task {
             turns: TURNS[choose(seed, 7, 3)],
             wrap_up: choose(seed, 8, 2) == 0,
             stream: ["always", "never"][choose(seed, 9, 2)],
+            batch: false,
             window: [0, 8_000, 4_000][choose(seed, 10, 3)],
             strategy: match (choose(seed, 11, 3), seed % 3) {
                 (0, _) => "auto",
@@ -154,6 +164,9 @@ pub(super) fn job(tasks: &[Task], outside: &Path, caps: &Caps) -> String {
         }
         if let Some(team) = t.team {
             y.push_str(&format!("    team: {team}\n"));
+        }
+        if t.batch {
+            y.push_str("    batch: { mode: on, window: 100ms }\n");
         }
     }
     y
