@@ -344,22 +344,26 @@ fn on_standalone_sim(case: &Case, job: &str, delay: &str) -> (std::process::Chil
 /// not its reservation.
 #[test]
 fn a_batch_left_by_a_killed_run_is_found_on_resume_and_not_paid_twice() {
+    // Two tasks in the killed run's one batch (one id a custom_id cannot carry): the
+    // resume looks the batch up once for both.
+    let tasks = ["waits", "also.v2"];
     for (delay, wait_before_resume, result) in [
         ("4s", 0, "cancelled before it was processed"),
         ("1500ms", 2500, "answered"),
     ] {
         let case = Case::new();
-        let job = "name: killed\ndefaults:\n  model: claude-sonnet-4-5\n  tools: [get_time]\n  batch: { mode: on, window: 100ms }\n  limits: { max_cost_usd: 1.00 }\n  sim: { turns: [ { content: [ { text: done } ], usage: { output_tokens: 50 } } ] }\ntasks:\n  - { id: waits, prompt: go }\n";
-        let (mut sim, _) = on_standalone_sim(&case, job, delay);
+        let job = "name: killed\ndefaults:\n  model: claude-sonnet-4-5\n  tools: [get_time]\n  batch: { mode: on, window: 300ms }\n  limits: { max_cost_usd: 1.00 }\n  sim: { turns: [ { content: [ { text: done } ], usage: { output_tokens: 50 } } ] }\ntasks:\n  - { id: waits, prompt: go }\n  - { id: also.v2, prompt: go }\n";
+        let (mut sim, url) = on_standalone_sim(&case, job, delay);
         let mut run = case.start_run(&[]);
-        let waits = case.path("reports/r/transcripts/waits.jsonl");
         crate::common::wait_until(
-            "the request to join a batch",
+            "both requests to join a batch",
             std::time::Duration::from_secs(20),
             || {
-                std::fs::read_to_string(&waits)
-                    .unwrap_or_default()
-                    .contains("batch_joined")
+                tasks.iter().all(|t| {
+                    std::fs::read_to_string(case.path(&format!("reports/r/transcripts/{t}.jsonl")))
+                        .unwrap_or_default()
+                        .contains("batch_joined")
+                })
             },
         );
         crate::common::signal(run.id(), "KILL");
@@ -368,7 +372,11 @@ fn a_batch_left_by_a_killed_run_is_found_on_resume_and_not_paid_twice() {
         let out = case.agentbatch(&["run", "job.yaml", "--resume", "reports/r", "--quiet"]);
         let said = String::from_utf8_lossy(&out.stderr).into_owned();
         assert!(out.status.success(), "{said}");
-        assert!(said.contains(&format!("was {result}")), "{delay}: {said}");
+        assert_eq!(
+            said.matches(&format!("was {result}")).count(),
+            2,
+            "{delay}: {said}"
+        );
         let run_json: Value = serde_json::from_str(
             &std::fs::read_to_string(case.path("reports/r/run.json")).unwrap(),
         )
@@ -380,22 +388,51 @@ fn a_batch_left_by_a_killed_run_is_found_on_resume_and_not_paid_twice() {
         )
         .unwrap_or_else(|_| panic!("{}", run_json["resumes"]));
         let rows = read_csv(&case.path("reports/r/results.csv"));
-        assert_eq!(rows[0]["stop_reason"], "completed", "{rows:?}");
-        let rerun = dec(&rows[0], "cost_usd");
-        let replayed = transcript(&case, "r", "waits")
+        assert!(
+            rows.iter().all(|r| r["stop_reason"] == "completed"),
+            "{rows:?}"
+        );
+        let rerun: Decimal = rows.iter().map(|r| dec(r, "cost_usd")).sum();
+        let replayed: usize = tasks
             .iter()
-            .filter(|e| e["event"] == "response" && e["replayed"] == true)
-            .count();
+            .map(|t| {
+                transcript(&case, "r", t)
+                    .iter()
+                    .filter(|e| e["event"] == "response" && e["replayed"] == true)
+                    .count()
+            })
+            .sum();
         if result == "answered" {
             // Billed once, for the killed attempt, at its real (batch) price; the
-            // re-run's identical request takes that answer and buys nothing.
+            // re-run's identical requests take those answers and buy nothing.
             assert!(killed > Decimal::ZERO, "{delay}");
             assert!(rerun.is_zero(), "{delay}: {rerun}");
-            assert_eq!(replayed, 1, "{delay}");
+            assert_eq!(replayed, 2, "{delay}");
         } else {
             assert!(killed.is_zero(), "{delay}: {killed}");
             assert!(rerun > Decimal::ZERO, "{delay}");
             assert_eq!(replayed, 0, "{delay}");
+            // The killed run's batch held both requests, and was cancelled once.
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let seen: Vec<Value> = rt.block_on(async {
+                let text = reqwest::get(format!("{url}/_sim/batches"))
+                    .await
+                    .unwrap()
+                    .text()
+                    .await
+                    .unwrap();
+                serde_json::from_str(&text).unwrap()
+            });
+            let first = &seen[0];
+            assert_eq!(first["items"].as_array().unwrap().len(), 2, "{seen:?}");
+            assert_eq!(
+                first["calls"]["cancels_ms"].as_array().unwrap().len(),
+                1,
+                "{seen:?}"
+            );
         }
         let _ = sim.kill();
         let _ = sim.wait();

@@ -532,6 +532,26 @@ mod tests {
     }
 
     #[test]
+    fn a_context_overflow_in_a_batch_reads_as_the_synchronous_one_does() {
+        let line = json!({"custom_id": "t--3-1", "response": {"status_code": 400, "body": {"error": {"type": "invalid_request_error", "code": "context_length_exceeded", "message": "Your input exceeds the context window of this model."}}}, "error": null});
+        let Outcome::Errored {
+            status,
+            error_type,
+            message,
+        } = openai_result(&line).unwrap().1
+        else {
+            panic!("not an error");
+        };
+        let e = crate::model::ModelError::Http(crate::model::HttpError::Status {
+            status,
+            error_type,
+            message,
+            request_id: None,
+        });
+        assert!(e.is_context_overflow(), "{e}");
+    }
+
+    #[test]
     fn results_files_skip_blank_lines_and_refuse_broken_ones() {
         assert_eq!(lines(b"{\"a\":1}\n\n  \n{\"b\":2}\n").count(), 2);
         let read: Vec<bool> = lines(b"{\"a\":1}\n{oops\n{\"b\":2}")

@@ -379,6 +379,22 @@ pub(super) async fn list(
 mod tests {
     use super::*;
 
+    #[test]
+    fn an_errored_items_type_is_the_one_its_status_has() {
+        let body = json!({"type": "error", "error": {"type": "invalid_request_error", "message": "simulated 408"}});
+        assert_eq!(errored_body(408, &body)["error"]["type"], "timeout_error");
+        assert_eq!(
+            errored_body(529, &body)["error"]["type"],
+            "overloaded_error"
+        );
+        assert_eq!(errored_body(503, &body)["error"]["type"], "api_error");
+        assert_eq!(errored_body(400, &body), body);
+        assert_eq!(
+            errored_body(408, &body)["error"]["message"],
+            "simulated 408"
+        );
+    }
+
     fn request(id: &str) -> Value {
         json!({"custom_id": id, "params": {"model": "m", "max_tokens": 10, "messages": []}})
     }
