@@ -36,6 +36,33 @@ if [ ! -f tests/mcp/node_modules/.installed ] || [ tests/mcp/package-lock.json -
   touch tests/mcp/node_modules/.installed
 fi
 
+# Headless Chromium's driver for the report page tests (puppeteer-core, no browser
+# download: the tests launch the system's chromium), pinned in tests/browser.
+if [ ! -f tests/browser/node_modules/.installed ] || [ tests/browser/package-lock.json -nt tests/browser/node_modules/.installed ]; then
+  echo "tests/run.sh: installing the browser driver (npm ci in tests/browser)" >&2
+  PUPPETEER_SKIP_DOWNLOAD=1 npm ci --prefix tests/browser --no-audit --no-fund --loglevel=error
+  touch tests/browser/node_modules/.installed
+fi
+
+# Python packages the tests use (an independent JSON Schema validator; the official OTLP
+# protobuf definitions the test OTLP receiver decodes with), in a virtual environment of
+# their own, pinned in tests/python/requirements.txt.
+if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+  echo "tests/run.sh: installing python3-venv" >&2
+  sudo_cmd=()
+  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq python3-venv
+fi
+if [ ! -f tests/python/.venv/.installed ] || [ tests/python/requirements.txt -nt tests/python/.venv/.installed ]; then
+  echo "tests/run.sh: installing the tests' Python packages (tests/python/.venv)" >&2
+  rm -rf tests/python/.venv
+  python3 -m venv tests/python/.venv
+  tests/python/.venv/bin/pip install --quiet --disable-pip-version-check -r tests/python/requirements.txt
+  touch tests/python/.venv/.installed
+fi
+export AGENTBATCH_TEST_PYTHON="$PWD/tests/python/.venv/bin/python"
+
 # What the tests set up is undone on exit, whatever the exit status (which is kept): the
 # throwaway PostgreSQL server and its folder, and the XFS image's mount (both below).
 # Nothing here may fail under set -e, or later steps would be skipped.
