@@ -10,6 +10,7 @@ mod cli;
 mod common;
 mod compare;
 mod conformance;
+mod docs_links;
 mod context;
 mod faults;
 mod govern;

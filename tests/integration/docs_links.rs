@@ -1,0 +1,152 @@
+//! The README and the user guide link to each other by file and heading. A chapter
+//! renamed or a heading reworded would leave a link that lands nowhere; this test
+//! follows every relative link of README.md and docs/**/*.md and fails on one whose file
+//! or `#anchor` does not exist (anchors as GitHub makes them from headings).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn markdown_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            markdown_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "md") {
+            out.push(path);
+        }
+    }
+}
+
+/// GitHub's anchor for a heading: lower case, punctuation other than `-` and `_`
+/// dropped, spaces made hyphens; a repeated anchor gets `-1`, `-2`, ...
+fn slug(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || *c == '-' || *c == '_' || *c == ' ')
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// Lines outside fenced code blocks.
+fn prose_lines(text: &str) -> Vec<&str> {
+    let mut fenced = false;
+    let mut lines = Vec::new();
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if !fenced {
+            lines.push(line);
+        }
+    }
+    lines
+}
+
+fn anchors(text: &str) -> BTreeSet<String> {
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    let mut out = BTreeSet::new();
+    for line in prose_lines(text) {
+        let Some(heading) = line.strip_prefix('#') else {
+            continue;
+        };
+        let heading = heading.trim_start_matches('#');
+        if !heading.starts_with(' ') {
+            continue;
+        }
+        let base = slug(heading);
+        let n = seen.entry(base.clone()).or_insert(0);
+        out.insert(if *n == 0 {
+            base.clone()
+        } else {
+            format!("{base}-{n}")
+        });
+        *n += 1;
+    }
+    out
+}
+
+/// `[text](target)` targets on prose lines, with code spans removed first.
+fn link_targets(text: &str) -> Vec<String> {
+    let mut targets = Vec::new();
+    for line in prose_lines(text) {
+        let mut plain = String::new();
+        let mut in_code = false;
+        for c in line.chars() {
+            if c == '`' {
+                in_code = !in_code;
+            } else if !in_code {
+                plain.push(c);
+            }
+        }
+        let mut rest = plain.as_str();
+        while let Some(at) = rest.find("](") {
+            let after = &rest[at + 2..];
+            let Some(end) = after.find(')') else { break };
+            targets.push(after[..end].to_string());
+            rest = &after[end..];
+        }
+    }
+    targets
+}
+
+#[test]
+fn every_relative_link_of_the_readme_and_the_guide_lands_on_a_file_and_heading() {
+    let root = repo_root();
+    let mut files = vec![root.join("README.md")];
+    markdown_files(&root.join("docs"), &mut files);
+    let mut broken = Vec::new();
+    let mut checked = 0;
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        for target in link_targets(&text) {
+            if target.contains("://") || target.starts_with("mailto:") || target.starts_with('<')
+            {
+                continue;
+            }
+            let (path, anchor) = match target.split_once('#') {
+                Some((p, a)) => (p, Some(a)),
+                None => (target.as_str(), None),
+            };
+            let dest = if path.is_empty() {
+                file.clone()
+            } else {
+                file.parent().unwrap().join(path)
+            };
+            checked += 1;
+            let shown = file.strip_prefix(&root).unwrap().display().to_string();
+            if !dest.exists() {
+                broken.push(format!("{shown}: ({target}): no such file"));
+                continue;
+            }
+            if let Some(anchor) = anchor {
+                let dest_text = std::fs::read_to_string(&dest).unwrap_or_default();
+                if !anchors(&dest_text).contains(anchor) {
+                    broken.push(format!("{shown}: ({target}): no heading makes #{anchor}"));
+                }
+            }
+        }
+    }
+    assert!(checked > 100, "only {checked} links found: is the link reader broken?");
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+#[test]
+fn anchors_follow_githubs_rules() {
+    let text = "# Batch mode: overnight at half price\n## Prompt caching\n```\n# not a heading\n```\n## Prompt caching\n";
+    let found = anchors(text);
+    assert!(found.contains("batch-mode-overnight-at-half-price"));
+    assert!(found.contains("prompt-caching"));
+    assert!(found.contains("prompt-caching-1"));
+    assert!(!found.contains("not-a-heading"));
+    assert_eq!(
+        link_targets("see [a](x.md#b) and `[c](nope)` [d](#e)"),
+        vec!["x.md#b", "#e"]
+    );
+}
