@@ -7,7 +7,8 @@
 use serde_json::Value;
 
 use super::field_tables::FieldTables;
-use crate::job::schema::JobFile;
+use crate::job::parse_yaml;
+use crate::job::schema::{JobFile, SimSource};
 use crate::sim::script::Script;
 use crate::vocab::json_schema;
 
@@ -52,6 +53,30 @@ pub fn schema(kind: Kind) -> Value {
         *fields = ordered;
     }
     value
+}
+
+/// Whether the parser reads `text` as this kind of file: serde's reading (a key written
+/// twice refused, as the loader does) and every script's own checks, without the files,
+/// environment and cross-field checks a full load adds. It is what the schema mirrors:
+/// the schema accepts every text this accepts, and the integration tests hold it to
+/// that with texts whose full load would fail for reasons no schema can see.
+pub fn parses(kind: Kind, text: &str) -> Result<(), String> {
+    let scripts: Vec<Script> = match kind {
+        Kind::Script => vec![parse_yaml::<Script>("script", text).map_err(|e| e.to_string())?],
+        Kind::Job => {
+            let job: JobFile = parse_yaml("job", text).map_err(|e| e.to_string())?;
+            std::iter::once(&job.defaults)
+                .chain(&job.tasks)
+                .filter_map(|t| match &t.sim {
+                    Some(SimSource::Inline(s)) => Some(s.clone()),
+                    _ => None,
+                })
+                .collect()
+        }
+    };
+    scripts
+        .iter()
+        .try_for_each(|s| s.check().map_err(|e| e.to_string()))
 }
 
 /// What the command prints: the schema as pretty JSON, or the field tables.

@@ -70,7 +70,7 @@ impl JsonSchema for Money {
     fn json_schema(_: &mut SchemaGenerator) -> Schema {
         json_schema!({
             "title": "USD amount",
-            "description": "US dollars as a plain decimal number, such as 1.50 (read exactly, never rounded through binary floating point). At least 0, at most 1000000000.",
+            "description": format!("US dollars as a plain decimal number, such as 1.50 (read exactly, never rounded through binary floating point). At least 0, at most {MAX_MONEY}."),
             "anyOf": [
                 { "type": "number", "minimum": 0, "maximum": MAX_MONEY },
                 { "type": "string", "pattern": MONEY_PATTERN }
