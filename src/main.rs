@@ -229,6 +229,9 @@ enum Command {
         #[arg(long, default_value = "24h", value_parser = parse_duration)]
         batch_expire_after: Duration,
     },
+    /// Print the JSON Schema of job files (default) or simulator scripts, for editors;
+    /// --markdown prints the fields as tables instead.
+    Schema(agentbatch::commands::schema::SchemaArgs),
     /// Measure rate-limit goodput and cap precision against the simulator.
     Bench {
         /// Which benchmark.
@@ -327,6 +330,7 @@ fn main() -> ExitCode {
                 ExitCode::from(agentbatch::commands::shared::collect(&url, &run_id, &out))
             }
             Command::Validate { job } => validate_cmd(job),
+            Command::Schema(args) => ExitCode::from(agentbatch::commands::schema::print(&args)),
             Command::Audit { transcript } => audit_cmd(&transcript),
             Command::Compare { runs, by, out } => compare_cmd(runs, by, out),
             Command::Tools {

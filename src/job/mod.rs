@@ -16,6 +16,8 @@ mod providers;
 mod repos;
 mod sampling;
 pub(crate) mod schema;
+mod schema_providers;
+mod schema_toolsets;
 mod scripts;
 pub(crate) mod source;
 mod spec;

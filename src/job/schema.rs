@@ -4,25 +4,32 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use schemars::JsonSchema;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
-use crate::model::Protocol;
+pub use super::schema_providers::{
+    MaxTokensField, ParallelToolCalls, ProviderFields, StreamOptions,
+};
+pub use super::schema_toolsets::{Decision, McpServerFields, ToolsetFields};
 use crate::sim::script::Script;
 use crate::vocab::bounds::{self, at_most};
 use crate::vocab::cache::{CacheMode, CacheRetention, CacheTtl};
 use crate::vocab::context::ContextStrategy;
 use crate::vocab::limits::{MaxRepeats, Period};
 use crate::vocab::price::PriceFields;
-use crate::vocab::values::{ByteSize, HumanDuration, Money};
+use crate::vocab::values::{HumanDuration, Money};
 
 /// The top level of a job file.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(title = "Job file")]
 pub struct JobFile {
+    /// The job's name: the start of each run's folder name (`<name>-<UTC time>`).
     pub name: String,
     /// Tasks in flight at once.
     #[serde(default, deserialize_with = "at_most::<_, _, { bounds::CONCURRENCY }>")]
+    #[schemars(range(max = bounds::CONCURRENCY))]
     pub concurrency: Option<usize>,
     /// Settings every task inherits unless it sets its own.
     #[serde(default)]
@@ -51,6 +58,7 @@ pub struct JobFile {
     /// Axes to compare: each key is a task field (or a dotted path into one, such as
     /// `limits.max_turns`) and each value a list; every task runs once per combination.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(with = "BTreeMap<String, Vec<serde_json::Value>>")]
     pub matrix: BTreeMap<String, Vec<serde_yaml::Value>>,
     /// How many times each task runs per variant (default 1).
     #[serde(
@@ -58,120 +66,45 @@ pub struct JobFile {
         skip_serializing_if = "Option::is_none",
         deserialize_with = "at_most::<_, _, { bounds::EPOCHS }>"
     )]
+    #[schemars(range(max = bounds::EPOCHS))]
     pub epochs: Option<u32>,
+    /// The tasks, each with an `id` and a `prompt`; fields it leaves out come from
+    /// `defaults`.
     pub tasks: Vec<TaskFields>,
 }
 
-/// A tool set.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct ToolsetFields {
-    /// Built-in tools.
-    #[serde(default)]
-    pub tools: Vec<String>,
-    /// MCP servers whose tools join the set, by server name (the `.mcp.json` shape).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub mcp: BTreeMap<String, McpServerFields>,
-    /// A `.mcp.json` file (relative to the job file) whose `mcpServers` join `mcp`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mcp_config: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub policy: Option<PolicyFields>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bash: Option<BashFields>,
-}
-
-/// One MCP server, as `.mcp.json` files describe it: a command run over stdio, or a
-/// Streamable HTTP endpoint. `{workspace}` in a command, argument, variable or working
-/// folder is the task's workspace (the server then runs per task); `${VAR}` anywhere is
-/// read from the runner's environment when the server starts.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct McpServerFields {
-    /// `stdio` (default with `command`) or `http` (default with `url`);
-    /// `streamable-http` is the same as `http`.
-    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
-    pub kind: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub command: Option<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub args: Vec<String>,
-    /// Variables the server gets besides PATH, HOME and LANG (never the runner's keys).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub env: BTreeMap<String, String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cwd: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub url: Option<String>,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub headers: BTreeMap<String, String>,
-    /// How long one tool call may take (default 60s); a call past it is cancelled.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timeout: Option<HumanDuration>,
-    /// How long starting and initializing the server may take (default 60s).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub startup_timeout: Option<HumanDuration>,
-}
-
-/// Permission rules: `tool` or `tool(pattern)`; deny beats allow.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct PolicyFields {
-    #[serde(default)]
-    pub deny: Vec<String>,
-    #[serde(default)]
-    pub allow: Vec<String>,
-    /// What happens to a call no rule matches (default: allow).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub default: Option<Decision>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Decision {
-    Allow,
-    Deny,
-}
-
-/// Limits of the `bash` tool.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct BashFields {
-    /// Per command (default 2m).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timeout: Option<HumanDuration>,
-    /// Bytes of output the model sees (default 30000; head and tail are kept).
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "at_most::<_, _, { bounds::BASH_OUTPUT }>"
-    )]
-    pub max_output: Option<usize>,
-}
-
 /// When a task's workspace is kept after the run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum KeepWorkspaces {
+    /// Keep every task's workspace.
     Always,
+    /// Keep the workspaces of tasks that did not pass (the default).
     OnFailure,
+    /// Delete every workspace once its patch is written.
     Never,
 }
 
 /// How a task's workspace is made.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum WorkspaceMethod {
+    /// An overlay layer where the process can mount one, else a reflinked copy where
+    /// the filesystem has reflinks, else a copy (the default).
     #[default]
     Auto,
+    /// An overlay layer on the pristine checkout; refused where none can be mounted.
     Overlay,
+    /// A reflinked copy; refused where the filesystem has no reflinks.
     Reflink,
+    /// A full copy.
     Copy,
 }
 
 /// How a task's commands are confined.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(title = "Sandbox")]
 pub struct SandboxFields {
     /// Let `bash` reach the network (default true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -182,8 +115,9 @@ pub struct SandboxFields {
 }
 
 /// A team: its tasks share these caps and limits.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(title = "Team")]
 pub struct TeamFields {
     /// What the team may spend in this run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -197,24 +131,32 @@ pub struct TeamFields {
         skip_serializing_if = "Option::is_none",
         deserialize_with = "at_most::<_, _, { bounds::CONCURRENCY }>"
     )]
+    #[schemars(range(max = bounds::CONCURRENCY))]
     pub concurrency: Option<usize>,
+    /// Requests per minute for the team's tasks together.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
         deserialize_with = "at_most::<_, _, { bounds::RPM }>"
     )]
+    #[schemars(range(max = bounds::RPM))]
     pub rpm: Option<u32>,
+    /// Input tokens per minute for the team's tasks together.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
         deserialize_with = "at_most::<_, _, { bounds::TPM }>"
     )]
+    #[schemars(range(max = bounds::TPM))]
     pub itpm: Option<u32>,
+    /// Output tokens per minute for the team's tasks together (a request counts its
+    /// max_tokens until it is answered).
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
         deserialize_with = "at_most::<_, _, { bounds::TPM }>"
     )]
+    #[schemars(range(max = bounds::TPM))]
     pub otpm: Option<u32>,
     /// How much of the rate may be used at once (default 1s worth).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -222,70 +164,57 @@ pub struct TeamFields {
 }
 
 /// A spend cap per calendar period (UTC).
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(title = "Team period cap")]
 pub struct PeriodCapFields {
+    /// What the team may spend per period, in every run together.
     pub usd: Money,
+    /// The calendar period (UTC; weeks start on Monday).
     pub period: Period,
 }
 
-/// Limits a simulator server enforces on its clients (`providers.sim.server_limits`).
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct ServerLimitFields {
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "at_most::<_, _, { bounds::RPM }>"
-    )]
-    pub rpm: Option<u32>,
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "at_most::<_, _, { bounds::TPM }>"
-    )]
-    pub itpm: Option<u32>,
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "at_most::<_, _, { bounds::TPM }>"
-    )]
-    pub otpm: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub burst: Option<HumanDuration>,
-}
-
 /// Everything a task may set; `defaults` uses the same fields (except `id`).
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(title = "Task")]
 pub struct TaskFields {
+    /// Required on a task, unique: letters, digits, `.`, `_`, `-` (it names the task's
+    /// report files).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
+    /// Required: the first user message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt: Option<String>,
+    /// `sim` (default), `anthropic`, `openai`, or a key of `providers`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider: Option<String>,
     /// The team whose caps and limits apply (a key of `teams`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub team: Option<String>,
+    /// Required: the model id sent to the provider and used for pricing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
-    /// Per request; the cost and token budgets may shrink it further.
+    /// Output tokens per request (default 4096); the cost and token budgets may shrink
+    /// it further.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
         deserialize_with = "at_most::<_, _, { bounds::TOKENS_PER_REQUEST }>"
     )]
+    #[schemars(range(max = bounds::TOKENS_PER_REQUEST))]
     pub max_tokens: Option<u32>,
+    /// The system prompt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system: Option<String>,
+    /// Built-in tools to declare, all allowed (default none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tools: Option<Vec<String>>,
     /// A named tool set instead of `tools`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub toolset: Option<String>,
-    /// A local git repository or folder (relative to the job file) copied into the
-    /// task's own workspace.
+    /// A local git repository (a work tree, a bare repository or a bundle) or a plain
+    /// folder, relative to the job file: the task works in its own copy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repo: Option<String>,
     /// Branch, tag or commit of a git `repo`.
@@ -294,11 +223,13 @@ pub struct TaskFields {
     /// A command run in the workspace before the agent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub setup: Option<String>,
+    /// How long `setup` may run (default 10m).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub setup_timeout: Option<HumanDuration>,
     /// A command run in the workspace after the loop: exit 0 is a pass.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub check: Option<String>,
+    /// How long `check` may run (default 10m).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub check_timeout: Option<HumanDuration>,
     /// Run `check` under the task's confinement (default true): the same network rule
@@ -306,6 +237,7 @@ pub struct TaskFields {
     /// `false` runs it like `setup`, with the network: only for checks that need it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub check_sandbox: Option<bool>,
+    /// Which workspaces are kept after the run (default `on_failure`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keep_workspaces: Option<KeepWorkspaces>,
     /// How each task's workspace is made from the run's one pristine checkout of its
@@ -317,8 +249,11 @@ pub struct TaskFields {
     /// Variables added to the scrubbed environment of the task's commands.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env: Option<BTreeMap<String, String>>,
+    /// How the task's commands are confined: network or not, and whether less
+    /// confinement than asked for fails the task.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<SandboxFields>,
+    /// The task's own budgets; merged field by field with those of `defaults`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<LimitFields>,
     /// Prompt caching (default: on, 5-minute entries).
@@ -338,17 +273,20 @@ pub struct TaskFields {
     /// The simulator script: a path relative to the job file, or the script inline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sim: Option<SimSource>,
-    /// Sampling parameters are sent only when set (newer Anthropic API versions and
-    /// models reject them).
+    /// Sampling temperature, sent only when set (newer Anthropic API versions and
+    /// models refuse sampling parameters).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f64>,
+    /// Nucleus sampling, sent only when set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub top_p: Option<f64>,
+    /// Top-k sampling, sent only when set; Anthropic only.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
         deserialize_with = "at_most::<_, _, { bounds::TOKENS_PER_REQUEST }>"
     )]
+    #[schemars(range(max = bounds::TOKENS_PER_REQUEST))]
     pub top_k: Option<u32>,
     /// Extended thinking, sent as given (`{type: enabled, budget_tokens: N}` or
     /// `{type: adaptive}`); Anthropic only.
@@ -360,41 +298,48 @@ pub struct TaskFields {
 }
 
 /// Limits of one task; each field set on a task overrides the same field of `defaults`.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(title = "Task limits")]
 pub struct LimitFields {
-    /// Model requests per task.
+    /// Model requests per task (default 20).
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
         deserialize_with = "at_most::<_, _, { bounds::TURNS }>"
     )]
+    #[schemars(range(max = bounds::TURNS))]
     pub max_turns: Option<u32>,
-    /// Wall clock for the whole task, tool runs included.
+    /// Wall clock for the whole task, tool runs included (default 30m).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_limit: Option<HumanDuration>,
-    /// Summed over the task's requests.
+    /// Prompt tokens summed over the task's requests.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
         deserialize_with = "at_most::<_, _, { bounds::TOKEN_BUDGET }>"
     )]
+    #[schemars(range(max = bounds::TOKEN_BUDGET))]
     pub max_input_tokens: Option<u64>,
+    /// Output tokens summed over the task's requests.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
         deserialize_with = "at_most::<_, _, { bounds::TOKEN_BUDGET }>"
     )]
+    #[schemars(range(max = bounds::TOKEN_BUDGET))]
     pub max_output_tokens: Option<u64>,
+    /// What the task may spend; a request that could pass it is shrunk or not sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_cost_usd: Option<Money>,
     /// The smallest max_tokens worth sending when a budget shrinks a request; below it
-    /// the task stops instead.
+    /// the task stops instead (default 256).
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
         deserialize_with = "at_most::<_, _, { bounds::TOKENS_PER_REQUEST }>"
     )]
+    #[schemars(range(max = bounds::TOKENS_PER_REQUEST))]
     pub min_max_tokens: Option<u32>,
     /// Send the last request the turn, time or cost budget allows with tools off and a
     /// note asking the model to finish and summarize.
@@ -410,131 +355,38 @@ pub struct LimitFields {
     pub max_repeats: Option<MaxRepeats>,
 }
 
-/// Connection settings of one provider.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct ProviderFields {
-    /// The wire protocol; required for providers other than the built-in `sim`,
-    /// `anthropic` and `openai`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub protocol: Option<Protocol>,
-    /// Play the tasks' simulator scripts instead of calling a real server (the
-    /// built-in `sim` provider always does).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub simulator: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub base_url: Option<String>,
-    /// Name of the environment variable holding the key; keys never go in job files.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub api_key_env: Option<String>,
-    /// Run without a key when the variable is unset (local servers).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub api_key_optional: Option<bool>,
-    /// openai-chat: the output-limit field, `max_tokens` (most compatible servers) or
-    /// `max_completion_tokens` (OpenAI, and required by its reasoning models).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_tokens_field: Option<MaxTokensField>,
-    /// Prompt caching for the provider's tasks; `mode: off` also for compatible
-    /// servers that refuse `prompt_cache_key` or `cache_control`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache: Option<CacheFields>,
-    /// OpenAI protocols: the `parallel_tool_calls` sent with tools: true (default;
-    /// llama.cpp only makes parallel calls when asked), false, or `omit` for servers
-    /// that refuse the field.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parallel_tool_calls: Option<ParallelToolCalls>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub anthropic_version: Option<String>,
-    /// Streaming for the provider's tasks (a task's own `stream` wins, then this, then
-    /// the defaults').
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stream: Option<StreamMode>,
-    /// Batch mode for the provider's tasks (field by field, a task's own `batch` wins,
-    /// then this, then the defaults').
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub batch: Option<BatchFields>,
-    /// How long a streamed answer may go without a byte before it counts as cut
-    /// (default 2m).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stream_idle_timeout: Option<HumanDuration>,
-    /// openai-chat: `omit` leaves `stream_options` (which asks for the usage at the end
-    /// of a stream) out, for compatible servers that refuse the field.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stream_options: Option<StreamOptions>,
-    /// Per HTTP request (the task's time_limit still applies).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timeout: Option<HumanDuration>,
-    /// The largest response body read (default 64MiB); a longer one is abandoned, counted
-    /// at its worst case, and ends the task with `provider_error`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_response_bytes: Option<ByteSize>,
-    /// Retries of a retryable failure (5xx, 529, connection errors) per request.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "at_most::<_, _, { bounds::RETRIES }>"
-    )]
-    pub max_retries: Option<u32>,
-    /// Retries of a 429 per request (the whole provider pauses on one).
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "at_most::<_, _, { bounds::RETRIES }>"
-    )]
-    pub max_rate_limit_retries: Option<u32>,
-    /// Requests, input tokens and output tokens per minute for all tasks on this
-    /// provider together.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "at_most::<_, _, { bounds::RPM }>"
-    )]
-    pub rpm: Option<u32>,
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "at_most::<_, _, { bounds::TPM }>"
-    )]
-    pub itpm: Option<u32>,
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "at_most::<_, _, { bounds::TPM }>"
-    )]
-    pub otpm: Option<u32>,
-    /// How much of the rate may be used at once (default 1s worth).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub burst: Option<HumanDuration>,
-    /// Only for `sim`: the limits the simulator itself enforces (429 + retry-after).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub server_limits: Option<ServerLimitFields>,
-}
-
 /// `cache: {mode: auto|last_message|off, ttl: 5m|1h, retention: in_memory|24h}`; each
 /// field falls back to the provider's, then the defaults'. `ttl` is Anthropic's,
 /// `retention` OpenAI's.
-#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(title = "Prompt caching")]
 pub struct CacheFields {
+    /// Whether and how the runner asks for caching (default `auto`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<CacheMode>,
+    /// Anthropic: how long a cache entry lives after its last use (default `5m`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttl: Option<CacheTtl>,
+    /// OpenAI: `prompt_cache_retention`, sent only when set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retention: Option<CacheRetention>,
 }
 
 /// `batch: {mode: off|on, window, max_requests, max_wait}`; each field falls back to the
 /// provider's, then the defaults'.
-#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(title = "Batch mode")]
 pub struct BatchFields {
+    /// `on` sends the requests through the provider's batch API (default `off`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<BatchMode>,
     /// How long the first request of a batch waits for others (default 10s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub window: Option<HumanDuration>,
-    /// The most requests in one batch (default 1000).
+    /// The most requests in one batch (default 1000; at most 100000 for Anthropic,
+    /// 50000 for OpenAI).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_requests: Option<u32>,
     /// How long a batch may take before it is cancelled (default and most: 24h).
@@ -543,78 +395,61 @@ pub struct BatchFields {
 }
 
 /// Whether a task's requests go through the provider's batch API.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum BatchMode {
+    /// Requests go to the synchronous API (the default).
     #[default]
     Off,
+    /// Requests go through the batch API: half price, answers within hours.
     On,
 }
 
 /// `context: {window, strategy: auto|clear_tool_results|summarize|native|off, at, keep,
-/// exempt}`; each field
-/// falls back to the defaults'.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+/// exempt}`; each field falls back to the defaults'.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(title = "Context window policy")]
 pub struct ContextFields {
+    /// The model's context window in tokens, at least 1 (default: the model's from
+    /// the built-in table).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub window: Option<u64>,
+    /// How the prompt is kept inside the window (default `auto`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub strategy: Option<ContextStrategy>,
+    /// Compact when the next request's prompt and answer would pass this share of the
+    /// window: above 0, at most 1 (default 0.85).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub at: Option<f64>,
+    /// Tool results kept whole when clearing, or turns kept whole when summarizing,
+    /// newest first: 1 to 10000 (default 3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keep: Option<usize>,
+    /// Tools whose results are never cleared.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exempt: Option<Vec<String>>,
 }
 
 /// When a task's answers are streamed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum StreamMode {
-    /// When a whole answer could take longer than the API allows (see the README).
+    /// When a whole answer could take longer than the API allows (large max_tokens,
+    /// thinking); the default.
     #[default]
     Auto,
+    /// Every answer.
     Always,
+    /// No answer.
     Never,
-}
-
-/// `stream_options` on Chat Completions: ask for the usage (default), or leave it out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StreamOptions {
-    IncludeUsage,
-    Omit,
-}
-
-/// `parallel_tool_calls`: a value to send, or `omit`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(untagged)]
-pub enum ParallelToolCalls {
-    Send(bool),
-    Omit(Omit),
-}
-
-/// The word `omit`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Omit {
-    Omit,
-}
-
-/// Chat Completions' two names for the output limit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum MaxTokensField {
-    MaxTokens,
-    MaxCompletionTokens,
 }
 
 /// Reasoning settings of OpenAI reasoning models (`reasoning` in Responses,
 /// `reasoning_effort` in Chat Completions).
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(title = "Reasoning (OpenAI)")]
 pub struct ReasoningFields {
     /// none, minimal, low, medium, high, xhigh or max (models take different subsets).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -624,36 +459,46 @@ pub struct ReasoningFields {
     pub summary: Option<String>,
 }
 
-/// The `thinking` request parameter.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+/// The `thinking` request parameter of Anthropic's Messages API, sent as given.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(title = "Extended thinking (Anthropic)")]
 pub struct ThinkingFields {
+    /// `enabled` (with `budget_tokens`), `adaptive` or `disabled`.
     #[serde(rename = "type")]
     pub kind: ThinkingKind,
+    /// Tokens the model may think with: at least 1024, below `max_tokens`.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
         deserialize_with = "at_most::<_, _, { bounds::TOKENS_PER_REQUEST }>"
     )]
+    #[schemars(range(max = bounds::TOKENS_PER_REQUEST))]
     pub budget_tokens: Option<u32>,
+    /// The API's `display` setting of thinking, sent as given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub display: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+/// The `type` of a `thinking` parameter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ThinkingKind {
+    /// Thinking with a fixed `budget_tokens`.
     Enabled,
+    /// The model decides how much to think.
     Adaptive,
+    /// No thinking.
     Disabled,
 }
 
 /// Where a task's simulator script comes from.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, JsonSchema)]
 #[serde(untagged)]
 pub enum SimSource {
     /// A YAML file, relative to the job file.
     Path(String),
+    /// The script itself.
     Inline(Script),
 }
 

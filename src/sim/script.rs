@@ -6,25 +6,30 @@
 
 use std::fmt;
 
+use schemars::JsonSchema;
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::bounds;
 use crate::vocab::values::HumanDuration;
 
 /// One task's script.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(title = "Simulator script")]
 pub struct Script {
-    /// Latency of every turn that does not set its own.
+    /// Latency of every turn that does not set its own (at most 10m).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latency: Option<HumanDuration>,
     /// Once the turns run out, keep answering with the last one (for loops that only a
     /// limit stops). Without it a request past the end is answered with a 400 error.
     #[serde(default)]
     pub repeat_last: bool,
-    /// The scripted turns; optional with `chaos`.
+    /// The scripted turns: turn n answers the request whose history holds n assistant
+    /// messages. A script has `turns` or `chaos`, not both.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = bounds::MAX_TURNS))]
     pub turns: Vec<ScriptTurn>,
     /// Generate every turn from a seed instead (an erratic model, for property tests).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -40,27 +45,34 @@ pub struct Script {
 }
 
 /// One simulated model response, optionally preceded by faults.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(title = "Script turn")]
 pub struct ScriptTurn {
+    /// The answer's content blocks, each a one-key map: `text`, `thinking`,
+    /// `redacted_thinking`, `tool_use` or `raw`.
     #[serde(default)]
     pub content: Vec<Block>,
     /// Defaults to `tool_use` when the content has a tool_use block, else `end_turn`.
     /// Any string is played as given, so unknown future values can be tested.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_reason: Option<String>,
+    /// The `stop_sequence` to report (with `stop_reason: stop_sequence`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_sequence: Option<String>,
+    /// Any JSON sent as the answer's `stop_details`, verbatim.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_details: Option<Value>,
+    /// Usage figures to report instead of the simulator's estimates.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<UsageScript>,
-    /// Delay before the response headers.
+    /// Delay before the response headers (at most 10m).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latency: Option<HumanDuration>,
     /// Played one per attempt before the real answer: the first attempt at this turn
     /// gets `faults[0]`, the second `faults[1]`, and so on.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = bounds::MAX_FAULTS))]
     pub faults: Vec<Fault>,
     /// Send this text as the 200 response body instead of the rendered message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -68,7 +80,8 @@ pub struct ScriptTurn {
     /// Cut the rendered body in half (a connection that died mid-body).
     #[serde(default)]
     pub truncate_body: bool,
-    /// Send the headers, then wait this long before the body (a slow body).
+    /// Send the headers, then wait this long before the body (a slow body; at most
+    /// 10m).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body_delay: Option<HumanDuration>,
     /// Leave `usage` out of the answer (some OpenAI-compatible servers do).
@@ -95,11 +108,13 @@ pub struct ScriptTurn {
 }
 
 /// The `error` object of a failed Responses answer.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(title = "Responses error")]
 pub struct ResponseErrorScript {
     /// server_error and rate_limit_exceeded are retried; others are not.
     pub code: String,
+    /// The error's message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
 }
@@ -156,10 +171,50 @@ impl<'de> Deserialize<'de> for Block {
     }
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
+/// A tool call of a simulated answer.
+impl JsonSchema for Block {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ContentBlock".into()
+    }
+
+    /// One object per block kind, each with its one key, as the hand-written reader
+    /// above takes them.
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let text = generator.subschema_for::<String>();
+        let kinds = [
+            ("text", "A text block; `{{tool_result}}` becomes the text of the first tool result of the request.", text.clone()),
+            ("thinking", "A thinking block; the simulator signs it and checks the signature when it comes back.", text.clone()),
+            ("redacted_thinking", "A redacted thinking block's data.", text),
+            ("tool_use", "A tool call.", generator.subschema_for::<ToolUseScript>()),
+            ("raw", "Any JSON block, sent verbatim (server tool blocks, future block types).", schemars::json_schema!(true)),
+        ];
+        let one_of: Vec<Value> = kinds
+            .into_iter()
+            .map(|(key, description, value)| {
+                serde_json::json!({
+                    "type": "object",
+                    "description": description,
+                    "properties": { key: value },
+                    "required": [key],
+                    "additionalProperties": false
+                })
+            })
+            .collect();
+        schemars::json_schema!({
+            "title": "Content block",
+            "description": "A content block of a simulated answer: a map with exactly one key.",
+            "oneOf": one_of
+        })
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(title = "Tool call")]
 pub struct ToolUseScript {
+    /// The tool called.
     pub name: String,
+    /// The call's arguments: a map.
     #[serde(default = "empty_object")]
     pub input: Value,
     /// Defaults to a deterministic `toolu_...` (Anthropic) or `call_...` (OpenAI) id.
@@ -179,39 +234,51 @@ fn empty_object() -> Value {
 /// a quarter of the request's size in bytes (real tokenizers never count more tokens than
 /// bytes, which is what the runner's upper bounds rely on); cache figures are carved out
 /// of them.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(title = "Usage figures")]
 pub struct UsageScript {
     /// Prompt tokens (cache reads and writes included) to report instead of the
     /// estimate: plays a provider that bills more than the runner's upper bound.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = bounds::MAX_TOKENS))]
     pub input_tokens: Option<u64>,
     /// Capped at the request's max_tokens; a larger figure turns the answer into a
     /// `max_tokens` stop, as the real API does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = bounds::MAX_TOKENS))]
     pub output_tokens: Option<u64>,
+    /// Prompt tokens read from the cache.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = bounds::MAX_TOKENS))]
     pub cache_read_input_tokens: Option<u64>,
+    /// Prompt tokens written to the cache.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = bounds::MAX_TOKENS))]
     pub cache_creation_input_tokens: Option<u64>,
     /// OpenAI protocols: the part of the output spent on reasoning.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = bounds::MAX_TOKENS))]
     pub reasoning_tokens: Option<u64>,
 }
 
-/// A failed attempt.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+/// A failed attempt: one of `status`, `disconnect`, `mid_stream` or `batch_expire`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(title = "Fault")]
 pub struct Fault {
-    /// HTTP status (429, 500, 529, 400, ...). Absent with `disconnect`.
+    /// HTTP error status (429, 500, 529, 400, ...). Absent with `disconnect`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = *bounds::STATUSES.start(), max = *bounds::STATUSES.end()))]
     pub status: Option<u16>,
-    /// Sent as `retry-after` (whole seconds, rounded up) and `retry-after-ms`.
+    /// Sent as `retry-after` (whole seconds, rounded up) and `retry-after-ms` (at most
+    /// 7 days).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_after: Option<HumanDuration>,
     /// The `error.type` of the body; defaults to the one the real API uses for the status.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_type: Option<String>,
+    /// The error body's message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
     /// Answer 200, then break the connection in the middle of the body.
@@ -237,6 +304,7 @@ pub struct Fault {
     /// With `mid_stream`: how many events go out before the failure (default: half
     /// the stream); capped below the stream's length, so the final event never does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = bounds::MAX_EVENTS))]
     pub after_events: Option<u64>,
     /// With `mid_stream: stall`: how long nothing comes before the connection closes
     /// (default: forever, the connection held open), to test idle timeouts.
@@ -250,7 +318,7 @@ pub struct Fault {
 }
 
 /// How a streamed answer fails after its first events.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum MidStream {
     /// An error event in the protocol's shape (Messages `event: error` with
@@ -266,38 +334,52 @@ pub enum MidStream {
 
 /// `sim: {chaos: {...}}`: the seed and the knobs of the chaos model. Bounds are in
 /// `bounds.rs` and docs/simulator.md.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(title = "Chaos model")]
 pub struct Chaos {
     /// Every turn of every conversation follows from it (and the task's key).
     pub seed: u64,
     /// Turns before the final answer (default 8).
     #[serde(default = "default_max_turns")]
+    #[schemars(range(min = 1, max = bounds::MAX_CHAOS_TURNS))]
     pub max_turns: u32,
     /// Tool calls in one turn at most (default 4).
     #[serde(default = "default_max_calls")]
+    #[schemars(range(max = bounds::MAX_CHAOS_CALLS))]
     pub max_calls: u32,
     /// Percent of turns whose first attempts fail on the server side (default 10).
     #[serde(default = "default_fault_percent")]
+    #[schemars(range(max = bounds::MAX_PERCENT))]
     pub fault_percent: u32,
     /// Percent of turns with a misbehaviour: an odd stop, bad ids, a damaged body...
     /// (default 20).
     #[serde(default = "default_misbehave_percent")]
+    #[schemars(range(max = bounds::MAX_PERCENT))]
     pub misbehave_percent: u32,
     /// Percent of tool inputs that break their schema (default 20).
     #[serde(default = "default_invalid_percent")]
+    #[schemars(range(max = bounds::MAX_PERCENT))]
     pub invalid_percent: u32,
     /// The longest generated string, in bytes (default 65536).
     #[serde(default = "default_max_string")]
+    #[schemars(range(max = bounds::MAX_STRING))]
     pub max_string: u64,
-    /// The longest latency, slow body, retry-after or rate-limit reset (default 20ms).
+    /// The longest latency, slow body, retry-after or rate-limit reset (default 20ms,
+    /// at most 10s).
     #[serde(default = "default_max_delay")]
     pub max_delay: HumanDuration,
     /// An absolute folder outside every workspace that the model tries to write into
-    /// (absolute paths, symlinks it makes); without it only `..` escapes are tried.
+    /// (absolute paths, symlinks it makes); without it only `..` escapes are tried. No
+    /// quotes, `$`, backquotes, backslashes or newlines (it goes into shell commands).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = bounds::MAX_PATH), pattern(OUTSIDE_PATTERN))]
     pub outside: Option<String>,
 }
+
+/// What `chaos.outside` may be: an absolute path without the characters that would
+/// break the shell commands it goes into.
+const OUTSIDE_PATTERN: &str = r#"^/[^'"$`\\\n\x00]*$"#;
 
 fn default_max_turns() -> u32 {
     8

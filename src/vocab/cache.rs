@@ -2,13 +2,14 @@
 //! Anthropic cache entry lives. Shared by the job (which resolves it), the protocol
 //! adapters (which mark the request) and the budgets (which price the worst case).
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::protocol::Protocol;
 use super::usage::Usage;
 
 /// Whether the runner asks the provider to cache a task's prompts.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum CacheMode {
     /// Anthropic: breakpoints placed by the runner; OpenAI: a `prompt_cache_key` per
@@ -23,8 +24,9 @@ pub enum CacheMode {
 }
 
 /// How long an Anthropic cache entry lives after its last use.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum CacheTtl {
+    /// Five minutes, refreshed on every use (the default).
     #[default]
     #[serde(rename = "5m")]
     FiveMinutes,
@@ -37,10 +39,12 @@ pub enum CacheTtl {
 /// OpenAI's `prompt_cache_retention`, sent only when a job sets it: without it the API
 /// picks (24 hours for organizations without zero data retention on the models that
 /// offer it, and always on gpt-5.5 and later, which refuse `in_memory`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum CacheRetention {
+    /// In memory only: minutes, up to an hour.
     #[serde(rename = "in_memory")]
     InMemory,
+    /// Up to 24 hours (offloaded to storage between uses).
     #[serde(rename = "24h")]
     Extended,
 }

@@ -40,7 +40,9 @@ pub fn context_window(model: &str) -> Option<u64> {
 }
 
 /// How a task keeps its prompt inside the window.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum ContextStrategy {
     /// The cheapest first, escalating: clear old tool results, and summarize only when

@@ -138,7 +138,7 @@ mod humantime_serde_compat {
 }
 
 /// Calendar periods of team caps, in UTC; weeks start on Monday.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Period {
     Day,

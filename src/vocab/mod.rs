@@ -7,6 +7,7 @@
 pub(crate) mod bounds;
 pub mod cache;
 pub mod context;
+pub mod json_schema;
 pub mod limits;
 pub(crate) mod log;
 pub mod price;

@@ -13,18 +13,23 @@ use crate::vocab::usage::Usage;
 use crate::vocab::values::Money;
 
 /// Prices in USD per million tokens.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(title = "Prices of one model")]
 pub struct PriceFields {
+    /// Prompt tokens, USD per million.
     pub input: Money,
+    /// Output tokens (reasoning included), USD per million.
     pub output: Money,
-    /// 5-minute cache writes; defaults to 1.25 x input.
+    /// 5-minute cache writes, USD per million; defaults to 1.25 x input (Anthropic)
+    /// or the input rate (OpenAI).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_write: Option<Money>,
-    /// 1-hour cache writes; defaults to 2 x input.
+    /// 1-hour cache writes, USD per million; defaults to 2 x input (Anthropic) or the
+    /// input rate (OpenAI).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_write_1h: Option<Money>,
-    /// Defaults to 0.1 x input.
+    /// Cache reads, USD per million; defaults to 0.1 x input.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_read: Option<Money>,
     /// Rates for the whole request once its prompt exceeds `above_tokens`.
@@ -55,17 +60,25 @@ impl<'de> Deserialize<'de> for BatchRate {
 }
 
 /// A long-context price tier.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(title = "Long-context price tier")]
 pub struct LongContextFields {
+    /// The tier applies to a request whose prompt has more tokens than this.
     #[serde(deserialize_with = "bounds::required_at_most::<_, _, { bounds::TOKEN_BUDGET }>")]
+    #[schemars(range(max = bounds::TOKEN_BUDGET))]
     pub above_tokens: u64,
+    /// Prompt tokens, USD per million.
     pub input: Money,
+    /// Output tokens, USD per million.
     pub output: Money,
+    /// 5-minute cache writes; defaults as for the standard tier, from this tier's input.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_write: Option<Money>,
+    /// 1-hour cache writes; defaults as for the standard tier, from this tier's input.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_write_1h: Option<Money>,
+    /// Cache reads; defaults to 0.1 x this tier's input.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_read: Option<Money>,
 }

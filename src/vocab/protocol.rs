@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The wire protocol a provider speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Protocol {
     /// Anthropic Messages (`POST {base}/v1/messages`).

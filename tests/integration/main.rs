@@ -27,6 +27,7 @@ mod protocol;
 mod repeats;
 mod repo;
 mod reports;
+mod schema;
 mod shared_run;
 mod sim_batch;
 mod stream_runs;
