@@ -150,3 +150,59 @@ fn anchors_follow_githubs_rules() {
         vec!["x.md#b", "#e"]
     );
 }
+
+/// The long flags a `--help` text lists, `--help` and `--version` left out.
+fn long_flags(help: &str) -> BTreeSet<String> {
+    let mut flags = BTreeSet::new();
+    for word in help.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-')) {
+        if let Some(name) = word.strip_prefix("--") {
+            if name.starts_with(|c: char| c.is_ascii_lowercase())
+                && name != "help"
+                && name != "version"
+            {
+                flags.insert(word.to_string());
+            }
+        }
+    }
+    flags
+}
+
+fn help_of(args: &[&str]) -> String {
+    let out = super::common::bin().args(args).arg("--help").output().unwrap();
+    assert!(out.status.success(), "agentbatch {args:?} --help: {out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn the_commands_chapter_names_every_command_and_flag_the_binary_has() {
+    let chapter = std::fs::read_to_string(repo_root().join("docs/guide/commands.md")).unwrap();
+    let readme = std::fs::read_to_string(repo_root().join("README.md")).unwrap();
+    let top = help_of(&[]);
+    let commands: Vec<&str> = top
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .collect();
+    assert!(commands.len() >= 10, "commands read from --help: {commands:?}");
+    let mut missing = Vec::new();
+    for command in &commands {
+        let usage = format!("agentbatch {command}");
+        if !chapter.contains(&usage) {
+            missing.push(format!("docs/guide/commands.md does not show `{usage}`"));
+        }
+        if !readme.contains(&format!("`{usage}")) && !readme.contains(&format!("`{command}`")) {
+            missing.push(format!("README.md's command table does not name `{command}`"));
+        }
+        for flag in long_flags(&help_of(&[command])) {
+            if !chapter.contains(&flag) {
+                missing.push(format!(
+                    "docs/guide/commands.md does not mention {flag} of `{usage}`"
+                ));
+            }
+        }
+    }
+    assert!(missing.is_empty(), "{}", missing.join("\n"));
+}
