@@ -4,5 +4,6 @@
 pub mod inspect;
 pub mod ledger;
 pub mod outcome;
+pub mod report;
 pub mod shared;
 pub mod sim;
