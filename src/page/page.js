@@ -8,7 +8,7 @@
   const inline = inlineEl ? JSON.parse(inlineEl.textContent) : null;
   const C = {};
   data.columns.forEach((c, i) => { C[c] = i; });
-  const SHOWN = [
+  const ALL_COLUMNS = [
     ["task", "task"], ["variant", "variant"], ["epoch", "epoch", "num"], ["team", "team"],
     ["outcome", "outcome"], ["stop", "stop reason"], ["turns", "turns", "num"],
     ["calls", "calls", "num"], ["denied", "denied", "num"], ["errors", "tool errors", "num"],
@@ -16,6 +16,12 @@
     ["out", "tokens out", "num"], ["wall", "wall s", "num"],
   ];
   const LEVELS = ["variant", "team", "outcome", "stop", "model"];
+  // Columns that say nothing in this run (one variant, one team, one epoch) are left out.
+  const SHOWN = ALL_COLUMNS.filter(([col]) => {
+    if (col === "variant" || col === "team") return data[col].length > 1;
+    if (col === "epoch") return data.rows.some((r) => r[C.epoch] !== 1);
+    return true;
+  });
   const $ = (id) => document.getElementById(id);
   const el = (tag, cls, text) => {
     const e = document.createElement(tag);

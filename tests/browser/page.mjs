@@ -3,7 +3,7 @@
 // Rust tests (tests/integration/report_page.rs) assert on it.
 //
 //   node tests/browser/page.mjs --chromium /usr/bin/chromium --page DIR/report.html
-//        [--mode report|layout] [--open TASK] [--text SUBSTRING] [--widths 1280,1024]
+//        [--mode report|layout] [--open TASK,TASK] [--text SUBSTRING] [--widths 1280,1024]
 //        [--screenshot OUT.png]
 //
 // report mode: console errors, failed requests, chart bars, the count after each
@@ -39,6 +39,9 @@ try {
       await page.setViewport({ width: w, height: 900 });
       out.layout.push(await page.evaluate((w) => ({
         width: w, scrollWidth: document.documentElement.scrollWidth, innerWidth: window.innerWidth,
+        // Tables that only fit by scrolling inside their box.
+        scrolledTables: [...document.querySelectorAll(".table-wrap")]
+          .filter((b) => b.scrollWidth > b.clientWidth).map((b) => b.querySelector("table")?.className),
       }), w));
     }
   } else {
@@ -92,22 +95,25 @@ try {
       const second = { order: th.getAttribute("aria-sort"), costs: costs() };
       return { first, second, ms };
     });
-    if (args.open) {
+    // --open A,B: each task's transcript, opened by clicking its row.
+    out.transcripts = {};
+    for (const task of args.open ? args.open.split(",") : []) {
       await page.evaluate((task) => {
         const input = document.getElementById("f-text");
         input.value = task;
         input.dispatchEvent(new Event("input"));
         const tr = [...document.querySelectorAll("#tasks tbody tr")].find((r) => r.cells[0].textContent === task);
         tr.click();
-      }, args.open);
+      }, task);
       const t0 = Date.now();
-      await page.waitForSelector("#transcript .turn", { timeout: 10000 });
-      out.openMs = Date.now() - t0;
-      out.transcript = await page.evaluate(() => {
+      await page.waitForFunction((task) => {
+        const p = document.getElementById("transcript");
+        return p.dataset.task === task && p.querySelector(".turn, .warn");
+      }, { timeout: 10000 }, task);
+      const seen = await page.evaluate(() => {
         const p = document.getElementById("transcript");
         const texts = (sel) => [...p.querySelectorAll(sel)].map((e) => e.textContent);
         return {
-          task: p.dataset.task,
           turns: texts(".turn > h3"),
           declared: texts(".stage.declared li"),
           callIds: texts(".stage.calls .call-id"),
@@ -116,11 +122,14 @@ try {
           decisions: [...p.querySelectorAll(".decision")].map((d) => ({ cls: d.className, text: d.textContent })),
           events: texts(".events li"),
           thinking: texts("details.thinking pre"),
+          warnings: texts(".warn"),
           text: p.textContent,
           images: document.querySelectorAll("img").length,
         };
       });
-      if (args.screenshot) {
+      seen.openMs = Date.now() - t0;
+      out.transcripts[task] = seen;
+      if (args.screenshot && Object.keys(out.transcripts).length === 1) {
         await page.evaluate(() => document.querySelector("#transcript .turn:nth-of-type(2)")?.scrollIntoView());
         await page.screenshot({ path: args.screenshot, type: "png" });
       }

@@ -25,6 +25,7 @@ mod prompt_cache;
 mod protocol;
 mod repeats;
 mod repo;
+mod report_page;
 mod reports;
 mod shared_run;
 mod sim_batch;
