@@ -37,7 +37,7 @@ fn stop_colour(reason: &str) -> &'static str {
 
 fn bars(id: &str, title: &str, bars: &[Bar]) -> String {
     let h = ROW * bars.len().max(1) + 8;
-    let w = LABEL_W + BAR_W + 90;
+    let w = LABEL_W + BAR_W + 140;
     let max = bars.iter().map(|b| b.value).fold(0.0, f64::max);
     let mut s = String::new();
     let _ = writeln!(

@@ -130,7 +130,9 @@ try {
       seen.openMs = Date.now() - t0;
       out.transcripts[task] = seen;
       if (args.screenshot && Object.keys(out.transcripts).length === 1) {
-        await page.evaluate(() => document.querySelector("#transcript .turn:nth-of-type(2)")?.scrollIntoView());
+        // The table with the task open, and the transcript's first turns under it.
+        await page.setViewport({ width: widths[0], height: 1500 });
+        await page.evaluate(() => document.getElementById("filters").scrollIntoView());
         await page.screenshot({ path: args.screenshot, type: "png" });
       }
     }
