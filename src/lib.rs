@@ -4,7 +4,8 @@
 //! [`run`] scheduler runs one [`agent`] loop per task against a provider adapter
 //! ([`model`]), governed by [`govern`], with [`tools`] executed locally, and every event
 //! goes to the single [`report`] writer. [`sim`] is the built-in simulated provider;
-//! [`audit`] reads a transcript back and checks its tool-call protocol turn by turn.
+//! [`audit`] reads a transcript back and checks its tool-call protocol turn by turn;
+//! [`page`] writes a run folder's report.html.
 
 pub(crate) mod agent;
 pub mod audit;
@@ -15,6 +16,7 @@ pub mod compare;
 pub mod govern;
 pub mod job;
 pub mod model;
+pub mod page;
 pub mod report;
 pub mod resources;
 pub mod run;

@@ -154,6 +154,12 @@ enum Command {
         /// A transcript: DIR/<run-id>/transcripts/<task>.jsonl
         transcript: PathBuf,
     },
+    /// Write report.html for an existing run folder (summary, charts, task table,
+    /// transcripts) and print its path.
+    Report {
+        #[arg(value_name = "RUN_DIR")]
+        dir: PathBuf,
+    },
     /// List the tools each tool set of a job gives the model, starting its MCP servers.
     Tools {
         job: PathBuf,
@@ -332,6 +338,7 @@ fn main() -> ExitCode {
             Command::Validate { job } => validate_cmd(job),
             Command::Schema(args) => ExitCode::from(agentbatch::commands::schema::print(&args)),
             Command::Audit { transcript } => audit_cmd(&transcript),
+            Command::Report { dir } => ExitCode::from(agentbatch::commands::report::report(&dir)),
             Command::Compare { runs, by, out } => compare_cmd(runs, by, out),
             Command::Tools {
                 job,

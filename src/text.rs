@@ -7,6 +7,23 @@ pub const QUOTE_CHARS: usize = 48;
 /// Characters of a whole message kept when it has no quotes to shorten.
 pub const MESSAGE_CHARS: usize = 1_000;
 
+/// Text safe in HTML and SVG element content and in quoted attribute values: what a
+/// page shows from a run (task ids, model output, tool results) is markup-free text.
+pub fn html(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// The start of `s`, at most `max` characters, with how long the whole was when cut.
 pub fn prefix(s: &str, max: usize) -> String {
     match s.char_indices().nth(max) {
@@ -73,6 +90,15 @@ pub fn fnv1a(bytes: &[u8]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn html_escapes_markup_and_quotes() {
+        assert_eq!(
+            html(r#"<script>alert("x")</script> & 'y'"#),
+            "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &#39;y&#39;"
+        );
+        assert_eq!(html("model=claude-haiku-4-5"), "model=claude-haiku-4-5");
+    }
 
     #[test]
     fn long_quotes_are_cut_and_short_ones_kept() {

@@ -5,6 +5,7 @@ pub mod field_tables;
 pub mod inspect;
 pub mod ledger;
 pub mod outcome;
+pub mod report;
 pub mod schema;
 pub mod shared;
 pub mod sim;

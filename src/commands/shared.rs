@@ -63,6 +63,9 @@ pub fn collect(url: &str, run_id: &str, out: &Path) -> u8 {
                     " so far (collect again when the workers are done)"
                 }
             );
+            if let Some(page) = &c.page {
+                println!("page: {}", page.display());
+            }
             0
         }
         Err(e) => {

@@ -8,14 +8,23 @@ use super::escape::html;
 use super::figures::Side;
 use super::{svg, tables, CompareReport};
 
-const STYLE: &str = "body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:2rem;color:#222;max-width:1400px}\
+const STYLE: &str = "body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:2rem;color:#222;max-width:1400px}*{box-sizing:border-box}\
 h1{font-size:1.5rem}h2{font-size:1.2rem;margin-top:2rem}\
-table{border-collapse:collapse;font-size:.9rem}th,td{border:1px solid #ccc;padding:.25rem .5rem;text-align:left}\
-th{background:#f3f3f3;white-space:nowrap}.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}\
-.note{color:#555;font-size:.9rem}code{font-size:.9rem}\
+table{border-collapse:collapse;font-size:.82rem}th,td{border:1px solid #ccc;padding:.2rem .35rem;text-align:left;vertical-align:top}\
+td{overflow-wrap:anywhere}th{background:#f3f3f3;overflow-wrap:normal;font-size:.76rem}\
+@media (max-width:1100px){body{margin:1rem}}\
+.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap;overflow-wrap:normal}th.num{white-space:normal}\
+.table-wrap{max-width:100%;overflow-x:auto}svg{max-width:100%;height:auto}\
+.note{color:#555;font-size:.9rem}code{font-size:.9rem;overflow-wrap:anywhere}\
 svg text{font-family:system-ui,sans-serif;font-size:12px;fill:#222}svg .tick{fill:#555;font-size:11px}\
 svg .grid{stroke:#e5e5e5}svg .axis{stroke:#555}svg .ci{stroke-width:2}\
 li{margin:.2rem 0}";
+
+/// A table in a box that scrolls sideways if the table still cannot fit (its labels
+/// wrap and its numbers are compact first), so the page itself never does.
+fn wrapped(table: &str) -> String {
+    format!("<div class=\"table-wrap\">\n{table}</div>\n")
+}
 
 /// The whole page.
 pub(crate) fn page(r: &CompareReport) -> String {
@@ -44,7 +53,7 @@ pub(crate) fn page(r: &CompareReport) -> String {
     );
 
     s.push_str("<h2>Groups</h2>\n");
-    s.push_str(&tables::groups(&r.groups, true).html("groups"));
+    s.push_str(&wrapped(&tables::groups(&r.groups, true).html("groups")));
 
     s.push_str("<h2>Pass rate and cost</h2>\n");
     let (chart, left_out) = svg::pass_rate_vs_cost(&r.groups);
@@ -66,7 +75,7 @@ pub(crate) fn page(r: &CompareReport) -> String {
          losses: the reverse. p: exact McNemar test (two-sided) on wins against losses. \
          $/pass: cost of the paired rows per pass.</p>\n",
     );
-    s.push_str(&tables::pairs(&r.pairs).html("pairs"));
+    s.push_str(&wrapped(&tables::pairs(&r.pairs).html("pairs")));
 
     s.push_str("<h2>Flipped verdicts</h2>\n");
     let flipping: Vec<_> = r.pairs.iter().filter(|p| !p.flips.is_empty()).collect();

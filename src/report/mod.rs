@@ -25,7 +25,7 @@ pub use run_json::RunJsonError;
 pub(crate) use run_json::{ResumeRecord, RunJson};
 pub use spend::{paid_answers, spent_in_text, spent_in_transcript};
 pub use summary::{RunTotals, Summary};
-pub(crate) use variants::write_summary_csv;
+pub(crate) use variants::{read_variants, write_summary_csv};
 pub use variants::{variants_table, VariantSummary, VariantsError};
 pub(crate) use writer::remove_empty_work_folders;
 pub(crate) use writer::{Finished, Reporter, ReporterConfig};

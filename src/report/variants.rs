@@ -220,9 +220,10 @@ fn add_earlier_attempts(
     Ok(())
 }
 
-/// Writes summary.csv beside results.csv, variants in `order` (the plan's), any others
-/// after them.
-pub(crate) fn write_summary_csv(
+/// The figures of summary.csv without writing it: per variant, earlier attempts
+/// included, variants in `order` (the plan's), any others after them. The report page
+/// shows these, so its table and summary.csv never disagree.
+pub(crate) fn read_variants(
     dir: &Path,
     axes: &[String],
     order: &[String],
@@ -235,6 +236,17 @@ pub(crate) fn write_summary_csv(
             .position(|o| *o == v.variant)
             .unwrap_or(usize::MAX)
     });
+    Ok(variants)
+}
+
+/// Writes summary.csv beside results.csv, variants in `order` (the plan's), any others
+/// after them.
+pub(crate) fn write_summary_csv(
+    dir: &Path,
+    axes: &[String],
+    order: &[String],
+) -> Result<Vec<VariantSummary>, VariantsError> {
+    let variants = read_variants(dir, axes, order)?;
     let path = dir.join("summary.csv");
     let tmp = dir.join("summary.csv.tmp");
     let e = |e: &dyn std::fmt::Display| VariantsError::Write {

@@ -127,6 +127,25 @@ pub struct RunOutcome {
     pub summary: Summary,
     /// False when the run was interrupted (some tasks cancelled or never started).
     pub complete: bool,
+    /// report.html, unless it could not be written (said on stderr).
+    pub page: Option<std::path::PathBuf>,
+}
+
+/// Writes the run folder's report.html. The page is a view of files already written,
+/// so failing to write it loses nothing and changes no exit code: it is a warning,
+/// and `agentbatch report DIR` writes it again.
+pub(crate) fn write_page(dir: &std::path::Path) -> Option<std::path::PathBuf> {
+    match crate::page::write(dir, &crate::page::PageOptions::from_env()) {
+        Ok(w) => Some(w.path),
+        Err(e) => {
+            eprintln!(
+                "agentbatch: warning: no report page: {} (the results are written; `agentbatch report {}` tries again)",
+                crate::text::clip_quotes(&e.to_string()),
+                dir.display()
+            );
+            None
+        }
+    }
 }
 
 /// Runs the plan and writes its reports.

@@ -432,6 +432,11 @@ impl Run {
             }
         }
         summary.variants = crate::report::write_summary_csv(&dir, &plan.axes, &variant_order)?;
-        Ok(RunOutcome { summary, complete })
+        let page = super::write_page(&dir);
+        Ok(RunOutcome {
+            summary,
+            complete,
+            page,
+        })
     }
 }

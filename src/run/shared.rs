@@ -155,6 +155,8 @@ pub async fn work(plan: Plan, opts: RunOptions) -> Result<RunOutcome, RunError> 
 #[derive(Debug)]
 pub struct Collected {
     pub dir: PathBuf,
+    /// report.html, unless it could not be written (a warning was printed).
+    pub page: Option<PathBuf>,
     pub progress: Progress,
     pub rows: usize,
 }
@@ -250,8 +252,10 @@ pub fn collect(url: &str, run_id: &str, out: &Path) -> Result<Collected, RunErro
             v
         });
     crate::report::write_summary_csv(&dir, &axes, &order)?;
+    let page = super::write_page(&dir);
     Ok(Collected {
         dir,
+        page,
         progress,
         rows: done.len(),
     })

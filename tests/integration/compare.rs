@@ -407,3 +407,21 @@ fn the_command_prints_the_tables_writes_into_the_run_and_exits_2_on_bad_input() 
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("temperature"));
 }
+
+#[test]
+fn compare_html_fits_the_page_width_at_1280_and_1024_pixels() {
+    let (dir, a, _) = fixtures();
+    let r = run(&[&a], None, &dir.path().join("out"));
+    let seen = crate::report_page::drive(&r.html, &["--mode", "layout", "--widths", "1280,1024"]);
+    assert_eq!(seen["console"], serde_json::json!([]), "{seen}");
+    let widths = seen["layout"].as_array().unwrap();
+    assert_eq!(widths.len(), 2);
+    for w in widths {
+        assert!(
+            w["scrollWidth"].as_u64() <= w["innerWidth"].as_u64(),
+            "the page scrolls sideways: {w}"
+        );
+        // The tables fit by wrapping, without their own scroll box.
+        assert_eq!(w["scrolledTables"], serde_json::json!([]), "{w}");
+    }
+}

@@ -14,7 +14,7 @@ const LAYERS: &[&[&str]] = &[
     &["job"],
     &["govern"],
     &["agent", "report"],
-    &["audit", "compare"],
+    &["audit", "compare", "page"],
     &["run"],
     &["commands", "bench"],
 ];

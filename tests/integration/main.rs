@@ -26,6 +26,7 @@ mod prompt_cache;
 mod protocol;
 mod repeats;
 mod repo;
+mod report_page;
 mod reports;
 mod schema;
 mod shared_run;

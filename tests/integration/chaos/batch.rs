@@ -276,10 +276,12 @@ impl Bed {
                 appeared.push(format!("out/{n} appeared"));
             }
         }
-        const RUN_FILES: [&str; 9] = [
+        const RUN_FILES: [&str; 11] = [
             "results.csv",
             "summary.csv",
             "run.json",
+            "report.html",
+            "report-transcripts",
             "transcripts",
             "patches",
             "workspaces",

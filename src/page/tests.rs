@@ -1,0 +1,92 @@
+use serde_json::json;
+
+use super::*;
+
+#[test]
+fn script_json_cannot_close_its_script_and_reads_back_the_same() {
+    let v = json!({"t": "</script><img src=x onerror=alert(1)> & \u{2028}\u{2029} <!--"});
+    let s = script_json(&v);
+    for bad in ["<", ">", "&", "\u{2028}", "\u{2029}"] {
+        assert!(!s.contains(bad), "{bad:?} in {s}");
+    }
+    assert_eq!(serde_json::from_str::<Value>(&s).unwrap(), v);
+}
+
+#[test]
+fn transcript_paths_stay_inside_the_run_folder() {
+    let d = Path::new("/runs/r");
+    assert_eq!(
+        inside(d, "transcripts/a.jsonl"),
+        Some(d.join("transcripts/a.jsonl"))
+    );
+    for bad in [
+        "",
+        "/etc/passwd",
+        "../x.jsonl",
+        "transcripts/../../x",
+        "./a",
+    ] {
+        assert_eq!(inside(d, bad), None, "{bad}");
+    }
+}
+
+#[test]
+fn a_cut_off_transcript_with_unknown_events_still_reads_by_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("t.jsonl");
+    let lines = [
+        r#"{"ts":"x","t_ms":0,"event":"task_start","task":"t","tools":["get_time"],"policy":["deny bash(rm*)"]}"#,
+        r#"{"ts":"x","t_ms":1,"event":"request","turn":1,"attempt":1,"new_messages":[{"role":"user","content":"go"}],"params":{"tools":[{"name":"get_time"},{"name":"bash"}]}}"#,
+        r#"{"ts":"x","t_ms":2,"event":"response","turn":1,"ms":5,"body":{"content":[{"type":"thinking","thinking":"hm"},{"type":"tool_use","id":"c1","name":"bash","input":{}}],"stop_reason":"tool_use"}}"#,
+        r#"{"ts":"x","t_ms":3,"event":"tool_call","turn":1,"id":"c1","name":"bash","input":{"command":"rm -rf /"}}"#,
+        r#"{"ts":"x","t_ms":4,"event":"tool_result","turn":1,"id":"c1","name":"bash","decision":"deny","rule":"bash(rm*)","is_error":true,"content":"denied"}"#,
+        r#"{"ts":"x","t_ms":5,"event":"from_the_future","turn":2}"#,
+        r#"{"ts":"x","t_ms":6,"event":"request","turn":2,"attempt":1,"new_messages":[]}"#,
+    ];
+    std::fs::write(
+        &p,
+        format!("{}\n{{\"ts\":\"x\",\"t_ms\":7,\"ev", lines.join("\n")),
+    )
+    .unwrap();
+    let v = transcript::view(&p, "transcripts/t.jsonl");
+    assert_eq!(
+        (v["cut"].clone(), v["skipped"].clone()),
+        (json!(true), json!(1))
+    );
+    let sections = v["sections"].as_array().unwrap();
+    let turns: Vec<u64> = sections
+        .iter()
+        .map(|s| s["turn"].as_u64().unwrap())
+        .collect();
+    assert_eq!(turns, [0, 1, 2]);
+    assert_eq!(sections[0]["declared"], json!(["get_time"]));
+    assert_eq!(sections[1]["declared"], json!(["get_time", "bash"]));
+    let kinds: Vec<&str> = sections[1]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["k"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["request", "response", "call", "result", "ev"]);
+    let result = &sections[1]["items"][3];
+    assert_eq!(
+        (&result["decision"], &result["rule"]),
+        (&json!("deny"), &json!("bash(rm*)"))
+    );
+    assert_eq!(sections[1]["items"][1]["thinking"], json!(["hm"]));
+}
+
+#[test]
+fn a_folder_without_results_is_not_a_run_folder_and_a_bad_row_names_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = write(dir.path(), &PageOptions::default()).unwrap_err();
+    assert!(e.to_string().contains("is not a run folder"), "{e}");
+    assert_eq!(e.exit_code(), 2);
+    std::fs::write(
+        dir.path().join("results.csv"),
+        "task_id,outcome,turns\na,pass,x\nb,pass,1\n",
+    )
+    .unwrap();
+    let e = write(dir.path(), &PageOptions::default()).unwrap_err();
+    assert!(e.to_string().contains("results.csv:2:"), "{e}");
+}

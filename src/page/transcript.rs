@@ -1,0 +1,488 @@
+//! A transcript as the page shows it: sections of events, one before the first turn,
+//! one per turn, one from the stop on, each with the tools declared when it began.
+//! Lines are read as `TranscriptEvent`s; a line that is not one (an event this version
+//! does not know, a line cut off by a kill) is counted and said, never fatal: the page
+//! of a killed run must still show what its transcripts hold.
+
+use std::io::BufRead;
+use std::path::Path;
+
+use serde_json::{json, Map, Value};
+
+use super::{answer, clip};
+use crate::vocab::transcript::{CheckOutcome, ToolOutcome, TranscriptEvent};
+
+/// The sections being built.
+struct Sections {
+    done: Vec<Value>,
+    turn: Option<u32>,
+    ended: bool,
+    /// The tool list in force now.
+    declared: Vec<String>,
+    /// The tool list the open section shows: the one in force when it began.
+    shown: Vec<String>,
+    items: Vec<Value>,
+}
+
+impl Sections {
+    fn new() -> Sections {
+        Sections {
+            done: Vec::new(),
+            turn: None,
+            ended: false,
+            declared: Vec::new(),
+            shown: Vec::new(),
+            items: Vec::new(),
+        }
+    }
+
+    fn close(&mut self) {
+        if self.items.is_empty() {
+            return;
+        }
+        self.done.push(json!({
+            "turn": self.turn.unwrap_or(0),
+            "end": self.ended,
+            "declared": self.shown,
+            "items": std::mem::take(&mut self.items),
+        }));
+    }
+
+    /// Moves to `turn` (0 for events that do not say), and to the last section at the
+    /// stop.
+    fn at(&mut self, turn: u32, stop: bool) {
+        if stop && !self.ended {
+            self.close();
+            self.ended = true;
+            self.shown = self.declared.clone();
+        } else if !self.ended && turn > 0 && Some(turn) != self.turn {
+            self.close();
+            self.turn = Some(turn);
+            self.shown = self.declared.clone();
+        }
+    }
+
+    fn push(&mut self, item: Value) {
+        self.items.push(item);
+    }
+
+    /// A new tool list: a section that has no call yet shows it as its own.
+    fn declare(&mut self, tools: Vec<String>) {
+        let answered = self
+            .items
+            .iter()
+            .any(|i| i["k"] == "response" || i["k"] == "call");
+        if !answered {
+            self.shown = tools.clone();
+        }
+        self.declared = tools;
+    }
+}
+
+/// The tool names of a request's declarations, as the provider received them.
+fn declared_names(tools: &Value) -> Vec<String> {
+    tools
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| {
+            t.as_str()
+                .or_else(|| t["name"].as_str())
+                .or_else(|| t.pointer("/function/name").and_then(Value::as_str))
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+fn note(name: &str, class: &str, text: String) -> Value {
+    json!({ "k": "ev", "name": name, "cls": class, "text": clip(&text) })
+}
+
+fn usd<T: std::fmt::Display>(v: &Option<T>) -> String {
+    v.as_ref().map_or("-".into(), |c| format!("${c}"))
+}
+
+/// Reads the transcript at `path` into the page's view of it.
+pub(super) fn view(path: &Path, rel: &str) -> Value {
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) => {
+            return json!({ "file": rel, "error": format!("cannot read {rel}: {e}"), "sections": [] })
+        }
+    };
+    let mut reader = std::io::BufReader::new(file);
+    let mut s = Sections::new();
+    let (mut lines, mut skipped, mut cut) = (0usize, 0usize, false);
+    let mut buf = String::new();
+    loop {
+        buf.clear();
+        match reader.read_line(&mut buf) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) => {
+                s.push(note("unreadable", "error", format!("reading stopped: {e}")));
+                break;
+            }
+        }
+        lines += 1;
+        let line = buf.trim_end_matches(['\n', '\r']);
+        if line.trim().is_empty() {
+            continue;
+        }
+        let Ok(raw) = serde_json::from_str::<Value>(line) else {
+            if !buf.ends_with('\n') {
+                cut = true;
+            } else {
+                skipped += 1;
+            }
+            continue;
+        };
+        let ms = raw["t_ms"].as_u64().unwrap_or_default();
+        match TranscriptEvent::from_value(&raw) {
+            Some(event) => add(&mut s, event, ms),
+            None => {
+                skipped += 1;
+                let name = raw["event"].as_str().unwrap_or("(no event)").to_string();
+                s.push(note(
+                    &name,
+                    "unknown",
+                    "an event this version does not know".into(),
+                ));
+            }
+        }
+    }
+    s.close();
+    let mut out = Map::new();
+    out.insert("file".into(), json!(rel));
+    out.insert("lines".into(), json!(lines));
+    out.insert("skipped".into(), json!(skipped));
+    out.insert("cut".into(), json!(cut));
+    out.insert("sections".into(), Value::Array(s.done));
+    Value::Object(out)
+}
+
+/// One event into its section.
+fn add(s: &mut Sections, event: TranscriptEvent, ms: u64) {
+    use TranscriptEvent as E;
+    let item = match event {
+        E::TaskStart {
+            task,
+            provider,
+            model,
+            max_tokens,
+            tools,
+            toolset,
+            policy,
+            limits,
+            ..
+        } => {
+            s.declare(tools.clone());
+            json!({ "k": "start", "task": clip(&task), "provider": provider, "model": model,
+                    "max_tokens": max_tokens, "tools": tools, "toolset": toolset,
+                    "policy": policy, "limits": clip(&limits.to_string()) })
+        }
+        E::McpReady { servers, tools } => {
+            s.declare(tools);
+            let names: Vec<String> = servers.into_iter().map(|x| x.name).collect();
+            note(
+                "mcp_ready",
+                "setup",
+                format!("MCP servers: {}", names.join(", ")),
+            )
+        }
+        E::ToolsChanged { tools } => {
+            s.declare(tools.clone());
+            note(
+                "tools_changed",
+                "setup",
+                format!("tools now: {}", tools.join(", ")),
+            )
+        }
+        E::Request {
+            turn,
+            attempt,
+            bytes,
+            message_count,
+            new_messages,
+            params,
+            ..
+        } => {
+            s.at(turn, false);
+            if let Some(p) = &params {
+                let names = declared_names(&p.tools);
+                if !names.is_empty() || p.tools.is_array() {
+                    s.declare(names);
+                }
+            }
+            json!({ "k": "request", "turn": turn, "attempt": attempt, "bytes": bytes,
+                    "count": message_count, "messages": answer::messages(&new_messages) })
+        }
+        E::Response {
+            turn,
+            ms: took,
+            body,
+            raw_body,
+            replayed,
+            ..
+        } => {
+            s.at(turn, false);
+            let mut a = body
+                .as_ref()
+                .map(answer::answer)
+                .unwrap_or_else(|| json!({}));
+            a["k"] = json!("response");
+            a["took"] = json!(took);
+            a["replayed"] = json!(replayed);
+            if let Some(raw) = raw_body {
+                a["raw"] = json!(clip(&raw));
+            }
+            a
+        }
+        E::ToolCall {
+            turn,
+            id,
+            name,
+            input,
+        } => {
+            s.at(turn, false);
+            let args = serde_json::to_string_pretty(&input).unwrap_or_default();
+            json!({ "k": "call", "id": id, "name": name, "input": clip(&args) })
+        }
+        E::ToolResult {
+            turn,
+            id,
+            name,
+            outcome,
+        } => {
+            s.at(turn, false);
+            match outcome {
+                ToolOutcome::Interrupted { interrupted } => json!({ "k": "result", "id": id,
+                    "name": name, "decision": "interrupted", "rule": "", "error": true,
+                    "content": clip(&interrupted) }),
+                ToolOutcome::Ran {
+                    decision,
+                    rule,
+                    is_error,
+                    content,
+                    ms: took,
+                    ..
+                } => json!({ "k": "result", "id": id, "name": name, "decision": decision,
+                    "rule": rule, "error": is_error, "content": clip(&content), "took": took }),
+            }
+        }
+        E::Stop {
+            stop_reason,
+            detail,
+        } => {
+            s.at(0, true);
+            let reason = stop_reason.map_or("(unknown)", |r| r.as_str());
+            json!({ "k": "stop", "reason": reason, "detail": clip(&detail) })
+        }
+        E::TaskEnd {
+            outcome,
+            turns,
+            usage,
+            cost_usd,
+            ..
+        } => {
+            s.at(0, true);
+            let outcome = outcome.map_or("(unknown)", |o| o.as_str());
+            note(
+                "task_end",
+                "end",
+                format!(
+                    "outcome {outcome}; {turns} turn(s); tokens in {} out {}; cost {}",
+                    usage.input_tokens,
+                    usage.output_tokens,
+                    usd(&cost_usd.map(|c| c.0))
+                ),
+            )
+        }
+        other => {
+            let (turn, item) = event_note(other);
+            s.at(turn, false);
+            item
+        }
+    };
+    let mut item = item;
+    item["ms"] = json!(ms);
+    s.push(item);
+}
+
+/// Every other event as a line of text with its kind (for colour) and its turn, if it
+/// names one.
+fn event_note(event: TranscriptEvent) -> (u32, Value) {
+    use TranscriptEvent as E;
+    match event {
+        E::AttemptFailed {
+            turn,
+            attempt,
+            error,
+            rate_limited,
+            retry_in_ms,
+            provider_paused_ms,
+            ..
+        } => {
+            let rate = rate_limited.unwrap_or(false);
+            let next = match (retry_in_ms.or(provider_paused_ms), rate) {
+                (Some(Some(ms)), _) => format!("; retried after {ms} ms"),
+                (Some(None), _) => "; not retried".into(),
+                _ => String::new(),
+            };
+            let cls = if rate { "rate" } else { "error" };
+            let text = format!("attempt {attempt} failed: {error}{next}");
+            (turn, note("attempt_failed", cls, text))
+        }
+        E::RatePause { ms, reason } => (
+            0,
+            note("rate_pause", "rate", format!("paused {ms} ms: {reason}")),
+        ),
+        E::BudgetWait { reason } => (0, note("budget_wait", "budget", reason)),
+        E::BudgetGranted { waited_ms } => (
+            0,
+            note("budget_granted", "budget", format!("waited {waited_ms} ms")),
+        ),
+        E::BudgetStop {
+            pool,
+            cap_usd,
+            spent_usd,
+            left_usd,
+            ..
+        } => (
+            0,
+            note(
+                "budget_stop",
+                "budget",
+                format!("pool {pool}: cap ${} spent ${} left ${}", cap_usd.0, spent_usd.0, left_usd.0),
+            ),
+        ),
+        E::Reserve {
+            turn,
+            attempt,
+            reserved_usd,
+            spent_usd,
+            ..
+        } => (
+            turn,
+            note(
+                "reserve",
+                "budget",
+                format!(
+                    "attempt {attempt}: reserved {} (spent so far ${})",
+                    usd(&reserved_usd.map(|c| c.0)),
+                    spent_usd.0
+                ),
+            ),
+        ),
+        E::Settle {
+            turn,
+            usage,
+            cost_usd,
+            spent_usd,
+            ..
+        } => (
+            turn,
+            note(
+                "settle",
+                "budget",
+                format!(
+                    "tokens in {} out {} (cache read {}); cost {}; spent ${}",
+                    usage.input_tokens,
+                    usage.output_tokens,
+                    usage.cache_read_tokens,
+                    usd(&cost_usd.map(|c| c.0)),
+                    spent_usd.0
+                ),
+            ),
+        ),
+        E::WrapUp { why, .. } => (0, note("wrap_up", "budget", format!("last request, tools off: {why}"))),
+        E::Compaction {
+            turn,
+            strategy,
+            cleared_results,
+            tokens_before,
+            tokens_after,
+            ..
+        } => (
+            turn,
+            note(
+                "compaction",
+                "compaction",
+                format!("{strategy}: cleared {cleared_results} result(s); prompt ~{tokens_before} -> ~{tokens_after} tokens"),
+            ),
+        ),
+        E::RepeatWarning { turn, tools, times, .. } => (
+            turn,
+            note("repeat_warning", "error", format!("{} repeated {times} times: warned", tools.join(", "))),
+        ),
+        E::RepeatStop { turn, tools, times, .. } => (
+            turn,
+            note("repeat_stop", "error", format!("{} repeated {times} times after the warning", tools.join(", "))),
+        ),
+        E::RequestAborted { turn, charged_usd } => (
+            turn,
+            note("request_aborted", "error", format!("cut off in flight; charged {}", usd(&charged_usd.map(|c| c.0)))),
+        ),
+        E::ReservationExceeded { turn, cost_usd, reserved_usd, .. } => (
+            turn,
+            note(
+                "reservation_exceeded",
+                "error",
+                format!("billed {} over the reservation {}", usd(&cost_usd.map(|c| c.0)), usd(&reserved_usd.map(|c| c.0))),
+            ),
+        ),
+        E::LedgerError { error } => (0, note("ledger_error", "error", error)),
+        E::BatchJoined { turn, batch_id, .. } => (turn, note("batch_joined", "setup", format!("batch {batch_id}"))),
+        E::BatchRecovered { turn, batch_id, result, cost_usd, .. } => (
+            turn,
+            note("batch_recovered", "setup", format!("batch {batch_id}: {result}, billed ${}", cost_usd.0)),
+        ),
+        E::Workspace { source, method, .. } => (
+            0,
+            note("workspace", "setup", format!("{source} ({})", method.unwrap_or_default())),
+        ),
+        E::Sandbox { level, network_for_bash } => (
+            0,
+            note("sandbox", "setup", format!("{level}; network for bash: {network_for_bash}")),
+        ),
+        E::Setup { command, exit_code, output, .. } => (
+            0,
+            note("setup", "setup", format!("{command} -> exit {exit_code:?}\n{output}")),
+        ),
+        E::McpNote { note: n } => (0, note("mcp_note", "setup", n)),
+        E::McpStderr { server, line, .. } => (0, note("mcp_stderr", "setup", format!("{server}: {}", line.unwrap_or_default()))),
+        E::Patch { files, bytes, .. } => (0, note("patch", "end", format!("{} file(s), {bytes} bytes: {}", files.len(), files.join(", ")))),
+        E::PatchError { error } => (0, note("patch_error", "error", error)),
+        E::Check { command, outcome } => (0, note("check", "end", check_text(&command, outcome))),
+        E::WorkspaceEnd { kept, .. } => (0, note("workspace_end", "end", kept.map_or("removed".into(), |k| format!("kept at {k}")))),
+        // Handled by `add`; listed so a new event is a compile error here.
+        E::TaskStart { .. }
+        | E::McpReady { .. }
+        | E::ToolsChanged { .. }
+        | E::Request { .. }
+        | E::Response { .. }
+        | E::ToolCall { .. }
+        | E::ToolResult { .. }
+        | E::Stop { .. }
+        | E::TaskEnd { .. } => (0, json!({ "k": "ev" })),
+    }
+}
+
+fn check_text(command: &str, outcome: CheckOutcome) -> String {
+    match outcome {
+        CheckOutcome::Cancelled { .. } => format!("{command}: cancelled"),
+        CheckOutcome::Failed { error } => format!("{command}: could not start: {error}"),
+        CheckOutcome::Ran {
+            exit_code,
+            passed,
+            timed_out,
+            output,
+            ..
+        } => format!(
+            "{command} -> exit {} ({}{})\n{output}",
+            exit_code.map_or("-".into(), |c| c.to_string()),
+            if passed { "passed" } else { "failed" },
+            if timed_out { ", timed out" } else { "" }
+        ),
+    }
+}
