@@ -276,7 +276,7 @@ pub async fn cleanup(
             ws.forget();
             // A kept workspace needs its pristine checkout: a copy's repository
             // borrows its objects, and a layer is kept as what the task wrote, its
-            // upper folder, over it (README: reassembling a kept overlay workspace).
+            // upper folder, over it (docs/guide/repo-fix.md: reassembling a kept overlay workspace).
             pristines.keep();
             if let Some(layer) = &ws.layer {
                 let _ = layer.unmount();

@@ -1,5 +1,6 @@
-//! The commands that look at a job's tools rather than run it (`agentbatch tools`,
-//! `agentbatch mcp-check`). They sit above `job` and `tools`, which they both use.
+//! The commands besides running a job: inspecting tool sets (`tools`, `mcp-check`),
+//! `ledger`, `sim`, `schema`, `report`, and what a run prints. They sit on the top layer
+//! because each uses several layers below (`job` and `tools`, `report` and `page`).
 
 pub mod field_tables;
 pub mod inspect;

@@ -1,7 +1,7 @@
 //! The upper bound of every number a job file may write. A number past its bound is a
 //! typo or an attack, and some would crash the run (a semaphore of 2^64 permits, a plan
 //! of 10^8 epochs allocated at once): they are refused while parsing, with the file,
-//! line, column and field like any other error. README lists the same table.
+//! line, column and field like any other error. docs/guide/job-files.md lists the same table.
 
 use std::fmt;
 use std::marker::PhantomData;
