@@ -6,3 +6,4 @@ pub mod ledger;
 pub mod outcome;
 pub mod shared;
 pub mod sim;
+pub mod trace;

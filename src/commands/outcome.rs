@@ -23,6 +23,9 @@ pub fn report(result: Result<RunOutcome, RunError>) -> u8 {
                 "reports: {} (per variant: summary.csv)",
                 s.dir.join("results.csv").display()
             );
+            if let Some(t) = &outcome.telemetry {
+                println!("{}", t.line());
+            }
             if !outcome.complete {
                 eprintln!("agentbatch: the run was interrupted; unfinished tasks are recorded as cancelled");
                 return 130;
