@@ -24,7 +24,7 @@ const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
 /// What became of the spans, counted where they pass.
 #[derive(Debug, Default)]
 pub(super) struct Counters {
-    /// Spans started (each ends, explicitly or when dropped).
+    /// Sampled spans started (each ends, explicitly or when dropped).
     pub spans: AtomicU64,
     pub exported: AtomicU64,
     pub failed_exports: AtomicU64,

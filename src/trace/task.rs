@@ -110,12 +110,16 @@ impl TaskTrace {
         }
     }
 
-    /// Starts a span (counted) under `parent`.
+    /// Starts a span under `parent`, counted when it is sampled (only those are
+    /// exported, so only those can be dropped).
     fn start(&self, builder: SpanBuilder, parent: &Context) -> Span {
-        self.counts
-            .spans
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        builder.start_with_context(&self.tracer, parent)
+        let span = builder.start_with_context(&self.tracer, parent);
+        if span.span_context().is_sampled() {
+            self.counts
+                .spans
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        span
     }
 
     /// The task's span, started at `at` if it has not started yet.

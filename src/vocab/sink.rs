@@ -25,7 +25,7 @@ pub trait EventSink: Send + Sync {
 pub struct TelemetryCounts {
     /// Where the spans went (`.../v1/traces`).
     pub endpoint: String,
-    /// Spans the tasks ended.
+    /// Spans the tasks made (sampled ones: all unless OTEL_TRACES_SAMPLER says otherwise).
     pub spans: u64,
     /// Spans the collector accepted.
     pub exported: u64,

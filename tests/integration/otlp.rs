@@ -3,7 +3,6 @@
 //! conventions' attributes for all three protocols, content only on request and never a
 //! key, the standard variables, and a collector that is down or hangs.
 
-use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -353,6 +352,26 @@ async fn binary(
     .unwrap()
 }
 
+/// Runs the binary, which must exit 0; its stdout and how long it took.
+async fn run_ok(case: &Case, args: &[&str], env: &[(&str, &str)]) -> (String, Duration) {
+    let (out, took) = binary(case, args, env).await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (String::from_utf8_lossy(&out.stdout).into_owned(), took)
+}
+
+/// A job on the run's own simulator with `tasks` (YAML list items).
+fn sim_job(case: &Case, name: &str, tasks: &str) {
+    case.write(
+        "job.yaml",
+        &format!("name: {name}\ndefaults: {{ provider: sim, model: claude-sonnet-4-5, tools: [get_time] }}\ntasks:\n{tasks}"),
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn content_only_with_the_flag_and_never_a_key_or_a_header_value() {
     let rx = Receiver::start(false);
@@ -366,33 +385,23 @@ async fn content_only_with_the_flag_and_never_a_key_or_a_header_value() {
     keyed_job(&case, &sim);
     let key = "sk-ant-otlp-test-5b1e-never-export-me";
     let token = "collector-token-9f2c-never-export-me";
-    let (out, _) = binary(
-        &case,
-        &[
-            "run",
-            "job.yaml",
-            "--run-id",
-            "r",
-            "--quiet",
-            "--otlp",
-            &rx.url(),
-            "--otlp-content",
-        ],
-        &[
-            ("AB_TEST_KEY", key),
-            (
-                "OTEL_EXPORTER_OTLP_HEADERS",
-                &format!("authorization=Bearer {token}"),
-            ),
-        ],
-    )
-    .await;
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let url = rx.url();
+    let header = format!("authorization=Bearer {token}");
+    let args = [
+        "run",
+        "job.yaml",
+        "--run-id",
+        "r",
+        "--quiet",
+        "--otlp",
+        &url,
+        "--otlp-content",
+    ];
+    let env = [
+        ("AB_TEST_KEY", key),
+        ("OTEL_EXPORTER_OTLP_HEADERS", header.as_str()),
+    ];
+    let (stdout, _) = run_ok(&case, &args, &env).await;
     let bodies = rx.file("bodies.bin");
     assert!(!bodies.is_empty());
     for secret in [key, token] {
@@ -425,60 +434,46 @@ async fn content_only_with_the_flag_and_never_a_key_or_a_header_value() {
         .unwrap()
         .contains("UTC"));
     assert!(has(tool, "gen_ai.tool.call.result"));
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains("traces: 4 spans"),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    assert!(stdout.contains("traces: 4 spans"), "{stdout}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_standard_variable_alone_turns_traces_on_and_without_it_nothing_is_sent() {
     let rx = Receiver::start(false);
     let case = Case::new();
-    case.write(
-        "job.yaml",
-        &format!("name: env\ndefaults: {{ provider: sim, model: claude-sonnet-4-5, tools: [get_time] }}\ntasks:\n  - id: a\n    prompt: p\n{TOOL_THEN_TEXT}"),
+    sim_job(
+        &case,
+        "env",
+        &format!("  - id: a\n    prompt: p\n{TOOL_THEN_TEXT}"),
     );
-    let (out, _) = binary(
+    let (stdout, _) = run_ok(
         &case,
         &["run", "job.yaml", "--run-id", "off", "--quiet"],
         &[],
     )
     .await;
-    assert_eq!(out.status.code(), Some(0));
-    assert!(!String::from_utf8_lossy(&out.stdout).contains("traces:"));
+    assert!(!stdout.contains("traces:"), "{stdout}");
     let url = rx.url();
-    let (out, _) = binary(
+    let env = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", url.as_str()),
+        ("OTEL_SERVICE_NAME", "nightly-evals"),
+    ];
+    run_ok(
         &case,
         &["run", "job.yaml", "--run-id", "on", "--quiet"],
-        &[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", &url),
-            ("OTEL_SERVICE_NAME", "nightly-evals"),
-        ],
+        &env,
     )
     .await;
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let spans = rx.spans();
     assert_eq!(spans.len(), 4, "only the second run sent spans: {spans:?}");
-    assert!(spans
-        .iter()
-        .all(|s| attr(s, "agentbatch.run_id").is_null() || attr(s, "agentbatch.run_id") == "on"));
+    let roots: Vec<&Value> = spans.iter().filter(|s| s["parent_span_id"] == "").collect();
+    assert_eq!(roots.len(), 1);
+    assert_eq!(attr(roots[0], "agentbatch.run_id"), "on");
     assert_eq!(spans[0]["resource"]["service.name"], "nightly-evals");
-    let (out, _) = binary(
-        &case,
-        &[
-            "run", "job.yaml", "--run-id", "disabled", "--quiet", "--otlp", &url,
-        ],
-        &[("OTEL_SDK_DISABLED", "true")],
-    )
-    .await;
-    assert_eq!(out.status.code(), Some(0));
+    let args = [
+        "run", "job.yaml", "--run-id", "disabled", "--quiet", "--otlp", &url,
+    ];
+    run_ok(&case, &args, &[("OTEL_SDK_DISABLED", "true")]).await;
     assert_eq!(rx.spans().len(), 4, "OTEL_SDK_DISABLED=true sends nothing");
 }
 
@@ -488,41 +483,25 @@ async fn a_collector_that_is_down_or_hangs_costs_dropped_spans_not_time_or_the_e
     let tasks: String = (0..6)
         .map(|i| format!("  - id: t{i}\n    prompt: p\n{TOOL_THEN_TEXT}"))
         .collect();
-    case.write(
-        "job.yaml",
-        &format!("name: down\ndefaults: {{ provider: sim, model: claude-sonnet-4-5, tools: [get_time] }}\ntasks:\n{tasks}"),
-    );
-    let (out, baseline) = binary(
+    sim_job(&case, "down", &tasks);
+    let (_, baseline) = run_ok(
         &case,
         &["run", "job.yaml", "--run-id", "plain", "--quiet"],
         &[],
     )
     .await;
-    assert_eq!(out.status.code(), Some(0));
     // A closed port: bound, then let go.
     let closed = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
         .port();
     let stalled = Receiver::start(true);
     for (id, url) in [
         ("down", format!("http://127.0.0.1:{closed}")),
         ("stalled", stalled.url()),
     ] {
-        let (out, took) = binary(
-            &case,
-            &["run", "job.yaml", "--run-id", id, "--quiet", "--otlp", &url],
-            &[],
-        )
-        .await;
-        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{id}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let args = ["run", "job.yaml", "--run-id", id, "--quiet", "--otlp", &url];
+        let (stdout, took) = run_ok(&case, &args, &[]).await;
         assert!(
             took < baseline + traces_flush_bound(),
             "{id}: {took:?} against {baseline:?} without traces"
@@ -545,9 +524,11 @@ async fn a_collector_that_is_down_or_hangs_costs_dropped_spans_not_time_or_the_e
             (Some(24), Some(0), Some(24)),
             "{id}: {t}"
         );
-        let rows: HashMap<String, String> =
-            read_csv(&case.path(&format!("reports/{id}/results.csv")))[0].clone();
-        assert_eq!(rows["stop_reason"], "completed");
+        let rows = read_csv(&case.path(&format!("reports/{id}/results.csv")));
+        assert!(
+            rows.iter().all(|r| r["stop_reason"] == "completed"),
+            "{rows:?}"
+        );
     }
 }
 
