@@ -24,6 +24,7 @@ pub mod sim;
 pub mod stats;
 pub mod text;
 pub mod tools;
+pub mod trace;
 pub mod vocab;
 
 /// The version recorded in run.json and sent as the user agent.

@@ -79,6 +79,8 @@ struct RunArgs {
     /// (`agentbatch worker`) instead of running it here.
     #[arg(long, value_name = "URL", env = "AGENTBATCH_QUEUE_URL")]
     queue: Option<String>,
+    #[command(flatten)]
+    trace: agentbatch::commands::trace::TraceArgs,
 }
 
 #[derive(Subcommand)]
@@ -120,6 +122,8 @@ enum Command {
         ledger: Option<PathBuf>,
         #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = humantime::parse_duration)]
         grace: Duration,
+        #[command(flatten)]
+        trace: agentbatch::commands::trace::TraceArgs,
     },
     /// Write a queued run's folder (results.csv, summary.csv, run.json, transcripts,
     /// patches) from what its workers sent back, and show how far it is.
@@ -303,6 +307,7 @@ fn main() -> ExitCode {
                 quiet,
                 ledger,
                 grace,
+                trace,
             } => {
                 let w = agentbatch::run::shared::WorkerOptions {
                     url,
@@ -325,6 +330,7 @@ fn main() -> ExitCode {
                         opts.handle_signals = true;
                         opts.ledger = ledger;
                         opts.grace = grace;
+                        opts.trace = trace.settings();
                         ExitCode::from(agentbatch::commands::outcome::report(
                             agentbatch::run::shared::work(plan, opts).await,
                         ))
@@ -523,6 +529,7 @@ async fn run_cmd(job: PathBuf, args: RunArgs) -> ExitCode {
     opts.ledger = args.ledger;
     opts.grace = args.grace;
     opts.pristine_cache = args.pristine_cache;
+    opts.trace = args.trace.settings();
     opts.resume = args.resume.map(|dir| run::ResumeOptions {
         dir,
         retry_errors: !args.no_retry_errors,

@@ -10,3 +10,4 @@ pub mod report;
 pub mod schema;
 pub mod shared;
 pub mod sim;
+pub mod trace;

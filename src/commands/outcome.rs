@@ -26,6 +26,9 @@ pub fn report(result: Result<RunOutcome, RunError>) -> u8 {
             if let Some(page) = &outcome.page {
                 println!("page: {}", page.display());
             }
+            if let Some(t) = &outcome.telemetry {
+                println!("{}", t.line());
+            }
             if !outcome.complete {
                 eprintln!("agentbatch: the run was interrupted; unfinished tasks are recorded as cancelled");
                 return 130;

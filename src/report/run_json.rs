@@ -39,6 +39,9 @@ pub(crate) struct RunJson {
     /// What the process used, from the OS.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resources: Option<Value>,
+    /// What became of the run's traces (`--otlp`): spans exported and dropped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub telemetry: Option<Value>,
     /// One record per resume, oldest first.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub resumes: Vec<ResumeRecord>,

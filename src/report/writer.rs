@@ -144,6 +144,11 @@ impl Reporter {
         self.tx.clone()
     }
 
+    /// Keeps what became of the run's traces for run.json.
+    pub fn note_telemetry(&mut self, telemetry: Value) {
+        self.run_json.telemetry = Some(telemetry);
+    }
+
     /// Waits for every sender to be dropped and every event written, then completes
     /// run.json with the end time, status and totals.
     pub async fn finish(self, status: &str) -> Result<Summary, ReportError> {

@@ -6,7 +6,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use chrono::Utc;
-use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -14,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use crate::agent::{run_task, smallest_first_request, AgentEnv};
 use crate::job::{Plan, TaskSpec};
 use crate::model::Usage;
-use crate::vocab::log::{Event, TaskLog, TaskResult};
+use crate::vocab::log::{Event, TaskResult};
 use crate::vocab::stop::StopReason;
 
 /// Runs `tasks` with at most `concurrency` in flight, each team's in plan order, until
@@ -24,7 +23,7 @@ pub(super) async fn feed_by_team(
     tasks: Vec<TaskSpec>,
     concurrency: usize,
     env: &AgentEnv,
-    tx: &UnboundedSender<Event>,
+    logs: &super::Logs,
     drain: &CancellationToken,
 ) {
     let global = Arc::new(Semaphore::new(concurrency));
@@ -45,7 +44,7 @@ pub(super) async fn feed_by_team(
             .map(|c| Arc::new(Semaphore::new(c)));
         let feeder = Feeder {
             env: env.clone(),
-            tx: tx.clone(),
+            logs: logs.clone(),
             drain: drain.clone(),
             global: global.clone(),
             team_slot: slot,
@@ -58,7 +57,7 @@ pub(super) async fn feed_by_team(
 /// Starts one team's tasks in order as slots free up.
 struct Feeder {
     env: AgentEnv,
-    tx: UnboundedSender<Event>,
+    logs: super::Logs,
     drain: CancellationToken,
     global: Arc<Semaphore>,
     team_slot: Option<Arc<Semaphore>>,
@@ -68,7 +67,7 @@ type Slots = (Option<OwnedSemaphorePermit>, OwnedSemaphorePermit);
 
 impl Feeder {
     fn send(&self, row: TaskResult) {
-        let _ = self.tx.send(Event::TaskFinished(Box::new(row)));
+        let _ = self.logs.tx.send(Event::TaskFinished(Box::new(row)));
     }
 
     /// A slot of the team first, then one of the run.
@@ -104,7 +103,7 @@ impl Feeder {
                 self.send(row);
                 continue;
             }
-            let (env, log) = (self.env.clone(), TaskLog::new(&spec.id, self.tx.clone()));
+            let (env, log) = (self.env.clone(), self.logs.task(&spec));
             let task_spec = spec.clone();
             let handle = set.spawn(async move {
                 run_task(&task_spec, &env, log).await;

@@ -62,6 +62,8 @@ pub struct RunOptions {
     pub pristine_cache: Option<PathBuf>,
     /// Be a worker of a shared run: its tasks come from this queue.
     pub queue: Option<Arc<worker::QueueWork>>,
+    /// Export each task's trace over OTLP (None: no traces).
+    pub trace: Option<crate::trace::Settings>,
 }
 
 impl RunOptions {
@@ -80,6 +82,7 @@ impl RunOptions {
             grace: DEFAULT_GRACE,
             pristine_cache: None,
             queue: None,
+            trace: None,
         }
     }
 }
@@ -129,6 +132,8 @@ pub struct RunOutcome {
     pub complete: bool,
     /// report.html, unless it could not be written (said on stderr).
     pub page: Option<std::path::PathBuf>,
+    /// What became of the traces, when they were on.
+    pub telemetry: Option<crate::vocab::sink::TelemetryCounts>,
 }
 
 /// Writes the run folder's report.html. The page is a view of files already written,
@@ -145,6 +150,21 @@ pub(crate) fn write_page(dir: &std::path::Path) -> Option<std::path::PathBuf> {
             );
             None
         }
+    }
+}
+
+/// Where tasks' events go: the reporter, and each task's trace when traces are on.
+#[derive(Clone)]
+struct Logs {
+    tx: tokio::sync::mpsc::UnboundedSender<crate::vocab::log::Event>,
+    traces: Option<Arc<crate::trace::Tracing>>,
+}
+
+impl Logs {
+    /// A task's log, with its trace attached when traces are on.
+    fn task(&self, spec: &crate::job::TaskSpec) -> crate::vocab::log::TaskLog {
+        crate::vocab::log::TaskLog::new(&spec.id, self.tx.clone())
+            .with_sink(self.traces.as_ref().map(|t| t.for_task(spec)))
     }
 }
 

@@ -22,6 +22,7 @@ use crate::govern::store::CapStore;
 use crate::job::{Plan, ProviderKind, TaskSpec};
 use crate::report::{ReportError, Reporter, ReporterConfig, ResumeRecord, RunJson};
 use crate::sim::Sim;
+use crate::trace::Tracing;
 use crate::vocab::price;
 
 /// One run of a plan, from the checks before its folder exists to its summary.
@@ -46,6 +47,8 @@ pub(super) struct Run {
     uploads: Option<std::thread::JoinHandle<Vec<String>>>,
     /// Starts no new task (the first signal).
     drain: CancellationToken,
+    /// The tasks' traces, when they are on.
+    traces: Option<Arc<Tracing>>,
 }
 
 impl Run {
@@ -91,6 +94,7 @@ impl Run {
             drain: cancel.child_token(),
             cancel,
             uploads: None,
+            traces: None,
         })
     }
 
@@ -101,6 +105,12 @@ impl Run {
 
     /// Runs every phase in order.
     pub(super) async fn execute(mut self) -> Result<RunOutcome, RunError> {
+        // Before anything is written: a bad endpoint changes nothing.
+        if let Some(settings) = self.opts.trace.clone() {
+            let traces = Tracing::start(settings, &self.plan.name, &self.run_id)
+                .map_err(|e| RunError::Invalid(e.to_string()))?;
+            self.traces = Some(Arc::new(traces));
+        }
         // Opened before the run folder is made: a ledger that cannot be opened leaves
         // nothing behind.
         let store = self.open_ledger_store()?;
@@ -363,6 +373,10 @@ impl Run {
     /// every task has ended, and the MCP servers are stopped.
     async fn feed(&mut self, reporter: &Reporter, env: AgentEnv) {
         let tx = reporter.sender();
+        let logs = super::Logs {
+            tx: tx.clone(),
+            traces: self.traces.clone(),
+        };
         let signals = self.opts.handle_signals.then(|| {
             tokio::spawn(watch_signals(
                 self.drain.clone(),
@@ -380,12 +394,22 @@ impl Run {
                     tasks,
                     self.concurrency,
                     &env,
-                    &tx,
+                    &logs,
                     &self.drain,
                 )
                 .await
             }
-            None => feed_by_team(&self.plan, tasks, self.concurrency, &env, &tx, &self.drain).await,
+            None => {
+                feed_by_team(
+                    &self.plan,
+                    tasks,
+                    self.concurrency,
+                    &env,
+                    &logs,
+                    &self.drain,
+                )
+                .await
+            }
         }
         if let Some(s) = signals {
             s.abort();
@@ -393,6 +417,7 @@ impl Run {
         let mcp = env.mcp.clone();
         let batchers = env.batchers.clone();
         drop(tx);
+        drop(logs);
         drop(env);
         mcp.shutdown().await;
         batchers.close().await;
@@ -403,6 +428,16 @@ impl Run {
         let dir = self.dir();
         crate::report::remove_empty_work_folders(&dir);
         let complete = !self.drain.is_cancelled();
+        // Every task has ended: the last spans go out (for a bounded time) before
+        // run.json is completed with what became of them.
+        let telemetry = match self.traces.take() {
+            Some(t) => Some(t.finish().await),
+            None => None,
+        };
+        let mut reporter = reporter;
+        if let Some(t) = &telemetry {
+            reporter.note_telemetry(serde_json::to_value(t).unwrap_or_default());
+        }
         let mut summary = reporter
             .finish(if complete { "finished" } else { "interrupted" })
             .await?;
@@ -437,6 +472,7 @@ impl Run {
             summary,
             complete,
             page,
+            telemetry,
         })
     }
 }

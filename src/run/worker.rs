@@ -9,7 +9,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -19,7 +18,7 @@ use super::queue::{Ended, Queue};
 use crate::agent::{run_task, AgentEnv};
 use crate::job::TaskSpec;
 use crate::report::Finished;
-use crate::vocab::log::{Event, TaskLog};
+use crate::vocab::log::Event;
 use crate::vocab::stop::StopReason;
 
 /// How often a worker with nothing to claim looks again.
@@ -85,9 +84,10 @@ pub(super) async fn feed_from_queue(
     tasks: Vec<TaskSpec>,
     concurrency: usize,
     env: &AgentEnv,
-    tx: &UnboundedSender<Event>,
+    logs: &super::Logs,
     drain: &CancellationToken,
 ) {
+    let tx = &logs.tx;
     let by_key: HashMap<String, TaskSpec> = tasks.into_iter().map(|t| (t.id.clone(), t)).collect();
     let slots = Arc::new(Semaphore::new(concurrency.max(1)));
     // A team's concurrency holds within this worker (each worker keeps its own).
@@ -199,7 +199,7 @@ pub(super) async fn feed_from_queue(
             Some(s) => s.clone().acquire_owned().await.ok(),
             None => None,
         };
-        let (env, log) = (env.clone(), TaskLog::new(&spec.id, tx.clone()));
+        let (env, log) = (env.clone(), logs.task(&spec));
         let task_spec = spec.clone();
         let handle = set.spawn(async move {
             run_task(&task_spec, &env, log).await;

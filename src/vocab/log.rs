@@ -9,6 +9,7 @@ use rust_decimal::Decimal;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::oneshot;
 
+use crate::vocab::sink::EventSink;
 use crate::vocab::stop::{Outcome, StopReason};
 use crate::vocab::transcript::{TranscriptEvent, TranscriptLine};
 use crate::vocab::usage::Usage;
@@ -97,12 +98,13 @@ pub enum Event {
 
 /// A task's handle for writing its transcript. The channel is unbounded so that logging
 /// never blocks a loop; the reporter only appends buffered lines, far faster than any
-/// model answers.
+/// model answers. A sink, when attached, sees every typed event first (traces).
 #[derive(Clone)]
 pub struct TaskLog {
     task: Arc<str>,
     tx: UnboundedSender<Event>,
     started: Instant,
+    sink: Option<Arc<dyn EventSink>>,
 }
 
 impl TaskLog {
@@ -111,7 +113,15 @@ impl TaskLog {
             task: Arc::from(task),
             tx,
             started: Instant::now(),
+            sink: None,
         }
+    }
+
+    /// The same log with `sink` watching its events (the run attaches the task's trace
+    /// here; the loop never knows).
+    pub fn with_sink(mut self, sink: Option<Arc<dyn EventSink>>) -> TaskLog {
+        self.sink = sink;
+        self
     }
 
     pub fn task(&self) -> &str {
@@ -136,6 +146,9 @@ impl TaskLog {
     }
 
     fn send_line(&self, event: &TranscriptEvent, written: Option<oneshot::Sender<()>>) {
+        if let Some(sink) = &self.sink {
+            sink.event(std::time::SystemTime::now(), event);
+        }
         let ts = Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true);
         let t_ms = self.started.elapsed().as_millis() as u64;
         let line = match serde_json::to_string(&TranscriptLine {
@@ -174,6 +187,9 @@ impl TaskLog {
 
     /// Hands the task's final record to the reporter.
     pub fn finished(&self, result: TaskResult) {
+        if let Some(sink) = &self.sink {
+            sink.finished(&result);
+        }
         let _ = self.tx.send(Event::TaskFinished(Box::new(result)));
     }
 }

@@ -12,6 +12,7 @@ pub mod limits;
 pub(crate) mod log;
 pub mod price;
 pub(crate) mod protocol;
+pub mod sink;
 pub mod stop;
 pub(crate) mod transcript;
 pub(crate) mod usage;

@@ -13,7 +13,7 @@ const LAYERS: &[&[&str]] = &[
     &["sim"],
     &["job"],
     &["govern"],
-    &["agent", "report"],
+    &["agent", "report", "trace"],
     &["audit", "compare", "page"],
     &["run"],
     &["commands", "bench"],

@@ -21,6 +21,7 @@ mod load;
 mod matrix;
 mod mcp;
 mod openai;
+mod otlp;
 mod postgres;
 mod prompt_cache;
 mod protocol;

@@ -1,0 +1,585 @@
+//! One task's trace, built from its transcript events as they are emitted: the
+//! `invoke_agent` span from `task_start` to the task's row, a `chat` span per request
+//! attempt (from `request` to its answer or failure), an `execute_tool` span per call
+//! (from `tool_call` to `tool_result`). Waits, pauses and compactions are events of the
+//! task's span.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::SystemTime;
+
+use opentelemetry::trace::{
+    Span as _, SpanBuilder, SpanKind, Status, TraceContextExt, Tracer as _,
+};
+use opentelemetry::{Context, KeyValue};
+use opentelemetry_sdk::trace::{SdkTracer, Span};
+
+use super::attrs;
+use super::export::Counters;
+use crate::job::TaskSpec;
+use crate::vocab::log::TaskResult;
+use crate::vocab::protocol::Protocol;
+use crate::vocab::sink::EventSink;
+use crate::vocab::stop::Outcome;
+use crate::vocab::transcript::{ToolOutcome, TranscriptEvent};
+
+/// What every task of the run shares.
+pub(super) struct RunInfo {
+    /// The job's name: the agent's name in the conventions.
+    pub job: String,
+    pub run_id: String,
+    /// Record contents (`--otlp-content`).
+    pub content: bool,
+}
+
+/// A task's trace; the run attaches it to the task's log.
+pub(super) struct TaskTrace {
+    tracer: SdkTracer,
+    run: Arc<RunInfo>,
+    counts: Arc<Counters>,
+    protocol: Protocol,
+    model: String,
+    /// The task's key: its conversation's id.
+    conversation: String,
+    /// On every span of the task.
+    common: Vec<KeyValue>,
+    /// On the task's span only, from the start.
+    task_attrs: Vec<KeyValue>,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Holds the task's span once it started.
+    root: Option<Context>,
+    chat: Option<Chat>,
+    /// Tool calls started and not yet ended, by call id.
+    tools: Vec<(String, Span)>,
+    /// The request URL's host and port, from the first request.
+    server: Vec<KeyValue>,
+    /// When the attempt's reservation was made: the wait from there to the send is the
+    /// rate gates'.
+    reserved_at: Option<SystemTime>,
+    /// Waited for team or run budget since the last request.
+    budget_wait_ms: u64,
+}
+
+/// A model request in flight or answered, until the events of its attempt are over.
+struct Chat {
+    span: Span,
+    answered_at: Option<SystemTime>,
+}
+
+impl TaskTrace {
+    pub fn new(
+        tracer: SdkTracer,
+        run: Arc<RunInfo>,
+        counts: Arc<Counters>,
+        spec: &TaskSpec,
+    ) -> TaskTrace {
+        let protocol = spec.provider.protocol;
+        let common = vec![
+            KeyValue::new("gen_ai.provider.name", attrs::provider_name(protocol)),
+            KeyValue::new("gen_ai.request.model", spec.model.clone()),
+            KeyValue::new("gen_ai.conversation.id", spec.id.clone()),
+        ];
+        let mut task_attrs = vec![
+            KeyValue::new("gen_ai.operation.name", "invoke_agent"),
+            KeyValue::new("gen_ai.agent.name", run.job.clone()),
+            KeyValue::new("gen_ai.request.max_tokens", i64::from(spec.max_tokens)),
+            KeyValue::new("agentbatch.run_id", run.run_id.clone()),
+            KeyValue::new("agentbatch.task_id", spec.task.clone()),
+            KeyValue::new("agentbatch.task_key", spec.id.clone()),
+            KeyValue::new("agentbatch.variant", spec.variant.clone()),
+            KeyValue::new("agentbatch.epoch", i64::from(spec.epoch)),
+            KeyValue::new("agentbatch.provider", spec.provider.name.clone()),
+            KeyValue::new("agentbatch.protocol", protocol.as_str()),
+        ];
+        if let Some(team) = spec.team_name() {
+            task_attrs.push(KeyValue::new("agentbatch.team", team.to_string()));
+        }
+        TaskTrace {
+            tracer,
+            run,
+            counts,
+            protocol,
+            model: spec.model.clone(),
+            conversation: spec.id.clone(),
+            common,
+            task_attrs,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    /// Starts a span under `parent`, counted when it is sampled (only those are
+    /// exported, so only those can be dropped).
+    fn start(&self, builder: SpanBuilder, parent: &Context) -> Span {
+        let span = builder.start_with_context(&self.tracer, parent);
+        if span.span_context().is_sampled() {
+            self.counts
+                .spans
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        span
+    }
+
+    /// The task's span, started at `at` if it has not started yet.
+    fn root<'s>(&self, state: &'s mut State, at: SystemTime) -> &'s Context {
+        if state.root.is_none() {
+            let mut attrs = self.common.clone();
+            attrs.extend(self.task_attrs.iter().cloned());
+            let span = self.start(
+                self.tracer
+                    .span_builder(format!("invoke_agent {}", self.run.job))
+                    .with_kind(SpanKind::Internal)
+                    .with_start_time(at)
+                    .with_attributes(attrs),
+                &Context::new(),
+            );
+            state.root = Some(Context::new().with_span(span));
+        }
+        state.root.get_or_insert_with(Context::new)
+    }
+
+    /// Ends the request in flight: an answered one when its answer came, one that got
+    /// none (refused as too long, then compacted) as failed.
+    fn close_chat(state: &mut State, at: SystemTime) {
+        let Some(mut chat) = state.chat.take() else {
+            return;
+        };
+        match chat.answered_at {
+            Some(t) => chat.span.end_with_timestamp(t),
+            None => {
+                chat.span
+                    .set_attribute(KeyValue::new("error.type", "_OTHER"));
+                chat.span
+                    .set_status(Status::error("no answer (see the task's transcript)"));
+                chat.span.end_with_timestamp(at);
+            }
+        }
+    }
+
+    fn on_event(&self, state: &mut State, at: SystemTime, event: &TranscriptEvent) {
+        use TranscriptEvent as E;
+        // Events of the request's own cycle leave it open; any other ends it.
+        if !matches!(
+            event,
+            E::Response { .. }
+                | E::Settle { .. }
+                | E::AttemptFailed { .. }
+                | E::RequestAborted { .. }
+                | E::BatchJoined { .. }
+                | E::ReservationExceeded { .. }
+                | E::LedgerError { .. }
+                | E::RatePause { .. }
+        ) {
+            Self::close_chat(state, at);
+        }
+        let content = self.run.content;
+        match event {
+            E::Reserve { .. } => state.reserved_at = Some(at),
+            E::BudgetWait { reason } => {
+                let root = self.root(state, at).span();
+                root.add_event_with_timestamp(
+                    "agentbatch.budget_wait",
+                    at,
+                    vec![KeyValue::new("agentbatch.reason", reason.clone())],
+                );
+            }
+            E::BudgetGranted { waited_ms } => {
+                state.budget_wait_ms += waited_ms;
+                let root = self.root(state, at).span();
+                root.add_event_with_timestamp(
+                    "agentbatch.budget_granted",
+                    at,
+                    vec![KeyValue::new("agentbatch.waited_ms", ms(*waited_ms))],
+                );
+            }
+            E::RatePause { ms: pause, reason } => {
+                let root = self.root(state, at).span();
+                root.add_event_with_timestamp(
+                    "agentbatch.rate_pause",
+                    at,
+                    vec![
+                        KeyValue::new("agentbatch.pause_ms", ms(*pause)),
+                        KeyValue::new("agentbatch.reason", reason.clone()),
+                    ],
+                );
+            }
+            E::Request {
+                turn,
+                attempt,
+                max_tokens,
+                new_messages,
+                params,
+                ..
+            } => {
+                if let Some(p) = params {
+                    state.server = server(&p.url);
+                }
+                let mut a = self.common.clone();
+                a.extend(state.server.iter().cloned());
+                a.extend([
+                    KeyValue::new("gen_ai.operation.name", "chat"),
+                    KeyValue::new("gen_ai.request.max_tokens", i64::from(*max_tokens)),
+                    KeyValue::new("agentbatch.turn", i64::from(*turn)),
+                    KeyValue::new("agentbatch.attempt", i64::from(*attempt)),
+                ]);
+                if let Some(reserved) = state.reserved_at.take() {
+                    let waited = at.duration_since(reserved).unwrap_or_default();
+                    a.push(KeyValue::new(
+                        "agentbatch.rate_wait_ms",
+                        ms(waited.as_millis() as u64),
+                    ));
+                }
+                if state.budget_wait_ms > 0 {
+                    a.push(KeyValue::new(
+                        "agentbatch.budget_wait_ms",
+                        ms(std::mem::take(&mut state.budget_wait_ms)),
+                    ));
+                }
+                if content {
+                    a.push(KeyValue::new(
+                        "gen_ai.input.messages",
+                        new_messages.to_string(),
+                    ));
+                    if let Some(system) = params.as_ref().and_then(|p| p.system.as_ref()) {
+                        a.push(KeyValue::new(
+                            "gen_ai.system_instructions",
+                            serde_json::json!([{"type": "text", "content": system}]).to_string(),
+                        ));
+                    }
+                    if let Some(p) = params {
+                        a.push(KeyValue::new(
+                            "gen_ai.tool.definitions",
+                            p.tools.to_string(),
+                        ));
+                    }
+                }
+                let builder = self
+                    .tracer
+                    .span_builder(format!("chat {}", self.model))
+                    .with_kind(SpanKind::Client)
+                    .with_start_time(at)
+                    .with_attributes(a);
+                let root = self.root(state, at).clone();
+                let span = self.start(builder, &root);
+                state.chat = Some(Chat {
+                    span,
+                    answered_at: None,
+                });
+            }
+            E::BatchJoined { batch_id, .. } => {
+                if let Some(chat) = &mut state.chat {
+                    chat.span
+                        .set_attribute(KeyValue::new("agentbatch.batch_id", batch_id.clone()));
+                }
+            }
+            E::Response {
+                request_id,
+                body,
+                ttft_ms,
+                replayed,
+                ..
+            } => {
+                if let Some(chat) = &mut state.chat {
+                    chat.answered_at = Some(at);
+                    if let Some(body) = body {
+                        chat.span.set_attributes(attrs::answer(body));
+                        if content {
+                            chat.span.set_attribute(KeyValue::new(
+                                "gen_ai.output.messages",
+                                attrs::output_messages(self.protocol, body),
+                            ));
+                        }
+                    }
+                    if let Some(id) = request_id {
+                        chat.span
+                            .set_attribute(KeyValue::new("agentbatch.request_id", id.clone()));
+                    }
+                    if let Some(t) = ttft_ms {
+                        chat.span.set_attributes([
+                            KeyValue::new("gen_ai.request.stream", true),
+                            KeyValue::new(
+                                "gen_ai.response.time_to_first_chunk",
+                                *t as f64 / 1000.0,
+                            ),
+                        ]);
+                    }
+                    if *replayed {
+                        chat.span
+                            .set_attribute(KeyValue::new("agentbatch.replayed", true));
+                    }
+                }
+            }
+            E::Settle {
+                usage,
+                usage_estimated,
+                cost_usd,
+                ..
+            } => {
+                if let Some(chat) = &mut state.chat {
+                    chat.span.set_attributes(attrs::usage(usage));
+                    if *usage_estimated {
+                        chat.span
+                            .set_attribute(KeyValue::new("agentbatch.usage_estimated", true));
+                    }
+                    if let Some(c) = cost_usd {
+                        chat.span
+                            .set_attribute(attrs::usd("agentbatch.cost_usd", c.0));
+                    }
+                }
+            }
+            E::AttemptFailed {
+                error,
+                retryable,
+                rate_limited,
+                charged_usd,
+                provider_paused_ms,
+                retry_in_ms,
+                ..
+            } => {
+                if let Some(mut chat) = state.chat.take() {
+                    let s = &mut chat.span;
+                    s.set_attributes([
+                        KeyValue::new("error.type", attrs::request_error_type(error)),
+                        KeyValue::new("agentbatch.retried", *retryable),
+                    ]);
+                    if *rate_limited == Some(true) {
+                        s.set_attribute(KeyValue::new("agentbatch.rate_limited", true));
+                    }
+                    if let Some(c) = charged_usd {
+                        s.set_attribute(attrs::usd("agentbatch.charged_usd", c.0));
+                    }
+                    if let Some(Some(p)) = provider_paused_ms {
+                        s.set_attribute(KeyValue::new("agentbatch.provider_paused_ms", ms(*p)));
+                    }
+                    if let Some(Some(r)) = retry_in_ms {
+                        s.set_attribute(KeyValue::new("agentbatch.retry_in_ms", ms(*r)));
+                    }
+                    s.set_status(Status::error(crate::text::prefix(error, 300)));
+                    s.end_with_timestamp(chat.answered_at.unwrap_or(at));
+                }
+            }
+            E::RequestAborted { charged_usd, .. } => {
+                if let Some(mut chat) = state.chat.take() {
+                    chat.span
+                        .set_attribute(KeyValue::new("error.type", "cancelled"));
+                    if let Some(c) = charged_usd {
+                        chat.span
+                            .set_attribute(attrs::usd("agentbatch.charged_usd", c.0));
+                    }
+                    chat.span.set_status(Status::error(
+                        "cut off in flight by the task's deadline or the run's cancellation",
+                    ));
+                    chat.span.end_with_timestamp(at);
+                }
+            }
+            E::ToolCall {
+                turn,
+                id,
+                name,
+                input,
+            } => {
+                let mut a = vec![
+                    KeyValue::new("gen_ai.operation.name", "execute_tool"),
+                    KeyValue::new("gen_ai.tool.name", name.clone()),
+                    KeyValue::new("gen_ai.tool.call.id", id.clone()),
+                    KeyValue::new("gen_ai.tool.type", "function"),
+                    KeyValue::new("gen_ai.conversation.id", self.conversation.clone()),
+                    KeyValue::new("agentbatch.turn", i64::from(*turn)),
+                ];
+                if content {
+                    a.push(KeyValue::new(
+                        "gen_ai.tool.call.arguments",
+                        input.to_string(),
+                    ));
+                }
+                let builder = self
+                    .tracer
+                    .span_builder(format!("execute_tool {name}"))
+                    .with_kind(SpanKind::Internal)
+                    .with_start_time(at)
+                    .with_attributes(a);
+                let root = self.root(state, at).clone();
+                let span = self.start(builder, &root);
+                state.tools.push((id.clone(), span));
+            }
+            E::ToolResult { id, outcome, .. } => {
+                let Some(i) = state.tools.iter().position(|(t, _)| t == id) else {
+                    return;
+                };
+                let (_, mut span) = state.tools.remove(i);
+                tool_outcome(&mut span, outcome, content);
+                span.end_with_timestamp(at);
+            }
+            E::Compaction {
+                strategy,
+                tokens_before,
+                tokens_after,
+                ..
+            } => {
+                let root = self.root(state, at).span();
+                root.add_event_with_timestamp(
+                    "agentbatch.compaction",
+                    at,
+                    vec![
+                        KeyValue::new("agentbatch.strategy", strategy.clone()),
+                        KeyValue::new("agentbatch.tokens_before", ms(*tokens_before)),
+                        KeyValue::new("agentbatch.tokens_after", ms(*tokens_after)),
+                    ],
+                );
+            }
+            E::WrapUp { why, .. } => {
+                let root = self.root(state, at).span();
+                root.add_event_with_timestamp(
+                    "agentbatch.wrap_up",
+                    at,
+                    vec![KeyValue::new("agentbatch.reason", why.clone())],
+                );
+            }
+            E::RepeatWarning { times, .. } | E::RepeatStop { times, .. } => {
+                let name = match event {
+                    E::RepeatStop { .. } => "agentbatch.repeat_stop",
+                    _ => "agentbatch.repeat_warning",
+                };
+                let root = self.root(state, at).span();
+                root.add_event_with_timestamp(
+                    name,
+                    at,
+                    vec![KeyValue::new("agentbatch.times", i64::from(*times))],
+                );
+            }
+            _ => {
+                self.root(state, at);
+            }
+        }
+    }
+
+    /// Ends the task's span with its row's figures.
+    fn on_finished(&self, state: &mut State, r: &TaskResult) {
+        let end: SystemTime = r.finished_at.into();
+        Self::close_chat(state, end);
+        for (_, mut span) in state.tools.drain(..) {
+            span.set_attribute(KeyValue::new("error.type", "interrupted"));
+            span.set_status(Status::error("the task ended during the call"));
+            span.end_with_timestamp(end);
+        }
+        let root = self.root(state, r.started_at.into()).span();
+        let mut a = attrs::usage(&r.usage);
+        a.extend([
+            KeyValue::new("agentbatch.outcome", r.outcome.as_str()),
+            KeyValue::new("agentbatch.stop_reason", r.stop_reason.as_str()),
+            KeyValue::new("agentbatch.turns", i64::from(r.turns)),
+            KeyValue::new("agentbatch.tool_calls", i64::from(r.tool_calls)),
+            KeyValue::new("agentbatch.tool_errors", i64::from(r.tool_errors)),
+            KeyValue::new("agentbatch.denied_calls", i64::from(r.denied_calls)),
+            KeyValue::new("agentbatch.retries", i64::from(r.retries)),
+            KeyValue::new("agentbatch.rate_wait_ms", ms(r.rate_wait_ms)),
+        ]);
+        if let Some(c) = r.cost_usd {
+            a.push(attrs::usd("agentbatch.cost_usd", c));
+        }
+        if let Some(code) = r.check_exit_code {
+            a.push(KeyValue::new("agentbatch.check_exit_code", i64::from(code)));
+        }
+        root.set_attributes(a);
+        if r.outcome == Outcome::Error {
+            root.set_attribute(KeyValue::new("error.type", r.stop_reason.as_str()));
+            root.set_status(Status::error(crate::text::prefix(&r.stop_detail, 300)));
+        }
+        root.end_with_timestamp(end);
+        state.root = None;
+    }
+}
+
+/// A tool call's decision and result on its span.
+fn tool_outcome(span: &mut Span, outcome: &ToolOutcome, content: bool) {
+    match outcome {
+        ToolOutcome::Interrupted { interrupted } => {
+            span.set_attribute(KeyValue::new("error.type", "interrupted"));
+            span.set_status(Status::error(crate::text::prefix(interrupted, 300)));
+        }
+        ToolOutcome::Ran {
+            decision,
+            rule,
+            is_error,
+            content: result,
+            ms: took,
+            ..
+        } => {
+            span.set_attributes([
+                KeyValue::new("agentbatch.policy.decision", decision.clone()),
+                KeyValue::new("agentbatch.policy.rule", rule.clone()),
+                KeyValue::new("agentbatch.tool.ms", ms(*took)),
+            ]);
+            if content {
+                span.set_attribute(KeyValue::new("gen_ai.tool.call.result", result.clone()));
+            }
+            let error = match (decision.as_str(), is_error) {
+                ("allow", false) => None,
+                ("allow", true) => Some("tool_error"),
+                ("deny", _) => Some("denied"),
+                _ => Some("invalid_call"),
+            };
+            if let Some(e) = error {
+                span.set_attribute(KeyValue::new("error.type", e));
+                span.set_status(Status::error(match e {
+                    "denied" => "the permission policy refused the call",
+                    "invalid_call" => "the call was refused as invalid",
+                    _ => "the tool returned an error",
+                }));
+            }
+        }
+    }
+}
+
+/// A count of milliseconds (or tokens) as an attribute.
+fn ms(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// `server.address` and `server.port` of a request URL.
+fn server(url: &str) -> Vec<KeyValue> {
+    let Ok(u) = reqwest::Url::parse(url) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    if let Some(host) = u.host_str() {
+        out.push(KeyValue::new("server.address", host.to_string()));
+    }
+    if let Some(port) = u.port_or_known_default() {
+        out.push(KeyValue::new("server.port", i64::from(port)));
+    }
+    out
+}
+
+impl EventSink for TaskTrace {
+    fn event(&self, at: SystemTime, event: &TranscriptEvent) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        self.on_event(&mut state, at, event);
+    }
+
+    fn finished(&self, result: &TaskResult) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        self.on_finished(&mut state, result);
+    }
+}
+
+impl Drop for TaskTrace {
+    /// A task that never reported its row (its code panicked): its spans end now, as
+    /// errors, rather than vanish.
+    fn drop(&mut self) {
+        let state = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let now = SystemTime::now();
+        Self::close_chat(state, now);
+        for (_, mut span) in state.tools.drain(..) {
+            span.end_with_timestamp(now);
+        }
+        if let Some(root) = state.root.take() {
+            let span = root.span();
+            span.set_attribute(KeyValue::new("error.type", "internal_error"));
+            span.set_status(Status::error("the task ended without a result"));
+            span.end_with_timestamp(now);
+        }
+    }
+}
