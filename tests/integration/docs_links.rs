@@ -106,8 +106,7 @@ fn every_relative_link_of_the_readme_and_the_guide_lands_on_a_file_and_heading()
     for file in &files {
         let text = std::fs::read_to_string(file).unwrap();
         for target in link_targets(&text) {
-            if target.contains("://") || target.starts_with("mailto:") || target.starts_with('<')
-            {
+            if target.contains("://") || target.starts_with("mailto:") || target.starts_with('<') {
                 continue;
             }
             let (path, anchor) = match target.split_once('#') {
@@ -133,7 +132,10 @@ fn every_relative_link_of_the_readme_and_the_guide_lands_on_a_file_and_heading()
             }
         }
     }
-    assert!(checked > 100, "only {checked} links found: is the link reader broken?");
+    assert!(
+        checked > 100,
+        "only {checked} links found: is the link reader broken?"
+    );
     assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
 }
 
@@ -168,7 +170,11 @@ fn long_flags(help: &str) -> BTreeSet<String> {
 }
 
 fn help_of(args: &[&str]) -> String {
-    let out = super::common::bin().args(args).arg("--help").output().unwrap();
+    let out = super::common::bin()
+        .args(args)
+        .arg("--help")
+        .output()
+        .unwrap();
     assert!(out.status.success(), "agentbatch {args:?} --help: {out:?}");
     String::from_utf8(out.stdout).unwrap()
 }
@@ -186,7 +192,10 @@ fn the_commands_chapter_names_every_command_and_flag_the_binary_has() {
         .filter_map(|l| l.split_whitespace().next())
         .filter(|c| *c != "help")
         .collect();
-    assert!(commands.len() >= 10, "commands read from --help: {commands:?}");
+    assert!(
+        commands.len() >= 10,
+        "commands read from --help: {commands:?}"
+    );
     let mut missing = Vec::new();
     for command in &commands {
         let usage = format!("agentbatch {command}");
@@ -194,7 +203,9 @@ fn the_commands_chapter_names_every_command_and_flag_the_binary_has() {
             missing.push(format!("docs/guide/commands.md does not show `{usage}`"));
         }
         if !readme.contains(&format!("`{usage}")) && !readme.contains(&format!("`{command}`")) {
-            missing.push(format!("README.md's command table does not name `{command}`"));
+            missing.push(format!(
+                "README.md's command table does not name `{command}`"
+            ));
         }
         for flag in long_flags(&help_of(&[command])) {
             if !chapter.contains(&flag) {
