@@ -11,7 +11,7 @@ mod common;
 mod compare;
 mod conformance;
 mod context;
-mod docs_links;
+mod docs;
 mod faults;
 mod govern;
 mod hostile;

@@ -217,3 +217,77 @@ fn the_commands_chapter_names_every_command_and_flag_the_binary_has() {
     }
     assert!(missing.is_empty(), "{}", missing.join("\n"));
 }
+
+/// The ```yaml blocks of the README and the guide, with the file and line of each.
+fn yaml_blocks() -> Vec<(String, usize, String)> {
+    let root = repo_root();
+    let mut files = vec![root.join("README.md"), root.join("docs/simulator.md")];
+    let mut guide = Vec::new();
+    markdown_files(&root.join("docs/guide"), &mut guide);
+    files.extend(guide);
+    let mut blocks = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let shown = file.strip_prefix(&root).unwrap().display().to_string();
+        let mut current: Option<(usize, String)> = None;
+        for (n, line) in text.lines().enumerate() {
+            match &mut current {
+                None if line.trim_start() == "```yaml" => current = Some((n + 2, String::new())),
+                Some((_, body)) if line.trim_start() != "```" => {
+                    body.push_str(line);
+                    body.push('\n');
+                }
+                Some((start, body)) => {
+                    blocks.push((shown.clone(), *start, std::mem::take(body)));
+                    current = None;
+                }
+                None => {}
+            }
+        }
+    }
+    blocks
+}
+
+/// A newcomer copies the examples: every YAML block must be YAML, and every whole job
+/// file among them (one with `name` and `tasks`) must pass `agentbatch validate` where the
+/// examples live (jobs/, so that its relative paths resolve as in the shipped jobs).
+#[test]
+fn every_yaml_example_of_the_readme_and_the_guide_parses_and_whole_jobs_validate() {
+    let blocks = yaml_blocks();
+    assert!(blocks.len() > 15, "only {} yaml blocks found", blocks.len());
+    let mut failures = Vec::new();
+    let mut whole = 0;
+    for (file, line, body) in &blocks {
+        let value: serde_yaml::Value = match serde_yaml::from_str(body) {
+            Ok(v) => v,
+            Err(e) => {
+                failures.push(format!("{file}:{line}: not YAML: {e}"));
+                continue;
+            }
+        };
+        let is_job = value.get("name").is_some() && value.get("tasks").is_some();
+        if !is_job {
+            continue;
+        }
+        whole += 1;
+        let path = repo_root()
+            .join("jobs")
+            .join(format!(".doc-example-{}-{line}.yaml", file.replace('/', "-")));
+        std::fs::write(&path, body).unwrap();
+        let out = super::common::bin()
+            .env("ANTHROPIC_API_KEY", "sk-ant-example")
+            .env("OPENAI_API_KEY", "sk-example")
+            .args(["validate", path.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let _ = std::fs::remove_file(&path);
+        if !out.status.success() {
+            failures.push(format!(
+                "{file}:{line}: the example job does not validate:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+    }
+    assert!(whole >= 2, "only {whole} whole job examples found");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
