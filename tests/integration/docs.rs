@@ -249,8 +249,9 @@ fn yaml_blocks() -> Vec<(String, usize, String)> {
 }
 
 /// A newcomer copies the examples: every YAML block must be YAML, and every whole job
-/// file among them (one with `name` and `tasks`) must pass `agentbatch validate` where the
-/// examples live (jobs/, so that its relative paths resolve as in the shipped jobs).
+/// file among them (one with `name` and `tasks`) must pass `agentbatch validate` beside
+/// jobs/sim and jobs/fixtures, so that its relative paths resolve as in the shipped jobs
+/// (not in jobs/ itself, whose files another test reads at the same time).
 #[test]
 fn every_yaml_example_of_the_readme_and_the_guide_parses_and_whole_jobs_validate() {
     let blocks = yaml_blocks();
@@ -270,9 +271,15 @@ fn every_yaml_example_of_the_readme_and_the_guide_parses_and_whole_jobs_validate
             continue;
         }
         whole += 1;
-        let path = repo_root()
-            .join("jobs")
-            .join(format!(".doc-example-{}-{line}.yaml", file.replace('/', "-")));
+        let dir = tempfile::tempdir().unwrap();
+        for linked in ["sim", "fixtures"] {
+            std::os::unix::fs::symlink(
+                repo_root().join("jobs").join(linked),
+                dir.path().join(linked),
+            )
+            .unwrap();
+        }
+        let path = dir.path().join("example.yaml");
         std::fs::write(&path, body).unwrap();
         let out = super::common::bin()
             .env("ANTHROPIC_API_KEY", "sk-ant-example")
@@ -280,7 +287,6 @@ fn every_yaml_example_of_the_readme_and_the_guide_parses_and_whole_jobs_validate
             .args(["validate", path.to_str().unwrap()])
             .output()
             .unwrap();
-        let _ = std::fs::remove_file(&path);
         if !out.status.success() {
             failures.push(format!(
                 "{file}:{line}: the example job does not validate:\n{}",
