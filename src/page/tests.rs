@@ -76,6 +76,41 @@ fn a_cut_off_transcript_with_unknown_events_still_reads_by_turn() {
     assert_eq!(sections[1]["items"][1]["thinking"], json!(["hm"]));
 }
 
+/// Bytes that are not UTF-8 lose their own line only: one in the middle is skipped, and
+/// a last line cut inside a character by a kill reads as cut (both once stopped the
+/// whole transcript at that line).
+#[test]
+fn bytes_that_are_not_utf8_lose_only_their_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("t.jsonl");
+    let mut bytes = Vec::new();
+    bytes.extend_from_slice(
+        br#"{"ts":"x","t_ms":0,"event":"request","turn":1,"attempt":1,"new_messages":[]}"#,
+    );
+    bytes.extend_from_slice(b"\n\xff\xfe binary \x80\n");
+    bytes.extend_from_slice(
+        br#"{"ts":"x","t_ms":2,"event":"request","turn":2,"attempt":1,"new_messages":[]}"#,
+    );
+    bytes.push(b'\n');
+    bytes.extend_from_slice(
+        "{\"ts\":\"x\",\"t_ms\":3,\"event\":\"ledger_error\",\"error\":\"日".as_bytes(),
+    );
+    bytes.pop();
+    std::fs::write(&p, bytes).unwrap();
+    let v = transcript::view(&p, "transcripts/t.jsonl");
+    assert_eq!(
+        (v["cut"].clone(), v["skipped"].clone()),
+        (json!(true), json!(1))
+    );
+    let turns: Vec<u64> = v["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["turn"].as_u64().unwrap())
+        .collect();
+    assert_eq!(turns, [1, 2]);
+}
+
 #[test]
 fn a_folder_without_results_is_not_a_run_folder_and_a_bad_row_names_its_line() {
     let dir = tempfile::tempdir().unwrap();

@@ -113,10 +113,10 @@ pub(super) fn view(path: &Path, rel: &str) -> Value {
     let mut reader = std::io::BufReader::new(file);
     let mut s = Sections::new();
     let (mut lines, mut skipped, mut cut) = (0usize, 0usize, false);
-    let mut buf = String::new();
+    let mut buf = Vec::new();
     loop {
         buf.clear();
-        match reader.read_line(&mut buf) {
+        match reader.read_until(b'\n', &mut buf) {
             Ok(0) => break,
             Ok(_) => {}
             Err(e) => {
@@ -125,15 +125,20 @@ pub(super) fn view(path: &Path, rel: &str) -> Value {
             }
         }
         lines += 1;
-        let line = buf.trim_end_matches(['\n', '\r']);
-        if line.trim().is_empty() {
+        let finished = buf.ends_with(b"\n");
+        // Bytes that are not UTF-8 (a line cut inside a character by a kill) fail
+        // like any other line that is not JSON: that line alone is lost.
+        let parsed = std::str::from_utf8(&buf)
+            .ok()
+            .map(|l| l.trim_end_matches(['\n', '\r']));
+        if parsed.is_some_and(|l| l.trim().is_empty()) {
             continue;
         }
-        let Ok(raw) = serde_json::from_str::<Value>(line) else {
-            if !buf.ends_with('\n') {
-                cut = true;
-            } else {
+        let Some(Ok(raw)) = parsed.map(serde_json::from_str::<Value>) else {
+            if finished {
                 skipped += 1;
+            } else {
+                cut = true;
             }
             continue;
         };

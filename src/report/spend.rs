@@ -12,7 +12,7 @@ use crate::vocab::transcript::TranscriptEvent as E;
 /// total (`spent_usd`), plus charges recorded after it, plus a reservation still in
 /// flight (it may be billed).
 pub fn spent_in_transcript(path: &Path) -> Decimal {
-    std::fs::read_to_string(path).map_or(Decimal::ZERO, |t| spent_in_text(&t))
+    crate::vocab::transcript::read_file(path).map_or(Decimal::ZERO, |t| spent_in_text(&t))
 }
 
 /// [`spent_in_transcript`] of a transcript already read.
@@ -127,6 +127,25 @@ mod tests {
         ];
         std::fs::write(&p, lines.join("\n")).unwrap();
         // 0.01 settled + 0.05 aborted; the unknown line and the cut-off one count nothing.
+        assert_eq!(spent_in_transcript(&p), "0.06".parse::<Decimal>().unwrap());
+    }
+
+    /// A kill during the write of a long line can cut it inside a character: the lines
+    /// before it still count (read as text, the whole file was refused and the spend
+    /// read as $0, so a resume under-counted what the killed run spent).
+    #[test]
+    fn a_last_line_cut_inside_a_character_loses_only_that_line() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("t.jsonl");
+        let mut bytes = [
+            r#"{"event":"settle","cost_usd":"0.01","spent_usd":"0.01"}"#,
+            r#"{"event":"reserve","reserved_usd":"0.05","spent_usd":"0.01"}"#,
+            "{\"event\":\"request\",\"note\":\"日本",
+        ]
+        .join("\n")
+        .into_bytes();
+        bytes.pop();
+        std::fs::write(&p, bytes).unwrap();
         assert_eq!(spent_in_transcript(&p), "0.06".parse::<Decimal>().unwrap());
     }
 

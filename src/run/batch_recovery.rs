@@ -69,7 +69,7 @@ pub(super) async fn recover(dir: &Path, plan: &Plan, run_id: &str) -> Vec<String
     let mut waiting: Vec<(&TaskSpec, std::path::PathBuf, InFlight)> = Vec::new();
     for spec in plan.tasks.iter().filter(|t| t.batch.is_some()) {
         let path = dir.join("transcripts").join(format!("{}.jsonl", spec.id));
-        let Ok(text) = std::fs::read_to_string(&path) else {
+        let Ok(text) = crate::vocab::transcript::read_file(&path) else {
             continue;
         };
         if let Some(item) = in_flight(&text) {

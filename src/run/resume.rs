@@ -246,7 +246,7 @@ pub(super) fn prepare(
             continue;
         }
         let transcript = dir.join("transcripts").join(format!("{}.jsonl", t.id));
-        let text = std::fs::read_to_string(&transcript).unwrap_or_default();
+        let text = crate::vocab::transcript::read_file(&transcript).unwrap_or_default();
         let spent = crate::report::spent_in_text(&text);
         let paid = crate::report::paid_answers(&text);
         if !paid.is_empty() {

@@ -648,6 +648,18 @@ pub struct TranscriptLine<'a> {
     pub event: &'a TranscriptEvent,
 }
 
+/// Reads a transcript file as text. A kill during the write of a long line stops it at
+/// a page boundary, which may fall inside a character: invalid bytes become
+/// U+FFFD (that line then fails to parse, as any cut line does) instead of the whole
+/// file being refused, which would lose every event before the cut.
+pub fn read_file(path: &std::path::Path) -> std::io::Result<String> {
+    let bytes = std::fs::read(path)?;
+    Ok(match String::from_utf8(bytes) {
+        Ok(text) => text,
+        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+    })
+}
+
 impl TranscriptEvent {
     /// Reads one transcript line; None for a line that is not JSON, an event this
     /// version does not know, or values of the wrong type (readers skip those).
