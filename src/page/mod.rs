@@ -170,10 +170,17 @@ pub fn write(dir: &Path, opts: &PageOptions) -> Result<Written, PageError> {
         let path = path.to_path_buf();
         move |source| PageError::Write { path, source }
     };
-    if lazy_dir.exists() {
-        std::fs::remove_dir_all(&lazy_dir).map_err(io(&lazy_dir))?;
-    }
-    let views = transcripts(dir, rows, opts, &lazy_dir)?;
+    // The new transcripts are written beside the old ones and swapped in with the page,
+    // so a write that fails leaves the page before it whole.
+    let staging = dir.join(format!("{TRANSCRIPTS}.new"));
+    remove_any(&staging).map_err(io(&staging))?;
+    let views = match transcripts(dir, rows, opts, &staging) {
+        Ok(v) => v,
+        Err(e) => {
+            let _ = remove_any(&staging);
+            return Err(e);
+        }
+    };
     let lazy = views.is_none();
     let page = html::page(&html::Parts {
         dir,
@@ -185,14 +192,47 @@ pub fn write(dir: &Path, opts: &PageOptions) -> Result<Written, PageError> {
     });
     let path = dir.join(PAGE);
     let tmp = dir.join("report.html.tmp");
-    std::fs::write(&tmp, page).map_err(io(&tmp))?;
+    if let Err(source) = std::fs::write(&tmp, page) {
+        let _ = remove_any(&staging);
+        let _ = std::fs::remove_file(&tmp);
+        return Err(PageError::Write { path: tmp, source });
+    }
+    let old = dir.join(format!("{TRANSCRIPTS}.old"));
+    if lazy {
+        remove_any(&old).map_err(io(&old))?;
+        if lazy_dir.symlink_metadata().is_ok() {
+            std::fs::rename(&lazy_dir, &old).map_err(io(&lazy_dir))?;
+        }
+        std::fs::rename(&staging, &lazy_dir).map_err(io(&lazy_dir))?;
+    }
     std::fs::rename(&tmp, &path).map_err(io(&path))?;
+    // What the page before this one loaded; a leftover is harmless, so only a warning.
+    for stale in [&old, &staging] {
+        if let Err(e) = remove_any(stale) {
+            warnings.push(format!("cannot remove {}: {e}", stale.display()));
+        }
+    }
+    if !lazy {
+        if let Err(e) = remove_any(&lazy_dir) {
+            warnings.push(format!("cannot remove {}: {e}", lazy_dir.display()));
+        }
+    }
     Ok(Written {
         path,
         tasks: rows.len(),
         lazy,
         warnings,
     })
+}
+
+/// Removes a file or a folder at `path`, if there is one.
+fn remove_any(path: &Path) -> std::io::Result<()> {
+    match path.symlink_metadata() {
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(path),
+        Ok(_) => std::fs::remove_file(path),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 /// Every task's transcript view as script-safe JSON: in memory for the page when the

@@ -125,3 +125,42 @@ fn a_folder_without_results_is_not_a_run_folder_and_a_bad_row_names_its_line() {
     let e = write(dir.path(), &PageOptions::default()).unwrap_err();
     assert!(e.to_string().contains("results.csv:2:"), "{e}");
 }
+
+/// A rewrite that fails leaves the page before it whole: its transcripts beside it were
+/// once removed first, so a failed write left a page whose every transcript failed to
+/// load. A stray file where the transcripts go does not stop a write either.
+#[test]
+fn a_failed_rewrite_keeps_the_page_before_it_and_its_transcripts() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("results.csv"),
+        "task_id,outcome,turns\na,pass,1\nb,fail,2\n",
+    )
+    .unwrap();
+    let lazy = PageOptions {
+        inline_tasks: 0,
+        ..PageOptions::default()
+    };
+    let count = |p: &Path| std::fs::read_dir(p).map_or(0, |r| r.count());
+    assert!(write(d, &lazy).unwrap().lazy);
+    assert_eq!(count(&d.join(TRANSCRIPTS)), 2);
+    let before = std::fs::read(d.join(PAGE)).unwrap();
+    // The page cannot be written: a folder stands where its temporary file goes.
+    std::fs::create_dir(d.join("report.html.tmp")).unwrap();
+    assert!(write(d, &lazy).is_err());
+    assert!(write(d, &PageOptions::default()).is_err());
+    assert_eq!(count(&d.join(TRANSCRIPTS)), 2);
+    assert_eq!(std::fs::read(d.join(PAGE)).unwrap(), before);
+    assert!(!d.join(format!("{TRANSCRIPTS}.new")).exists());
+    std::fs::remove_dir(d.join("report.html.tmp")).unwrap();
+    // Inline again: the transcripts beside the page go; a stray file there too.
+    assert!(!write(d, &PageOptions::default()).unwrap().lazy);
+    assert!(!d.join(TRANSCRIPTS).exists());
+    std::fs::write(d.join(TRANSCRIPTS), "stray").unwrap();
+    assert!(write(d, &lazy).unwrap().lazy);
+    assert_eq!(count(&d.join(TRANSCRIPTS)), 2);
+    std::fs::write(d.join(format!("{TRANSCRIPTS}.old")), "stray").unwrap();
+    assert!(write(d, &lazy).unwrap().lazy);
+    assert!(!d.join(format!("{TRANSCRIPTS}.old")).exists());
+}
