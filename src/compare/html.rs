@@ -53,7 +53,11 @@ pub(crate) fn page(r: &CompareReport) -> String {
     );
 
     s.push_str("<h2>Groups</h2>\n");
-    s.push_str(&wrapped(&tables::groups(&r.groups, true).html("groups")));
+    s.push_str(&wrapped(&tables::groups(&r.groups, false).html("groups")));
+    s.push_str("<h3>Tokens, time and models</h3>\n");
+    s.push_str(&wrapped(
+        &tables::groups_effort(&r.groups).html("groups-effort"),
+    ));
 
     s.push_str("<h2>Pass rate and cost</h2>\n");
     let (chart, left_out) = svg::pass_rate_vs_cost(&r.groups);

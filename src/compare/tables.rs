@@ -148,6 +148,33 @@ pub(crate) fn groups(groups: &[GroupSummary], full: bool) -> Table {
     }
 }
 
+/// What the groups spent besides money, one row per group: on a page, the groups table
+/// with these columns too is wider than a 1024-pixel screen.
+pub(crate) fn groups_effort(groups: &[GroupSummary]) -> Table {
+    Table {
+        header: vec![
+            "group",
+            "median wall s",
+            "tokens in",
+            "tokens out",
+            "models",
+        ],
+        numeric: vec![false, true, true, true, false],
+        rows: groups
+            .iter()
+            .map(|g| {
+                vec![
+                    g.label.clone(),
+                    format::median(g.median_wall_ms.map(|ms| (ms / 100.0).round() / 10.0)),
+                    g.input_tokens.to_string(),
+                    g.output_tokens.to_string(),
+                    g.models.join(", "),
+                ]
+            })
+            .collect(),
+    }
+}
+
 /// `completed 8, max_turns 2`.
 pub(crate) fn stop_reasons(g: &GroupSummary) -> String {
     g.stop_reasons

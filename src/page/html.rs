@@ -29,7 +29,11 @@ pub(super) fn page(p: &Parts) -> String {
     let run_id = p
         .run
         .map(|r| r.run_id.clone())
-        .or_else(|| p.dir.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .or_else(|| {
+            // `agentbatch report .` names the folder by its real name, not ".".
+            let dir = p.dir.canonicalize().unwrap_or_else(|_| p.dir.to_path_buf());
+            dir.file_name().map(|n| n.to_string_lossy().into_owned())
+        })
         .unwrap_or_default();
     let mut s = String::with_capacity(64 * 1024 + p.rows.len() * 160);
     s.push_str(
@@ -53,7 +57,14 @@ pub(super) fn page(p: &Parts) -> String {
             html(&r.job_file),
             html(&r.agentbatch_version),
             html(&r.started_at),
-            html(r.status.as_deref().unwrap_or("status unknown")),
+            html(match r.status.as_deref() {
+                // Only a page written from outside the run sees this: the run's own
+                // page is written after run.json says how it ended.
+                Some("running") =>
+                    "running, or killed before it finished (run --resume continues it)",
+                Some(status) => status,
+                None => "status unknown",
+            }),
             r.finished_at
                 .as_deref()
                 .map_or(String::new(), |f| format!(" {}", html(f)))

@@ -251,7 +251,7 @@ fn add(s: &mut Sections, event: TranscriptEvent, ms: u64) {
         } => {
             s.at(turn, false);
             let args = serde_json::to_string_pretty(&input).unwrap_or_default();
-            json!({ "k": "call", "id": id, "name": name, "input": clip(&args) })
+            json!({ "k": "call", "id": clip(&id), "name": clip(&name), "input": clip(&args) })
         }
         E::ToolResult {
             turn,
@@ -261,8 +261,8 @@ fn add(s: &mut Sections, event: TranscriptEvent, ms: u64) {
         } => {
             s.at(turn, false);
             match outcome {
-                ToolOutcome::Interrupted { interrupted } => json!({ "k": "result", "id": id,
-                    "name": name, "decision": "interrupted", "rule": "", "error": true,
+                ToolOutcome::Interrupted { interrupted } => json!({ "k": "result", "id": clip(&id),
+                    "name": clip(&name), "decision": "interrupted", "rule": "", "error": true,
                     "content": clip(&interrupted) }),
                 ToolOutcome::Ran {
                     decision,
@@ -271,8 +271,10 @@ fn add(s: &mut Sections, event: TranscriptEvent, ms: u64) {
                     content,
                     ms: took,
                     ..
-                } => json!({ "k": "result", "id": id, "name": name, "decision": decision,
-                    "rule": rule, "error": is_error, "content": clip(&content), "took": took }),
+                } => {
+                    json!({ "k": "result", "id": clip(&id), "name": clip(&name), "decision": decision,
+                    "rule": rule, "error": is_error, "content": clip(&content), "took": took })
+                }
             }
         }
         E::Stop {

@@ -408,11 +408,22 @@ fn the_command_prints_the_tables_writes_into_the_run_and_exits_2_on_bad_input() 
     assert!(String::from_utf8_lossy(&bad.stderr).contains("temperature"));
 }
 
+/// The fixture's small run, and jobs/compare.yaml's (two axes, long group labels,
+/// two models a group: its groups table was once wider than 1024 pixels).
 #[test]
 fn compare_html_fits_the_page_width_at_1280_and_1024_pixels() {
     let (dir, a, _) = fixtures();
-    let r = run(&[&a], None, &dir.path().join("out"));
-    let seen = crate::report_page::drive(&r.html, &["--mode", "layout", "--widths", "1280,1024"]);
+    let matrix = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/compare/matrix-run");
+    let small = run(&[&a], None, &dir.path().join("out"));
+    let by_toolset = run(&[&matrix], Some("toolset"), &dir.path().join("out-toolset"));
+    let variants = run(&[&matrix], None, &dir.path().join("out-variants"));
+    for r in [small, by_toolset, variants] {
+        fits(&r.html);
+    }
+}
+
+fn fits(page: &Path) {
+    let seen = crate::report_page::drive(page, &["--mode", "layout", "--widths", "1280,1024"]);
     assert_eq!(seen["console"], serde_json::json!([]), "{seen}");
     let widths = seen["layout"].as_array().unwrap();
     assert_eq!(widths.len(), 2);
