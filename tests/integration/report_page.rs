@@ -367,3 +367,24 @@ async fn a_resume_writes_the_page_again() {
     assert_eq!(outcome.page, Some(ran.dir.join("report.html")));
     assert!(ran.dir.join("report.html").is_file());
 }
+
+/// jobs/compare.yaml's run (a matrix: a variant column of long labels, 48 rows), from
+/// its results.csv alone (no run.json, no transcripts: both said on the page, not
+/// fatal): the task table once scrolled sideways at 1024 pixels.
+#[test]
+fn a_matrix_runs_page_fits_1024_pixels_and_a_folder_of_results_alone_still_has_a_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/compare/matrix-run");
+    std::fs::copy(src.join("results.csv"), dir.path().join("results.csv")).unwrap();
+    let out = bin().arg("report").arg(dir.path()).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let seen = drive(
+        &dir.path().join("report.html"),
+        &["--mode", "layout", "--widths", "1280,1024"],
+    );
+    assert_clean(&seen);
+    for w in seen["layout"].as_array().unwrap() {
+        assert!(w["scrollWidth"].as_u64() <= w["innerWidth"].as_u64(), "{w}");
+        assert_eq!(w["scrolledTables"], serde_json::json!([]), "{w}");
+    }
+}
