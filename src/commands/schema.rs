@@ -42,6 +42,8 @@ pub fn schema(kind: Kind) -> Value {
     };
     let mut value = root.to_value();
     if let Value::Object(fields) = &mut value {
+        // A file must hold a mapping; only the values inside may be left empty.
+        fields.insert("type".into(), Value::from("object"));
         // What a reader looks for first goes first; the rest keeps schemars' order.
         let mut ordered = serde_json::Map::new();
         for key in ["$schema", "title", "description"] {

@@ -29,7 +29,7 @@ pub struct JobFile {
     pub name: String,
     /// Tasks in flight at once.
     #[serde(default, deserialize_with = "at_most::<_, _, { bounds::CONCURRENCY }>")]
-    #[schemars(range(max = bounds::CONCURRENCY))]
+    #[schemars(range(min = 1, max = bounds::CONCURRENCY))]
     pub concurrency: Option<usize>,
     /// Settings every task inherits unless it sets its own.
     #[serde(default)]
@@ -66,7 +66,7 @@ pub struct JobFile {
         skip_serializing_if = "Option::is_none",
         deserialize_with = "at_most::<_, _, { bounds::EPOCHS }>"
     )]
-    #[schemars(range(max = bounds::EPOCHS))]
+    #[schemars(range(min = 1, max = bounds::EPOCHS))]
     pub epochs: Option<u32>,
     /// The tasks, each with an `id` and a `prompt`; fields it leaves out come from
     /// `defaults`.
@@ -131,7 +131,7 @@ pub struct TeamFields {
         skip_serializing_if = "Option::is_none",
         deserialize_with = "at_most::<_, _, { bounds::CONCURRENCY }>"
     )]
-    #[schemars(range(max = bounds::CONCURRENCY))]
+    #[schemars(range(min = 1, max = bounds::CONCURRENCY))]
     pub concurrency: Option<usize>,
     /// Requests per minute for the team's tasks together.
     #[serde(
@@ -139,7 +139,7 @@ pub struct TeamFields {
         skip_serializing_if = "Option::is_none",
         deserialize_with = "at_most::<_, _, { bounds::RPM }>"
     )]
-    #[schemars(range(max = bounds::RPM))]
+    #[schemars(range(min = 1, max = bounds::RPM))]
     pub rpm: Option<u32>,
     /// Input tokens per minute for the team's tasks together.
     #[serde(
@@ -147,7 +147,7 @@ pub struct TeamFields {
         skip_serializing_if = "Option::is_none",
         deserialize_with = "at_most::<_, _, { bounds::TPM }>"
     )]
-    #[schemars(range(max = bounds::TPM))]
+    #[schemars(range(min = 1, max = bounds::TPM))]
     pub itpm: Option<u32>,
     /// Output tokens per minute for the team's tasks together (a request counts its
     /// max_tokens until it is answered).
@@ -156,7 +156,7 @@ pub struct TeamFields {
         skip_serializing_if = "Option::is_none",
         deserialize_with = "at_most::<_, _, { bounds::TPM }>"
     )]
-    #[schemars(range(max = bounds::TPM))]
+    #[schemars(range(min = 1, max = bounds::TPM))]
     pub otpm: Option<u32>,
     /// How much of the rate may be used at once (default 1s worth).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -202,7 +202,7 @@ pub struct TaskFields {
         skip_serializing_if = "Option::is_none",
         deserialize_with = "at_most::<_, _, { bounds::TOKENS_PER_REQUEST }>"
     )]
-    #[schemars(range(max = bounds::TOKENS_PER_REQUEST))]
+    #[schemars(range(min = 1, max = bounds::TOKENS_PER_REQUEST))]
     pub max_tokens: Option<u32>,
     /// The system prompt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -308,7 +308,7 @@ pub struct LimitFields {
         skip_serializing_if = "Option::is_none",
         deserialize_with = "at_most::<_, _, { bounds::TURNS }>"
     )]
-    #[schemars(range(max = bounds::TURNS))]
+    #[schemars(range(min = 1, max = bounds::TURNS))]
     pub max_turns: Option<u32>,
     /// Wall clock for the whole task, tool runs included (default 30m).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -339,7 +339,7 @@ pub struct LimitFields {
         skip_serializing_if = "Option::is_none",
         deserialize_with = "at_most::<_, _, { bounds::TOKENS_PER_REQUEST }>"
     )]
-    #[schemars(range(max = bounds::TOKENS_PER_REQUEST))]
+    #[schemars(range(min = 1, max = bounds::TOKENS_PER_REQUEST))]
     pub min_max_tokens: Option<u32>,
     /// Send the last request the turn, time or cost budget allows with tools off and a
     /// note asking the model to finish and summarize.
@@ -473,7 +473,7 @@ pub struct ThinkingFields {
         skip_serializing_if = "Option::is_none",
         deserialize_with = "at_most::<_, _, { bounds::TOKENS_PER_REQUEST }>"
     )]
-    #[schemars(range(max = bounds::TOKENS_PER_REQUEST))]
+    #[schemars(range(min = 1024, max = bounds::TOKENS_PER_REQUEST))]
     pub budget_tokens: Option<u32>,
     /// The API's `display` setting of thinking, sent as given.
     #[serde(default, skip_serializing_if = "Option::is_none")]

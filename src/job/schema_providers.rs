@@ -94,7 +94,7 @@ pub struct ProviderFields {
         skip_serializing_if = "Option::is_none",
         deserialize_with = "at_most::<_, _, { bounds::RPM }>"
     )]
-    #[schemars(range(max = bounds::RPM))]
+    #[schemars(range(min = 1, max = bounds::RPM))]
     pub rpm: Option<u32>,
     /// Input tokens per minute for all tasks on this provider together.
     #[serde(
@@ -102,7 +102,7 @@ pub struct ProviderFields {
         skip_serializing_if = "Option::is_none",
         deserialize_with = "at_most::<_, _, { bounds::TPM }>"
     )]
-    #[schemars(range(max = bounds::TPM))]
+    #[schemars(range(min = 1, max = bounds::TPM))]
     pub itpm: Option<u32>,
     /// Output tokens per minute for all tasks on this provider together (a request
     /// counts its max_tokens until it is answered).
@@ -111,7 +111,7 @@ pub struct ProviderFields {
         skip_serializing_if = "Option::is_none",
         deserialize_with = "at_most::<_, _, { bounds::TPM }>"
     )]
-    #[schemars(range(max = bounds::TPM))]
+    #[schemars(range(min = 1, max = bounds::TPM))]
     pub otpm: Option<u32>,
     /// How much of the rate may be used at once (default 1s worth).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -132,7 +132,7 @@ pub struct ServerLimitFields {
         skip_serializing_if = "Option::is_none",
         deserialize_with = "at_most::<_, _, { bounds::RPM }>"
     )]
-    #[schemars(range(max = bounds::RPM))]
+    #[schemars(range(min = 1, max = bounds::RPM))]
     pub rpm: Option<u32>,
     /// Input tokens per minute the simulator accepts.
     #[serde(
@@ -140,7 +140,7 @@ pub struct ServerLimitFields {
         skip_serializing_if = "Option::is_none",
         deserialize_with = "at_most::<_, _, { bounds::TPM }>"
     )]
-    #[schemars(range(max = bounds::TPM))]
+    #[schemars(range(min = 1, max = bounds::TPM))]
     pub itpm: Option<u32>,
     /// Output tokens (max_tokens) per minute the simulator accepts.
     #[serde(
@@ -148,7 +148,7 @@ pub struct ServerLimitFields {
         skip_serializing_if = "Option::is_none",
         deserialize_with = "at_most::<_, _, { bounds::TPM }>"
     )]
-    #[schemars(range(max = bounds::TPM))]
+    #[schemars(range(min = 1, max = bounds::TPM))]
     pub otpm: Option<u32>,
     /// How much of the rate may be used at once (default 1s worth).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -110,6 +110,6 @@ pub struct BashFields {
         skip_serializing_if = "Option::is_none",
         deserialize_with = "at_most::<_, _, { bounds::BASH_OUTPUT }>"
     )]
-    #[schemars(range(max = bounds::BASH_OUTPUT))]
+    #[schemars(range(min = 100, max = bounds::BASH_OUTPUT))]
     pub max_output: Option<usize>,
 }

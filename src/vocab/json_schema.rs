@@ -148,8 +148,9 @@ fn reflow(doc: &str) -> String {
 }
 
 /// One schema's adjustments: a Rust number format becomes its range; free text also
-/// takes numbers and booleans, since serde_yaml reads `id: 1` or `PORT: 8080` into a
-/// `String` as the text written; a `default` of null, which only says "unset", goes;
+/// takes numbers, booleans and null, since serde_yaml reads `id: 1` or `PORT: 8080`
+/// into a `String` as the text written and an empty value as empty text; an object may
+/// be left empty (null) too; a `default` of null, which only says "unset", goes;
 /// descriptions lose the doc comments' line ends.
 fn yaml_reading(schema: &mut Schema) {
     let Some(obj) = schema.as_object_mut() else {
@@ -173,10 +174,13 @@ fn yaml_reading(schema: &mut Schema) {
         return;
     }
     let text_types = match obj.get("type") {
-        Some(Value::String(t)) if t == "string" => Some(vec!["string", "number", "boolean"]),
+        Some(Value::String(t)) if t == "string" => Some(vec!["string", "number", "boolean", "null"]),
         Some(Value::Array(ts)) if ts == &[Value::from("string"), Value::from("null")] => {
             Some(vec!["string", "number", "boolean", "null"])
         }
+        // `defaults:` or `teams:` with nothing after the colon (every entry commented
+        // out) reads as empty, not as an error.
+        Some(Value::String(t)) if t == "object" => Some(vec!["object", "null"]),
         _ => None,
     };
     if let Some(types) = text_types {
