@@ -309,6 +309,10 @@ fn main() -> ExitCode {
                 grace,
                 trace,
             } => {
+                let trace = match trace_settings(&trace) {
+                    Ok(t) => t,
+                    Err(code) => return code,
+                };
                 let w = agentbatch::run::shared::WorkerOptions {
                     url,
                     run_id,
@@ -330,7 +334,7 @@ fn main() -> ExitCode {
                         opts.handle_signals = true;
                         opts.ledger = ledger;
                         opts.grace = grace;
-                        opts.trace = trace.settings();
+                        opts.trace = trace;
                         ExitCode::from(agentbatch::commands::outcome::report(
                             agentbatch::run::shared::work(plan, opts).await,
                         ))
@@ -487,7 +491,21 @@ fn load(path: &Path, registry: &Registry) -> Result<Plan, ExitCode> {
     })
 }
 
+/// The trace settings, or exit code 2 with the reason: nothing has run yet.
+fn trace_settings(
+    args: &agentbatch::commands::trace::TraceArgs,
+) -> Result<Option<agentbatch::trace::Settings>, ExitCode> {
+    args.settings().map_err(|e| {
+        eprintln!("agentbatch: {e}");
+        ExitCode::from(2)
+    })
+}
+
 async fn run_cmd(job: PathBuf, args: RunArgs) -> ExitCode {
+    let trace = match trace_settings(&args.trace) {
+        Ok(t) => t,
+        Err(code) => return code,
+    };
     let registry = Arc::new(Registry::builtin());
     let loaded = if args.queue.is_some() {
         job::load_for_queue(&job, &registry).map_err(|e| {
@@ -529,7 +547,7 @@ async fn run_cmd(job: PathBuf, args: RunArgs) -> ExitCode {
     opts.ledger = args.ledger;
     opts.grace = args.grace;
     opts.pristine_cache = args.pristine_cache;
-    opts.trace = args.trace.settings();
+    opts.trace = trace;
     opts.resume = args.resume.map(|dir| run::ResumeOptions {
         dir,
         retry_errors: !args.no_retry_errors,

@@ -17,14 +17,24 @@ pub struct TraceArgs {
 }
 
 impl TraceArgs {
-    /// Where traces go, from the flags and the process's environment; None: off.
-    pub fn settings(&self) -> Option<Settings> {
+    /// Where traces go, from the flags and the process's environment; None: off. What
+    /// was ignored is warned about on stderr now; a setting that would lose every span
+    /// or leak a credential is an error, for exit code 2 before anything runs.
+    pub fn settings(&self) -> Result<Option<Settings>, crate::trace::TraceError> {
         let settings = Settings::resolve(self.otlp.as_deref(), self.otlp_content, |name| {
             std::env::var(name).ok()
-        });
-        if settings.is_none() && self.otlp.is_some() {
-            eprintln!("agentbatch: OTEL_SDK_DISABLED=true: no traces are sent despite --otlp");
+        })?;
+        match &settings {
+            None if self.otlp.is_some() => {
+                eprintln!("agentbatch: OTEL_SDK_DISABLED=true: no traces are sent despite --otlp")
+            }
+            None => {}
+            Some(s) => {
+                for w in &s.warnings {
+                    eprintln!("agentbatch: traces: {w}");
+                }
+            }
         }
-        settings
+        Ok(settings)
     }
 }

@@ -154,3 +154,17 @@ pub(super) fn request_error_type(message: &str) -> String {
         .map(|(_, name)| name.to_string())
         .unwrap_or_else(|| "_OTHER".to_string())
 }
+
+/// A content attribute cut to `limit` characters on a character boundary, with a marker
+/// saying how long it was: a collector refuses a request past its size, losing every
+/// span in it, and the conventions' JSON is then no longer whole, which the marker says.
+pub(super) fn clip(value: String, limit: usize) -> String {
+    match value.char_indices().nth(limit) {
+        None => value,
+        Some((cut, _)) => format!(
+            "{}...[cut by agentbatch at {limit} of {} characters]",
+            &value[..cut],
+            value.chars().count()
+        ),
+    }
+}

@@ -29,6 +29,8 @@ pub(super) struct RunInfo {
     pub run_id: String,
     /// Record contents (`--otlp-content`).
     pub content: bool,
+    /// The longest content attribute, in characters.
+    pub value_limit: usize,
 }
 
 /// A task's trace; the run attaches it to the task's log.
@@ -174,7 +176,10 @@ impl TaskTrace {
         ) {
             Self::close_chat(state, at);
         }
+        // Contents when asked for, each cut to the limit.
+        let limit = self.run.value_limit;
         let content = self.run.content;
+        let clip = |v: String| attrs::clip(v, limit);
         match event {
             E::Reserve { .. } => state.reserved_at = Some(at),
             E::BudgetWait { reason } => {
@@ -240,18 +245,21 @@ impl TaskTrace {
                 if content {
                     a.push(KeyValue::new(
                         "gen_ai.input.messages",
-                        new_messages.to_string(),
+                        clip(new_messages.to_string()),
                     ));
                     if let Some(system) = params.as_ref().and_then(|p| p.system.as_ref()) {
                         a.push(KeyValue::new(
                             "gen_ai.system_instructions",
-                            serde_json::json!([{"type": "text", "content": system}]).to_string(),
+                            clip(
+                                serde_json::json!([{"type": "text", "content": system}])
+                                    .to_string(),
+                            ),
                         ));
                     }
                     if let Some(p) = params {
                         a.push(KeyValue::new(
                             "gen_ai.tool.definitions",
-                            p.tools.to_string(),
+                            clip(p.tools.to_string()),
                         ));
                     }
                 }
@@ -288,7 +296,7 @@ impl TaskTrace {
                         if content {
                             chat.span.set_attribute(KeyValue::new(
                                 "gen_ai.output.messages",
-                                attrs::output_messages(self.protocol, body),
+                                clip(attrs::output_messages(self.protocol, body)),
                             ));
                         }
                     }
@@ -391,7 +399,7 @@ impl TaskTrace {
                 if content {
                     a.push(KeyValue::new(
                         "gen_ai.tool.call.arguments",
-                        input.to_string(),
+                        clip(input.to_string()),
                     ));
                 }
                 let builder = self
@@ -409,7 +417,7 @@ impl TaskTrace {
                     return;
                 };
                 let (_, mut span) = state.tools.remove(i);
-                tool_outcome(&mut span, outcome, content);
+                tool_outcome(&mut span, outcome, content.then_some(limit));
                 span.end_with_timestamp(at);
             }
             E::Compaction {
@@ -492,8 +500,9 @@ impl TaskTrace {
     }
 }
 
-/// A tool call's decision and result on its span.
-fn tool_outcome(span: &mut Span, outcome: &ToolOutcome, content: bool) {
+/// A tool call's decision and result on its span; the result cut to `content`'s limit
+/// when contents are recorded.
+fn tool_outcome(span: &mut Span, outcome: &ToolOutcome, content: Option<usize>) {
     match outcome {
         ToolOutcome::Interrupted { interrupted } => {
             span.set_attribute(KeyValue::new("error.type", "interrupted"));
@@ -512,8 +521,11 @@ fn tool_outcome(span: &mut Span, outcome: &ToolOutcome, content: bool) {
                 KeyValue::new("agentbatch.policy.rule", rule.clone()),
                 KeyValue::new("agentbatch.tool.ms", ms(*took)),
             ]);
-            if content {
-                span.set_attribute(KeyValue::new("gen_ai.tool.call.result", result.clone()));
+            if let Some(limit) = content {
+                span.set_attribute(KeyValue::new(
+                    "gen_ai.tool.call.result",
+                    attrs::clip(result.clone(), limit),
+                ));
             }
             let error = match (decision.as_str(), is_error) {
                 ("allow", false) => None,
