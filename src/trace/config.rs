@@ -76,7 +76,8 @@ impl Settings {
             },
         };
         let mut warnings = Vec::new();
-        let first = |names: [&'static str; 2]| names.into_iter().find_map(|n| set(n).map(|v| (n, v)));
+        let first =
+            |names: [&'static str; 2]| names.into_iter().find_map(|n| set(n).map(|v| (n, v)));
         if let Some((name, protocol)) = first([
             "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
             "OTEL_EXPORTER_OTLP_PROTOCOL",
@@ -213,10 +214,7 @@ fn parse_headers(name: &str, list: &str, warnings: &mut Vec<String>) -> Vec<(Str
         }
         // Without `=` the entry may be a bare credential: it is named by position only.
         let Some((key, value)) = entry.split_once('=') else {
-            warnings.push(format!(
-                "{name}: entry {} has no `=`: not sent",
-                i + 1
-            ));
+            warnings.push(format!("{name}: entry {} has no `=`: not sent", i + 1));
             continue;
         };
         let key = key.trim();

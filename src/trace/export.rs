@@ -271,7 +271,12 @@ pub(super) fn provider(
         .with_headers(settings.headers.0.iter().cloned().collect())
         .build()
         // Its message may quote the endpoint, query and all.
-        .map_err(|_| TraceError::Exporter(format!("the exporter refused the endpoint {}", settings.shown_endpoint())))?;
+        .map_err(|_| {
+            TraceError::Exporter(format!(
+                "the exporter refused the endpoint {}",
+                settings.shown_endpoint()
+            ))
+        })?;
     let processor = BatchSpanProcessor::new(
         Counting { inner, counts },
         BatchConfigBuilder::default().build(),

@@ -531,7 +531,10 @@ async fn a_collector_that_is_down_or_hangs_costs_dropped_spans_not_time_or_the_e
             assert_eq!(n("dropped"), 24, "{t}");
             let why = t["failure"].as_str().unwrap_or_default();
             assert!(why.contains("connect"), "{t}");
-            assert!(stdout.contains("24 dropped") && stdout.contains(why), "{stdout}");
+            assert!(
+                stdout.contains("24 dropped") && stdout.contains(why),
+                "{stdout}"
+            );
         } else {
             // Sent and never answered: the collector may have them.
             assert!(n("unconfirmed") > 0, "{t}");
