@@ -309,10 +309,6 @@ fn main() -> ExitCode {
                 grace,
                 trace,
             } => {
-                let trace = match trace_settings(&trace) {
-                    Ok(t) => t,
-                    Err(code) => return code,
-                };
                 let w = agentbatch::run::shared::WorkerOptions {
                     url,
                     run_id,
@@ -322,7 +318,7 @@ fn main() -> ExitCode {
                     lease,
                 };
                 let registry = Arc::new(Registry::builtin());
-                match agentbatch::commands::shared::worker(&w, &registry) {
+                match agentbatch::commands::shared::worker(&w, &registry, &trace) {
                     Ok((plan, mut opts)) => {
                         opts.concurrency = concurrency;
                         opts.progress = if quiet {
@@ -334,7 +330,6 @@ fn main() -> ExitCode {
                         opts.handle_signals = true;
                         opts.ledger = ledger;
                         opts.grace = grace;
-                        opts.trace = trace;
                         ExitCode::from(agentbatch::commands::outcome::report(
                             agentbatch::run::shared::work(plan, opts).await,
                         ))
@@ -491,21 +486,7 @@ fn load(path: &Path, registry: &Registry) -> Result<Plan, ExitCode> {
     })
 }
 
-/// The trace settings, or exit code 2 with the reason: nothing has run yet.
-fn trace_settings(
-    args: &agentbatch::commands::trace::TraceArgs,
-) -> Result<Option<agentbatch::trace::Settings>, ExitCode> {
-    args.settings().map_err(|e| {
-        eprintln!("agentbatch: {e}");
-        ExitCode::from(2)
-    })
-}
-
 async fn run_cmd(job: PathBuf, args: RunArgs) -> ExitCode {
-    let trace = match trace_settings(&args.trace) {
-        Ok(t) => t,
-        Err(code) => return code,
-    };
     let registry = Arc::new(Registry::builtin());
     let loaded = if args.queue.is_some() {
         job::load_for_queue(&job, &registry).map_err(|e| {
@@ -520,7 +501,8 @@ async fn run_cmd(job: PathBuf, args: RunArgs) -> ExitCode {
     } else {
         load(&job, &registry)
     };
-    let plan = match loaded {
+    let loaded = loaded.and_then(|p| Ok((p, args.trace.settings().map_err(ExitCode::from)?)));
+    let (plan, trace) = match loaded {
         Ok(p) => p,
         Err(code) => return code,
     };
