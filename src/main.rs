@@ -318,7 +318,7 @@ fn main() -> ExitCode {
                     lease,
                 };
                 let registry = Arc::new(Registry::builtin());
-                match agentbatch::commands::shared::worker(&w, &registry) {
+                match agentbatch::commands::shared::worker(&w, &registry, &trace) {
                     Ok((plan, mut opts)) => {
                         opts.concurrency = concurrency;
                         opts.progress = if quiet {
@@ -330,7 +330,6 @@ fn main() -> ExitCode {
                         opts.handle_signals = true;
                         opts.ledger = ledger;
                         opts.grace = grace;
-                        opts.trace = trace.settings();
                         ExitCode::from(agentbatch::commands::outcome::report(
                             agentbatch::run::shared::work(plan, opts).await,
                         ))
@@ -502,7 +501,8 @@ async fn run_cmd(job: PathBuf, args: RunArgs) -> ExitCode {
     } else {
         load(&job, &registry)
     };
-    let plan = match loaded {
+    let loaded = loaded.and_then(|p| Ok((p, args.trace.settings().map_err(ExitCode::from)?)));
+    let (plan, trace) = match loaded {
         Ok(p) => p,
         Err(code) => return code,
     };
@@ -529,7 +529,7 @@ async fn run_cmd(job: PathBuf, args: RunArgs) -> ExitCode {
     opts.ledger = args.ledger;
     opts.grace = args.grace;
     opts.pristine_cache = args.pristine_cache;
-    opts.trace = args.trace.settings();
+    opts.trace = trace;
     opts.resume = args.resume.map(|dir| run::ResumeOptions {
         dir,
         retry_errors: !args.no_retry_errors,

@@ -40,12 +40,21 @@ pub fn enqueue(plan: &Plan, job: &Path, url: &str, run_id: Option<&String>, only
     }
 }
 
-/// The plan and options of a worker, or the exit code of why it cannot be one.
-pub fn worker(w: &WorkerOptions, registry: &Registry) -> Result<(Plan, RunOptions), u8> {
-    shared::worker(w, registry).map_err(|e| {
+/// The plan and options of a worker, its traces' settings in them, or the exit code of
+/// why it cannot be one. The trace settings are checked first: a refused one (a
+/// credential in the URL, a gRPC protocol) stops the worker before it joins the run.
+pub fn worker(
+    w: &WorkerOptions,
+    registry: &Registry,
+    trace: &super::trace::TraceArgs,
+) -> Result<(Plan, RunOptions), u8> {
+    let trace = trace.settings()?;
+    let (plan, mut opts) = shared::worker(w, registry).map_err(|e| {
         eprintln!("agentbatch worker: {}", clip_quotes(&e.to_string()));
         e.exit_code()
-    })
+    })?;
+    opts.trace = trace;
+    Ok((plan, opts))
 }
 
 /// Writes the run folder from the queue; prints how far the run is. The exit code.

@@ -91,16 +91,19 @@ impl Feeder {
             };
             let Some(slots) = slots else {
                 for spec in std::iter::once(spec).chain(pending.by_ref()) {
-                    self.send(skipped(
+                    self.logs.not_started(
                         &spec,
-                        StopReason::Cancelled,
-                        "not started: the run was interrupted".into(),
-                    ));
+                        skipped(
+                            &spec,
+                            StopReason::Cancelled,
+                            "not started: the run was interrupted".into(),
+                        ),
+                    );
                 }
                 break;
             };
             if let Some(row) = cannot_start(&self.env, &spec).await {
-                self.send(row);
+                self.logs.not_started(&spec, row);
                 continue;
             }
             let (env, log) = (self.env.clone(), self.logs.task(&spec));

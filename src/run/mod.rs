@@ -166,6 +166,19 @@ impl Logs {
         crate::vocab::log::TaskLog::new(&spec.id, self.tx.clone())
             .with_sink(self.traces.as_ref().map(|t| t.for_task(spec)))
     }
+
+    /// The row of a task that never started (a budget could not pay for it, or the run
+    /// was interrupted first), with its trace when traces are on: every task of the
+    /// results has one, here a task span alone, starting and ending when it was
+    /// skipped, with its stop reason and outcome.
+    fn not_started(&self, spec: &crate::job::TaskSpec, row: crate::vocab::log::TaskResult) {
+        if let Some(t) = &self.traces {
+            t.for_task(spec).finished(&row);
+        }
+        let _ = self
+            .tx
+            .send(crate::vocab::log::Event::TaskFinished(Box::new(row)));
+    }
 }
 
 /// Runs the plan and writes its reports.

@@ -192,7 +192,7 @@ pub(super) async fn feed_from_queue(
             break;
         };
         if let Some(row) = cannot_start(env, &spec).await {
-            send(row);
+            logs.not_started(&spec, row);
             continue;
         }
         let team_permit = match spec.team_name().and_then(|t| team_slots.get(t)) {

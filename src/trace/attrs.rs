@@ -154,3 +154,47 @@ pub(super) fn request_error_type(message: &str) -> String {
         .map(|(_, name)| name.to_string())
         .unwrap_or_else(|| "_OTHER".to_string())
 }
+
+/// A content attribute cut to `limit` characters on a character boundary, with a marker
+/// saying how long it was: a collector refuses a request past its size, losing every
+/// span in it, and the conventions' JSON is then no longer whole, which the marker says.
+pub(super) fn clip(value: String, limit: usize) -> String {
+    match value.char_indices().nth(limit) {
+        None => value,
+        Some((cut, _)) => format!(
+            "{}...[cut by agentbatch at {limit} of {} characters]",
+            &value[..cut],
+            value.chars().count()
+        ),
+    }
+}
+
+/// A replayed answer's first usage as `agentbatch.replayed_*` (input_tokens, ...): the
+/// `gen_ai.usage.*` of its span are the run's own, which paid nothing for it.
+pub(super) fn replayed_usage(u: &Usage) -> Vec<KeyValue> {
+    usage(u)
+        .into_iter()
+        .map(|kv| {
+            let name = kv.key.as_str().trim_start_matches("gen_ai.usage.");
+            KeyValue::new(
+                format!("agentbatch.replayed_{}", name.replace('.', "_")),
+                kv.value,
+            )
+        })
+        .collect()
+}
+
+/// The names in tool declarations as a provider receives them (Messages and Responses:
+/// `name`; Chat Completions: `function.name`).
+pub(super) fn tool_names(declarations: &serde_json::Value) -> Vec<String> {
+    declarations
+        .as_array()
+        .map(|tools| {
+            tools
+                .iter()
+                .filter_map(|t| t.get("name").or_else(|| t.pointer("/function/name")))
+                .filter_map(|n| n.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}

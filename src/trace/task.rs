@@ -29,6 +29,8 @@ pub(super) struct RunInfo {
     pub run_id: String,
     /// Record contents (`--otlp-content`).
     pub content: bool,
+    /// The longest content attribute, in characters.
+    pub value_limit: usize,
 }
 
 /// A task's trace; the run attaches it to the task's log.
@@ -56,6 +58,14 @@ struct State {
     tools: Vec<(String, Span)>,
     /// The request URL's host and port, from the first request.
     server: Vec<KeyValue>,
+    /// The requests ask for a streamed answer (the first request's parameters say).
+    stream: bool,
+    /// The tools declared to the model, from the first request: a call the runner
+    /// refused as undeclared is an invalid call, not one the policy denied.
+    declared: Option<Vec<String>>,
+    /// A request sent, its span not started yet: whether it goes out (CLIENT) or its
+    /// answer is replayed from a killed attempt (INTERNAL) is known at the next event.
+    pending: Option<(SpanBuilder, Context)>,
     /// When the attempt's reservation was made: the wait from there to the send is the
     /// rate gates'.
     reserved_at: Option<SystemTime>,
@@ -158,8 +168,28 @@ impl TaskTrace {
         }
     }
 
+    /// Starts the pending request's span: as sent, or as a replayed answer that no
+    /// request was sent for (INTERNAL, no server, `agentbatch.replayed`).
+    fn open_pending(&self, state: &mut State, replayed: bool) {
+        let Some((mut builder, parent)) = state.pending.take() else {
+            return;
+        };
+        if replayed {
+            builder.span_kind = Some(SpanKind::Internal);
+            if let Some(a) = &mut builder.attributes {
+                a.retain(|kv| !kv.key.as_str().starts_with("server."));
+                a.push(KeyValue::new("agentbatch.replayed", true));
+            }
+        }
+        state.chat = Some(Chat {
+            span: self.start(builder, &parent),
+            answered_at: None,
+        });
+    }
+
     fn on_event(&self, state: &mut State, at: SystemTime, event: &TranscriptEvent) {
         use TranscriptEvent as E;
+        self.open_pending(state, matches!(event, E::Response { replayed: true, .. }));
         // Events of the request's own cycle leave it open; any other ends it.
         if !matches!(
             event,
@@ -174,7 +204,10 @@ impl TaskTrace {
         ) {
             Self::close_chat(state, at);
         }
+        // Contents when asked for, each cut to the limit.
+        let limit = self.run.value_limit;
         let content = self.run.content;
+        let clip = |v: String| attrs::clip(v, limit);
         match event {
             E::Reserve { .. } => state.reserved_at = Some(at),
             E::BudgetWait { reason } => {
@@ -215,6 +248,8 @@ impl TaskTrace {
             } => {
                 if let Some(p) = params {
                     state.server = server(&p.url);
+                    state.stream = p.extra.get("stream").and_then(|s| s.as_bool()) == Some(true);
+                    state.declared = Some(attrs::tool_names(&p.tools));
                 }
                 let mut a = self.common.clone();
                 a.extend(state.server.iter().cloned());
@@ -224,6 +259,9 @@ impl TaskTrace {
                     KeyValue::new("agentbatch.turn", i64::from(*turn)),
                     KeyValue::new("agentbatch.attempt", i64::from(*attempt)),
                 ]);
+                if state.stream {
+                    a.push(KeyValue::new("gen_ai.request.stream", true));
+                }
                 if let Some(reserved) = state.reserved_at.take() {
                     let waited = at.duration_since(reserved).unwrap_or_default();
                     a.push(KeyValue::new(
@@ -240,18 +278,21 @@ impl TaskTrace {
                 if content {
                     a.push(KeyValue::new(
                         "gen_ai.input.messages",
-                        new_messages.to_string(),
+                        clip(new_messages.to_string()),
                     ));
                     if let Some(system) = params.as_ref().and_then(|p| p.system.as_ref()) {
                         a.push(KeyValue::new(
                             "gen_ai.system_instructions",
-                            serde_json::json!([{"type": "text", "content": system}]).to_string(),
+                            clip(
+                                serde_json::json!([{"type": "text", "content": system}])
+                                    .to_string(),
+                            ),
                         ));
                     }
                     if let Some(p) = params {
                         a.push(KeyValue::new(
                             "gen_ai.tool.definitions",
-                            p.tools.to_string(),
+                            clip(p.tools.to_string()),
                         ));
                     }
                 }
@@ -262,11 +303,7 @@ impl TaskTrace {
                     .with_start_time(at)
                     .with_attributes(a);
                 let root = self.root(state, at).clone();
-                let span = self.start(builder, &root);
-                state.chat = Some(Chat {
-                    span,
-                    answered_at: None,
-                });
+                state.pending = Some((builder, root));
             }
             E::BatchJoined { batch_id, .. } => {
                 if let Some(chat) = &mut state.chat {
@@ -288,7 +325,7 @@ impl TaskTrace {
                         if content {
                             chat.span.set_attribute(KeyValue::new(
                                 "gen_ai.output.messages",
-                                attrs::output_messages(self.protocol, body),
+                                clip(attrs::output_messages(self.protocol, body)),
                             ));
                         }
                     }
@@ -297,17 +334,19 @@ impl TaskTrace {
                             .set_attribute(KeyValue::new("agentbatch.request_id", id.clone()));
                     }
                     if let Some(t) = ttft_ms {
-                        chat.span.set_attributes([
-                            KeyValue::new("gen_ai.request.stream", true),
-                            KeyValue::new(
-                                "gen_ai.response.time_to_first_chunk",
-                                *t as f64 / 1000.0,
-                            ),
-                        ]);
+                        chat.span.set_attribute(KeyValue::new(
+                            "gen_ai.response.time_to_first_chunk",
+                            *t as f64 / 1000.0,
+                        ));
                     }
-                    if *replayed {
-                        chat.span
-                            .set_attribute(KeyValue::new("agentbatch.replayed", true));
+                    // Settled at $0 with no tokens now: what the answer used when the
+                    // killed attempt paid for it.
+                    let first_use = body
+                        .as_ref()
+                        .filter(|_| *replayed)
+                        .and_then(|b| crate::model::usage_of(self.protocol, b));
+                    if let Some(u) = first_use {
+                        chat.span.set_attributes(attrs::replayed_usage(&u));
                     }
                 }
             }
@@ -391,7 +430,7 @@ impl TaskTrace {
                 if content {
                     a.push(KeyValue::new(
                         "gen_ai.tool.call.arguments",
-                        input.to_string(),
+                        clip(input.to_string()),
                     ));
                 }
                 let builder = self
@@ -404,12 +443,16 @@ impl TaskTrace {
                 let span = self.start(builder, &root);
                 state.tools.push((id.clone(), span));
             }
-            E::ToolResult { id, outcome, .. } => {
+            E::ToolResult {
+                id, name, outcome, ..
+            } => {
                 let Some(i) = state.tools.iter().position(|(t, _)| t == id) else {
                     return;
                 };
                 let (_, mut span) = state.tools.remove(i);
-                tool_outcome(&mut span, outcome, content);
+                let declared = state.declared.as_ref();
+                let undeclared = declared.is_some_and(|d| !d.iter().any(|n| n == name));
+                tool_outcome(&mut span, outcome, content.then_some(limit), undeclared);
                 span.end_with_timestamp(at);
             }
             E::Compaction {
@@ -458,6 +501,7 @@ impl TaskTrace {
     /// Ends the task's span with its row's figures.
     fn on_finished(&self, state: &mut State, r: &TaskResult) {
         let end: SystemTime = r.finished_at.into();
+        self.open_pending(state, false);
         Self::close_chat(state, end);
         for (_, mut span) in state.tools.drain(..) {
             span.set_attribute(KeyValue::new("error.type", "interrupted"));
@@ -492,8 +536,10 @@ impl TaskTrace {
     }
 }
 
-/// A tool call's decision and result on its span.
-fn tool_outcome(span: &mut Span, outcome: &ToolOutcome, content: bool) {
+/// A tool call's decision and result on its span; the result cut to `content`'s limit
+/// when contents are recorded. A refusal is `denied` only when the policy refused the call (what results.csv's
+/// `denied_calls` counts); a call of an `undeclared` tool is refused as `invalid_call`.
+fn tool_outcome(span: &mut Span, outcome: &ToolOutcome, content: Option<usize>, undeclared: bool) {
     match outcome {
         ToolOutcome::Interrupted { interrupted } => {
             span.set_attribute(KeyValue::new("error.type", "interrupted"));
@@ -512,12 +558,16 @@ fn tool_outcome(span: &mut Span, outcome: &ToolOutcome, content: bool) {
                 KeyValue::new("agentbatch.policy.rule", rule.clone()),
                 KeyValue::new("agentbatch.tool.ms", ms(*took)),
             ]);
-            if content {
-                span.set_attribute(KeyValue::new("gen_ai.tool.call.result", result.clone()));
+            if let Some(limit) = content {
+                span.set_attribute(KeyValue::new(
+                    "gen_ai.tool.call.result",
+                    attrs::clip(result.clone(), limit),
+                ));
             }
             let error = match (decision.as_str(), is_error) {
                 ("allow", false) => None,
                 ("allow", true) => Some("tool_error"),
+                ("deny", _) if undeclared => Some("invalid_call"),
                 ("deny", _) => Some("denied"),
                 _ => Some("invalid_call"),
             };
@@ -569,8 +619,11 @@ impl Drop for TaskTrace {
     /// A task that never reported its row (its code panicked): its spans end now, as
     /// errors, rather than vanish.
     fn drop(&mut self) {
-        let state = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let mut state =
+            std::mem::take(self.state.get_mut().unwrap_or_else(PoisonError::into_inner));
+        let state = &mut state;
         let now = SystemTime::now();
+        self.open_pending(state, false);
         Self::close_chat(state, now);
         for (_, mut span) in state.tools.drain(..) {
             span.end_with_timestamp(now);

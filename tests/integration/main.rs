@@ -22,6 +22,7 @@ mod matrix;
 mod mcp;
 mod openai;
 mod otlp;
+mod otlp_collector;
 mod postgres;
 mod prompt_cache;
 mod protocol;

@@ -22,24 +22,22 @@ use serde_json::Value;
 use crate::common::{bin, read_csv, Case};
 
 /// The receiver, on a free port, until dropped.
-struct Receiver {
+pub(crate) struct Receiver {
     child: Child,
-    port: u16,
+    pub(crate) port: u16,
     dir: tempfile::TempDir,
 }
 
 impl Receiver {
-    fn start(stall: bool) -> Receiver {
+    /// Started with `modes` (receiver.py's flags: `--stall`, `--status 401`, ...).
+    pub(crate) fn start(modes: &[&str]) -> Receiver {
         let python = std::env::var("AGENTBATCH_TEST_PYTHON").unwrap_or_else(|_| {
             panic!("AGENTBATCH_TEST_PYTHON is not set: run the tests with ./tests/run.sh, which makes the Python environment with the OTLP protobuf definitions")
         });
         let dir = tempfile::tempdir().expect("temp dir");
         let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/otlp/receiver.py");
         let mut cmd = Command::new(python);
-        cmd.arg(script).arg("--out").arg(dir.path());
-        if stall {
-            cmd.arg("--stall");
-        }
+        cmd.arg(script).arg("--out").arg(dir.path()).args(modes);
         let mut child = cmd
             .stdout(Stdio::piped())
             .spawn()
@@ -55,15 +53,15 @@ impl Receiver {
         Receiver { child, port, dir }
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
 
-    fn file(&self, name: &str) -> Vec<u8> {
+    pub(crate) fn file(&self, name: &str) -> Vec<u8> {
         std::fs::read(self.dir.path().join(name)).unwrap_or_default()
     }
 
-    fn spans(&self) -> Vec<Value> {
+    pub(crate) fn spans(&self) -> Vec<Value> {
         String::from_utf8_lossy(&self.file("spans.jsonl"))
             .lines()
             .map(|l| serde_json::from_str(l).expect("a span line is JSON"))
@@ -78,16 +76,16 @@ impl Drop for Receiver {
     }
 }
 
-fn attr<'a>(span: &'a Value, key: &str) -> &'a Value {
+pub(crate) fn attr<'a>(span: &'a Value, key: &str) -> &'a Value {
     &span["attributes"][key]
 }
 
-fn has(span: &Value, key: &str) -> bool {
+pub(crate) fn has(span: &Value, key: &str) -> bool {
     span["attributes"].get(key).is_some()
 }
 
 /// Spans of one task (by its root's `agentbatch.task_key`), root first.
-fn task_spans(spans: &[Value], task: &str) -> (Value, Vec<Value>) {
+pub(crate) fn task_spans(spans: &[Value], task: &str) -> (Value, Vec<Value>) {
     let root = spans
         .iter()
         .find(|s| attr(s, "agentbatch.task_key") == task)
@@ -104,17 +102,28 @@ fn task_spans(spans: &[Value], task: &str) -> (Value, Vec<Value>) {
 const OPENAI: &str =
     "providers:\n  sim-responses: { protocol: openai-responses, simulator: true }\n  sim-chat: { protocol: openai-chat, simulator: true }\n";
 
-const TOOL_THEN_TEXT: &str = "    sim:\n      turns:\n        - content: [ { tool_use: { name: get_time, input: { timezone: UTC } } } ]\n        - content: [ { text: done } ]\n";
+pub(crate) const TOOL_THEN_TEXT: &str = "    sim:\n      turns:\n        - content: [ { tool_use: { name: get_time, input: { timezone: UTC } } } ]\n        - content: [ { text: done } ]\n";
 
 /// Runs `yaml` in-process against a simulator of the test's, with traces to `rx`.
-async fn run_traced(case: &Case, yaml: &str, rx: &Receiver, content: bool) -> PathBuf {
+pub(crate) async fn run_traced(
+    case: &Case,
+    yaml: &str,
+    rx: &Receiver,
+    content: bool,
+    vars: &[(&str, &str)],
+) -> PathBuf {
     let path = case.write("job.yaml", yaml);
     let plan = job::load(&path, &Registry::builtin()).unwrap_or_else(|e| panic!("{e}"));
     let mut opts = RunOptions::new(case.path("reports"));
     opts.run_id = Some("r1".into());
     opts.progress = ProgressMode::Quiet;
     opts.sim = Some(Arc::new(Sim::start_local().await.expect("sim")));
-    opts.trace = Settings::resolve(Some(&rx.url()), content, |_| None);
+    opts.trace = Settings::resolve(Some(&rx.url()), content, |k| {
+        vars.iter()
+            .find(|(n, _)| *n == k)
+            .map(|(_, v)| v.to_string())
+    })
+    .expect("valid trace settings");
     let outcome = run::run(plan, opts).await.expect("run finishes");
     let t = outcome.telemetry.expect("telemetry counts");
     assert_eq!(t.dropped, 0, "{t:?}");
@@ -124,12 +133,12 @@ async fn run_traced(case: &Case, yaml: &str, rx: &Receiver, content: bool) -> Pa
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_protocol_gets_one_trace_per_task_with_the_genai_spans_and_attributes() {
-    let rx = Receiver::start(false);
+    let rx = Receiver::start(&[]);
     let case = Case::new();
     let yaml = format!(
         "name: traced\n{OPENAI}toolsets:\n  guarded: {{ tools: [get_time], policy: {{ deny: [get_time] }} }}\ndefaults:\n  provider: sim\n  model: claude-sonnet-4-5\n  max_tokens: 1024\n  tools: [get_time]\ntasks:\n  - id: anthropic\n    prompt: p\n{TOOL_THEN_TEXT}  - id: responses\n    provider: sim-responses\n    model: gpt-5.4\n    prompt: p\n{TOOL_THEN_TEXT}  - id: chat\n    provider: sim-chat\n    model: gpt-5.4\n    prompt: p\n{TOOL_THEN_TEXT}  - id: denied\n    toolset: guarded\n    prompt: p\n{TOOL_THEN_TEXT}  - id: flaky\n    prompt: p\n    sim:\n      turns:\n        - faults: [ {{ status: 500, error_type: api_error, message: boom }} ]\n          content: [ {{ text: fine }} ]\n"
     );
-    let dir = run_traced(&case, &yaml, &rx, false).await;
+    let dir = run_traced(&case, &yaml, &rx, false, &[]).await;
     let spans = rx.spans();
     let rows = read_csv(&dir.join("results.csv"));
     let mut traces = std::collections::HashSet::new();
@@ -317,7 +326,7 @@ fn keyed_job(case: &Case, sim: &Sim) {
     );
 }
 
-async fn binary(
+pub(crate) async fn binary(
     case: &Case,
     args: &[&str],
     env: &[(&str, &str)],
@@ -331,14 +340,11 @@ async fn binary(
     tokio::task::spawn_blocking(move || {
         let started = Instant::now();
         let mut cmd = bin();
-        for v in [
-            "OTEL_EXPORTER_OTLP_ENDPOINT",
-            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-            "OTEL_SDK_DISABLED",
-            "OTEL_SERVICE_NAME",
-            "OTEL_EXPORTER_OTLP_HEADERS",
-        ] {
-            cmd.env_remove(v);
+        // The test's environment must not leak into the binary's trace settings.
+        for (v, _) in std::env::vars() {
+            if v.starts_with("OTEL_") {
+                cmd.env_remove(v);
+            }
         }
         let out = cmd
             .args(&args)
@@ -353,7 +359,7 @@ async fn binary(
 }
 
 /// Runs the binary, which must exit 0; its stdout and how long it took.
-async fn run_ok(case: &Case, args: &[&str], env: &[(&str, &str)]) -> (String, Duration) {
+pub(crate) async fn run_ok(case: &Case, args: &[&str], env: &[(&str, &str)]) -> (String, Duration) {
     let (out, took) = binary(case, args, env).await;
     assert_eq!(
         out.status.code(),
@@ -365,7 +371,7 @@ async fn run_ok(case: &Case, args: &[&str], env: &[(&str, &str)]) -> (String, Du
 }
 
 /// A job on the run's own simulator with `tasks` (YAML list items).
-fn sim_job(case: &Case, name: &str, tasks: &str) {
+pub(crate) fn sim_job(case: &Case, name: &str, tasks: &str) {
     case.write(
         "job.yaml",
         &format!("name: {name}\ndefaults: {{ provider: sim, model: claude-sonnet-4-5, tools: [get_time] }}\ntasks:\n{tasks}"),
@@ -374,7 +380,7 @@ fn sim_job(case: &Case, name: &str, tasks: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn content_only_with_the_flag_and_never_a_key_or_a_header_value() {
-    let rx = Receiver::start(false);
+    let rx = Receiver::start(&[]);
     let case = Case::new();
     let sim = Sim::start_local().await.unwrap();
     let script = serde_yaml::from_str(
@@ -439,7 +445,7 @@ async fn content_only_with_the_flag_and_never_a_key_or_a_header_value() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_standard_variable_alone_turns_traces_on_and_without_it_nothing_is_sent() {
-    let rx = Receiver::start(false);
+    let rx = Receiver::start(&[]);
     let case = Case::new();
     sim_job(
         &case,
@@ -495,7 +501,7 @@ async fn a_collector_that_is_down_or_hangs_costs_dropped_spans_not_time_or_the_e
         .and_then(|l| l.local_addr())
         .expect("a free port")
         .port();
-    let stalled = Receiver::start(true);
+    let stalled = Receiver::start(&["--stall"]);
     for (id, url) in [
         ("down", format!("http://127.0.0.1:{closed}")),
         ("stalled", stalled.url()),
@@ -506,8 +512,10 @@ async fn a_collector_that_is_down_or_hangs_costs_dropped_spans_not_time_or_the_e
             took < baseline + traces_flush_bound(),
             "{id}: {took:?} against {baseline:?} without traces"
         );
+        assert!(stdout.contains("traces: 24 spans"), "{id}: {stdout}");
         assert!(
-            stdout.contains("traces: 24 spans") && stdout.contains("24 dropped"),
+            stdout.contains("no span is known to have reached the collector")
+                && !stdout.contains("not slowed"),
             "{id}: {stdout}"
         );
         let run_json: Value = serde_json::from_str(
@@ -515,15 +523,23 @@ async fn a_collector_that_is_down_or_hangs_costs_dropped_spans_not_time_or_the_e
         )
         .unwrap();
         let t = &run_json["telemetry"];
-        assert_eq!(
-            (
-                t["spans"].as_u64(),
-                t["exported"].as_u64(),
-                t["dropped"].as_u64()
-            ),
-            (Some(24), Some(0), Some(24)),
-            "{id}: {t}"
-        );
+        let n = |k: &str| t[k].as_u64().unwrap_or_else(|| panic!("{k} in {t}"));
+        assert_eq!((n("spans"), n("exported")), (24, 0), "{id}: {t}");
+        assert_eq!(n("dropped") + n("unconfirmed"), 24, "{id}: {t}");
+        if id == "down" {
+            // Refused at once: nothing is in doubt, and the reason is the connection's.
+            assert_eq!(n("dropped"), 24, "{t}");
+            let why = t["failure"].as_str().unwrap_or_default();
+            assert!(why.contains("connect"), "{t}");
+            assert!(
+                stdout.contains("24 dropped") && stdout.contains(why),
+                "{stdout}"
+            );
+        } else {
+            // Sent and never answered: the collector may have them.
+            assert!(n("unconfirmed") > 0, "{t}");
+            assert!(stdout.contains("unconfirmed"), "{stdout}");
+        }
         let rows = read_csv(&case.path(&format!("reports/{id}/results.csv")));
         assert!(
             rows.iter().all(|r| r["stop_reason"] == "completed"),

@@ -3,8 +3,12 @@
 It accepts POST /v1/traces, decodes the body with the official protobuf definitions
 (opentelemetry-proto's ExportTraceServiceRequest) and appends one JSON line per span to
 OUT/spans.jsonl; each request's raw body goes to OUT/bodies.bin and its headers to
-OUT/headers.jsonl, so a test can look for what must never be exported. With --stall it
-accepts each request and never answers (a collector that hangs).
+OUT/headers.jsonl (with the request's path and query under ":path"), so a test can look
+for what must never be exported. Modes for collectors that misbehave: --stall accepts
+each request and never answers (a collector that hangs); --status CODE answers every
+request with that status and a short text body; --max-body BYTES answers 413 to a body
+larger than that (and keeps nothing of it); --reject N answers 200 with a partial success
+rejecting N spans of each request (the others are kept).
 
 It listens on 127.0.0.1 on a free port and prints that port on its first line of stdout.
 Run it with the tests' virtual environment (AGENTBATCH_TEST_PYTHON, set by tests/run.sh).
@@ -75,7 +79,13 @@ class Handler(BaseHTTPRequestHandler):
         if self.server.stall:
             time.sleep(3600)
             return
-        if self.path != "/v1/traces":
+        if self.server.status:
+            self.reply(self.server.status, b"refused by the test receiver: no entry")
+            return
+        if self.server.max_body is not None and length > self.server.max_body:
+            self.reply(413, b"request entity too large for the test receiver")
+            return
+        if self.path.split("?")[0] != "/v1/traces":
             self.send_response(404)
             self.end_headers()
             return
@@ -86,34 +96,53 @@ class Handler(BaseHTTPRequestHandler):
             resource = attributes(rs.resource.attributes)
             for ss in rs.scope_spans:
                 scope = ss.scope.name
-                for span in ss.spans:
-                    lines.append(json.dumps(span_json(span, resource, scope)))
+                spans = list(ss.spans)
+                if self.server.reject:
+                    spans = spans[self.server.reject:]
+                for span in spans:
+                    line = span_json(span, resource, scope)
+                    line["scope_version"] = ss.scope.version
+                    lines.append(json.dumps(line))
         out = self.server.out
         with LOCK:
             with open(os.path.join(out, "bodies.bin"), "ab") as f:
                 f.write(body)
             with open(os.path.join(out, "headers.jsonl"), "a") as f:
-                f.write(json.dumps({k.lower(): v for k, v in self.headers.items()}) + "\n")
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                headers[":path"] = self.path
+                f.write(json.dumps(headers) + "\n")
             with open(os.path.join(out, "spans.jsonl"), "a") as f:
                 for line in lines:
                     f.write(line + "\n")
-        reply = ExportTraceServiceResponse().SerializeToString()
-        self.send_response(200)
-        self.send_header("content-type", "application/x-protobuf")
-        self.send_header("content-length", str(len(reply)))
+        answer = ExportTraceServiceResponse()
+        if self.server.reject:
+            answer.partial_success.rejected_spans = self.server.reject
+            answer.partial_success.error_message = "test receiver: span quota exceeded"
+        self.reply(200, answer.SerializeToString(), "application/x-protobuf")
+
+    def reply(self, status, body, content_type="text/plain"):
+        self.send_response(status)
+        self.send_header("content-type", content_type)
+        self.send_header("content-length", str(len(body)))
         self.end_headers()
-        self.wfile.write(reply)
+        self.wfile.write(body)
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True, help="folder for spans.jsonl and bodies.bin")
     parser.add_argument("--stall", action="store_true", help="accept requests, never answer")
+    parser.add_argument("--status", type=int, default=0, help="answer every request so")
+    parser.add_argument("--max-body", type=int, default=None, help="413 above this size")
+    parser.add_argument("--reject", type=int, default=0, help="partial success: reject N")
     args = parser.parse_args()
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
     server.out = args.out
     server.stall = args.stall
+    server.status = args.status
+    server.max_body = args.max_body
+    server.reject = args.reject
     print(server.server_address[1], flush=True)
     server.serve_forever()
 
