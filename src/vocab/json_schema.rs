@@ -174,8 +174,10 @@ fn yaml_reading(schema: &mut Schema) {
         return;
     }
     let text_types = match obj.get("type") {
-        Some(Value::String(t)) if t == "string" => Some(vec!["string", "number", "boolean", "null"]),
         Some(Value::Array(ts)) if ts == &[Value::from("string"), Value::from("null")] => {
+            Some(vec!["string", "number", "boolean", "null"])
+        }
+        Some(Value::String(t)) if t == "string" => {
             Some(vec!["string", "number", "boolean", "null"])
         }
         // `defaults:` or `teams:` with nothing after the colon (every entry commented
