@@ -122,6 +122,16 @@ fn three_workers_run_every_task_once_and_collect_writes_a_run_folder() {
         );
     }
     assert!(case.path("reports/r/summary.csv").is_file());
+    // The collected folder has its page, with every task's transcript in it.
+    assert!(said.contains("report.html"), "{said}");
+    let page = std::fs::read_to_string(case.path("reports/r/report.html")).unwrap();
+    for r in &rows {
+        assert!(
+            page.contains(&r["transcript"]),
+            "{} is not on the page",
+            r["transcript"]
+        );
+    }
     let run_json = std::fs::read_to_string(case.path("reports/r/run.json")).unwrap();
     assert!(run_json.contains("\"status\": \"finished\""), "{run_json}");
     // compare reads the collected folder like any run's (here against a run made here).
