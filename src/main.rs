@@ -61,7 +61,8 @@ struct RunArgs {
     #[arg(long, value_name = "RUN_DIR")]
     resume: Option<PathBuf>,
     /// With --resume: keep rows that ended in provider_error, rate_limited,
-    /// tool_setup_error or cancelled instead of running those tasks again.
+    /// ledger_error, tool_setup_error, cancelled or internal_error instead of running
+    /// those tasks again.
     #[arg(long, requires = "resume")]
     no_retry_errors: bool,
     /// With --resume: go on even though the job file changed since the run started.
@@ -281,6 +282,13 @@ fn main() -> ExitCode {
     ) {
         agentbatch::tools::layer::private_mounts();
     }
+    // A command that only prints ends quietly when its reader goes (`validate | head`).
+    if !matches!(
+        cli.command,
+        Command::Run { .. } | Command::Worker { .. } | Command::Sim { .. } | Command::Bench { .. }
+    ) {
+        agentbatch::resources::end_quietly_when_stdout_closes();
+    }
     // Thousands of loops in flight hold thousands of connections and transcripts.
     agentbatch::resources::raise_open_files_limit();
     let rt = match tokio::runtime::Builder::new_multi_thread()
@@ -342,7 +350,9 @@ fn main() -> ExitCode {
             }
             Command::Validate { job } => validate_cmd(job),
             Command::Schema(args) => ExitCode::from(agentbatch::commands::schema::print(&args)),
-            Command::Audit { transcript } => audit_cmd(&transcript),
+            Command::Audit { transcript } => {
+                ExitCode::from(agentbatch::commands::audit::print(&transcript))
+            }
             Command::Report { dir } => ExitCode::from(agentbatch::commands::report::report(&dir)),
             Command::Compare { runs, by, out } => compare_cmd(runs, by, out),
             Command::Tools {
@@ -442,23 +452,6 @@ fn compare_cmd(runs: Vec<PathBuf>, by: Option<String>, out: Option<PathBuf>) -> 
         }
         Err(e) => {
             eprintln!("agentbatch compare: {e}");
-            ExitCode::from(2)
-        }
-    }
-}
-
-fn audit_cmd(path: &Path) -> ExitCode {
-    match agentbatch::audit::audit_file(path) {
-        Ok(report) => {
-            print!("{report}");
-            if report.violations() > 0 {
-                ExitCode::from(1)
-            } else {
-                ExitCode::SUCCESS
-            }
-        }
-        Err(e) => {
-            eprintln!("agentbatch audit: {e}");
             ExitCode::from(2)
         }
     }

@@ -51,3 +51,16 @@ pub fn raise_open_files_limit() -> Option<u64> {
     #[allow(unreachable_code)]
     None
 }
+
+/// Restores the default action of SIGPIPE, which Rust's runtime ignores: a command that
+/// only prints then ends quietly when the program reading its output exits
+/// (`agentbatch validate job.yaml | head`), instead of panicking on the failed write.
+/// Not for a run: its output is a summary, and its reports matter more.
+pub fn end_quietly_when_stdout_closes() {
+    #[cfg(unix)]
+    {
+        use nix::sys::signal::{signal, SigHandler, Signal};
+        // SAFETY: SIG_DFL installs no handler of ours; nothing runs at the signal.
+        let _ = unsafe { signal(Signal::SIGPIPE, SigHandler::SigDfl) };
+    }
+}

@@ -2,6 +2,7 @@
 //! `ledger`, `sim`, `schema`, `report`, and what a run prints. They sit on the top layer
 //! because each uses several layers below (`job` and `tools`, `report` and `page`).
 
+pub mod audit;
 pub mod field_tables;
 pub mod inspect;
 pub mod ledger;

@@ -549,3 +549,28 @@ fn a_resume_that_fails_on_disk_exits_1_naming_the_file_and_keeps_the_rows() {
     let rows = read_csv(&case.path("reports/r/results.csv"));
     assert!(rows.iter().any(|r| r["task_id"] == "t2"), "{rows:?}");
 }
+
+/// `agentbatch validate job.yaml | head -1`: the command ends when its reader does,
+/// without a panic's backtrace (Rust ignores SIGPIPE, so a write to a closed pipe
+/// panicked).
+#[test]
+fn a_printing_command_ends_quietly_when_its_reader_goes() {
+    use std::os::unix::process::ExitStatusExt;
+    let job = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("jobs/compare.yaml");
+    let mut child = bin()
+        .args(["validate", job.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    // Either it wrote everything before the pipe closed, or SIGPIPE ended it.
+    assert!(
+        out.status.success() || out.status.signal() == Some(13),
+        "{:?}: {stderr}",
+        out.status
+    );
+}
