@@ -106,7 +106,12 @@ impl FieldTables<'_> {
                     }
                     let Some(def) = defs.get(&name) else { continue };
                     if let Some(t) = tables.iter_mut().find(|t| t.name == name) {
-                        t.paths.push(path);
+                        t.paths.push(path.clone());
+                        // The objects inside are reached this way too (`tasks[].limits`
+                        // as well as `defaults.limits`); the depth bound ends a cycle.
+                        if path.matches(['.', '[']).count() < 6 {
+                            queue.push_back((def.clone(), path));
+                        }
                         continue;
                     }
                     if fields(def).is_empty() {
