@@ -67,11 +67,16 @@ pub(super) async fn recover(dir: &Path, plan: &Plan, run_id: &str) -> Vec<String
         return Vec::new();
     };
     let mut waiting: Vec<(&TaskSpec, std::path::PathBuf, InFlight)> = Vec::new();
-    for spec in plan.tasks.iter().filter(|t| t.batch.is_some()) {
+    // Every task, whatever batch mode the job says now: the killed run's batches are
+    // billed whether or not this run uses the batch APIs (`--force` after a change).
+    for spec in &plan.tasks {
         let path = dir.join("transcripts").join(format!("{}.jsonl", spec.id));
         let Ok(text) = crate::vocab::transcript::read_file(&path) else {
             continue;
         };
+        if !text.contains("\"batch_joined\"") {
+            continue;
+        }
         if let Some(item) = in_flight(&text) {
             waiting.push((spec, path, item));
         }
@@ -188,10 +193,11 @@ fn settle(
                 .map_err(|_| "was answered, but its answer is not JSON")?;
             let usage = crate::model::usage_of(spec.provider.protocol, &answer)
                 .ok_or("was answered, but its answer carries no usage")?;
+            // At batch prices, even when the job has since turned batch mode off.
             let cost = spec
                 .price
                 .as_ref()
-                .map(|p| p.cost(&usage))
+                .map(|p| p.batched().cost(&usage))
                 .unwrap_or_default();
             ("answered".into(), cost, Some(answer))
         }

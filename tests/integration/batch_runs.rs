@@ -438,3 +438,66 @@ fn a_batch_left_by_a_killed_run_is_found_on_resume_and_not_paid_twice() {
         let _ = sim.wait();
     }
 }
+
+/// A run killed while its requests wait in a batch, resumed with `--force` after the
+/// job turned batch mode off: the old batch is still found and read, and its answers
+/// are counted at the batch price they were billed at. (Recovery once looked only at
+/// tasks the new job sends in batches, so those answers stayed counted at their
+/// worst-case reservations.)
+#[test]
+fn a_resume_after_batch_mode_was_turned_off_still_settles_the_killed_batch() {
+    let tasks = ["waits", "also.v2"];
+    let case = Case::new();
+    let job = "name: killed\ndefaults:\n  model: claude-sonnet-4-5\n  tools: [get_time]\n  batch: { mode: on, window: 300ms }\n  limits: { max_cost_usd: 1.00 }\n  sim: { turns: [ { content: [ { text: done } ], usage: { output_tokens: 50 } } ] }\ntasks:\n  - { id: waits, prompt: go }\n  - { id: also.v2, prompt: go }\n";
+    let (mut sim, _url) = on_standalone_sim(&case, job, "1500ms");
+    let mut run = case.start_run(&[]);
+    crate::common::wait_until(
+        "both requests to join a batch",
+        std::time::Duration::from_secs(20),
+        || {
+            tasks.iter().all(|t| {
+                std::fs::read_to_string(case.path(&format!("reports/r/transcripts/{t}.jsonl")))
+                    .unwrap_or_default()
+                    .contains("batch_joined")
+            })
+        },
+    );
+    crate::common::signal(run.id(), "KILL");
+    let _ = run.wait();
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let now = std::fs::read_to_string(case.path("job.yaml")).unwrap();
+    case.write("job.yaml", &now.replace("mode: on", "mode: off"));
+    let out = case.agentbatch(&[
+        "run",
+        "job.yaml",
+        "--resume",
+        "reports/r",
+        "--force",
+        "--quiet",
+    ]);
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{said}");
+    assert_eq!(said.matches("was answered").count(), 2, "{said}");
+    // Each recovered answer costs half its synchronous price at the model's rates.
+    for t in tasks {
+        // The killed attempt's transcript, which the resume set aside.
+        let events: Vec<Value> =
+            std::fs::read_to_string(case.path(&format!("reports/r/transcripts/{t}.try1.jsonl")))
+                .unwrap()
+                .lines()
+                .filter_map(|l| serde_json::from_str(l).ok())
+                .collect();
+        let recovered = events
+            .iter()
+            .find(|e| e["event"] == "batch_recovered")
+            .unwrap_or_else(|| panic!("{t}: no batch_recovered event"));
+        let usage = &recovered["answer"]["usage"];
+        let sync = Decimal::from(usage["input_tokens"].as_u64().unwrap()) * Decimal::from(3)
+            + Decimal::from(usage["output_tokens"].as_u64().unwrap()) * Decimal::from(15);
+        let expected = sync / Decimal::from(2_000_000);
+        let cost = Decimal::from_str(recovered["cost_usd"].as_str().unwrap()).unwrap();
+        assert_eq!(cost, expected, "{t}: {recovered}");
+    }
+    let _ = sim.kill();
+    let _ = sim.wait();
+}
