@@ -203,6 +203,11 @@ impl Loop<'_> {
                         .pause(Utc::now())
                         .unwrap_or_else(|| retry_delay(used, None, jitter())),
                 };
+                // A batch item's 429 is the batch API's own limit: the synchronous
+                // gate, which batched requests skip, is left alone, and this task alone
+                // waits before its next batch.
+                let batched = self.spec.batch.is_some();
+                let waits = (!give_up).then_some(wait.as_millis() as u64);
                 self.log.emit(TranscriptEvent::AttemptFailed {
                     turn: turn_no,
                     attempt,
@@ -210,8 +215,8 @@ impl Loop<'_> {
                     retryable: !give_up,
                     rate_limited: Some(true),
                     charged_usd: charged.map(Usd),
-                    provider_paused_ms: Some((!give_up).then_some(wait.as_millis() as u64)),
-                    retry_in_ms: None,
+                    provider_paused_ms: (!batched).then_some(waits),
+                    retry_in_ms: batched.then_some(waits),
                 });
                 if give_up {
                     let why = if !failure.retryable {
@@ -227,9 +232,19 @@ impl Loop<'_> {
                         format!("{} ({why}){spent_note}", failure.error),
                     ));
                 }
-                // Everyone on this provider waits, not just this task; the next admit
-                // waits out the pause.
-                if let (Some(g), Some(until)) = (
+                if batched {
+                    if let Err(interrupt) =
+                        guarded(tokio::time::sleep(wait), self.deadline, &self.env.cancel).await
+                    {
+                        return Err(interrupted(
+                            interrupt,
+                            "while waiting to retry a model request",
+                            &self.spec.limits,
+                        ));
+                    }
+                } else if let (Some(g), Some(until)) = (
+                    // Everyone on this provider waits, not just this task; the next
+                    // admit waits out the pause.
                     self.env.gates.provider(&self.spec.provider.name),
                     Instant::now().checked_add(wait),
                 ) {

@@ -501,3 +501,34 @@ fn a_resume_after_batch_mode_was_turned_off_still_settles_the_killed_batch() {
     let _ = sim.kill();
     let _ = sim.wait();
 }
+
+/// A batch item refused with a 429 is the batch API's own limit: the batched task
+/// waits before its next batch, and the provider's synchronous gate, which batched
+/// requests skip, is not paused. (It was paused, so a task of the same provider that
+/// does not batch waited for a limit it never hit.)
+#[test]
+fn a_429_inside_a_batch_does_not_pause_the_tasks_that_do_not_batch() {
+    let case = Case::new();
+    let job = "name: mixed\nconcurrency: 2\ndefaults:\n  model: claude-sonnet-4-5\n  tools: [get_time]\n  batch: { mode: on, window: 200ms }\n  limits: { max_turns: 10, max_repeats: off }\ntasks:\n  - id: batched\n    prompt: go\n    sim: { turns: [ { content: [ { text: done } ], faults: [ { status: 429 }, { status: 429 } ] } ] }\n  - id: direct\n    prompt: go\n    batch: { mode: off }\n    sim: { turns: [ { latency: 600ms, content: [ { tool_use: { name: get_time, input: {} } } ] }, { latency: 600ms, content: [ { tool_use: { name: get_time, input: {} } } ] }, { latency: 600ms, content: [ { tool_use: { name: get_time, input: {} } } ] }, { content: [ { text: done } ] } ] }\n";
+    case.write("job.yaml", job);
+    let (rows, _) = run(&case, "job.yaml", "r");
+    let rows = by_task(rows);
+    for r in rows.values() {
+        assert_eq!(r["stop_reason"], "completed", "{r:?}");
+    }
+    assert_eq!(rows["batched"]["retries"], "2");
+    let waited: u64 = rows["direct"]["rate_wait_ms"].parse().unwrap();
+    assert!(
+        waited < 100,
+        "the direct task waited {waited} ms for a batch's 429"
+    );
+    let failed: Vec<Value> = transcript(&case, "r", "batched")
+        .into_iter()
+        .filter(|e| e["event"] == "attempt_failed")
+        .collect();
+    assert_eq!(failed.len(), 2, "{failed:?}");
+    for f in &failed {
+        assert!(f["provider_paused_ms"].is_null(), "{f}");
+        assert!(f["retry_in_ms"].as_u64().is_some(), "{f}");
+    }
+}
