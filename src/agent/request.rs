@@ -233,15 +233,7 @@ impl Loop<'_> {
                     ));
                 }
                 if batched {
-                    if let Err(interrupt) =
-                        guarded(tokio::time::sleep(wait), self.deadline, &self.env.cancel).await
-                    {
-                        return Err(interrupted(
-                            interrupt,
-                            "while waiting to retry a model request",
-                            &self.spec.limits,
-                        ));
-                    }
+                    self.wait_to_retry(wait).await?;
                 } else if let (Some(g), Some(until)) = (
                     // Everyone on this provider waits, not just this task; the next
                     // admit waits out the pause.
@@ -282,18 +274,24 @@ impl Loop<'_> {
                 detail.push_str(&spent_note);
                 return Err(Stop::new(StopReason::ProviderError, detail));
             }
-            if let Err(interrupt) =
-                guarded(tokio::time::sleep(wait), self.deadline, &self.env.cancel).await
-            {
-                return Err(interrupted(
-                    interrupt,
-                    "while waiting to retry a model request",
-                    &self.spec.limits,
-                ));
-            }
+            self.wait_to_retry(wait).await?;
             errors += 1;
             self.tally.retries += 1;
         }
+    }
+
+    /// Waits before the next attempt; the task's deadline or the run's cancel ends the
+    /// wait, and the task.
+    async fn wait_to_retry(&self, wait: Duration) -> Result<(), Stop> {
+        guarded(tokio::time::sleep(wait), self.deadline, &self.env.cancel)
+            .await
+            .map_err(|interrupt| {
+                interrupted(
+                    interrupt,
+                    "while waiting to retry a model request",
+                    &self.spec.limits,
+                )
+            })
     }
 
     /// Reserves the request in the run's and the team's pools (if any apply), which may

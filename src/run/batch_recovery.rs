@@ -6,7 +6,7 @@
 //! attempt's spend (a `batch_recovered` event). The task itself runs again from its
 //! start, as every task a kill cut off does.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::time::Duration;
 
@@ -67,9 +67,25 @@ pub(super) async fn recover(dir: &Path, plan: &Plan, run_id: &str) -> Vec<String
         return Vec::new();
     };
     let mut waiting: Vec<(&TaskSpec, std::path::PathBuf, InFlight)> = Vec::new();
-    // Every task, whatever batch mode the job says now: the killed run's batches are
-    // billed whether or not this run uses the batch APIs (`--force` after a change).
+    // The tasks the job batches, and those of the others without a row: a task the job
+    // no longer batches (`--force` after a change) may still have been cut off in a
+    // batch, which is billed all the same; one with a row ended before the kill, and
+    // reading every finished transcript for it would read the whole run twice.
+    let ended: HashSet<(String, String, u32)> =
+        crate::report::read_results(&dir.join("results.csv"), &["task_id"], &["task_id"])
+            .map(|f| {
+                f.rows
+                    .into_iter()
+                    .map(|r| (r.task_id, r.variant, r.epoch))
+                    .collect()
+            })
+            .unwrap_or_default();
     for spec in &plan.tasks {
+        if spec.batch.is_none()
+            && ended.contains(&(spec.task.clone(), spec.variant.clone(), spec.epoch))
+        {
+            continue;
+        }
         let path = dir.join("transcripts").join(format!("{}.jsonl", spec.id));
         let Ok(text) = crate::vocab::transcript::read_file(&path) else {
             continue;

@@ -339,6 +339,25 @@ fn on_standalone_sim(case: &Case, job: &str, delay: &str) -> (std::process::Chil
     (sim, url)
 }
 
+/// Starts the run of job.yaml and kills it with -9 once every one of `tasks` has a
+/// request waiting in a batch.
+fn kill_while_in_a_batch(case: &Case, tasks: &[&str]) {
+    let mut run = case.start_run(&[]);
+    crate::common::wait_until(
+        "both requests to join a batch",
+        std::time::Duration::from_secs(20),
+        || {
+            tasks.iter().all(|t| {
+                std::fs::read_to_string(case.path(&format!("reports/r/transcripts/{t}.jsonl")))
+                    .unwrap_or_default()
+                    .contains("batch_joined")
+            })
+        },
+    );
+    crate::common::signal(run.id(), "KILL");
+    let _ = run.wait();
+}
+
 /// A run killed with -9 while its task waits in a batch; the resume finds the batch
 /// from the transcript, cancels it or reads its result, and counts what it was billed,
 /// not its reservation.
@@ -354,20 +373,7 @@ fn a_batch_left_by_a_killed_run_is_found_on_resume_and_not_paid_twice() {
         let case = Case::new();
         let job = "name: killed\ndefaults:\n  model: claude-sonnet-4-5\n  tools: [get_time]\n  batch: { mode: on, window: 300ms }\n  limits: { max_cost_usd: 1.00 }\n  sim: { turns: [ { content: [ { text: done } ], usage: { output_tokens: 50 } } ] }\ntasks:\n  - { id: waits, prompt: go }\n  - { id: also.v2, prompt: go }\n";
         let (mut sim, url) = on_standalone_sim(&case, job, delay);
-        let mut run = case.start_run(&[]);
-        crate::common::wait_until(
-            "both requests to join a batch",
-            std::time::Duration::from_secs(20),
-            || {
-                tasks.iter().all(|t| {
-                    std::fs::read_to_string(case.path(&format!("reports/r/transcripts/{t}.jsonl")))
-                        .unwrap_or_default()
-                        .contains("batch_joined")
-                })
-            },
-        );
-        crate::common::signal(run.id(), "KILL");
-        let _ = run.wait();
+        kill_while_in_a_batch(&case, &tasks);
         std::thread::sleep(std::time::Duration::from_millis(wait_before_resume));
         let out = case.agentbatch(&["run", "job.yaml", "--resume", "reports/r", "--quiet"]);
         let said = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -450,20 +456,7 @@ fn a_resume_after_batch_mode_was_turned_off_still_settles_the_killed_batch() {
     let case = Case::new();
     let job = "name: killed\ndefaults:\n  model: claude-sonnet-4-5\n  tools: [get_time]\n  batch: { mode: on, window: 300ms }\n  limits: { max_cost_usd: 1.00 }\n  sim: { turns: [ { content: [ { text: done } ], usage: { output_tokens: 50 } } ] }\ntasks:\n  - { id: waits, prompt: go }\n  - { id: also.v2, prompt: go }\n";
     let (mut sim, _url) = on_standalone_sim(&case, job, "1500ms");
-    let mut run = case.start_run(&[]);
-    crate::common::wait_until(
-        "both requests to join a batch",
-        std::time::Duration::from_secs(20),
-        || {
-            tasks.iter().all(|t| {
-                std::fs::read_to_string(case.path(&format!("reports/r/transcripts/{t}.jsonl")))
-                    .unwrap_or_default()
-                    .contains("batch_joined")
-            })
-        },
-    );
-    crate::common::signal(run.id(), "KILL");
-    let _ = run.wait();
+    kill_while_in_a_batch(&case, &tasks);
     std::thread::sleep(std::time::Duration::from_millis(2500));
     let now = std::fs::read_to_string(case.path("job.yaml")).unwrap();
     case.write("job.yaml", &now.replace("mode: on", "mode: off"));
