@@ -135,6 +135,10 @@ enum Command {
         run_id: String,
         #[arg(long, default_value = "reports", value_name = "DIR")]
         out: PathBuf,
+        /// The team ledger the workers used (default: the job's `ledger:` database, else
+        /// the queue's): what attempts that died with their worker spent is read there.
+        #[arg(long, value_name = "URL", env = "AGENTBATCH_LEDGER_URL")]
+        ledger: Option<PathBuf>,
     },
     /// Check a job file without spending anything and print the expanded plan.
     Validate { job: PathBuf },
@@ -345,16 +349,26 @@ fn main() -> ExitCode {
                     Err(code) => ExitCode::from(code),
                 }
             }
-            Command::Collect { url, run_id, out } => {
-                ExitCode::from(agentbatch::commands::shared::collect(&url, &run_id, &out))
-            }
+            Command::Collect {
+                url,
+                run_id,
+                out,
+                ledger,
+            } => ExitCode::from(agentbatch::commands::shared::collect(
+                &url,
+                &run_id,
+                &out,
+                ledger.as_deref(),
+            )),
             Command::Validate { job } => validate_cmd(job),
             Command::Schema(args) => ExitCode::from(agentbatch::commands::schema::print(&args)),
             Command::Audit { transcript } => {
                 ExitCode::from(agentbatch::commands::audit::print(&transcript))
             }
             Command::Report { dir } => ExitCode::from(agentbatch::commands::report::report(&dir)),
-            Command::Compare { runs, by, out } => compare_cmd(runs, by, out),
+            Command::Compare { runs, by, out } => {
+                ExitCode::from(agentbatch::commands::compare::compare(runs, by, out))
+            }
             Command::Tools {
                 job,
                 toolset,
@@ -424,37 +438,6 @@ fn main() -> ExitCode {
             ),
         }
     })
-}
-
-fn compare_cmd(runs: Vec<PathBuf>, by: Option<String>, out: Option<PathBuf>) -> ExitCode {
-    let out_dir = out.unwrap_or_else(|| {
-        let first = &runs[0];
-        if first.is_file() {
-            first.parent().map(Path::to_path_buf).unwrap_or_default()
-        } else {
-            first.clone()
-        }
-    });
-    let opts = agentbatch::compare::CompareOptions { runs, by, out_dir };
-    match agentbatch::compare::compare(&opts) {
-        Ok(report) => {
-            for w in &report.warnings {
-                eprintln!("agentbatch compare: warning: {w}");
-            }
-            print!("{}", report.table());
-            let files: Vec<String> = report
-                .files()
-                .iter()
-                .map(|f| f.display().to_string())
-                .collect();
-            println!("\nwritten: {}", files.join(", "));
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("agentbatch compare: {e}");
-            ExitCode::from(2)
-        }
-    }
 }
 
 fn report_error(cmd: &str, r: anyhow::Result<()>) -> ExitCode {

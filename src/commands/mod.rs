@@ -1,8 +1,9 @@
 //! The commands besides running a job: inspecting tool sets (`tools`, `mcp-check`),
-//! `ledger`, `sim`, `schema`, `report`, and what a run prints. They sit on the top layer
+//! `compare`, `ledger`, `sim`, `schema`, `report`, and what a run prints. They sit on the top layer
 //! because each uses several layers below (`job` and `tools`, `report` and `page`).
 
 pub mod audit;
+pub mod compare;
 pub mod field_tables;
 pub mod inspect;
 pub mod ledger;

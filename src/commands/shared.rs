@@ -57,9 +57,10 @@ pub fn worker(
     Ok((plan, opts))
 }
 
-/// Writes the run folder from the queue; prints how far the run is. The exit code.
-pub fn collect(url: &str, run_id: &str, out: &Path) -> u8 {
-    match shared::collect(url, run_id, out) {
+/// Writes the run folder from the queue; prints how far the run is and, when attempts
+/// died with their worker, the whole run's charge. The exit code.
+pub fn collect(url: &str, run_id: &str, out: &Path, ledger: Option<&Path>) -> u8 {
+    match shared::collect(url, run_id, out, ledger) {
         Ok(c) => {
             println!("run {run_id}: {}", c.progress);
             println!(
@@ -72,6 +73,11 @@ pub fn collect(url: &str, run_id: &str, out: &Path) -> u8 {
                     " so far (collect again when the workers are done)"
                 }
             );
+            match crate::report::whole_run_cost(&c.dir) {
+                Ok(Some(lines)) => println!("{lines}"),
+                Ok(None) => {}
+                Err(e) => eprintln!("agentbatch collect: warning: {e}"),
+            }
             if let Some(page) = &c.page {
                 println!("page: {}", page.display());
             }

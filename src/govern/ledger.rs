@@ -22,7 +22,7 @@ use chrono::Utc;
 use rust_decimal::Decimal;
 use tokio::sync::{oneshot, Notify};
 
-use super::store::{period_key, CapStore, EntryId, EntryMeta, PeriodTotals, StoreError};
+use super::store::{period_key, CapKey, CapStore, EntryId, EntryMeta, PeriodTotals, StoreError};
 use crate::job::{Plan, TeamSpec};
 use crate::vocab::limits::Period;
 use crate::vocab::log::TaskLog;
@@ -125,6 +125,20 @@ pub struct Ledger {
     run_id: String,
     /// The run is shared by machines: its own pools are kept in the store, these caps.
     shared: Option<SharedPools>,
+    /// Who holds this process's reservations in the store, when it renews them.
+    holder: Option<Holder>,
+}
+
+/// A worker of a shared run. Its reservations stay in flight while its heartbeat
+/// renews them, and go stale (still spent, never waited for) within a lease once it
+/// stops: so a killed worker's requests hold nobody up for longer than its tasks'
+/// leases, where a process on one machine is only known dead at the task's deadline.
+#[derive(Debug, Clone)]
+struct Holder {
+    /// The worker's name and a number of this process's own: a worker started again
+    /// under the same name must not keep its dead predecessor's reservations alive.
+    id: String,
+    lease: Duration,
 }
 
 /// The run's own caps, kept in the store when the run is shared by machines.
@@ -187,13 +201,20 @@ impl Ledger {
             store,
             run_id: run_id.to_string(),
             shared: None,
+            holder: None,
         }
     }
 
     /// Keeps the run's own pools (the run's and each team's `max_cost_usd`) in the store
     /// instead of this process's memory, so that every process running a share of the
     /// run (the workers of a shared run) spends from the same pools. Needs a store.
-    pub fn share_run_pools(mut self) -> Ledger {
+    /// `worker` holds the reservations this process makes, and must [`Ledger::renew`]
+    /// them within every `lease`.
+    pub fn share_run_pools(mut self, worker: &str, lease: Duration) -> Ledger {
+        self.holder = Some(Holder {
+            id: format!("{worker}#{:016x}", rand::random::<u64>()),
+            lease,
+        });
         let mut shared = SharedPools::default();
         {
             let p = self.pools.get_mut().unwrap_or_else(PoisonError::into_inner);
@@ -481,10 +502,9 @@ impl Ledger {
         }
     }
 
-    /// Records the reservation in every cap kept in the store, all or none (a cap
-    /// without room gives back the entries already made). If this future is dropped
-    /// while the store works, the worker gives the entries back itself, so a cancelled
-    /// request never leaves money reserved there.
+    /// Records the reservation in every cap kept in the store, all or none, in one
+    /// transaction. If this future is dropped while the store works, the worker gives
+    /// the entries back itself, so a cancelled request never leaves money reserved there.
     async fn take_stored(
         &self,
         need: &Need<'_>,
@@ -498,44 +518,28 @@ impl Ledger {
             });
         };
         let now = Utc::now();
+        let in_flight_for = self.holder.as_ref().map_or(need.in_flight_for, |h| h.lease);
         let meta = EntryMeta {
             run_id: self.run_id.clone(),
             task_id: need.task_id.to_string(),
             expires_at: now
-                + chrono::Duration::from_std(need.in_flight_for)
-                    .unwrap_or(chrono::Duration::hours(1)),
+                + chrono::Duration::from_std(in_flight_for).unwrap_or(chrono::Duration::hours(1)),
+            holder: self.holder.as_ref().map(|h| h.id.clone()),
         };
         let caps = caps.to_vec();
         let (tx, rx) = oneshot::channel();
         tokio::task::spawn_blocking(move || {
-            let mut ids = Vec::new();
-            let mut result = Ok(Some(Vec::new()));
-            for c in &caps {
-                match store.try_reserve(&c.team, &c.period, c.cap, amount, &meta) {
-                    Ok(Some(id)) => ids.push(id),
-                    Ok(None) => {
-                        result = Ok(None);
-                        break;
-                    }
-                    Err(e) => {
-                        result = Err(e);
-                        break;
-                    }
-                }
-            }
-            let result = match result {
-                Ok(Some(_)) => Ok(Some(ids)),
-                other => {
-                    for id in ids.drain(..) {
-                        let _ = store.release(id);
-                    }
-                    other
-                }
-            };
+            let keys: Vec<CapKey<'_>> = caps
+                .iter()
+                .map(|c| CapKey {
+                    team: &c.team,
+                    period: &c.period,
+                    cap: c.cap,
+                })
+                .collect();
+            let result = store.reserve(&keys, amount, &meta);
             if let Err(Ok(Some(ids))) = tx.send(result) {
-                for id in ids {
-                    let _ = store.release(id);
-                }
+                let _ = store.finish(&ids, None);
             }
         });
         rx.await.map_err(|e| StoreError {
@@ -567,6 +571,22 @@ impl Ledger {
                 ),
             )
         })
+    }
+
+    /// Keeps this worker's reservations in the store in flight for another lease (its
+    /// heartbeat calls this). Nothing to do for a process that holds none.
+    pub async fn renew(&self) -> Result<u64, StoreError> {
+        let (Some(h), Some(store)) = (self.holder.clone(), self.store.clone()) else {
+            return Ok(0);
+        };
+        let until =
+            Utc::now() + chrono::Duration::from_std(h.lease).unwrap_or(chrono::Duration::hours(1));
+        tokio::task::spawn_blocking(move || store.renew(&h.id, until))
+            .await
+            .map_err(|e| StoreError {
+                path: None,
+                detail: format!("ledger worker failed: {e}"),
+            })?
     }
 
     /// Replaces a reservation by the real cost of the request.
@@ -603,20 +623,12 @@ impl Ledger {
         let (false, Some(store)) = (entries.is_empty(), self.store.clone()) else {
             return Ok(());
         };
-        tokio::task::spawn_blocking(move || {
-            for id in entries {
-                match actual {
-                    Some(a) => store.settle(id, a)?,
-                    None => store.release(id)?,
-                }
-            }
-            Ok(())
-        })
-        .await
-        .map_err(|e| StoreError {
-            path: None,
-            detail: format!("ledger worker failed: {e}"),
-        })?
+        tokio::task::spawn_blocking(move || store.finish(&entries, actual))
+            .await
+            .map_err(|e| StoreError {
+                path: None,
+                detail: format!("ledger worker failed: {e}"),
+            })?
     }
 }
 

@@ -19,7 +19,7 @@ use super::pg_tls::{self, Tls};
 
 /// The schema version this program writes. Each step of [`MIGRATIONS`] brings a
 /// database from the version before it to its own.
-pub const SCHEMA_VERSION: i32 = 3;
+pub const SCHEMA_VERSION: i32 = 4;
 
 /// Version `i + 1` is reached by running `MIGRATIONS[i]`.
 const MIGRATIONS: &[&str] = &[
@@ -149,6 +149,11 @@ BEGIN
     WHERE r.key = a.key;
 END
 $f$;
+",
+    // A reservation's holder: the worker that renews it while it is in flight.
+    "
+ALTER TABLE ledger_entries ADD COLUMN holder TEXT;
+CREATE INDEX ledger_entries_by_holder ON ledger_entries (holder) WHERE state = 'reserved';
 ",
 ];
 

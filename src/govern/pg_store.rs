@@ -1,14 +1,16 @@
 //! The team ledger on PostgreSQL (`ledger: postgres://...`): the same reservations and
 //! settlements as the SQLite file, in transactions any number of processes on any
-//! number of machines share. A reservation locks its team and period's totals row
-//! (`SELECT ... FOR UPDATE`) for the check and the insert, so no two reservations can
-//! both see room that only one of them fits in.
+//! number of machines share. A reservation locks the totals rows of every cap over its
+//! request (`SELECT ... FOR UPDATE`, in one order) for the checks and the inserts, so no
+//! two reservations can both see room that only one of them fits in.
 
 use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
 
 use super::pg::{Conn, Pg, PgError};
-use super::store::{CapStore, EntryId, EntryMeta, PeriodRow, PeriodTotals, StoreError};
+use super::store::{
+    CapKey, CapStore, EntryId, EntryMeta, PeriodRow, PeriodTotals, StoreError, TaskCharge,
+};
 
 /// The ledger in a PostgreSQL database.
 pub struct PgStore {
@@ -85,73 +87,129 @@ impl CapStore for PgStore {
         })
     }
 
-    fn try_reserve(
+    fn reserve(
         &self,
-        team: &str,
-        period: &str,
-        cap: Decimal,
+        caps: &[CapKey<'_>],
         amount: Decimal,
         meta: &EntryMeta,
-    ) -> Result<Option<EntryId>, StoreError> {
-        let (team, period, meta) = (team.to_string(), period.to_string(), meta.clone());
+    ) -> Result<Option<Vec<EntryId>>, StoreError> {
+        let caps: Vec<(String, String, Decimal)> = caps
+            .iter()
+            .map(|k| (k.team.to_string(), k.period.to_string(), k.cap))
+            .collect();
+        let meta = meta.clone();
         self.call(move |Conn { rt, link }| {
             let client = link.client(rt)?;
             let r: Result<_, tokio_postgres::Error> = rt.block_on(async {
                 let tx = client.transaction().await?;
-                tx.execute(
-                    "INSERT INTO ledger_totals (team, period, cap) VALUES ($1, $2, $3)
-                     ON CONFLICT (team, period) DO NOTHING",
-                    &[&team, &period, &cap],
-                )
-                .await?;
-                // The lock every reservation of this team and period waits on.
-                tx.execute(
-                    "SELECT 1 FROM ledger_totals WHERE team = $1 AND period = $2 FOR UPDATE",
-                    &[&team, &period],
-                )
-                .await?;
-                let now = Utc::now();
-                let t = totals_in(&tx, &team, &period, now).await?;
-                if t.settled + t.reserved + amount > cap {
-                    tx.rollback().await?;
-                    return Ok(None);
-                }
-                let id: i64 = tx
-                    .query_one(
-                        "INSERT INTO ledger_entries
-                           (team, period, amount, state, run_id, task_id, created_at, expires_at)
-                         VALUES ($1, $2, $3, 'reserved', $4, $5, $6, $7) RETURNING id",
-                        &[
-                            &team,
-                            &period,
-                            &amount,
-                            &meta.run_id,
-                            &meta.task_id,
-                            &now,
-                            &meta.expires_at,
-                        ],
+                // The locks every reservation of these caps waits on, taken in one order
+                // (team, then period) by every transaction, so two never wait for each other.
+                let mut order: Vec<&(String, String, Decimal)> = caps.iter().collect();
+                order.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+                for (team, period, cap) in order {
+                    tx.execute(
+                        "INSERT INTO ledger_totals (team, period, cap) VALUES ($1, $2, $3)
+                         ON CONFLICT (team, period) DO NOTHING",
+                        &[team, period, cap],
                     )
-                    .await?
-                    .get(0);
-                tx.execute(
-                    "UPDATE ledger_totals SET reserved = reserved + $3, cap = $4
-                     WHERE team = $1 AND period = $2",
-                    &[&team, &period, &amount, &cap],
-                )
-                .await?;
+                    .await?;
+                    tx.execute(
+                        "SELECT 1 FROM ledger_totals WHERE team = $1 AND period = $2 FOR UPDATE",
+                        &[team, period],
+                    )
+                    .await?;
+                }
+                let now = Utc::now();
+                for (team, period, cap) in &caps {
+                    let t = totals_in(&tx, team, period, now).await?;
+                    if t.settled + t.reserved + amount > *cap {
+                        tx.rollback().await?;
+                        return Ok(None);
+                    }
+                }
+                let mut ids = Vec::with_capacity(caps.len());
+                for (team, period, cap) in &caps {
+                    let id: i64 = tx
+                        .query_one(
+                            "INSERT INTO ledger_entries
+                               (team, period, amount, state, run_id, task_id, created_at, expires_at, holder)
+                             VALUES ($1, $2, $3, 'reserved', $4, $5, $6, $7, $8) RETURNING id",
+                            &[
+                                team,
+                                period,
+                                &amount,
+                                &meta.run_id,
+                                &meta.task_id,
+                                &now,
+                                &meta.expires_at,
+                                &meta.holder,
+                            ],
+                        )
+                        .await?
+                        .get(0);
+                    ids.push(id);
+                    tx.execute(
+                        "UPDATE ledger_totals SET reserved = reserved + $3, cap = $4
+                         WHERE team = $1 AND period = $2",
+                        &[team, period, &amount, cap],
+                    )
+                    .await?;
+                }
                 tx.commit().await?;
-                Ok(Some(id))
+                Ok(Some(ids))
             });
             r.map_err(|e| link.pg(&e))
         })
     }
 
-    fn settle(&self, id: EntryId, actual: Decimal) -> Result<(), StoreError> {
-        self.finish(id, Some(actual))
-    }
-
-    fn release(&self, id: EntryId) -> Result<(), StoreError> {
-        self.finish(id, None)
+    fn finish(&self, ids: &[EntryId], actual: Option<Decimal>) -> Result<(), StoreError> {
+        let ids = ids.to_vec();
+        self.call(move |Conn { rt, link }| {
+            let client = link.client(rt)?;
+            let r: Result<_, tokio_postgres::Error> = rt.block_on(async {
+                let tx = client.transaction().await?;
+                let rows = tx
+                    .query(
+                        "SELECT id, team, period, amount FROM ledger_entries
+                         WHERE id = ANY($1) AND state = 'reserved' ORDER BY id FOR UPDATE",
+                        &[&ids],
+                    )
+                    .await?;
+                if rows.is_empty() {
+                    return tx.rollback().await;
+                }
+                let mut entries: Vec<(i64, String, String, Decimal)> = rows
+                    .iter()
+                    .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+                    .collect();
+                // Totals rows in the order reservations lock them.
+                entries.sort_by(|a, b| (&a.1, &a.2).cmp(&(&b.1, &b.2)));
+                for (id, team, period, amount) in &entries {
+                    match actual {
+                        Some(actual) => {
+                            tx.execute(
+                                "UPDATE ledger_entries SET amount = $2, state = 'settled', settled_at = now()
+                                 WHERE id = $1",
+                                &[id, &actual],
+                            )
+                            .await?;
+                        }
+                        None => {
+                            tx.execute("DELETE FROM ledger_entries WHERE id = $1", &[id])
+                                .await?;
+                        }
+                    }
+                    tx.execute(
+                        "UPDATE ledger_totals SET settled = settled + $3, reserved = reserved - $4
+                         WHERE team = $1 AND period = $2",
+                        &[team, period, &actual.unwrap_or_default(), amount],
+                    )
+                    .await?;
+                }
+                tx.commit().await
+            });
+            r.map_err(|e| link.pg(&e))
+        })
     }
 
     fn abandon_run(&self, run_id: &str, now: DateTime<Utc>) -> Result<Decimal, StoreError> {
@@ -172,6 +230,53 @@ impl CapStore for PgStore {
                     .map(|r| r.get::<_, Decimal>(0))
                     .sum::<Decimal>()
                     .normalize())
+            });
+            r.map_err(|e| link.pg(&e))
+        })
+    }
+
+    fn renew(&self, holder: &str, until: DateTime<Utc>) -> Result<u64, StoreError> {
+        let holder = holder.to_string();
+        self.call(move |Conn { rt, link }| {
+            let client = link.client(rt)?;
+            let r: Result<_, tokio_postgres::Error> = rt.block_on(async {
+                client
+                    .execute(
+                        "UPDATE ledger_entries SET expires_at = $2
+                         WHERE holder = $1 AND state = 'reserved'",
+                        &[&holder, &until],
+                    )
+                    .await
+            });
+            r.map_err(|e| link.pg(&e))
+        })
+    }
+
+    fn run_charges(&self, run_id: &str) -> Result<Vec<TaskCharge>, StoreError> {
+        let run_id = run_id.to_string();
+        self.call(move |Conn { rt, link }| {
+            let client = link.client(rt)?;
+            let r: Result<_, tokio_postgres::Error> = rt.block_on(async {
+                let rows = client
+                    .query(
+                        "SELECT task_id, team, period,
+                                COALESCE(SUM(amount) FILTER (WHERE state = 'settled'), 0),
+                                COALESCE(SUM(amount) FILTER (WHERE state = 'reserved'), 0)
+                         FROM ledger_entries WHERE run_id = $1
+                         GROUP BY 1, 2, 3 ORDER BY 1, 2, 3",
+                        &[&run_id],
+                    )
+                    .await?;
+                Ok(rows
+                    .iter()
+                    .map(|r| TaskCharge {
+                        task_id: r.get(0),
+                        team: r.get(1),
+                        period: r.get(2),
+                        settled: r.get::<_, Decimal>(3).normalize(),
+                        open: r.get::<_, Decimal>(4).normalize(),
+                    })
+                    .collect())
             });
             r.map_err(|e| link.pg(&e))
         })
@@ -209,58 +314,6 @@ impl CapStore for PgStore {
                 }
                 tx.commit().await?;
                 Ok(out)
-            });
-            r.map_err(|e| link.pg(&e))
-        })
-    }
-}
-
-impl PgStore {
-    /// Settles a reservation at `actual`, or drops it (None).
-    fn finish(&self, id: EntryId, actual: Option<Decimal>) -> Result<(), StoreError> {
-        self.call(move |Conn { rt, link }| {
-            let client = link.client(rt)?;
-            let r: Result<_, tokio_postgres::Error> = rt.block_on(async {
-                let tx = client.transaction().await?;
-                let row = tx
-                    .query_opt(
-                        "SELECT team, period, amount FROM ledger_entries
-                         WHERE id = $1 AND state = 'reserved' FOR UPDATE",
-                        &[&id],
-                    )
-                    .await?;
-                let Some(row) = row else {
-                    return tx.rollback().await;
-                };
-                let (team, period, amount): (String, String, Decimal) =
-                    (row.get(0), row.get(1), row.get(2));
-                match actual {
-                    Some(actual) => {
-                        tx.execute(
-                            "UPDATE ledger_entries SET amount = $2, state = 'settled', settled_at = now()
-                             WHERE id = $1",
-                            &[&id, &actual],
-                        )
-                        .await?;
-                        tx.execute(
-                            "UPDATE ledger_totals SET settled = settled + $3, reserved = reserved - $4
-                             WHERE team = $1 AND period = $2",
-                            &[&team, &period, &actual, &amount],
-                        )
-                        .await?;
-                    }
-                    None => {
-                        tx.execute("DELETE FROM ledger_entries WHERE id = $1", &[&id])
-                            .await?;
-                        tx.execute(
-                            "UPDATE ledger_totals SET reserved = reserved - $3
-                             WHERE team = $1 AND period = $2",
-                            &[&team, &period, &amount],
-                        )
-                        .await?;
-                    }
-                }
-                tx.commit().await
             });
             r.map_err(|e| link.pg(&e))
         })

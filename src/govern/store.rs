@@ -44,6 +44,21 @@ pub struct EntryMeta {
     pub run_id: String,
     pub task_id: String,
     pub expires_at: DateTime<Utc>,
+    /// The process that holds it while it is in flight, when that process renews its
+    /// reservations (a worker of a shared run, at each heartbeat): once it stops
+    /// renewing them, they are stale within a lease, not at the task's deadline.
+    pub holder: Option<String>,
+}
+
+/// What a run was charged for one task in one cap (team and period), settled and still
+/// open (in flight, or left by a process that died).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskCharge {
+    pub task_id: String,
+    pub team: String,
+    pub period: String,
+    pub settled: Decimal,
+    pub open: Decimal,
 }
 
 /// One line of `agentbatch ledger`.
@@ -56,8 +71,19 @@ pub struct PeriodRow {
     pub entries: u64,
 }
 
-/// Storage of period caps. Implementations must make `try_reserve` atomic across every
-/// process that shares the store.
+/// One cap a reservation is recorded in: a team's period (or a shared run's pool).
+#[derive(Debug, Clone, Copy)]
+pub struct CapKey<'a> {
+    pub team: &'a str,
+    pub period: &'a str,
+    pub cap: Decimal,
+}
+
+/// Storage of period caps. A request's reservation goes into every cap over it in one
+/// transaction, and is settled or dropped in all of them in one: a process killed at
+/// any moment leaves the caps agreeing on what each request holds (two transactions
+/// left a kill between them an entry in one cap and none in the other). Implementations
+/// must make `reserve` atomic across every process that shares the store.
 pub trait CapStore: Send + Sync {
     fn totals(
         &self,
@@ -65,7 +91,18 @@ pub trait CapStore: Send + Sync {
         period: &str,
         now: DateTime<Utc>,
     ) -> Result<PeriodTotals, StoreError>;
-    /// Records a reservation of `amount` if settled + reserved + amount <= cap.
+    /// Records a reservation of `amount` in every cap of `caps` (their entries, in that
+    /// order) if each one's settled + reserved + amount <= its cap; else in none.
+    fn reserve(
+        &self,
+        caps: &[CapKey<'_>],
+        amount: Decimal,
+        meta: &EntryMeta,
+    ) -> Result<Option<Vec<EntryId>>, StoreError>;
+    /// Replaces reservations by what was really spent (`Some`), or drops them, when the
+    /// request was never billed (`None`). Entries already settled are left alone.
+    fn finish(&self, ids: &[EntryId], actual: Option<Decimal>) -> Result<(), StoreError>;
+    /// [`CapStore::reserve`] in one cap.
     fn try_reserve(
         &self,
         team: &str,
@@ -73,16 +110,31 @@ pub trait CapStore: Send + Sync {
         cap: Decimal,
         amount: Decimal,
         meta: &EntryMeta,
-    ) -> Result<Option<EntryId>, StoreError>;
+    ) -> Result<Option<EntryId>, StoreError> {
+        let key = CapKey { team, period, cap };
+        Ok(self
+            .reserve(&[key], amount, meta)?
+            .and_then(|ids| ids.first().copied()))
+    }
     /// Replaces a reservation by what was really spent.
-    fn settle(&self, id: EntryId, actual: Decimal) -> Result<(), StoreError>;
+    fn settle(&self, id: EntryId, actual: Decimal) -> Result<(), StoreError> {
+        self.finish(&[id], Some(actual))
+    }
     /// Drops a reservation whose request was never billed.
-    fn release(&self, id: EntryId) -> Result<(), StoreError>;
+    fn release(&self, id: EntryId) -> Result<(), StoreError> {
+        self.finish(&[id], None)
+    }
     /// Marks every reservation still open for `run_id` as stale now: its process is
     /// known dead (a resume holds the run folder's lock), so nobody may wait for it to
     /// settle; it stays spent, since the provider may have billed it. Returns the
     /// amount so marked.
     fn abandon_run(&self, run_id: &str, now: DateTime<Utc>) -> Result<Decimal, StoreError>;
+    /// Keeps every open reservation of `holder` in flight until `until`: the holder is
+    /// alive (a worker's heartbeat). Returns how many it renewed.
+    fn renew(&self, holder: &str, until: DateTime<Utc>) -> Result<u64, StoreError>;
+    /// Everything run `run_id` was charged, per task and cap: what `collect` counts a
+    /// dead worker's spend from.
+    fn run_charges(&self, run_id: &str) -> Result<Vec<TaskCharge>, StoreError>;
     fn report(&self, team: Option<&str>, now: DateTime<Utc>) -> Result<Vec<PeriodRow>, StoreError>;
 }
 
@@ -132,7 +184,8 @@ CREATE TABLE IF NOT EXISTS entries (
     task_id TEXT NOT NULL,
     created_at TEXT NOT NULL,
     expires_at TEXT NOT NULL,
-    settled_at TEXT
+    settled_at TEXT,
+    holder TEXT
 );
 CREATE INDEX IF NOT EXISTS entries_by_state ON entries (team, period, state);
 CREATE TABLE IF NOT EXISTS totals (
@@ -186,10 +239,21 @@ impl SqliteStore {
         // lose the last transactions).
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
-        conn.execute_batch(&format!("BEGIN IMMEDIATE; {SCHEMA} COMMIT;"))
-            .inspect_err(|_| {
-                let _ = conn.execute_batch("ROLLBACK");
-            })
+        conn.execute_batch("BEGIN IMMEDIATE")?;
+        let made = conn.execute_batch(SCHEMA).and_then(|()| {
+            // A file made before reservations had holders gets the column (in the
+            // same transaction: two processes opening an old file both look first).
+            let has_holder = conn
+                .prepare("SELECT 1 FROM pragma_table_info('entries') WHERE name = 'holder'")?
+                .exists([])?;
+            if !has_holder {
+                conn.execute_batch("ALTER TABLE entries ADD COLUMN holder TEXT")?;
+            }
+            conn.execute_batch("COMMIT")
+        });
+        made.inspect_err(|_| {
+            let _ = conn.execute_batch("ROLLBACK");
+        })
     }
 
     fn with<T>(
@@ -258,95 +322,75 @@ impl CapStore for SqliteStore {
         self.with(|c| totals_in(c, team, period, &ts(now)))
     }
 
-    fn try_reserve(
+    fn reserve(
         &self,
-        team: &str,
-        period: &str,
-        cap: Decimal,
+        caps: &[CapKey<'_>],
         amount: Decimal,
         meta: &EntryMeta,
-    ) -> Result<Option<EntryId>, StoreError> {
+    ) -> Result<Option<Vec<EntryId>>, StoreError> {
         self.with(|c| {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let now = Utc::now();
-            let t = totals_in(&tx, team, period, &ts(now))?;
-            if t.settled + t.reserved + amount > cap {
-                return Ok(None);
+            let mut totals = Vec::with_capacity(caps.len());
+            for k in caps {
+                let t = totals_in(&tx, k.team, k.period, &ts(now))?;
+                if t.settled + t.reserved + amount > k.cap {
+                    return Ok(None);
+                }
+                totals.push(t);
             }
-            tx.execute(
-                "INSERT INTO entries (team, period, amount, state, run_id, task_id, created_at, expires_at)
-                 VALUES (?1, ?2, ?3, 'reserved', ?4, ?5, ?6, ?7)",
-                params![team, period, amount.to_string(), meta.run_id, meta.task_id, ts(now), ts(meta.expires_at)],
-            )?;
-            let id = tx.last_insert_rowid();
-            tx.execute(
-                "INSERT INTO totals (team, period, settled, reserved, cap) VALUES (?1, ?2, ?3, ?4, ?5)
-                 ON CONFLICT (team, period) DO UPDATE SET reserved = ?4, cap = ?5",
-                params![team, period, t.settled.to_string(), (t.reserved + amount).normalize().to_string(), cap.to_string()],
-            )?;
+            let mut ids = Vec::with_capacity(caps.len());
+            for (k, t) in caps.iter().zip(totals) {
+                tx.execute(
+                    "INSERT INTO entries (team, period, amount, state, run_id, task_id, created_at, expires_at, holder)
+                     VALUES (?1, ?2, ?3, 'reserved', ?4, ?5, ?6, ?7, ?8)",
+                    params![k.team, k.period, amount.to_string(), meta.run_id, meta.task_id, ts(now), ts(meta.expires_at), meta.holder],
+                )?;
+                ids.push(tx.last_insert_rowid());
+                tx.execute(
+                    "INSERT INTO totals (team, period, settled, reserved, cap) VALUES (?1, ?2, ?3, ?4, ?5)
+                     ON CONFLICT (team, period) DO UPDATE SET reserved = ?4, cap = ?5",
+                    params![k.team, k.period, t.settled.to_string(), (t.reserved + amount).normalize().to_string(), k.cap.to_string()],
+                )?;
+            }
             tx.commit()?;
-            Ok(Some(id))
+            Ok(Some(ids))
         })
     }
 
-    fn settle(&self, id: EntryId, actual: Decimal) -> Result<(), StoreError> {
+    fn finish(&self, ids: &[EntryId], actual: Option<Decimal>) -> Result<(), StoreError> {
         self.with(|c| {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let entry: Option<(String, String, String, String)> = tx
-                .query_row(
-                    "SELECT team, period, amount, state FROM entries WHERE id = ?1",
-                    params![id],
-                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
-                )
-                .optional()?;
-            let Some((team, period, amount, state)) = entry else {
-                return Ok(());
-            };
-            if state != "reserved" {
-                return Ok(());
+            for id in ids {
+                let entry: Option<(String, String, String)> = tx
+                    .query_row(
+                        "SELECT team, period, amount FROM entries WHERE id = ?1 AND state = 'reserved'",
+                        params![id],
+                        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                    )
+                    .optional()?;
+                let Some((team, period, amount)) = entry else {
+                    continue;
+                };
+                let amount = dec(amount)?;
+                match actual {
+                    Some(a) => tx.execute(
+                        "UPDATE entries SET amount = ?2, state = 'settled', settled_at = ?3 WHERE id = ?1",
+                        params![id, a.to_string(), ts(Utc::now())],
+                    )?,
+                    None => tx.execute("DELETE FROM entries WHERE id = ?1", params![id])?,
+                };
+                let t = totals_in(&tx, &team, &period, "")?;
+                tx.execute(
+                    "UPDATE totals SET settled = ?3, reserved = ?4 WHERE team = ?1 AND period = ?2",
+                    params![
+                        team,
+                        period,
+                        (t.settled + actual.unwrap_or_default()).normalize().to_string(),
+                        (t.reserved - amount).normalize().to_string()
+                    ],
+                )?;
             }
-            let amount = dec(amount)?;
-            tx.execute(
-                "UPDATE entries SET amount = ?2, state = 'settled', settled_at = ?3 WHERE id = ?1",
-                params![id, actual.to_string(), ts(Utc::now())],
-            )?;
-            let t = totals_in(&tx, &team, &period, "")?;
-            tx.execute(
-                "UPDATE totals SET settled = ?3, reserved = ?4 WHERE team = ?1 AND period = ?2",
-                params![
-                    team,
-                    period,
-                    (t.settled + actual).normalize().to_string(),
-                    (t.reserved - amount).normalize().to_string()
-                ],
-            )?;
-            tx.commit()
-        })
-    }
-
-    fn release(&self, id: EntryId) -> Result<(), StoreError> {
-        self.with(|c| {
-            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let entry: Option<(String, String, String)> = tx
-                .query_row(
-                    "SELECT team, period, amount FROM entries WHERE id = ?1 AND state = 'reserved'",
-                    params![id],
-                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-                )
-                .optional()?;
-            let Some((team, period, amount)) = entry else {
-                return Ok(());
-            };
-            tx.execute("DELETE FROM entries WHERE id = ?1", params![id])?;
-            let t = totals_in(&tx, &team, &period, "")?;
-            tx.execute(
-                "UPDATE totals SET reserved = ?3 WHERE team = ?1 AND period = ?2",
-                params![
-                    team,
-                    period,
-                    (t.reserved - dec(amount)?).normalize().to_string()
-                ],
-            )?;
             tx.commit()
         })
     }
@@ -370,6 +414,63 @@ impl CapStore for SqliteStore {
             )?;
             tx.commit()?;
             Ok(total)
+        })
+    }
+
+    fn renew(&self, holder: &str, until: DateTime<Utc>) -> Result<u64, StoreError> {
+        self.with(|c| {
+            let n = c.execute(
+                "UPDATE entries SET expires_at = ?2 WHERE holder = ?1 AND state = 'reserved'",
+                params![holder, ts(until)],
+            )?;
+            Ok(n as u64)
+        })
+    }
+
+    fn run_charges(&self, run_id: &str) -> Result<Vec<TaskCharge>, StoreError> {
+        self.with(|c| {
+            let mut stmt = c.prepare(
+                "SELECT task_id, team, period, state, amount FROM entries WHERE run_id = ?1
+                 ORDER BY task_id, team, period",
+            )?;
+            let rows = stmt.query_map(params![run_id], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                    r.get::<_, String>(4)?,
+                ))
+            })?;
+            let mut out: Vec<TaskCharge> = Vec::new();
+            for row in rows {
+                let (task_id, team, period, state, amount) = row?;
+                let amount = dec(amount)?;
+                let same = out.last().is_some_and(|l| {
+                    (l.task_id.as_str(), l.team.as_str(), l.period.as_str())
+                        == (task_id.as_str(), team.as_str(), period.as_str())
+                });
+                if !same {
+                    out.push(TaskCharge {
+                        task_id,
+                        team,
+                        period,
+                        settled: Decimal::ZERO,
+                        open: Decimal::ZERO,
+                    });
+                }
+                if let Some(l) = out.last_mut() {
+                    match state.as_str() {
+                        "settled" => l.settled += amount,
+                        _ => l.open += amount,
+                    }
+                }
+            }
+            for c in &mut out {
+                c.settled = c.settled.normalize();
+                c.open = c.open.normalize();
+            }
+            Ok(out)
         })
     }
 
@@ -399,158 +500,5 @@ impl CapStore for SqliteStore {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use chrono::TimeZone;
-
-    fn d(s: &str) -> Decimal {
-        Decimal::from_str(s).unwrap()
-    }
-
-    fn meta(expires_in: i64) -> EntryMeta {
-        EntryMeta {
-            run_id: "r".into(),
-            task_id: "t".into(),
-            expires_at: Utc::now() + chrono::Duration::seconds(expires_in),
-        }
-    }
-
-    #[test]
-    fn periods_are_utc_calendar_periods() {
-        let t = Utc.with_ymd_and_hms(2026, 11, 29, 23, 59, 59).unwrap();
-        assert_eq!(period_key(Period::Day, t), "day:2026-11-29");
-        assert_eq!(period_key(Period::Week, t), "week:2026-W48");
-        assert_eq!(period_key(Period::Month, t), "month:2026-11");
-        let monday = Utc.with_ymd_and_hms(2026, 11, 30, 0, 0, 0).unwrap();
-        assert_eq!(period_key(Period::Week, monday), "week:2026-W49");
-    }
-
-    #[test]
-    fn reserve_settle_release_keep_totals_exact() {
-        let dir = tempfile::tempdir().unwrap();
-        let s = SqliteStore::open(&dir.path().join("sub/ledger.sqlite")).unwrap();
-        let cap = d("1.00");
-        let a = s
-            .try_reserve("team", "day:x", cap, d("0.60"), &meta(60))
-            .unwrap()
-            .unwrap();
-        assert!(s
-            .try_reserve("team", "day:x", cap, d("0.41"), &meta(60))
-            .unwrap()
-            .is_none());
-        let b = s
-            .try_reserve("team", "day:x", cap, d("0.40"), &meta(60))
-            .unwrap()
-            .unwrap();
-        s.settle(a, d("0.123456789")).unwrap();
-        s.release(b).unwrap();
-        let t = s.totals("team", "day:x", Utc::now()).unwrap();
-        assert_eq!(
-            t,
-            PeriodTotals {
-                settled: d("0.123456789"),
-                reserved: Decimal::ZERO,
-                stale: Decimal::ZERO
-            }
-        );
-        // settling twice changes nothing
-        s.settle(a, d("5")).unwrap();
-        assert_eq!(
-            s.totals("team", "day:x", Utc::now()).unwrap().settled,
-            d("0.123456789")
-        );
-        let rows = s.report(None, Utc::now()).unwrap();
-        assert_eq!(rows.len(), 1);
-        assert_eq!(rows[0].cap, Some(cap));
-        assert_eq!(rows[0].entries, 1);
-    }
-
-    #[test]
-    fn a_dead_runs_reservations_are_stale_at_once_and_stay_spent() {
-        let dir = tempfile::tempdir().unwrap();
-        let s = SqliteStore::open(&dir.path().join("l.sqlite")).unwrap();
-        let now = Utc::now();
-        let mine = s
-            .try_reserve("t", "day:x", d("10"), d("0.4"), &meta(3600))
-            .unwrap()
-            .unwrap();
-        let other = EntryMeta {
-            run_id: "other".into(),
-            ..meta(3600)
-        };
-        s.try_reserve("t", "day:x", d("10"), d("0.2"), &other)
-            .unwrap()
-            .unwrap();
-        let settled = s
-            .try_reserve("t", "day:x", d("10"), d("0.1"), &meta(3600))
-            .unwrap()
-            .unwrap();
-        s.settle(settled, d("0.05")).unwrap();
-        assert_eq!(s.totals("t", "day:x", now).unwrap().stale, d("0"));
-        assert_eq!(s.abandon_run("r", now).unwrap(), d("0.4"));
-        let t = s.totals("t", "day:x", now).unwrap();
-        assert_eq!(
-            (t.settled, t.reserved, t.stale),
-            (d("0.05"), d("0.6"), d("0.4"))
-        );
-        assert_eq!(s.abandon_run("r", now).unwrap(), d("0"), "once");
-        // A late settle of an abandoned reservation still counts it once.
-        s.settle(mine, d("0.3")).unwrap();
-        let t = s.totals("t", "day:x", now).unwrap();
-        assert_eq!(
-            (t.settled, t.reserved, t.stale),
-            (d("0.35"), d("0.2"), d("0"))
-        );
-    }
-
-    #[test]
-    fn expired_reservations_stay_spent_but_are_marked_stale() {
-        let dir = tempfile::tempdir().unwrap();
-        let s = SqliteStore::open(&dir.path().join("ledger.sqlite")).unwrap();
-        s.try_reserve("t", "p", d("1"), d("0.3"), &meta(-5))
-            .unwrap()
-            .unwrap();
-        let t = s.totals("t", "p", Utc::now()).unwrap();
-        assert_eq!((t.reserved, t.stale), (d("0.3"), d("0.3")));
-        assert!(s
-            .try_reserve("t", "p", d("1"), d("0.71"), &meta(60))
-            .unwrap()
-            .is_none());
-    }
-
-    #[test]
-    fn many_processes_may_create_the_same_file_at_once() {
-        for _ in 0..10 {
-            let dir = tempfile::tempdir().unwrap();
-            let path = dir.path().join("ledger.sqlite");
-            std::thread::scope(|scope| {
-                let handles: Vec<_> = (0..4)
-                    .map(|_| scope.spawn(|| SqliteStore::open(&path).map(|_| ())))
-                    .collect();
-                for h in handles {
-                    h.join().unwrap().unwrap();
-                }
-            });
-        }
-    }
-
-    #[test]
-    fn two_connections_share_one_cap() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("ledger.sqlite");
-        let stores: Vec<SqliteStore> = (0..2).map(|_| SqliteStore::open(&path).unwrap()).collect();
-        std::thread::scope(|scope| {
-            for s in &stores {
-                scope.spawn(move || {
-                    for _ in 0..50 {
-                        let _ = s
-                            .try_reserve("t", "p", d("1"), d("0.03"), &meta(60))
-                            .unwrap();
-                    }
-                });
-            }
-        });
-        let t = stores[0].totals("t", "p", Utc::now()).unwrap();
-        assert_eq!(t.reserved, d("0.99"));
-    }
-}
+#[path = "store_tests.rs"]
+mod tests;

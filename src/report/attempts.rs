@@ -73,10 +73,19 @@ impl EarlierAttempts {
         }
         let run_json = dir.join("run.json");
         if run_json.exists() {
-            for r in RunJson::read(&run_json)?.resumes {
+            let r = RunJson::read(&run_json)?;
+            let killed = r
+                .resumes
+                .into_iter()
+                .map(|r| (r.killed_spent_by_variant, r.killed_spent_by_team))
+                .chain(
+                    r.killed_with_workers
+                        .map(|w| (w.killed_spent_by_variant, w.killed_spent_by_team)),
+                );
+            for (by_variant, by_team) in killed {
                 for (from, into) in [
-                    (r.killed_spent_by_variant, &mut out.killed.by_variant),
-                    (r.killed_spent_by_team, &mut out.killed.by_team),
+                    (by_variant, &mut out.killed.by_variant),
+                    (by_team, &mut out.killed.by_team),
                 ] {
                     for (name, c) in from {
                         *into.entry(name).or_default() += c;
@@ -102,7 +111,7 @@ pub fn whole_run_cost(dir: &Path) -> Result<Option<String>, AttemptsError> {
         &HashSet::new(),
     );
     let mut s = format!(
-        "whole run, every attempt: ${:.4} charged = ${:.4} in results.csv + ${:.4} in attempts a resume replaced (superseded.csv) + ${:.4} in attempts cut off by a kill",
+        "whole run, every attempt: ${:.4} charged = ${:.4} in results.csv + ${:.4} in attempts a resume replaced (superseded.csv) + ${:.4} in attempts cut off by a kill (of the runner or a worker)",
         rows.total() + superseded + killed,
         rows.total(),
         superseded,

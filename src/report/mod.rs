@@ -22,7 +22,7 @@ pub(crate) use results::{axes_in, header_for, parse_results, read_results, Resul
 pub use results::{ResultsError, COLUMNS};
 pub(crate) use resume::ResumeChanges;
 pub use run_json::RunJsonError;
-pub(crate) use run_json::{ResumeRecord, RunJson};
+pub(crate) use run_json::{ResumeRecord, RunJson, WorkersKilled};
 pub use spend::{paid_answers, spent_in_text, spent_in_transcript};
 pub use summary::{RunTotals, Summary};
 pub(crate) use variants::{read_variants, write_summary_csv};

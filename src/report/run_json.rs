@@ -45,6 +45,9 @@ pub(crate) struct RunJson {
     /// One record per resume, oldest first.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub resumes: Vec<ResumeRecord>,
+    /// A shared run's attempts cut off with their worker, from the ledger (`collect`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub killed_with_workers: Option<WorkersKilled>,
     /// Says what `totals` covers once a run has been resumed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub totals_scope: Option<String>,
@@ -70,6 +73,21 @@ pub(crate) struct ResumeRecord {
     pub killed_spent_by_team: BTreeMap<String, Decimal>,
     pub killed_spent_by_variant: BTreeMap<String, Decimal>,
     pub retry_errors: bool,
+}
+
+/// What the attempts of a shared run that died with their worker were charged: no row
+/// shows them (the worker never sent one), so `collect` counts them from the ledger, as
+/// what it charged each ended task beyond its row and its attempts kept apart. Money as
+/// decimal strings.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct WorkersKilled {
+    pub killed_spent_usd: Decimal,
+    /// The part of it still reserved by requests in flight when their worker died: the
+    /// worst case, since the provider may have billed them.
+    pub in_flight_usd: Decimal,
+    pub killed_spent_by_team: BTreeMap<String, Decimal>,
+    pub killed_spent_by_variant: BTreeMap<String, Decimal>,
 }
 
 /// run.json could not be read back.

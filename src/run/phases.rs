@@ -132,7 +132,7 @@ impl Run {
         let sim = self.start_sim().await?;
         let ledger = Ledger::new(&self.plan, &self.run_id, store);
         let ledger = Arc::new(match &self.opts.queue {
-            Some(_) => ledger.share_run_pools(),
+            Some(work) => ledger.share_run_pools(&work.worker, work.lease),
             None => ledger,
         });
         if let Some(r) = &self.resumed {

@@ -6,13 +6,17 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use std::collections::HashMap;
+
 use chrono::{SecondsFormat, Utc};
+use rust_decimal::Decimal;
 
 use super::queue::{Ended, Progress, Queue, QueuedRun};
 use super::worker::QueueWork;
 use super::{folder, RunError, RunOptions, RunOutcome};
+use crate::govern::store::TaskCharge;
 use crate::job::Plan;
-use crate::report::RunJson;
+use crate::report::{read_results, RunJson, WorkersKilled};
 use crate::vocab::price;
 
 /// The digest that tells workers they run the job that was queued.
@@ -163,10 +167,17 @@ pub struct Collected {
 
 /// Writes the run folder `<out>/<run-id>` from the queue: every task that ended so far
 /// (results.csv in plan order, transcripts, patches), the attempts that lost their task
-/// (superseded.csv, their spend counted), summary.csv and run.json (status `finished`
-/// once nothing is left to run, else `running`). Written again by each call; a folder
-/// that is not a collected one is refused. Blocking.
-pub fn collect(url: &str, run_id: &str, out: &Path) -> Result<Collected, RunError> {
+/// (superseded.csv, their spend counted), what attempts that died with their worker
+/// were charged (from the ledger: `ledger`, else the job's `ledger:` database, else the
+/// queue's), summary.csv and run.json (status `finished` once nothing is left to run,
+/// else `running`). Written again by each call; a folder that is not a collected one
+/// is refused. Blocking.
+pub fn collect(
+    url: &str,
+    run_id: &str,
+    out: &Path,
+    ledger: Option<&Path>,
+) -> Result<Collected, RunError> {
     let queue = Queue::open(url, run_id).map_err(queue_err)?;
     let queued = queue.queued_run().map_err(queue_err)?;
     let progress = queue.progress().map_err(queue_err)?;
@@ -236,6 +247,17 @@ pub fn collect(url: &str, run_id: &str, out: &Path) -> Result<Collected, RunErro
     if progress.finished() {
         run_json.finished_at = Some(Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true));
     }
+    let ledger = ledger_of(ledger, &run_json.job, url);
+    run_json.killed_with_workers = match killed_with_workers(&ledger, run_id, &dir) {
+        Ok(k) => k,
+        Err(e) => {
+            eprintln!(
+                "agentbatch collect: warning: what attempts that died with their worker spent is not counted: {} (collect again once the ledger can be read)",
+                crate::text::clip_quotes(&e)
+            );
+            None
+        }
+    };
     run_json.write(&dir.join("run.json"))?;
     let axes = crate::report::axes_in(&queued.header);
     let order: Vec<String> = run_json
@@ -259,6 +281,102 @@ pub fn collect(url: &str, run_id: &str, out: &Path) -> Result<Collected, RunErro
         progress,
         rows: done.len(),
     })
+}
+
+/// The ledger the workers kept their reservations in: the one given, else the job's
+/// `ledger:` when it is a database, else the queue's.
+fn ledger_of(given: Option<&Path>, job: &serde_json::Value, queue: &str) -> PathBuf {
+    given.map(Path::to_path_buf).unwrap_or_else(|| {
+        PathBuf::from(
+            job["ledger"]
+                .as_str()
+                .filter(|l| crate::vocab::values::is_postgres_url(l))
+                .unwrap_or(queue),
+        )
+    })
+}
+
+/// What the ledger charged run `run_id` for each ended task of `dir` beyond what its
+/// row and its attempts kept apart report: attempts cut off with their worker (their
+/// settled requests and, at worst case, those in flight). None when nothing was.
+fn killed_with_workers(
+    ledger: &Path,
+    run_id: &str,
+    dir: &Path,
+) -> Result<Option<WorkersKilled>, String> {
+    let store = crate::govern::store::open(ledger).map_err(|e| e.to_string())?;
+    let charges = store.run_charges(run_id).map_err(|e| e.to_string())?;
+    if charges.is_empty() {
+        return Ok(None);
+    }
+    let rows = read_results(&dir.join("results.csv"), &[], &[]).map_err(|e| e.to_string())?;
+    let superseded = dir.join("superseded.csv");
+    let apart = if superseded.exists() {
+        read_results(&superseded, &[], &[])
+            .map_err(|e| e.to_string())?
+            .rows
+    } else {
+        Vec::new()
+    };
+    let mut reported: HashMap<&str, Decimal> = HashMap::new();
+    for r in rows.rows.iter().chain(&apart) {
+        *reported.entry(&r.task_id).or_default() += r.cost_usd.unwrap_or_default();
+    }
+    let charged = charged_per_task(&charges);
+    let mut killed = WorkersKilled::default();
+    for row in &rows.rows {
+        let Some(&(total, open)) = charged.get(row.task_id.as_str()) else {
+            continue;
+        };
+        let lost = total
+            - reported
+                .get(row.task_id.as_str())
+                .copied()
+                .unwrap_or_default();
+        if lost <= Decimal::ZERO {
+            continue;
+        }
+        killed.killed_spent_usd += lost;
+        killed.in_flight_usd += open.min(lost);
+        *killed
+            .killed_spent_by_variant
+            .entry(row.variant.clone())
+            .or_default() += lost;
+        if !row.team.is_empty() {
+            *killed
+                .killed_spent_by_team
+                .entry(row.team.clone())
+                .or_default() += lost;
+        }
+    }
+    Ok((killed.killed_spent_usd > Decimal::ZERO).then_some(killed))
+}
+
+/// Per task, what the ledger charged it (settled and open) and the open part. Each
+/// request is one entry in every cap over its task (the run's pool, its team's, its
+/// team's period cap), all of the same amount: each such family of entries holds the
+/// task's whole charge, so the largest is taken (a period cap's family spans the days
+/// its requests fell in).
+fn charged_per_task(charges: &[TaskCharge]) -> HashMap<&str, (Decimal, Decimal)> {
+    let mut families: HashMap<(&str, &str, bool), (Decimal, Decimal)> = HashMap::new();
+    for c in charges {
+        let family = (
+            c.task_id.as_str(),
+            c.team.as_str(),
+            c.period.starts_with("run:"),
+        );
+        let f = families.entry(family).or_default();
+        f.0 += c.settled + c.open;
+        f.1 += c.open;
+    }
+    let mut out: HashMap<&str, (Decimal, Decimal)> = HashMap::new();
+    for ((task, _, _), charged) in families {
+        let best = out.entry(task).or_default();
+        if charged.0 > best.0 {
+            *best = charged;
+        }
+    }
+    out
 }
 
 /// A results.csv line with field `index` replaced.

@@ -99,8 +99,10 @@ pub(super) async fn feed_from_queue(
                 .map(|c| (t.name.clone(), Arc::new(Semaphore::new(c))))
         })
         .collect();
+    // The leases of the tasks this worker runs, and its reservations in the ledger: both
+    // run out a lease after the last heartbeat of a worker that died.
     let heartbeat = {
-        let work = work.clone();
+        let (work, ledger) = (work.clone(), env.ledger.clone());
         tokio::spawn(async move {
             let every = (work.lease / 3).max(Duration::from_millis(200));
             loop {
@@ -110,6 +112,9 @@ pub(super) async fn feed_from_queue(
                     .await
                 {
                     eprintln!("agentbatch worker: cannot extend the leases: {e}");
+                }
+                if let Err(e) = ledger.renew().await {
+                    eprintln!("agentbatch worker: cannot renew this worker's reservations in the ledger (other workers stop waiting for them a lease from now): {e}");
                 }
             }
         })

@@ -65,6 +65,7 @@ fn meta(run: &str, task: &str, expires_in: i64) -> EntryMeta {
         run_id: run.into(),
         task_id: task.into(),
         expires_at: Utc::now() + chrono::Duration::seconds(expires_in),
+        holder: None,
     }
 }
 
@@ -132,6 +133,60 @@ fn exercise(s: &dyn CapStore) -> Vec<String> {
         .try_reserve("red", "day:z", d("5"), d("1"), &meta("r3", "h", -1))
         .unwrap();
     note(format!("{:?}", s.totals("red", "day:z", later).unwrap()));
+    // A worker's reservations go stale once it stops renewing them, and come back in
+    // flight while it does; another holder's renewals leave them alone.
+    let held = EntryMeta {
+        holder: Some("w#1".into()),
+        ..meta("r4", "i", -1)
+    };
+    let _ = s
+        .try_reserve("red", "day:w", d("5"), d("0.3"), &held)
+        .unwrap();
+    let stale = |s: &dyn CapStore| s.totals("red", "day:w", Utc::now()).unwrap().stale;
+    note(format!("held, not renewed: stale {}", stale(s)));
+    let until = Utc::now() + chrono::Duration::seconds(600);
+    note(format!("renewed {}", s.renew("w#1", until).unwrap()));
+    note(format!("renewed: stale {}", stale(s)));
+    note(format!(
+        "another holder renewed {}",
+        s.renew("w#2", until).unwrap()
+    ));
+    let past = Utc::now() - chrono::Duration::seconds(1);
+    s.renew("w#1", past).unwrap();
+    note(format!("renewed into the past: stale {}", stale(s)));
+    // One request in two caps: all or none, and settled in both at once.
+    let key = |team, cap: &str| store::CapKey {
+        team,
+        period: "run:r5",
+        cap: d(cap),
+    };
+    let none = s
+        .reserve(
+            &[key("(run)", "1"), key("red", "0.2")],
+            d("0.3"),
+            &meta("r5", "j", 600),
+        )
+        .unwrap();
+    note(format!("over one cap: {none:?}"));
+    let both = s
+        .reserve(
+            &[key("(run)", "1"), key("red", "0.5")],
+            d("0.3"),
+            &meta("r5", "j", 600),
+        )
+        .unwrap()
+        .unwrap();
+    s.finish(&both, Some(d("0.05"))).unwrap();
+    s.finish(&both, None).unwrap();
+    for team in ["(run)", "red"] {
+        note(format!(
+            "{team}: {:?}",
+            s.totals(team, "run:r5", Utc::now()).unwrap()
+        ));
+    }
+    for run in ["r1", "r2", "r4", "r5", "none"] {
+        note(format!("{run}: {:?}", s.run_charges(run).unwrap()));
+    }
     for r in s.report(None, later).unwrap() {
         note(format!(
             "{} {} {:?} {:?} {}",
@@ -151,6 +206,23 @@ fn postgres_answers_every_ledger_operation_as_the_sqlite_file_does() {
     let (want, got) = (exercise(&sqlite), exercise(pg.as_ref()));
     assert_eq!(got, want);
     assert!(want[0] == "reserved true true false", "{want:?}");
+    for line in [
+        "held, not renewed: stale 0.3",
+        "renewed 1",
+        "renewed: stale 0",
+        "another holder renewed 0",
+        "renewed into the past: stale 0.3",
+    ] {
+        assert!(want.iter().any(|w| w == line), "{line} in {want:#?}");
+    }
+    let r2 = want.iter().find(|w| w.starts_with("r2: ")).unwrap();
+    assert!(
+        r2.contains("task_id: \"d\", team: \"blue\", period: \"day:x\", settled: 0, open: 0.877")
+            && r2.contains(
+                "task_id: \"f\", team: \"red\", period: \"day:x\", settled: 0, open: 0.1"
+            ),
+        "{r2}"
+    );
 }
 
 #[test]

@@ -66,6 +66,33 @@ fn collect(case: &Case, url: &str, run: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Kills a worker (kill -9) once it has answers behind it and requests in flight: a
+/// transcript whose last line is a request or its reservation.
+fn kill_with_requests_in_flight(worker: Child, transcripts: &std::path::Path) {
+    let read = || -> Vec<String> {
+        std::fs::read_dir(transcripts)
+            .map(|d| {
+                d.filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    wait_until(
+        "the worker's requests in flight",
+        Duration::from_secs(60),
+        || {
+            let all = read();
+            all.iter().any(|t| t.contains("\"event\":\"response\""))
+                && all.iter().any(|t| {
+                    let last = t.lines().last().unwrap_or("");
+                    last.contains("\"event\":\"request\"") || last.contains("\"event\":\"reserve\"")
+                })
+        },
+    );
+    signal(worker.id(), "KILL");
+    let _ = worker.wait_with_output();
+}
+
 #[test]
 fn three_workers_run_every_task_once_and_collect_writes_a_run_folder() {
     let url = fresh_database("three");
@@ -175,13 +202,7 @@ fn a_killed_workers_tasks_run_again_elsewhere_and_its_spend_stays_counted() {
     assert_eq!(queue(&case, "job.yaml", &url, "k").status.code(), Some(0));
     let first = worker(&case, &url, "k", "doomed", "2s");
     let transcripts = case.path("reports/workers/doomed/k/transcripts");
-    wait_until(
-        "the first worker's requests",
-        Duration::from_secs(60),
-        || std::fs::read_dir(&transcripts).is_ok_and(|d| d.count() >= 3),
-    );
-    signal(first.id(), "KILL");
-    let _ = first.wait_with_output();
+    kill_with_requests_in_flight(first, &transcripts);
     let second = worker(&case, &url, "k", "heir", "2s");
     wait_ok(second);
     collect(&case, &url, "k");
@@ -548,5 +569,101 @@ fn a_dropped_connection_loses_no_result_and_runs_nothing_twice() {
     assert!(
         !case.path("reports/d/superseded.csv").exists(),
         "no attempt lost its task"
+    );
+}
+
+/// The case: a worker killed while its requests hold money in the run's, a
+/// team's and a team's day cap. The live worker's tasks and the re-leased ones must not
+/// wait for money nobody will ever settle (before: every one waited its whole
+/// time_limit in budget_wait and ended `time_limit` with 0 turns), and collect counts
+/// the dead worker's spend (settled, and held in flight) as killed spend, so the run's
+/// total is what the ledger charged it.
+#[test]
+fn a_dead_workers_reservations_hold_nobody_up_and_collect_counts_them() {
+    let url = fresh_database("deadhold");
+    let case = Case::new();
+    let three_turns = "{ latency: 1s, turns: [ { content: [ { tool_use: { name: get_time, input: {} } } ], usage: { output_tokens: 120 } }, { content: [ { tool_use: { name: get_time, input: {} } } ], usage: { output_tokens: 120 } }, { content: [ { text: done } ], usage: { output_tokens: 40 } } ] }";
+    let tasks: String = (0..12)
+        .map(|i| {
+            let team = if i % 2 == 0 { "red" } else { "blue" };
+            format!("  - {{ id: t{i:03}, prompt: go, team: {team} }}\n")
+        })
+        .collect();
+    case.write(
+        "job.yaml",
+        &format!(
+            "name: deadhold\nconcurrency: 4\nmax_cost_usd: 0.12\nteams:\n  red: {{ max_cost_usd: 0.05 }}\n  blue: {{ cap: {{ usd: 0.05, period: day }} }}\ndefaults:\n  model: claude-sonnet-4-5\n  tools: [get_time]\n  limits: {{ max_turns: 6, max_cost_usd: 0.03, time_limit: 60s, min_max_tokens: 128, max_repeats: off }}\n  sim: {three_turns}\ntasks:\n{tasks}"
+        ),
+    );
+    assert_eq!(queue(&case, "job.yaml", &url, "d").status.code(), Some(0));
+    let started = std::time::Instant::now();
+    let doomed = worker(&case, &url, "d", "doomed", "3s");
+    let live = worker(&case, &url, "d", "live", "3s");
+    kill_with_requests_in_flight(doomed, &case.path("reports/workers/doomed/d/transcripts"));
+    wait_ok(live);
+    let took = started.elapsed();
+    let said = collect(&case, &url, "d");
+    let rows = read_csv(&case.path("reports/d/results.csv"));
+    let keys: HashSet<&str> = rows.iter().map(|r| r["task_id"].as_str()).collect();
+    assert_eq!(
+        (rows.len(), keys.len()),
+        (12, 12),
+        "every task exactly once"
+    );
+    for r in &rows {
+        assert!(
+            ["completed", "run_budget", "team_budget", "cost_limit"]
+                .contains(&r["stop_reason"].as_str()),
+            "no task waits out its time limit for money a dead worker holds: {r:?}"
+        );
+    }
+    assert!(
+        took < Duration::from_secs(55),
+        "the run took {took:?}: something waited out a 60 s time limit"
+    );
+    // The run's pool in the ledger: everything the run was charged, settled or held by
+    // the dead worker's requests in flight.
+    let ledger = case.agentbatch(&["ledger", "--json", "--ledger", &url]);
+    let v: serde_json::Value = serde_json::from_slice(&ledger.stdout).unwrap();
+    let run_pool = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["team"] == "(run)" && r["period"] == "run:d")
+        .unwrap_or_else(|| panic!("the run's pool in {v}"));
+    let charged = d(run_pool["totals"]["settled"].as_str().unwrap())
+        + d(run_pool["totals"]["reserved"].as_str().unwrap());
+    let summary = read_csv(&case.path("reports/d/summary.csv"));
+    let total: Decimal = summary.iter().map(|r| d(&r["total_cost_usd"])).sum();
+    let killed: Decimal = summary.iter().map(|r| d(&r["killed_cost_usd"])).sum();
+    eprintln!(
+        "a worker killed mid-run: the run took {took:?}; summary total ${total} (killed ${killed}); the ledger charged ${charged}"
+    );
+    assert!(
+        killed > Decimal::ZERO,
+        "the dead worker's spend: {summary:?}"
+    );
+    assert_eq!(
+        total.normalize(),
+        charged.normalize(),
+        "the run's total is what the ledger charged it (killed {killed})"
+    );
+    assert!(charged <= d("0.12"), "the run's cap holds: {charged}");
+    assert!(
+        said.contains(&format!(
+            "whole run, every attempt: ${:.4} charged",
+            charged
+        )) && said.contains("in attempts cut off by a kill"),
+        "{said}"
+    );
+    let run_json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(case.path("reports/d/run.json")).unwrap())
+            .unwrap();
+    let held = d(run_json["killed_with_workers"]["in_flight_usd"]
+        .as_str()
+        .unwrap());
+    assert!(
+        held > Decimal::ZERO && held <= killed,
+        "the dead worker's requests in flight: {run_json}"
     );
 }

@@ -18,21 +18,28 @@ use super::transcript::{check_transcript, decimal, read_events};
 use super::Finding;
 use crate::common::{bin, make_git_repository, read_csv, Case};
 
-type Row = BTreeMap<String, String>;
+pub(super) type Row = BTreeMap<String, String>;
 
 /// The folder a batch runs in, and what must not change in it.
-struct Bed {
-    case: Case,
+pub(super) struct Bed {
+    pub case: Case,
     repos: Vec<PathBuf>,
     digests: Vec<u64>,
     outside: PathBuf,
-    tasks: Vec<Task>,
-    caps: Caps,
-    found: Vec<Finding>,
+    pub tasks: Vec<Task>,
+    pub caps: Caps,
+    pub found: Vec<Finding>,
+    /// The batch runs as a shared run (workers of a queue, then `collect`): their
+    /// folders sit beside the collected one.
+    pub shared: bool,
 }
 
 impl Bed {
-    fn new(seeds: &[u64]) -> Bed {
+    pub fn new(seeds: &[u64]) -> Bed {
+        Bed::with_caps(seeds, Caps::for_batch(seeds.len() as u64))
+    }
+
+    pub fn with_caps(seeds: &[u64], caps: Caps) -> Bed {
         let case = Case::new();
         let repos: Vec<PathBuf> = REPOS.iter().map(|r| write_repo(&case, r)).collect();
         make_git_repository(&repos[0]);
@@ -43,7 +50,6 @@ impl Bed {
             .map(|r| tree_digest(r).expect("digest"))
             .collect();
         let tasks: Vec<Task> = seeds.iter().copied().map(Task::new).collect();
-        let caps = Caps::for_batch(tasks.len() as u64);
         case.write("job.yaml", &job(&tasks, &outside, &caps));
         Bed {
             case,
@@ -53,15 +59,16 @@ impl Bed {
             tasks,
             caps,
             found: Vec::new(),
+            shared: false,
         }
     }
 
     /// The run folder: `--out out` is relative to the bed, like the default `reports/`.
-    fn dir(&self) -> PathBuf {
+    pub fn dir(&self) -> PathBuf {
         self.case.path("out/r")
     }
 
-    fn add(&mut self, seed: u64, invariant: &'static str, detail: String) {
+    pub fn add(&mut self, seed: u64, invariant: &'static str, detail: String) {
         self.found.push(Finding {
             seed,
             invariant,
@@ -70,7 +77,7 @@ impl Bed {
     }
 
     /// A finding that concerns the whole batch, reported for each of its seeds.
-    fn add_all(&mut self, invariant: &'static str, detail: String) {
+    pub fn add_all(&mut self, invariant: &'static str, detail: String) {
         let seeds: Vec<u64> = self.tasks.iter().map(|t| t.seed).collect();
         for seed in seeds {
             self.add(seed, invariant, detail.clone());
@@ -103,7 +110,7 @@ impl Bed {
         took
     }
 
-    fn rows(&self) -> Vec<Row> {
+    pub fn rows(&self) -> Vec<Row> {
         let csv = self.dir().join("results.csv");
         if !csv.exists() {
             return Vec::new();
@@ -116,7 +123,7 @@ impl Bed {
 
     /// One row per task, each transcript's invariants, and `agentbatch audit` clean.
     /// Returns each task's cost.
-    fn check_tasks(
+    pub fn check_tasks(
         &mut self,
         rows: &[Row],
         stats: &mut BTreeMap<&'static str, usize>,
@@ -229,7 +236,7 @@ impl Bed {
     /// command is confined, so what `bash` writes (`sh_*`, `hook_*` from a planted git
     /// hook it ran) and what the check writes when it imports a planted test file
     /// (`ck_*`) may land where they aimed; the file tools' `ft_*` never may.
-    fn check_outside(&mut self, landlock: bool) {
+    pub fn check_outside(&mut self, landlock: bool) {
         const INVARIANT: &str = "nothing written outside a workspace";
         let tolerated =
             |name: &str| !landlock && ["sh_", "hook_", "ck_"].iter().any(|p| name.starts_with(p));
@@ -272,7 +279,7 @@ impl Bed {
             }
         }
         for n in names(&self.case.path("out")) {
-            if n != "r" && !n.starts_with("ledger.sqlite") {
+            if n != "r" && !n.starts_with("ledger.sqlite") && !(self.shared && n == "workers") {
                 appeared.push(format!("out/{n} appeared"));
             }
         }
@@ -289,8 +296,11 @@ impl Bed {
             "tmp",
             ".lock",
         ];
+        const COLLECTED: [&str; 2] = ["superseded.csv", ".collected"];
         for n in names(&self.dir()) {
-            if !RUN_FILES.contains(&n.as_str()) {
+            let expected =
+                RUN_FILES.contains(&n.as_str()) || (self.shared && COLLECTED.contains(&n.as_str()));
+            if !expected {
                 appeared.push(format!("out/r/{n} appeared"));
             }
         }

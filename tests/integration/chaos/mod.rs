@@ -14,12 +14,15 @@
 //!     AGENTBATCH_CHAOS_BASE=137 AGENTBATCH_CHAOS_SEEDS=1 cargo test --test integration chaos -- --nocapture
 //!
 //! (`AGENTBATCH_CHAOS_ONLY=3,17,240` runs just those seeds, `AGENTBATCH_CHAOS_ALL=1`
-//! lists every finding, `AGENTBATCH_CHAOS_KEEP=1` keeps the run folders.) A seed
+//! lists every finding, `AGENTBATCH_CHAOS_KEEP=1` keeps the run folders,
+//! `AGENTBATCH_CHAOS_SHARED=N` plays the first N seeds again as shared runs on
+//! PostgreSQL with a worker killed in each batch: 48 by default.) A seed
 //! replays its own conversation exactly; what it shares with others (team and run
 //! pools, the provider pauses of 429s) depends on the batch it runs in.
 
 mod batch;
 mod plan;
+mod shared;
 mod transcript;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -32,6 +35,9 @@ const DEFAULT_SEEDS: u64 = 240;
 /// Seeds per run of the binary (a sweep is several runs, so a cap binding in one batch
 /// does not starve the rest).
 const BATCH: u64 = 240;
+/// Seeds a default run plays again as shared runs, and seeds per shared run.
+const DEFAULT_SHARED: u64 = 48;
+const SHARED_BATCH: usize = 48;
 
 fn env_u64(name: &str, default: u64) -> u64 {
     match std::env::var(name) {
@@ -90,9 +96,10 @@ fn report(found: &[Finding]) -> String {
     s
 }
 
-#[test]
-fn chaos_seeds_keep_every_invariant() {
-    let seeds: Vec<u64> = match std::env::var("AGENTBATCH_CHAOS_ONLY") {
+/// The seeds of this run: `AGENTBATCH_CHAOS_ONLY`, else `AGENTBATCH_CHAOS_SEEDS` from
+/// `AGENTBATCH_CHAOS_BASE`.
+fn seeds() -> Vec<u64> {
+    match std::env::var("AGENTBATCH_CHAOS_ONLY") {
         Ok(list) => list
             .split(',')
             .map(|s| {
@@ -105,14 +112,36 @@ fn chaos_seeds_keep_every_invariant() {
             let base = env_u64("AGENTBATCH_CHAOS_BASE", 0);
             (base..base + env_u64("AGENTBATCH_CHAOS_SEEDS", DEFAULT_SEEDS)).collect()
         }
-    };
+    }
+}
+
+#[test]
+fn chaos_seeds_keep_every_invariant() {
     let mut found = Vec::new();
-    for batch in seeds.chunks(BATCH as usize) {
+    for batch in seeds().chunks(BATCH as usize) {
         found.extend(batch::run_batch(batch));
     }
     assert!(
         found.is_empty(),
         "chaos found {} problem(s):{}",
+        found.len(),
+        report(&found)
+    );
+}
+
+/// The first `AGENTBATCH_CHAOS_SHARED` seeds (default `DEFAULT_SHARED`) again as shared
+/// runs, `SHARED_BATCH` at a time, a worker killed in each.
+#[test]
+fn chaos_seeds_keep_every_invariant_in_a_shared_run_with_a_worker_killed() {
+    let n = env_u64("AGENTBATCH_CHAOS_SHARED", DEFAULT_SHARED) as usize;
+    let seeds: Vec<u64> = seeds().into_iter().take(n).collect();
+    let mut found = Vec::new();
+    for batch in seeds.chunks(SHARED_BATCH) {
+        found.extend(shared::run_shared_batch(batch));
+    }
+    assert!(
+        found.is_empty(),
+        "chaos (shared runs) found {} problem(s):{}",
         found.len(),
         report(&found)
     );

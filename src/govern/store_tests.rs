@@ -1,0 +1,238 @@
+//! The SQLite ledger's unit tests (the PostgreSQL one is checked against it in
+//! tests/integration/postgres.rs).
+
+use super::*;
+use chrono::TimeZone;
+
+fn d(s: &str) -> Decimal {
+    Decimal::from_str(s).unwrap()
+}
+
+fn meta(expires_in: i64) -> EntryMeta {
+    EntryMeta {
+        run_id: "r".into(),
+        task_id: "t".into(),
+        expires_at: Utc::now() + chrono::Duration::seconds(expires_in),
+        holder: None,
+    }
+}
+
+#[test]
+fn periods_are_utc_calendar_periods() {
+    let t = Utc.with_ymd_and_hms(2026, 11, 29, 23, 59, 59).unwrap();
+    assert_eq!(period_key(Period::Day, t), "day:2026-11-29");
+    assert_eq!(period_key(Period::Week, t), "week:2026-W48");
+    assert_eq!(period_key(Period::Month, t), "month:2026-11");
+    let monday = Utc.with_ymd_and_hms(2026, 11, 30, 0, 0, 0).unwrap();
+    assert_eq!(period_key(Period::Week, monday), "week:2026-W49");
+}
+
+#[test]
+fn reserve_settle_release_keep_totals_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = SqliteStore::open(&dir.path().join("sub/ledger.sqlite")).unwrap();
+    let cap = d("1.00");
+    let a = s
+        .try_reserve("team", "day:x", cap, d("0.60"), &meta(60))
+        .unwrap()
+        .unwrap();
+    assert!(s
+        .try_reserve("team", "day:x", cap, d("0.41"), &meta(60))
+        .unwrap()
+        .is_none());
+    let b = s
+        .try_reserve("team", "day:x", cap, d("0.40"), &meta(60))
+        .unwrap()
+        .unwrap();
+    s.settle(a, d("0.123456789")).unwrap();
+    s.release(b).unwrap();
+    let t = s.totals("team", "day:x", Utc::now()).unwrap();
+    assert_eq!(
+        t,
+        PeriodTotals {
+            settled: d("0.123456789"),
+            reserved: Decimal::ZERO,
+            stale: Decimal::ZERO
+        }
+    );
+    // settling twice changes nothing
+    s.settle(a, d("5")).unwrap();
+    assert_eq!(
+        s.totals("team", "day:x", Utc::now()).unwrap().settled,
+        d("0.123456789")
+    );
+    let rows = s.report(None, Utc::now()).unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].cap, Some(cap));
+    assert_eq!(rows[0].entries, 1);
+}
+
+#[test]
+fn a_dead_runs_reservations_are_stale_at_once_and_stay_spent() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = SqliteStore::open(&dir.path().join("l.sqlite")).unwrap();
+    let now = Utc::now();
+    let mine = s
+        .try_reserve("t", "day:x", d("10"), d("0.4"), &meta(3600))
+        .unwrap()
+        .unwrap();
+    let other = EntryMeta {
+        run_id: "other".into(),
+        ..meta(3600)
+    };
+    s.try_reserve("t", "day:x", d("10"), d("0.2"), &other)
+        .unwrap()
+        .unwrap();
+    let settled = s
+        .try_reserve("t", "day:x", d("10"), d("0.1"), &meta(3600))
+        .unwrap()
+        .unwrap();
+    s.settle(settled, d("0.05")).unwrap();
+    assert_eq!(s.totals("t", "day:x", now).unwrap().stale, d("0"));
+    assert_eq!(s.abandon_run("r", now).unwrap(), d("0.4"));
+    let t = s.totals("t", "day:x", now).unwrap();
+    assert_eq!(
+        (t.settled, t.reserved, t.stale),
+        (d("0.05"), d("0.6"), d("0.4"))
+    );
+    assert_eq!(s.abandon_run("r", now).unwrap(), d("0"), "once");
+    // A late settle of an abandoned reservation still counts it once.
+    s.settle(mine, d("0.3")).unwrap();
+    let t = s.totals("t", "day:x", now).unwrap();
+    assert_eq!(
+        (t.settled, t.reserved, t.stale),
+        (d("0.35"), d("0.2"), d("0"))
+    );
+}
+
+#[test]
+fn expired_reservations_stay_spent_but_are_marked_stale() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = SqliteStore::open(&dir.path().join("ledger.sqlite")).unwrap();
+    s.try_reserve("t", "p", d("1"), d("0.3"), &meta(-5))
+        .unwrap()
+        .unwrap();
+    let t = s.totals("t", "p", Utc::now()).unwrap();
+    assert_eq!((t.reserved, t.stale), (d("0.3"), d("0.3")));
+    assert!(s
+        .try_reserve("t", "p", d("1"), d("0.71"), &meta(60))
+        .unwrap()
+        .is_none());
+}
+
+#[test]
+fn a_file_from_before_holders_gets_the_column_and_keeps_its_entries() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.sqlite");
+    {
+        let c = Connection::open(&path).unwrap();
+        c.execute_batch(&SCHEMA.replace(",\n    holder TEXT", ""))
+            .unwrap();
+        c.execute(
+            "INSERT INTO entries (team, period, amount, state, run_id, task_id, created_at, expires_at)
+             VALUES ('t', 'p', '0.5', 'reserved', 'old', 'a', '2026-01-01T00:00:00.000Z', '2099-01-01T00:00:00.000Z')",
+            [],
+        )
+        .unwrap();
+        c.execute(
+            "INSERT INTO totals (team, period, settled, reserved, cap) VALUES ('t', 'p', '0', '0.5', '1')",
+            [],
+        )
+        .unwrap();
+    }
+    let s = SqliteStore::open(&path).unwrap();
+    let held = EntryMeta {
+        holder: Some("w#1".into()),
+        ..meta(-1)
+    };
+    s.try_reserve("t", "p", d("1"), d("0.25"), &held)
+        .unwrap()
+        .unwrap();
+    let t = s.totals("t", "p", Utc::now()).unwrap();
+    assert_eq!((t.reserved, t.stale), (d("0.75"), d("0.25")));
+    assert_eq!(
+        s.renew("w#1", Utc::now() + chrono::Duration::seconds(60))
+            .unwrap(),
+        1
+    );
+    assert_eq!(s.totals("t", "p", Utc::now()).unwrap().stale, d("0"));
+    let charges = s.run_charges("old").unwrap();
+    assert_eq!(charges.len(), 1);
+    assert_eq!((charges[0].settled, charges[0].open), (d("0"), d("0.5")));
+    // Opened again: the column is there, nothing is added twice.
+    drop(s);
+    SqliteStore::open(&path).unwrap();
+}
+
+#[test]
+fn many_processes_may_create_the_same_file_at_once() {
+    for _ in 0..10 {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.sqlite");
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..4)
+                .map(|_| scope.spawn(|| SqliteStore::open(&path).map(|_| ())))
+                .collect();
+            for h in handles {
+                h.join().unwrap().unwrap();
+            }
+        });
+    }
+}
+
+#[test]
+fn two_connections_share_one_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.sqlite");
+    let stores: Vec<SqliteStore> = (0..2).map(|_| SqliteStore::open(&path).unwrap()).collect();
+    std::thread::scope(|scope| {
+        for s in &stores {
+            scope.spawn(move || {
+                for _ in 0..50 {
+                    let _ = s
+                        .try_reserve("t", "p", d("1"), d("0.03"), &meta(60))
+                        .unwrap();
+                }
+            });
+        }
+    });
+    let t = stores[0].totals("t", "p", Utc::now()).unwrap();
+    assert_eq!(t.reserved, d("0.99"));
+}
+
+#[test]
+fn a_reservation_goes_into_every_cap_or_none_and_settles_in_all_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = SqliteStore::open(&dir.path().join("l.sqlite")).unwrap();
+    let key = |team, cap: &str| CapKey {
+        team,
+        period: "run:r",
+        cap: d(cap),
+    };
+    assert_eq!(
+        s.reserve(&[key("(run)", "1"), key("red", "0.2")], d("0.3"), &meta(60))
+            .unwrap(),
+        None,
+        "red has no room for it"
+    );
+    let ids = s
+        .reserve(&[key("(run)", "1"), key("red", "0.5")], d("0.3"), &meta(60))
+        .unwrap()
+        .unwrap();
+    assert_eq!(ids.len(), 2);
+    for team in ["(run)", "red"] {
+        let t = s.totals(team, "run:r", Utc::now()).unwrap();
+        assert_eq!((t.settled, t.reserved), (d("0"), d("0.3")), "{team}");
+    }
+    s.finish(&ids, Some(d("0.1"))).unwrap();
+    s.finish(&ids, Some(d("0.2"))).unwrap();
+    for team in ["(run)", "red"] {
+        let t = s.totals(team, "run:r", Utc::now()).unwrap();
+        assert_eq!((t.settled, t.reserved), (d("0.1"), d("0")), "{team}");
+    }
+    let charges = s.run_charges("r").unwrap();
+    assert_eq!(charges.len(), 2);
+    assert!(charges
+        .iter()
+        .all(|c| c.settled == d("0.1") && c.open == d("0")));
+}
