@@ -319,6 +319,7 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
         tally: Tally::default(),
         repeats: repeats::Repeats::new(spec.limits.max_repeats),
         refused_too_long: false,
+        summaries: window::Summaries::default(),
     };
     let stop = if let Some(failed) = prepared.failed.clone().or(mcp_failed) {
         failed
@@ -469,6 +470,7 @@ struct Loop<'a> {
     repeats: repeats::Repeats,
     /// The last request was refused as too long and only a summary can shorten it.
     refused_too_long: bool,
+    summaries: window::Summaries,
 }
 
 impl Loop<'_> {

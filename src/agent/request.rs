@@ -47,6 +47,10 @@ impl Loop<'_> {
                 bound,
                 self.spec.thinking_budget,
             )?;
+            // No request leaves that cannot fit the window (nothing is reserved yet).
+            if let Err(o) = self.check_fits(conv, plan.max_tokens) {
+                return Err(self.no_room(&o));
+            }
             let held = self.hold_shared(&mut plan).await?;
             // What the rate gates take: the tokens the provider's limits will count.
             let paced = TokenCount {

@@ -1,17 +1,39 @@
 //! Keeping the next request inside the model's context window: compact before it would
 //! pass the task's threshold (the cheapest way first: clear old tool results, then ask
-//! the model for a summary), and stop `context_window` (before sending anything) only
-//! when compaction cannot make it fit.
+//! the model for a summary while a summary can still bring the prompt under the
+//! threshold), and stop `context_window` before sending any request that cannot fit.
 
-use super::stop::check_turn_and_clock;
+use super::stop::{after_response, check_turn_and_clock, Next};
 use super::Loop;
-use crate::model::Conversation;
+use crate::model::{Conversation, MAX_BYTES_PER_TOKEN};
 use crate::vocab::context::{ContextEdits, ContextStrategy};
 use crate::vocab::stop::{Stop, StopReason};
 use crate::vocab::transcript::TranscriptEvent;
 
 /// The least a summary request asks for, however little room the window leaves.
 const MIN_SUMMARY_TOKENS: u32 = 512;
+
+/// What the loop has learnt about summaries in this task.
+#[derive(Debug, Default)]
+pub(super) struct Summaries {
+    /// Why no summary can help any more, once that is known: none is asked for after,
+    /// and the stop that follows says this.
+    futile: Option<String>,
+    /// The turn of the last summary.
+    last_turn: Option<u32>,
+}
+
+/// A request's size as the window decision sees it: its prompt (the estimate; before
+/// any answer, a lower bound), the output it asks for, and the window.
+#[derive(Debug)]
+pub(super) struct RequestSize {
+    prompt: u64,
+    /// The prompt is a lower bound: no answer has said how large this conversation is.
+    at_least: bool,
+    max_tokens: u32,
+    /// None: the job does not know the window (the provider's refusal decides).
+    window: Option<u64>,
+}
 
 impl Loop<'_> {
     /// Records what the provider's own context editing cleared for this answer.
@@ -27,20 +49,21 @@ impl Loop<'_> {
             cleared_bytes: 0,
             tokens_before: prompt_tokens.saturating_add(e.input_tokens),
             tokens_after: prompt_tokens,
+            threshold: None,
         });
     }
 
-    /// Compacts the prompt if the next request would pass the threshold; Err when it
-    /// cannot fit the window even so. `forced`: the provider refused the prompt as too
-    /// long, so compact whatever the estimate says.
+    /// Compacts the prompt if the next request would pass the threshold. `forced`: the
+    /// provider refused the prompt as too long, so compact whatever the estimate says
+    /// (Err when nothing could be compacted). Whether the request then fits is
+    /// [`Loop::check_fits`]'s decision, made before every request.
     pub(super) async fn keep_inside_window(
         &mut self,
         conv: &mut Conversation,
         forced: bool,
     ) -> Result<(), Stop> {
-        // Before any answer there are no tool results to clear, and the size is only an
-        // upper bound (about four times the real count): send, and let the provider say
-        // if it is too long.
+        // Before any answer there are no tool results to clear, and the size is only
+        // known between bounds: send, and let the provider say if it is too long.
         if !conv.calibrated() && !forced {
             return Ok(());
         }
@@ -51,9 +74,11 @@ impl Loop<'_> {
             return Ok(());
         }
         let mut compacted = strategy.clears() && self.clear_results(conv, self.meter.turns + 1);
-        // A summary is worth a turn only if a turn is left after it.
-        let turn_left = self.meter.turns.saturating_add(2) <= self.spec.limits.max_turns;
-        if strategy.summarizes() && turn_left && (over(conv) || (forced && !compacted)) {
+        if strategy.summarizes()
+            && self.summary_turn_left()
+            && (over(conv) || (forced && !compacted))
+            && self.summary_may_help(conv, forced)
+        {
             compacted |= self.summarize(conv, forced).await?;
             if let Some(s) = check_turn_and_clock(
                 &self.spec.limits,
@@ -64,7 +89,41 @@ impl Loop<'_> {
                 return Err(s);
             }
         }
-        self.check_fits(conv, forced, compacted)
+        if forced && !compacted {
+            return Err(self.no_room(&self.measure(conv, self.spec.max_tokens)));
+        }
+        Ok(())
+    }
+
+    /// A summary is worth a turn only if a turn is left after it.
+    fn summary_turn_left(&self) -> bool {
+        self.meter.turns.saturating_add(2) <= self.spec.limits.max_turns
+    }
+
+    /// Whether a summary may still bring the prompt under the threshold. When it cannot
+    /// (what a summary cannot replace is over the threshold alone, an earlier summary
+    /// left the prompt over it, or the provider refused the prompt right after one),
+    /// the reason is kept for the stop and no summary is asked for again.
+    fn summary_may_help(&mut self, conv: &Conversation, forced: bool) -> bool {
+        if self.summaries.futile.is_some() {
+            return false;
+        }
+        let threshold = self.spec.context.threshold(self.spec.max_tokens);
+        let futile = match (self.summaries.last_turn, threshold) {
+            (Some(turn), _) if forced && turn + 1 == self.meter.turns => Some(format!(
+                "the provider refused the prompt as too long right after the summary of turn {turn}, so no other is asked for"
+            )),
+            // Before any answer there is nothing to summarize, and no estimate.
+            (_, Some(t)) if conv.calibrated() => {
+                let floor = conv.summary_floor();
+                (floor > t).then(|| format!(
+                    "no summary can bring the prompt under the compaction threshold of {t} tokens: what a summary cannot replace (the tool declarations, the system prompt and the first message) is about {floor} tokens alone; shorten the prompt, or raise context.window or context.at"
+                ))
+            }
+            _ => None,
+        };
+        self.summaries.futile = futile;
+        self.summaries.futile.is_none()
     }
 
     /// The provider refused a prompt as too long: clears old tool results if the
@@ -79,7 +138,7 @@ impl Loop<'_> {
             self.refused_too_long = true;
             return Ok(false);
         }
-        self.check_fits(conv, true, false).map(|()| false)
+        Err(self.no_room(&self.measure(conv, self.spec.max_tokens)))
     }
 
     /// Clears old tool results; true when any was cleared.
@@ -96,6 +155,7 @@ impl Loop<'_> {
             cleared_bytes: c.bytes,
             tokens_before: c.tokens_before,
             tokens_after: c.tokens_after,
+            threshold: policy.threshold(self.spec.max_tokens),
         });
         true
     }
@@ -103,18 +163,27 @@ impl Loop<'_> {
     /// Asks the model for a summary (a turn of its own, charged to the task and its
     /// budgets like any other) and replaces the older turns with it: the newest `keep`
     /// turns stay whole unless the prompt is still over the threshold with them.
-    /// Ok(false) when there was nothing to summarize. `forced`: the provider refused
-    /// the prompt as too long, so the summary request (which is longer) is sent with its
-    /// old tool results cleared.
+    /// Ok(false) when there was nothing to summarize, or the summary request itself
+    /// cannot fit. `forced`: the provider refused the prompt as too long, so the summary
+    /// request (which is longer) is sent with its old tool results cleared, as it is
+    /// when it would not fit whole.
     async fn summarize(&mut self, conv: &mut Conversation, forced: bool) -> Result<bool, Stop> {
         let Some(mut ask) = conv.summary_request() else {
             return Ok(false);
         };
-        if forced {
+        let mut max_tokens = self.summary_max_tokens(&ask);
+        if forced || self.check_fits(&ask, max_tokens).is_err() {
             let policy = &self.spec.context;
             ask.clear_tool_results(policy.keep, &policy.exempt);
+            max_tokens = self.summary_max_tokens(&ask);
         }
-        let max_tokens = self.summary_max_tokens(&ask);
+        if let Err(o) = self.check_fits(&ask, max_tokens) {
+            self.summaries.futile = Some(format!(
+                "the summary request (a prompt of about {} tokens with old tool results cleared, and max_tokens {}) does not fit the window itself, so no summary can be asked for; lower context.at so that summaries come before the history is this large, or raise context.window",
+                o.prompt, o.max_tokens
+            ));
+            return Ok(false);
+        }
         let mut answered = self.request(&mut ask, max_tokens).await;
         // A summary request refused as too long (the history jumped past the window in
         // one turn) goes once more with its old tool results cleared; it is never
@@ -125,7 +194,7 @@ impl Loop<'_> {
                 .clear_tool_results(policy.keep, &policy.exempt)
                 .is_some()
             {
-                let max_tokens = self.summary_max_tokens(&ask);
+                max_tokens = self.summary_max_tokens(&ask);
                 answered = self.request(&mut ask, max_tokens).await;
             }
         }
@@ -137,13 +206,36 @@ impl Loop<'_> {
             );
             s
         })?;
+        // The answer's stop means what it means on any turn: a summary refused, cut off
+        // at max_tokens, or ended in a way this version does not know is not used.
+        match after_response(&turn.stop, turn.calls.len()) {
+            // Calls beside the summary are not run; its text is the summary.
+            Next::RunTools => {}
+            Next::Stop(s) if s.reason == StopReason::Completed => {}
+            Next::Stop(mut s) => {
+                let hint = match s.reason {
+                    StopReason::ModelMaxTokens => format!(
+                        " (its max_tokens was {max_tokens}: raise max_tokens or context.window, or use context.strategy: clear_tool_results)"
+                    ),
+                    _ => String::new(),
+                };
+                s.detail = format!(
+                    "the model's answer to a summary request is not used as a summary: {}{hint}",
+                    s.detail
+                );
+                return Err(s);
+            }
+            Next::Resend => {
+                return Err(Stop::new(
+                    StopReason::ContextWindow,
+                    "the model paused its answer to a summary request (pause_turn): an unfinished summary is not used",
+                ))
+            }
+        }
         if turn.text.trim().is_empty() {
             return Err(Stop::new(
                 StopReason::ContextWindow,
-                format!(
-                    "the model was asked for a summary of the history to stay inside the context window, and answered without text (stop: {:?}); use context.strategy: clear_tool_results, or a larger max_tokens",
-                    turn.stop
-                ),
+                "the model was asked for a summary of the history to stay inside the context window, and answered without text; use context.strategy: clear_tool_results, or a larger max_tokens",
             ));
         }
         let policy = &self.spec.context;
@@ -160,14 +252,23 @@ impl Loop<'_> {
                 done.tokens_after = more.tokens_after;
             }
         }
+        let turn_no = self.meter.turns;
+        self.summaries.last_turn = Some(turn_no);
+        if let Some(t) = threshold.filter(|t| done.tokens_after > *t) {
+            self.summaries.futile = Some(format!(
+                "the summary of turn {turn_no} left the prompt at about {} tokens, over the compaction threshold of {t} (what it cannot replace and the summary are that large together), so no other is asked for",
+                done.tokens_after
+            ));
+        }
         self.tally.compactions += 1;
         self.log.emit(TranscriptEvent::Compaction {
-            turn: self.meter.turns,
+            turn: turn_no,
             strategy: "summarize".into(),
             cleared_results: u32::try_from(done.results).unwrap_or(u32::MAX),
             cleared_bytes: done.bytes,
             tokens_before: done.tokens_before,
             tokens_after: done.tokens_after,
+            threshold,
         });
         Ok(true)
     }
@@ -190,24 +291,71 @@ impl Loop<'_> {
         task.min(room.max(MIN_SUMMARY_TOKENS))
     }
 
-    /// Err(context_window) when the next request cannot fit the window. With the
-    /// provider's own context management only its refusal says so: it compacts what
-    /// the runner sends.
-    fn check_fits(&self, conv: &Conversation, forced: bool, compacted: bool) -> Result<(), Stop> {
+    /// Err when a request with `max_tokens` of answer cannot fit the window: its prompt
+    /// (see [`Loop::measure`]) and max_tokens pass it.
+    pub(super) fn check_fits(
+        &self,
+        conv: &Conversation,
+        max_tokens: u32,
+    ) -> Result<(), RequestSize> {
+        let o = self.measure(conv, max_tokens);
+        match o.window {
+            Some(w) if o.prompt.saturating_add(u64::from(max_tokens)) > w => Err(o),
+            _ => Ok(()),
+        }
+    }
+
+    /// The next request's size as the window decision sees it. The prompt is the
+    /// estimate compaction works with (not a bound: one it puts just inside may still
+    /// be refused, and the refusal compacts and sends again), or before any answer a
+    /// lower bound, so that only a first request that cannot fit at any tokenization
+    /// is kept back. With the provider's own context management the prompt is what
+    /// the provider makes of it: only a max_tokens that leaves no room for any prompt
+    /// cannot fit.
+    fn measure(&self, conv: &Conversation, max_tokens: u32) -> RequestSize {
         let policy = &self.spec.context;
-        if policy.strategy == ContextStrategy::Native && !forced {
-            return Ok(());
+        let (prompt, at_least) = match (policy.strategy, conv.calibrated()) {
+            (ContextStrategy::Native, _) => (1, true),
+            (_, true) => (conv.context_estimate(), false),
+            (_, false) => (conv.prompt_floor(), true),
+        };
+        RequestSize {
+            prompt,
+            at_least,
+            max_tokens,
+            window: policy.window,
         }
-        let max_tokens = self.spec.max_tokens;
-        let after = conv.context_estimate();
-        let too_long = forced || policy.fits(max_tokens).is_some_and(|fits| after > fits);
-        if !too_long || compacted {
-            return Ok(());
-        }
-        let window = policy
+    }
+
+    /// The stop for a request that cannot fit, naming the window and saying why
+    /// nothing more can be compacted.
+    pub(super) fn no_room(&self, o: &RequestSize) -> Stop {
+        let model = &self.spec.model;
+        let (prompt, max_tokens) = (o.prompt, o.max_tokens);
+        let window = o
             .window
             .map_or("the model's".to_string(), |w| format!("the {w}-token"));
-        let how = match policy.strategy {
+        let detail = if o.window.is_some_and(|w| u64::from(max_tokens) >= w) {
+            format!(
+                "max_tokens {max_tokens} leaves no room for any prompt in {window} context window of {model}, so not even the first request was sent: lower max_tokens or raise context.window"
+            )
+        } else if o.at_least {
+            format!(
+                "the first request (a prompt of at least {prompt} tokens, counting {MAX_BYTES_PER_TOKEN} bytes a token, and max_tokens {max_tokens}) does not fit {window} context window of {model}, and nothing can be compacted before the first answer: shorten the prompt or the system prompt, or use a larger window"
+            )
+        } else {
+            format!(
+                "the next request (a prompt of about {prompt} tokens and max_tokens {max_tokens}) does not fit {window} context window of {model}, and {}",
+                self.why_not_compacted()
+            )
+        };
+        Stop::new(StopReason::ContextWindow, detail)
+    }
+
+    /// Why the strategy can make the prompt no smaller.
+    fn why_not_compacted(&self) -> String {
+        let policy = &self.spec.context;
+        match policy.strategy {
             ContextStrategy::Off => "compaction is off (context.strategy: off)".to_string(),
             ContextStrategy::Native => {
                 "the provider's context editing (context.strategy: native) did not clear enough"
@@ -217,17 +365,16 @@ impl Loop<'_> {
                 "clearing old tool results left nothing more to clear (context.keep: {})",
                 policy.keep
             ),
-            ContextStrategy::Auto | ContextStrategy::Summarize => {
-                "neither clearing old tool results nor a summary left anything more to compact"
-                    .to_string()
-            }
-        };
-        Err(Stop::new(
-            StopReason::ContextWindow,
-            format!(
-                "the next request (a prompt of about {after} tokens and max_tokens {max_tokens}) does not fit {window} context window of {}, and {how}",
-                self.spec.model
-            ),
-        ))
+            ContextStrategy::Auto | ContextStrategy::Summarize => match &self.summaries.futile {
+                Some(why) => why.clone(),
+                None if !self.summary_turn_left() => {
+                    "no turn is left for a summary (limits.max_turns)".to_string()
+                }
+                None => {
+                    "neither clearing old tool results nor a summary left anything more to compact"
+                        .to_string()
+                }
+            },
+        }
     }
 }

@@ -60,7 +60,8 @@ pub enum ProblemKind {
     MisplacedResult,
     /// The transcript itself: cut off mid-line, or not enough of it to check.
     Transcript,
-    /// A compaction that cleared nothing or made the prompt estimate larger.
+    /// A compaction that did not help: it cleared nothing, made the prompt estimate
+    /// larger, or (a summary) left it over the compaction threshold.
     Compaction,
 }
 
@@ -313,32 +314,49 @@ pub fn audit_events(events: &[(usize, Value)]) -> AuditReport {
     audit(events, None)
 }
 
-/// Counts the compactions and warns about one that did not shrink the prompt.
+/// Counts the compactions and warns about one that did not help: it shrank nothing,
+/// or it was a summary that left the prompt over the compaction threshold (which a
+/// runner before this check asked for again and again, a turn or two apart). A
+/// transcript from before the threshold was recorded gets the warning for a summary
+/// that removed less than a tenth of the estimate.
 fn check_compactions(events: &[(usize, Value)], report: &mut AuditReport) {
     for (line, v) in events {
         let Some(TranscriptEvent::Compaction {
             turn,
+            strategy,
             cleared_results,
             tokens_before,
             tokens_after,
+            threshold,
             ..
         }) = TranscriptEvent::from_value(v)
         else {
             continue;
         };
         report.compactions += 1;
-        if cleared_results == 0 || tokens_after > tokens_before {
-            report.push(Problem {
-                turn: Some(turn),
-                call_id: None,
-                kind: ProblemKind::Compaction,
-                severity: Severity::Warning,
-                message: format!(
-                    "a compaction cleared {cleared_results} results and took the prompt estimate from {tokens_before} to {tokens_after} tokens"
-                ),
-                line: Some(*line),
-            });
-        }
+        let summary = strategy == "summarize";
+        let message = match threshold {
+            Some(t) if summary && tokens_after > t => format!(
+                "a summary took the prompt estimate from {tokens_before} to {tokens_after} tokens, still over the compaction threshold of {t}: it did not make room"
+            ),
+            _ if cleared_results == 0 || tokens_after > tokens_before => format!(
+                "a compaction cleared {cleared_results} results and took the prompt estimate from {tokens_before} to {tokens_after} tokens"
+            ),
+            None if summary && tokens_after.saturating_mul(10) > tokens_before.saturating_mul(9) => {
+                format!(
+                    "a summary took the prompt estimate only from {tokens_before} to {tokens_after} tokens: it made almost no room"
+                )
+            }
+            _ => continue,
+        };
+        report.push(Problem {
+            turn: Some(turn),
+            call_id: None,
+            kind: ProblemKind::Compaction,
+            severity: Severity::Warning,
+            message,
+            line: Some(*line),
+        });
     }
 }
 

@@ -124,6 +124,42 @@ fn compactions_are_counted_and_one_that_shrinks_nothing_is_a_warning() {
 }
 
 #[test]
+fn a_summary_that_leaves_the_prompt_over_the_threshold_is_a_warning() {
+    let summary = |before: u64, after: u64, threshold: Option<u64>| {
+        let mut e = json!({"event": "compaction", "turn": 2, "strategy": "summarize", "cleared_results": 1, "cleared_bytes": 2341, "tokens_before": before, "tokens_after": after});
+        if let Some(t) = threshold {
+            e["threshold"] = t.into();
+        }
+        e
+    };
+    let with = |c: Value| {
+        let mut ev = clean_claude(&[("a", "get_time")]);
+        ev.insert(ev.len() - 2, c);
+        audit(ev)
+    };
+    // Under the threshold: it helped, however little it removed.
+    assert!(with(summary(4100, 3900, Some(4076))).problems.is_empty());
+    let r = with(summary(5601, 5272, Some(4076)));
+    assert_eq!(
+        found(&r),
+        [(ProblemKind::Compaction, Severity::Warning, Some(2), None)]
+    );
+    assert!(
+        r.problems[0]
+            .message
+            .contains("over the compaction threshold of 4076"),
+        "{r}"
+    );
+    // A transcript without the threshold: a summary that removed under a tenth.
+    let r = with(summary(5601, 5272, None));
+    assert!(r.problems[0].message.contains("almost no room"), "{r}");
+    assert!(with(summary(5601, 3000, None)).problems.is_empty());
+    // The provider's own compaction has no threshold of the runner's.
+    let native = json!({"event": "compaction", "turn": 2, "strategy": "native", "cleared_results": 3, "cleared_bytes": 0, "tokens_before": 5601, "tokens_after": 5400});
+    assert!(with(native).problems.is_empty());
+}
+
+#[test]
 fn an_undeclared_tool_is_a_warning_when_refused_and_a_violation_when_run() {
     let mut ev = start("anthropic", &["get_time"]);
     ev.push(claude(1, &[("a", "launch_rockets")]));

@@ -13,6 +13,10 @@ use crate::vocab::context::ContextEdits;
 const CLEARED: &str =
     "[agentbatch: this tool result was cleared to keep the prompt inside the context window";
 
+/// The most bytes a token is taken to cover, for a lower bound on a prompt: far above
+/// the three to five bytes a token that tokenizers average on text, code and JSON.
+pub const MAX_BYTES_PER_TOKEN: u64 = 32;
+
 /// What one compaction did, with the prompt estimates around it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Cleared {
@@ -45,9 +49,19 @@ impl Conversation {
             .saturating_sub(self.compacted_tokens)
     }
 
+    /// A lower bound on the next prompt's tokens before any answer has said how many
+    /// a prompt of this conversation is: its body at [`MAX_BYTES_PER_TOKEN`], and at
+    /// least one token. Only a prompt that cannot fit even at this size is stopped
+    /// before the provider sees it (a refusal of a first request is not billed).
+    pub fn prompt_floor(&self) -> u64 {
+        (self.body(u32::MAX).len() as u64)
+            .div_ceil(MAX_BYTES_PER_TOKEN)
+            .max(1)
+    }
+
     /// The last answer's prompt tokens per byte of its body (at most one), which
     /// scales bytes to the estimates compaction works with.
-    fn tokens_per_byte(&self) -> f64 {
+    pub(super) fn tokens_per_byte(&self) -> f64 {
         match (self.last_prompt_tokens, self.last_body_bytes) {
             (Some(t), b) if b > 0 => (t as f64 / b as f64).min(1.0),
             _ => 1.0,

@@ -26,7 +26,7 @@ use serde_json::Value;
 pub use crate::vocab::protocol::Protocol;
 pub(crate) use crate::vocab::usage::openai_usage;
 pub use crate::vocab::usage::Usage;
-pub use compact::Cleared;
+pub use compact::{Cleared, MAX_BYTES_PER_TOKEN};
 pub use conversation::{Conversation, Params};
 pub use endpoint::Endpoint;
 pub use http::{client, parse_go_duration, Failure, HttpError, RateHeaders, Reply};

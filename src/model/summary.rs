@@ -31,6 +31,13 @@ fn results_in(e: &Value) -> usize {
     })
 }
 
+/// Whether an Anthropic content block is a summary the runner placed.
+fn is_summary(block: &Value) -> bool {
+    block["text"]
+        .as_str()
+        .is_some_and(|t| t.starts_with(SUMMARY_HEADING))
+}
+
 impl Conversation {
     /// A copy of this conversation whose next request asks the model for a summary;
     /// None when there is nothing to summarize yet, or the history ends with the
@@ -41,6 +48,31 @@ impl Conversation {
         }
         let mut ask = self.clone();
         ask.append_user_text(SUMMARY_REQUEST).then_some(ask)
+    }
+
+    /// What no summary can replace, as a prompt estimate: the tool declarations, the
+    /// system prompt and the first message (less an earlier summary). A summary leaves
+    /// at least this and itself, so when this alone is over the compaction threshold
+    /// none can bring the prompt under it.
+    pub fn summary_floor(&self) -> u64 {
+        let whole = self.body(u32::MAX).len() as u64;
+        // Each entry after the first, and the comma before it.
+        let rest: u64 = self.history.iter().skip(1).map(|e| len_of(e) + 1).sum();
+        let earlier: u64 = match self.endpoint.protocol {
+            Protocol::Anthropic => self.history.first().map_or(0, |f| {
+                f["content"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|b| is_summary(b))
+                    .map(|b| len_of(b) + 1)
+                    .sum()
+            }),
+            // There an earlier summary is an entry of its own, counted in `rest`.
+            Protocol::OpenaiResponses | Protocol::OpenaiChat => 0,
+        };
+        let bytes = whole.saturating_sub(rest).saturating_sub(earlier);
+        (bytes as f64 * self.tokens_per_byte()) as u64
     }
 
     /// Replaces every turn but the newest `keep` (and any earlier summary) with
@@ -76,11 +108,7 @@ impl Conversation {
                     other => vec![json!({"type": "text", "text": other})],
                 };
                 // An earlier summary gives way to this one.
-                blocks.retain(|b| {
-                    !b["text"]
-                        .as_str()
-                        .is_some_and(|t| t.starts_with(SUMMARY_HEADING))
-                });
+                blocks.retain(|b| !is_summary(b));
                 blocks.push(json!({"type": "text", "text": text}));
                 *first = Value::Array(blocks);
             }

@@ -108,12 +108,9 @@ pub(super) async fn answer(
     // are its own, and nothing is kept for replay checks.
     let summarizing = summary::wanted(protocol, &request);
     let played = if summarizing {
-        Some(std::borrow::Cow::Owned(summary::turn(
-            protocol,
-            &request,
-            step,
-            script.summary.as_deref(),
-        )))
+        Some(std::borrow::Cow::Owned(
+            script.summary_for(protocol, &request, key, step),
+        ))
     } else {
         script.turn_for(step, protocol, &request, key)
     }

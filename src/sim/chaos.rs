@@ -14,6 +14,7 @@
 
 mod inputs;
 mod misbehave;
+mod summaries;
 
 use std::borrow::Cow;
 
@@ -37,6 +38,22 @@ impl Script {
         match &self.chaos {
             Some(c) => Some(Cow::Owned(turn(c, protocol, request, key, step))),
             None => self.turn(step).map(Cow::Borrowed),
+        }
+    }
+
+    /// The answer to a summary request at `step`: the script's `summary:` turn, or the
+    /// simulator's own summary, which the chaos model sometimes makes erratic.
+    pub fn summary_for(
+        &self,
+        protocol: Protocol,
+        request: &Value,
+        key: &str,
+        step: usize,
+    ) -> ScriptTurn {
+        let own = super::summary::turn(protocol, request, step, self.summary.as_deref());
+        match &self.chaos {
+            Some(c) => summaries::erratic(c, protocol, request, key, step, own),
+            None => own,
         }
     }
 }

@@ -551,6 +551,15 @@ pub enum TranscriptEvent {
         tokens_before: u64,
         #[serde(default, deserialize_with = "lenient")]
         tokens_after: u64,
+        /// The prompt estimate above which the runner compacts (`context.at` of the
+        /// window, less max_tokens): a summary that leaves the prompt over it did not
+        /// help. Absent for the provider's own compaction and in older transcripts.
+        #[serde(
+            default,
+            deserialize_with = "lenient",
+            skip_serializing_if = "Option::is_none"
+        )]
+        threshold: Option<u64>,
     },
     /// The runner starts on a tool call.
     ToolCall {

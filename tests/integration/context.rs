@@ -429,3 +429,86 @@ fn native_context_management_is_refused_on_chat_completions() {
         "{err}"
     );
 }
+
+/// A 16.6 KB prompt: with the tools, about 4,900 tokens as the simulator counts them.
+pub(crate) fn long_prompt() -> String {
+    "Fix the total function so that blank cells are skipped. "
+        .repeat(300)
+        .chars()
+        .take(16_600)
+        .collect()
+}
+
+/// The prompt tokens of a recorded request as the simulator counts them (a quarter of
+/// its bytes) and the output it asked for.
+pub(crate) fn sim_tokens(body: &Value) -> (u64, u64) {
+    let bytes = serde_json::to_vec(body).map_or(0, |b| b.len() as u64);
+    let asked = ["max_tokens", "max_output_tokens", "max_completion_tokens"]
+        .iter()
+        .find_map(|f| body[*f].as_u64())
+        .unwrap_or(0);
+    (bytes.div_ceil(4), asked)
+}
+
+#[tokio::test]
+async fn a_request_that_cannot_fit_the_window_is_never_sent() {
+    // The simulator's window is the model's (200k): whatever the runner sends is
+    // answered, so only the runner's own decision keeps a request inside the job's.
+    let cases = [(6000, 1024), (400, 100), (100, 1024), (1, 1024)];
+    let protocols = [
+        ("anthropic", "claude-sonnet-4-5"),
+        ("openai-responses", "gpt-5.4"),
+        ("openai-chat", "gpt-5.4"),
+    ];
+    for ((window, max_tokens), (protocol, model)) in cases
+        .into_iter()
+        .flat_map(|c| protocols.into_iter().map(move |p| (c, p)))
+    {
+        for strategy in ["auto", "summarize", "clear_tool_results", "off"] {
+            let case = Case::new();
+            folder(&case);
+            let yaml = job(
+                protocol,
+                model,
+                40,
+                &format!("{{ strategy: {strategy}, window: {window} }}"),
+                "",
+            )
+            .replace("prompt: fix it", &format!("prompt: {}", long_prompt()))
+            .replace("max_tokens: 1024", &format!("max_tokens: {max_tokens}"));
+            let ran = case.run(&yaml).await;
+            let row = ran.row("t");
+            let what = format!("{protocol} {strategy}, window {window}, max_tokens {max_tokens}");
+            assert_eq!(row["stop_reason"], "context_window", "{what}: {row:?}");
+            assert!(
+                row["stop_detail"].contains(&format!("the {window}-token context window")),
+                "{what}: {row:?}"
+            );
+            let requests = ran.requests("t");
+            // Before the first answer the prompt's size is known only between bounds: a
+            // first request is sent unless even its lower bound cannot fit.
+            for r in requests.iter().skip(1) {
+                let (prompt, asked) = sim_tokens(&r.body);
+                assert!(
+                    prompt + asked <= window,
+                    "{what}: sent a prompt of {prompt} tokens with max_tokens {asked}: {row:?}"
+                );
+            }
+            if window <= 400 {
+                // Even a token per 32 bytes and max_tokens do not fit: nothing is sent.
+                assert!(requests.is_empty(), "{what}: {} sent", requests.len());
+                assert_eq!(row["cost_usd"], "0", "{what}");
+                assert!(
+                    row["stop_detail"].contains("first request"),
+                    "{what}: {row:?}"
+                );
+            } else {
+                // What a summary cannot replace (the first message and the tools) is
+                // over the threshold alone: none is asked for, and the task stops
+                // before the request that cannot fit.
+                assert_eq!(requests.len(), 1, "{what}: {row:?}");
+                assert_eq!(num(&row, "compactions"), 0, "{what}");
+            }
+        }
+    }
+}

@@ -376,3 +376,182 @@ async fn an_erratic_summarizer_is_retried_ignored_or_stops_the_task() {
     assert_eq!(row["stop_reason"], "context_window", "{row:?}");
     assert!(row["stop_detail"].contains("without text"), "{row:?}");
 }
+
+#[tokio::test]
+async fn a_summary_that_leaves_the_prompt_over_the_threshold_is_not_asked_for_again() {
+    // A prompt of about 5,500 tokens with the tools, under the threshold of 5,776
+    // (85% of 8,000, less max_tokens); each turn adds about 600. The model's summaries
+    // are long (about 700 tokens, whole): first message and summary are over the
+    // threshold together, though they fit the window.
+    for strategy in ["summarize", "auto"] {
+        let case = Case::new();
+        folder(&case);
+        let summary = "I read module.py again and again. ".repeat(82);
+        let yaml = job(
+            "anthropic",
+            "claude-sonnet-4-5",
+            40,
+            &format!("{{ window: 8000, strategy: {strategy}, keep: 2 }}"),
+            &format!("      summary: {{ content: [ {{ text: \"{summary}\" }} ] }}\n"),
+        )
+        .replace("max_turns: 40,", "max_turns: 80,")
+        .replace(
+            "prompt: fix it",
+            &format!(
+                "prompt: {}",
+                "Fix the total function so that blank cells are skipped. ".repeat(340)
+            ),
+        );
+        let ran = case.run(&yaml).await;
+        let row = ran.row("t");
+        assert_eq!(row["stop_reason"], "context_window", "{strategy}: {row:?}");
+        let asked = ran
+            .requests("t")
+            .iter()
+            .filter(|r| is_summary_request(&r.body))
+            .count();
+        assert_eq!(asked, 1, "{strategy}: {row:?}");
+        assert!(
+            row["stop_detail"].contains("8000-token context window")
+                && row["stop_detail"].contains("over the compaction threshold of 5776"),
+            "{strategy}: {row:?}"
+        );
+        for r in ran.requests("t").iter().skip(1) {
+            let (prompt, max) = crate::context::sim_tokens(&r.body);
+            assert!(prompt + max <= 8000, "{strategy}: {prompt} + {max}");
+        }
+        // The audit says the summary did not help.
+        let r = audit_file(&ran.dir.join("transcripts/t.jsonl")).expect("transcript reads");
+        assert_eq!(r.violations(), 0, "{strategy}: {:?}", r.problems);
+        assert!(
+            r.problems
+                .iter()
+                .any(|p| p.kind == agentbatch::audit::ProblemKind::Compaction
+                    && p.message.contains("over the compaction threshold")),
+            "{strategy}: {:?}",
+            r.problems
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_summary_answer_is_judged_by_its_stop_reason_like_any_answer() {
+    // (protocol, model, how the summary answer ends, the stop it gives)
+    let cases = [
+        (
+            "anthropic",
+            "claude-sonnet-4-5",
+            "stop_reason: refusal",
+            "refusal",
+        ),
+        (
+            "anthropic",
+            "claude-sonnet-4-5",
+            "stop_reason: banana",
+            "provider_error",
+        ),
+        (
+            "anthropic",
+            "claude-sonnet-4-5",
+            "stop_reason: max_tokens",
+            "model_max_tokens",
+        ),
+        (
+            "anthropic",
+            "claude-sonnet-4-5",
+            "stop_reason: pause_turn",
+            "context_window",
+        ),
+        (
+            "openai-responses",
+            "gpt-5.4",
+            "status: incomplete, incomplete_reason: max_output_tokens",
+            "model_max_tokens",
+        ),
+        (
+            "openai-responses",
+            "gpt-5.4",
+            "status: incomplete, incomplete_reason: banana",
+            "provider_error",
+        ),
+        (
+            "openai-responses",
+            "gpt-5.4",
+            "status: incomplete, incomplete_reason: content_filter",
+            "refusal",
+        ),
+        (
+            "openai-responses",
+            "gpt-5.4",
+            "status: weird",
+            "provider_error",
+        ),
+        (
+            "openai-responses",
+            "gpt-5.4",
+            "stop_reason: refusal",
+            "refusal",
+        ),
+        (
+            "openai-chat",
+            "gpt-5.4",
+            "finish_reason: length",
+            "model_max_tokens",
+        ),
+        (
+            "openai-chat",
+            "gpt-5.4",
+            "finish_reason: content_filter",
+            "refusal",
+        ),
+        (
+            "openai-chat",
+            "gpt-5.4",
+            "finish_reason: banana",
+            "provider_error",
+        ),
+        (
+            "openai-chat",
+            "gpt-5.4",
+            "finish_reason: \"null\"",
+            "provider_error",
+        ),
+    ];
+    for (protocol, model, ending, expected) in cases {
+        let case = Case::new();
+        folder(&case);
+        let yaml = job(
+            protocol,
+            model,
+            40,
+            "{ window: 12000, strategy: summarize, keep: 2 }",
+            &format!(
+                "      context_window: 12000\n      summary: {{ content: [ {{ text: \"what I did\" }} ], {ending} }}\n"
+            ),
+        )
+        .replace("max_turns: 40,", "max_turns: 80,");
+        let ran = case.run(&yaml).await;
+        let row = ran.row("t");
+        let what = format!("{protocol} {ending}");
+        assert_eq!(row["stop_reason"], expected, "{what}: {row:?}");
+        assert!(row["stop_detail"].contains("summary"), "{what}: {row:?}");
+        // The answer never replaced the history: no summary was recorded, and no
+        // request after it carries its text.
+        assert!(
+            ran.events("t", "compaction")
+                .iter()
+                .all(|e| e["strategy"] != "summarize"),
+            "{what}"
+        );
+        let requests = ran.requests("t");
+        let asked = requests
+            .iter()
+            .position(|r| is_summary_request(&r.body))
+            .expect("a summary request");
+        assert_eq!(
+            asked + 1,
+            requests.len(),
+            "{what}: nothing is sent after it"
+        );
+    }
+}

@@ -264,7 +264,7 @@ pub(super) fn misbehave(
 
 /// A stop the protocol documents (or an unknown one), sometimes at odds with the
 /// content: `end_turn` with calls, `tool_use` without.
-fn odd_stop(r: &mut Rng, protocol: Protocol, t: &mut ScriptTurn) {
+pub(super) fn odd_stop(r: &mut Rng, protocol: Protocol, t: &mut ScriptTurn) {
     match protocol {
         Protocol::Anthropic => match r.below(9) {
             0 => t.stop_reason = Some("end_turn".into()),

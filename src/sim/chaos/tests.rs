@@ -510,3 +510,58 @@ fn hostile_schemas_neither_panic_nor_grow_without_bound() {
         }
     }
 }
+
+#[test]
+fn some_summaries_are_long_odd_or_call_a_tool_and_every_one_keeps_its_marker() {
+    let mut req = request(Protocol::Anthropic);
+    let result = "r".repeat(3000);
+    req["messages"] = json!([
+        {"role": "user", "content": "task"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "c1", "name": "read_file", "input": {}}]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "c1", "content": result},
+            {"type": "text", "text": crate::vocab::context::SUMMARY_REQUEST}]},
+    ]);
+    let script = Script {
+        latency: None,
+        repeat_last: false,
+        turns: Vec::new(),
+        chaos: Some(Chaos {
+            misbehave_percent: 60,
+            ..chaos(5)
+        }),
+        context_window: None,
+        summary: None,
+    };
+    let (mut long, mut odd, mut calls) = (0, 0, 0);
+    for n in 0..200 {
+        let key = format!("task-{n}");
+        let t = script.summary_for(Protocol::Anthropic, &req, &key, 1);
+        assert_eq!(
+            format!("{t:?}"),
+            format!(
+                "{:?}",
+                script.summary_for(Protocol::Anthropic, &req, &key, 1)
+            ),
+            "a retry gets the same answer"
+        );
+        let texts: Vec<&String> = t
+            .content
+            .iter()
+            .filter_map(|b| match b {
+                Block::Text(s) => Some(s),
+                _ => None,
+            })
+            .collect();
+        assert!(
+            texts
+                .last()
+                .is_some_and(|s| s.contains("agentbatch-sim summary: steps=1")),
+            "{t:?}"
+        );
+        long += usize::from(texts.iter().map(|s| s.len()).sum::<usize>() > 2000);
+        odd += usize::from(t.stop_reason.is_some());
+        calls += usize::from(t.content.iter().any(|b| matches!(b, Block::ToolUse(_))));
+    }
+    assert!(long > 20 && odd > 20 && calls > 20, "{long} {odd} {calls}");
+}

@@ -41,12 +41,15 @@ pub(super) struct Task {
     /// Half of the unstreamed tasks go through the batch APIs: the chaos model's faults
     /// then come back as errored batch items.
     batch: bool,
-    /// A context window the simulator enforces and the job states (0: the model's),
-    /// small enough for long chaos answers to pass it: compaction under fire.
-    window: u64,
+    /// A context window the job states (0: the model's), small enough for long chaos
+    /// answers to pass it: compaction under fire.
+    pub window: u64,
+    /// The window the simulator enforces: the job's, or twice it, so that what the
+    /// runner sends is answered and only its own check keeps requests inside the job's.
+    pub sim_window: u64,
     /// How a small window is kept: the default escalation, summaries only, or the
     /// provider's own context management (Chat Completions has none: summaries).
-    strategy: &'static str,
+    pub strategy: &'static str,
 }
 
 /// An index in 0..k for one attribute of a seed's task, independent of the others
@@ -64,6 +67,7 @@ impl Task {
     pub fn new(seed: u64) -> Task {
         let mut t = Task::drawn(seed);
         t.batch = t.stream == "never" && choose(seed, 12, 2) == 0;
+        t.sim_window = t.window * [1, 1, 2][choose(seed, 13, 3)];
         t
     }
 
@@ -83,6 +87,7 @@ impl Task {
             stream: ["always", "never"][choose(seed, 9, 2)],
             batch: false,
             window: [0, 8_000, 4_000][choose(seed, 10, 3)],
+            sim_window: 0,
             strategy: match (choose(seed, 11, 3), seed % 3) {
                 (0, _) => "auto",
                 (1, _) | (_, 2) => "summarize",
@@ -154,10 +159,11 @@ pub(super) fn job(tasks: &[Task], outside: &Path, caps: &Caps) -> String {
             y = y.replacen(
                 &format!("    sim: {{ chaos: {{ seed: {},", t.seed),
                 &format!(
-                    "    context: {{ window: {w}, keep: 2, strategy: {} }}\n    sim: {{ context_window: {w}, chaos: {{ seed: {},",
+                    "    context: {{ window: {}, keep: 2, strategy: {} }}\n    sim: {{ context_window: {}, chaos: {{ seed: {},",
+                    t.window,
                     t.strategy,
+                    t.sim_window,
                     t.seed,
-                    w = t.window
                 ),
                 1,
             );

@@ -1,7 +1,9 @@
 //! The invariants one task's transcript must keep: its money adds up, the file tools
 //! stayed in the workspace, valid writes at the root worked, the simulator refused
-//! nothing the runner sent, `completed` follows a documented end, and `stuck` a
-//! warning the model was sent.
+//! nothing the runner sent, no request passed the window, a summary replaced the
+//! history only after an answer that may stand as one (and none was asked for after
+//! one that did not help), `completed` follows a documented end, and `stuck` a warning
+//! the model was sent.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -98,8 +100,104 @@ fn warned_before_stuck(events: &[Value]) -> Result<(), String> {
     Ok(())
 }
 
+/// Whether an answer to a summary request may stand as a summary: it ended as a turn
+/// ends (or called tools, which are not run), and was not refused, cut off at
+/// max_tokens, paused, or ended in a way the runner does not know.
+fn usable_summary(body: &Value) -> bool {
+    let any = |v: &Value, f: &dyn Fn(&Value) -> bool| v.as_array().is_some_and(|a| a.iter().any(f));
+    if body["type"] == "message" {
+        let calls = any(&body["content"], &|b| b["type"] == "tool_use");
+        return matches!(
+            body["stop_reason"].as_str(),
+            Some("end_turn" | "stop_sequence")
+        ) || (body["stop_reason"] == "tool_use" && calls);
+    }
+    if body["object"] == "response" {
+        let calls = any(&body["output"], &|o| o["type"] == "function_call");
+        let refused = any(&body["output"], &|o| {
+            any(&o["content"], &|c| c["type"] == "refusal")
+        });
+        return body["status"] == "completed" && (calls || !refused);
+    }
+    let choice = &body["choices"][0];
+    let calls = any(&choice["message"]["tool_calls"], &|_| true);
+    match (choice["finish_reason"].as_str(), calls) {
+        (Some("length" | "content_filter"), _) => false,
+        (_, true) => true,
+        (Some("stop"), false) => choice["message"]["refusal"].is_null(),
+        _ => false,
+    }
+}
+
+/// Summaries: one replaces the history only after an answer that may stand as one,
+/// and after one that left the prompt over the compaction threshold none is asked for.
+fn summaries_kept_their_rules(events: &[Value]) -> Result<(), String> {
+    let mut last_answer: Option<&Value> = None;
+    let mut fell_short: Option<u64> = None;
+    for e in events {
+        match e["event"].as_str() {
+            Some("response") => last_answer = Some(&e["body"]),
+            Some("request")
+                if e["new_messages"]
+                    .to_string()
+                    .contains("will be replaced by your summary") =>
+            {
+                if let Some(turn) = fell_short {
+                    return Err(format!(
+                        "turn {}: a summary was asked for after the summary of turn {turn} left the prompt over the threshold",
+                        e["turn"]
+                    ));
+                }
+            }
+            Some("compaction") if e["strategy"] == "summarize" => {
+                let body = last_answer.unwrap_or(&Value::Null);
+                if !usable_summary(body) {
+                    return Err(format!(
+                        "turn {}: an answer that ends with stop_reason {} / status {} / finish_reason {} replaced the history",
+                        e["turn"],
+                        body["stop_reason"],
+                        body["status"],
+                        body.pointer("/choices/0/finish_reason").unwrap_or(&Value::Null)
+                    ));
+                }
+                let over = e["threshold"]
+                    .as_u64()
+                    .is_some_and(|t| e["tokens_after"].as_u64() > Some(t));
+                if over {
+                    fell_short = e["turn"].as_u64();
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// No request left whose prompt (a quarter of its bytes, as the simulator counts) and
+/// max_tokens pass the job's window, apart from a first request (before any answer the
+/// runner knows its size only between bounds, and the provider judges it). The runner
+/// decides on an estimate from the last answer's count, which the simulator's counting
+/// keeps within a few tokens: an eighth of the window is the margin.
+fn requests_fit(t: &Task, events: &[Value]) -> Result<(), String> {
+    if t.window == 0 || t.strategy == "native" {
+        return Ok(());
+    }
+    for e in events.iter().filter(|e| e["event"] == "request") {
+        let turn = e["turn"].as_u64().unwrap_or_default();
+        let prompt = e["bytes"].as_u64().unwrap_or_default().div_ceil(4);
+        let max = e["max_tokens"].as_u64().unwrap_or_default();
+        if turn > 1 && prompt + max > t.window + t.window / 8 {
+            return Err(format!(
+                "turn {turn}: a prompt of about {prompt} tokens and max_tokens {max} went out for a {}-token window",
+                t.window
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The invariants of one task's transcript: money, confinement of the file tools, the
-/// simulator's refusals, the stop.
+/// simulator's refusals, the window, summaries, the stop.
 pub(super) fn check_transcript(
     t: &Task,
     row: &BTreeMap<String, String>,
@@ -210,6 +308,19 @@ pub(super) fn check_transcript(
             );
         }
     }
+    if let Err(e) = requests_fit(t, events) {
+        add("no request is sent that cannot fit the window", e);
+    }
+    if let Err(e) = summaries_kept_their_rules(events) {
+        add(
+            "a summary replaces the history only when it may, and is not asked for again when it did not help",
+            e,
+        );
+    }
+    *stats.entry("summaries").or_default() += events
+        .iter()
+        .filter(|e| e["event"] == "compaction" && e["strategy"] == "summarize")
+        .count();
     if row["stop_reason"] == "completed" {
         if let Err(e) = ended_properly(events) {
             add("an unexpected stop is never success", e);
