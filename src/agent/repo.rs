@@ -90,7 +90,7 @@ pub async fn prepare(
         return p;
     }
     p.tmp = Some(tmp.clone());
-    let sandbox = match Sandbox::new(&ws.root, &tmp, &spec.env, spec.sandbox) {
+    let sandbox = match Sandbox::new(&ws.root, &tmp, &spec.env, spec.sandbox, work_dir) {
         Ok(s) => Arc::new(s),
         Err(e) => {
             p.workspace = Some(ws);

@@ -113,7 +113,7 @@ pub async fn check_server(target: &str, call_timeout: Duration) -> Result<(), St
         call_timeout,
         startup_timeout: Duration::from_secs(30),
     });
-    let server = McpServer::start(spec, None, quiet()).await?;
+    let server = McpServer::start(spec, None, None, quiet()).await?;
     println!(
         "connected: protocol {}, {} tool(s)",
         server.protocol_version,

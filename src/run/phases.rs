@@ -115,6 +115,7 @@ impl Run {
         // nothing behind.
         let store = self.open_ledger_store()?;
         self.lock_folder()?;
+        self.stop_leftovers();
         if self.opts.queue.is_some() {
             // A worker's share is not a run to resume by itself (run::run refuses it).
             let marker = self.dir().join(".worker");
@@ -200,6 +201,26 @@ impl Run {
             self._lock = Some(lock_run_dir(&self.dir())?);
         }
         Ok(())
+    }
+
+    /// The lock proves the earlier process of a resumed run is dead. A process started
+    /// for it that still runs lost its warden with it (`pkill -9 -f agentbatch` reaches
+    /// the wardens too, and without a PID namespace a command's children then live
+    /// on): it is killed before its workspace is deleted, and the user is told.
+    fn stop_leftovers(&self) {
+        if self.resumed.is_none() {
+            return;
+        }
+        let pids = crate::tools::sandbox::stop_leftovers(&self.dir());
+        if !pids.is_empty() {
+            let list: Vec<String> = pids.iter().map(u32::to_string).collect();
+            eprintln!(
+                "agentbatch: stopped {} processes that the killed run of {} left running (pids {}): their wardens were killed with the runner",
+                pids.len(),
+                self.dir().display(),
+                list.join(", ")
+            );
+        }
     }
 
     /// The lock proves the earlier process of a resumed run is dead: its open
@@ -353,7 +374,7 @@ impl Run {
                 None => Gates::new(&self.plan),
             }),
             cancel: self.cancel.clone(),
-            mcp: Arc::new(crate::tools::mcp::McpHub::default()),
+            mcp: Arc::new(crate::tools::mcp::McpHub::for_run(&self.dir())),
             batchers: Arc::default(),
             replays: Arc::new(std::sync::Mutex::new(
                 self.resumed

@@ -136,7 +136,7 @@ pub enum WorkspaceError {
 }
 
 /// Git with neither the user's nor the system's configuration, in `dir`, its three
-/// streams piped.
+/// streams piped, under a warden (it dies with the runner).
 pub(super) fn git_command(dir: &Path, pre: &[&str], args: &[&str]) -> Command {
     let mut cmd = Command::new("git");
     cmd.args(SAFE_CONFIG)
@@ -155,6 +155,9 @@ pub(super) fn git_command(dir: &Path, pre: &[&str], args: &[&str]) -> Command {
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
+    // A clone or a diff of a big tree must not go on writing into the run folder after
+    // a kill.
+    crate::tools::sandbox::die_with_runner(&mut cmd);
     cmd
 }
 

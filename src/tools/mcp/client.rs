@@ -3,7 +3,8 @@
 //! protocol 2025-11-25, listing its tools (all pages, again after `list_changed`),
 //! calling them with a timeout (dropping a timed-out call sends
 //! `notifications/cancelled`), and shutting it down (close stdin, SIGTERM, SIGKILL, the
-//! whole group). A stdio server's stderr is drained line by line to a log.
+//! whole group; a stdio server runs under a warden, which also ends it and its children
+//! when the runner dies). A stdio server's stderr is drained line by line to a log.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
@@ -25,6 +26,7 @@ use serde_json::{Map, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use super::config::{McpServerSpec, Transport};
+use crate::tools::sandbox::{die_with_runner, run_marker, GRACE};
 use crate::vocab::transcript::TranscriptEvent;
 
 /// Where a server's stderr lines and lifecycle notes go (a task's transcript).
@@ -94,10 +96,13 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl McpServer {
     /// Starts (or connects to) the server and completes the handshake and the first
     /// tool listing within the startup timeout. `workspace` fills `{workspace}` and is
-    /// a stdio server's working folder unless it sets `cwd`.
+    /// a stdio server's working folder unless it sets `cwd`. A stdio server runs under
+    /// a warden (it and its children die with the runner) and, started for the run in
+    /// `run_dir`, carries that run's marker in its environment.
     pub async fn start(
         spec: Arc<McpServerSpec>,
         workspace: Option<&Path>,
+        run_dir: Option<&Path>,
         log: Log,
     ) -> Result<Arc<McpServer>, String> {
         let transport = spec.expanded(workspace).map_err(|e| e.to_string())?;
@@ -121,10 +126,14 @@ impl McpServer {
                         }
                     }
                     c.envs(&env);
+                    if let Some((name, value)) = run_dir.map(run_marker) {
+                        c.env(name, value);
+                    }
                     if let Some(dir) = cwd.as_deref().map(Path::new).or(workspace) {
                         c.current_dir(dir);
                     }
-                    c.process_group(0);
+                    // Its own process group, led by the warden: `pgid` below.
+                    die_with_runner(c.as_std_mut());
                 });
                 let (child, stderr) = TokioChildProcess::builder(cmd)
                     .stderr(Stdio::piped())
@@ -339,7 +348,8 @@ fn drain(
     });
 }
 
-/// SIGTERM, then SIGKILL after 2 s, to whatever is left of a process group.
+/// SIGTERM to whatever is left of a server's process group (its warden among it, which
+/// ends everything within the grace period), then SIGKILL a second after.
 async fn kill_group(pgid: Option<i32>) {
     let Some(pgid) = pgid else { return };
     let group = Pid::from_raw(pgid);
@@ -347,7 +357,7 @@ async fn kill_group(pgid: Option<i32>) {
         return;
     }
     let _ = killpg(group, Signal::SIGTERM);
-    for _ in 0..20 {
+    for _ in 0..(GRACE.as_millis() / 100 + 10) {
         tokio::time::sleep(Duration::from_millis(100)).await;
         if killpg(group, None).is_err() {
             return;

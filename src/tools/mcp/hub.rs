@@ -4,7 +4,7 @@
 //! fails to start fails every task that needs it, with the same message.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tokio::sync::{Mutex, OnceCell};
@@ -21,6 +21,8 @@ type Slot = Arc<OnceCell<Result<Arc<McpServer>, String>>>;
 #[derive(Default)]
 pub struct McpHub {
     shared: Mutex<HashMap<usize, Slot>>,
+    /// The run folder whose marker the servers carry (none outside a run).
+    run_dir: Option<PathBuf>,
 }
 
 /// The servers one task uses.
@@ -32,6 +34,15 @@ pub struct TaskServers {
 }
 
 impl McpHub {
+    /// The hub of the run in `dir`: its servers carry the run's marker, so a resume
+    /// finds what a killed run left of them.
+    pub fn for_run(dir: &Path) -> McpHub {
+        McpHub {
+            run_dir: Some(dir.to_path_buf()),
+            ..McpHub::default()
+        }
+    }
+
     /// Connects a task to its tool set's servers, starting what is not running. The
     /// error names the server and says why it could not be used.
     pub async fn attach(
@@ -43,9 +54,14 @@ impl McpHub {
         let mut out = TaskServers::default();
         for spec in specs {
             let started = if spec.per_task() {
-                McpServer::start(spec.clone(), workspace, log.clone())
-                    .await
-                    .inspect(|s| out.own.push(s.clone()))
+                McpServer::start(
+                    spec.clone(),
+                    workspace,
+                    self.run_dir.as_deref(),
+                    log.clone(),
+                )
+                .await
+                .inspect(|s| out.own.push(s.clone()))
             } else {
                 let slot = {
                     let mut shared = self.shared.lock().await;
@@ -54,7 +70,8 @@ impl McpHub {
                         .or_default()
                         .clone()
                 };
-                slot.get_or_init(|| McpServer::start(spec.clone(), None, log.clone()))
+                let run_dir = self.run_dir.as_deref();
+                slot.get_or_init(|| McpServer::start(spec.clone(), None, run_dir, log.clone()))
                     .await
                     .clone()
             };

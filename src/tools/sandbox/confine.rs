@@ -1,7 +1,8 @@
 //! What the kernel lets a command be confined by, probed once per process, and the
-//! setup a child runs between fork and exec: its own process group, Landlock rules
-//! that allow writes only in the workspace and a private temp folder, and a fresh
-//! network namespace when the network is cut.
+//! setup a child runs between fork and exec: its warden (see `warden.rs`), its own PID
+//! namespace where the kernel gives one, Landlock rules that allow writes only in the
+//! workspace and a private temp folder, and a fresh network namespace when the network
+//! is cut.
 
 use std::io;
 use std::path::Path;
@@ -13,8 +14,8 @@ use landlock::{
     RulesetStatus, Scope, ABI,
 };
 use nix::sched::CloneFlags;
-use nix::sys::signal::Signal;
-use nix::unistd::Pid;
+
+use super::warden::{lifeline, stand, Lifeline};
 
 /// The Landlock ABI the rules are written for; older kernels get the best they support.
 const LANDLOCK_ABI: ABI = ABI::V5;
@@ -30,16 +31,22 @@ pub(super) struct Capabilities {
     pub(super) pidns: bool,
 }
 
+/// Set to `off` to run commands without a PID namespace where the kernel would give
+/// one: their wardens alone then keep them from outliving the runner (what a machine
+/// without namespaces gets; the tests use it to run that path here).
+pub const PID_NAMESPACE_VARIABLE: &str = "AGENTBATCH_PID_NAMESPACE";
+
+/// Whether `AGENTBATCH_PID_NAMESPACE=off` is set.
+fn pid_namespace_turned_off() -> bool {
+    std::env::var(PID_NAMESPACE_VARIABLE).is_ok_and(|v| v == "off")
+}
+
 pub(super) fn capabilities() -> &'static Capabilities {
     static CAPS: OnceLock<Capabilities> = OnceLock::new();
     CAPS.get_or_init(|| Capabilities {
         landlock: probe_landlock(),
         netns: probe_netns(),
-        pidns: probe(&ChildSetup {
-            pidns: true,
-            netns: None,
-            rules: Mutex::new(None),
-        }),
+        pidns: !pid_namespace_turned_off() && probe(true, None),
     })
 }
 
@@ -70,21 +77,20 @@ pub(super) fn probe_netns() -> Option<CloneFlags> {
         CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNET,
     ]
     .into_iter()
-    .find(|flags| {
-        probe(&ChildSetup {
-            pidns: false,
-            netns: Some(*flags),
-            rules: Mutex::new(None),
-        })
-    })
+    .find(|flags| probe(false, Some(*flags)))
 }
 
-/// Whether `true` runs with this setup.
-pub(super) fn probe(setup: &ChildSetup) -> bool {
+/// Whether `true` runs in a PID namespace of its own (`pidns`) and with the network
+/// cut by these unshare flags.
+fn probe(pidns: bool, netns: Option<CloneFlags>) -> bool {
+    let Ok(line) = lifeline() else {
+        return false;
+    };
     let setup = ChildSetup {
-        pidns: setup.pidns,
-        netns: setup.netns,
+        pidns,
+        netns,
         rules: Mutex::new(None),
+        line,
     };
     let mut cmd = std::process::Command::new("true");
     cmd.stdin(Stdio::null())
@@ -107,12 +113,14 @@ pub(super) struct ChildSetup {
     pub(super) netns: Option<CloneFlags>,
     /// Landlock rules, built before the fork.
     pub(super) rules: Mutex<Option<RulesetCreated>>,
+    /// The runner's lifeline, for the command's warden.
+    pub(super) line: Lifeline,
 }
 
-/// Runs in the forked child before exec. Only system calls: unshare, mount, fork (whose
-/// parent then just waits for its child and exits with its status), prctl, ioctl, and
-/// landlock_restrict_self on a ruleset built before the first fork (its mutex is used
-/// by this process alone, so it is never held at fork time).
+/// Runs in the forked child before exec. Only system calls: unshare, mount, the
+/// warden's fork (its side never returns: it watches the command and exits as it did),
+/// prctl, ioctl, and landlock_restrict_self on a ruleset built before the first fork
+/// (its mutex is used by this process alone, so it is never held at fork time).
 pub(super) fn child_setup(s: &ChildSetup) -> io::Result<()> {
     use nix::mount::{mount, MsFlags};
     if s.pidns {
@@ -124,22 +132,18 @@ pub(super) fn child_setup(s: &ChildSetup) -> io::Result<()> {
             MsFlags::MS_REC | MsFlags::MS_PRIVATE,
             None::<&str>,
         )?;
-        // SAFETY: the process is single-threaded here (a child of fork).
-        match unsafe { nix::unistd::fork() }? {
-            nix::unistd::ForkResult::Parent { child } => wait_and_exit(child),
-            nix::unistd::ForkResult::Child => {
-                // PID 1 of the new namespace; if its waiting parent is killed, so is it
-                // (and with it every process of the namespace).
-                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
-                mount(
-                    Some("proc"),
-                    "/proc",
-                    Some("proc"),
-                    MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
-                    None::<&str>,
-                )?;
-            }
-        }
+    }
+    // With a PID namespace the command is its first process: when it ends (or its
+    // warden is killed, its death signal), the kernel kills the whole namespace.
+    stand(s.line)?;
+    if s.pidns {
+        mount(
+            Some("proc"),
+            "/proc",
+            Some("proc"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+            None::<&str>,
+        )?;
     }
     if let Some(flags) = s.netns {
         nix::sched::unshare(flags)?;
@@ -151,33 +155,6 @@ pub(super) fn child_setup(s: &ChildSetup) -> io::Result<()> {
             .map_err(|_| io::Error::from_raw_os_error(nix::errno::Errno::EPERM as i32))?;
     }
     Ok(())
-}
-
-/// The parent left outside a new PID namespace: waits for the namespace's first process
-/// and exits as it did.
-pub(super) fn wait_and_exit(child: Pid) -> ! {
-    use nix::sys::wait::{waitpid, WaitStatus};
-    // Close everything but stdio: among it the pipe on which the runner waits for this
-    // process to exec, which it never does; its closing tells the runner the command
-    // started (the namespace's first process execs and keeps the other end until then).
-    // SAFETY: close_range and close are plain system calls.
-    unsafe {
-        if nix::libc::syscall(nix::libc::SYS_close_range, 3u32, u32::MAX, 0u32) != 0 {
-            for fd in 3..4096 {
-                nix::libc::close(fd);
-            }
-        }
-    }
-    loop {
-        let code = match waitpid(child, None) {
-            Ok(WaitStatus::Exited(_, code)) => code,
-            Ok(WaitStatus::Signaled(_, sig, _)) => 128 + sig as i32,
-            Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
-            Err(_) => 127,
-        };
-        // SAFETY: _exit is async-signal-safe and ends the process without unwinding.
-        unsafe { nix::libc::_exit(code) }
-    }
 }
 
 /// Brings up the loopback interface of a fresh network namespace, so programs that talk
@@ -254,6 +231,8 @@ pub fn describe_capabilities() -> String {
             .unwrap_or_else(|| "Landlock not available (commands may write anywhere)".into()),
         if c.pidns {
             "PID namespaces available"
+        } else if pid_namespace_turned_off() {
+            "PID namespaces turned off (AGENTBATCH_PID_NAMESPACE=off)"
         } else {
             "PID namespaces not available"
         },

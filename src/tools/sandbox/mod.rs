@@ -1,9 +1,11 @@
-//! Sandboxed command execution for `bash`, `setup` and `check`: each command runs in its
-//! own process group with stdin closed and a scrubbed environment, is killed with its
-//! whole group (SIGTERM, then SIGKILL after a grace period) on timeout or cancellation,
-//! has its output capped (head and tail kept, the middle counted), and, where the
-//! kernel allows, may write only inside the workspace and a private temp folder
-//! (Landlock) and reach no network (a fresh network namespace).
+//! Sandboxed command execution for `bash`, `setup` and `check`: each command runs under
+//! a warden (`warden.rs`) in its own process group with stdin closed and a scrubbed
+//! environment, is killed with everything it started (SIGTERM, then SIGKILL after a
+//! grace period) on timeout or cancellation, when it ends, and when the runner dies, has
+//! its output capped (head and tail kept, the middle counted), and, where the kernel
+//! allows, may write only inside the workspace and a private temp folder (Landlock) and
+//! reach no network (a fresh network namespace). `leftovers.rs` finds what a killed
+//! run left running anyway, for the resume.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -14,16 +16,20 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use nix::sched::CloneFlags;
-use nix::sys::signal::{killpg, Signal};
+use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 use tokio::io::AsyncReadExt;
 use tokio_util::sync::CancellationToken;
 
 mod confine;
+mod leftovers;
+mod warden;
 
 use confine::{capabilities, child_setup, ruleset, ChildSetup};
 
-pub use confine::{describe_capabilities, protect_runner};
+pub use confine::{describe_capabilities, protect_runner, PID_NAMESPACE_VARIABLE};
+pub use leftovers::{run_marker, stop_leftovers, RUN_VARIABLE};
+pub use warden::{die_with_runner, GRACE};
 
 /// Why a sandbox could not be made or a command could not be started in it (a command
 /// that ran and failed is a `CommandOutput`, not an error).
@@ -51,8 +57,9 @@ fn start(what: &'static str) -> impl FnOnce(io::Error) -> SandboxError {
     move |source| SandboxError::Start { what, source }
 }
 
-/// Time between SIGTERM and SIGKILL.
-const GRACE: Duration = Duration::from_secs(2);
+/// How long past the grace period the runner waits for a warden to end its command
+/// before it kills the warden's group itself.
+const WARDEN_SLACK: Duration = Duration::from_secs(3);
 
 /// What a task asks of the sandbox.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
@@ -151,14 +158,16 @@ pub struct Sandbox {
 }
 
 impl Sandbox {
-    /// Sets up the sandbox of a task. `tmp` becomes its private temp folder (and holds
-    /// HOME); `task_env` is added to the scrubbed environment. Fails when
-    /// `config.require` asks for confinement this machine cannot give.
+    /// Sets up the sandbox of a task of the run in `run_dir`. `tmp` becomes its private
+    /// temp folder (and holds HOME); `task_env` is added to the scrubbed environment,
+    /// and the run's marker (`AGENTBATCH_RUN`) after it. Fails when `config.require`
+    /// asks for confinement this machine cannot give.
     pub fn new(
         workspace: &Path,
         tmp: &Path,
         task_env: &BTreeMap<String, String>,
         config: SandboxConfig,
+        run_dir: &Path,
     ) -> Result<Sandbox, SandboxError> {
         let caps = capabilities();
         let netns = if config.network { None } else { caps.netns };
@@ -193,6 +202,8 @@ impl Sandbox {
         env.insert("LANG".into(), "C.UTF-8".into());
         env.insert("TERM".into(), "dumb".into());
         env.extend(task_env.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let (marker, run) = run_marker(run_dir);
+        env.insert(marker.into(), run);
         let mut level = Vec::new();
         level.push(
             caps.landlock
@@ -264,9 +275,7 @@ impl Sandbox {
             )
             .stdin(Stdio::null())
             .stdout(writer.try_clone().map_err(start("set up output"))?)
-            .stderr(writer)
-            .process_group(0)
-            .kill_on_drop(true);
+            .stderr(writer);
         let rules = if self.landlock {
             Some(ruleset(&self.workspace, &self.tmp).map_err(SandboxError::Landlock)?)
         } else {
@@ -276,6 +285,7 @@ impl Sandbox {
             pidns: self.pidns,
             netns: if network { None } else { self.netns },
             rules: Mutex::new(rules),
+            line: warden::lifeline().map_err(start("make the runner's lifeline"))?,
         };
         // SAFETY: see `child_setup`: only system calls between fork and exec.
         unsafe {
@@ -283,8 +293,9 @@ impl Sandbox {
         }
         let mut child = cmd.spawn().map_err(start("start the command"))?;
         drop(cmd);
+        // The warden, which leads the command's process group.
         let pgid = child.id().map(|id| Pid::from_raw(id as i32));
-        let guard = GroupGuard { pgid };
+        let mut guard = GroupGuard { pgid, ended: false };
         let mut output = Capped::new(limits.max_output);
         let mut pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(reader))
             .map_err(start("read the command's output"))?;
@@ -308,10 +319,11 @@ impl Sandbox {
         if exit.is_none() {
             exit = Some(terminate(&mut child, pgid).await);
         }
-        // The command is over: nothing of its group may outlive it.
-        guard.kill();
-        // Drain what is left; a process that escaped the group may hold the pipe open,
-        // so the drain is bounded.
+        // The warden killed what the command left before it exited; this only matters
+        // if the warden itself was killed.
+        guard.ended();
+        // Drain what is left; a process that got the pipe out of the command's tree
+        // (through a socket) may hold it open, so the drain is bounded.
         let drain_until = tokio::time::Instant::now() + Duration::from_millis(500);
         while open {
             match tokio::time::timeout_at(drain_until, pipe.read(&mut buf)).await {
@@ -335,15 +347,18 @@ impl Sandbox {
     }
 }
 
-/// SIGTERM to the group, then SIGKILL after the grace period; returns the exit status.
+/// SIGTERM to the warden, which passes it to its group and kills what is left after the
+/// grace period; SIGKILL to the group should the warden not end in time. Returns the
+/// exit status.
 async fn terminate(
     child: &mut tokio::process::Child,
     pgid: Option<Pid>,
 ) -> Option<std::process::ExitStatus> {
-    if let Some(g) = pgid {
-        let _ = killpg(g, Signal::SIGTERM);
+    if let Some(warden) = pgid {
+        // Not reaped yet: the pid is still the warden's.
+        let _ = kill(warden, Signal::SIGTERM);
     }
-    match tokio::time::timeout(GRACE, child.wait()).await {
+    match tokio::time::timeout(GRACE + WARDEN_SLACK, child.wait()).await {
         Ok(s) => s.ok(),
         Err(_) => {
             if let Some(g) = pgid {
@@ -354,13 +369,18 @@ async fn terminate(
     }
 }
 
-/// Kills the whole process group when the run ends or is dropped (a cancelled task).
+/// The command's process group, led by its warden. Dropped before the command ended (a
+/// call abandoned by the harness, a dropped task), the warden gets SIGTERM and ends
+/// everything within the grace period (at once, should the runner exit meanwhile).
 struct GroupGuard {
     pgid: Option<Pid>,
+    ended: bool,
 }
 
 impl GroupGuard {
-    fn kill(&self) {
+    /// The warden has exited: SIGKILL to whatever is left of its group.
+    fn ended(&mut self) {
+        self.ended = true;
         if let Some(g) = self.pgid {
             let _ = killpg(g, Signal::SIGKILL);
         }
@@ -369,7 +389,9 @@ impl GroupGuard {
 
 impl Drop for GroupGuard {
     fn drop(&mut self) {
-        self.kill();
+        if let (Some(warden), false) = (self.pgid, self.ended) {
+            let _ = kill(warden, Signal::SIGTERM);
+        }
     }
 }
 
@@ -445,28 +467,92 @@ mod tests {
         assert!(c.render().contains("1990 bytes"));
     }
 
-    #[tokio::test]
-    async fn runs_confined_and_killable() {
+    /// A sandbox with the network, `EXTRA=1` in its environment, in a new folder.
+    fn sandbox() -> (Sandbox, tempfile::TempDir) {
         let dir = tempfile::tempdir().unwrap();
         let ws = dir.path().join("ws");
         let tmp = dir.path().join("tmp");
         std::fs::create_dir_all(&ws).unwrap();
         std::fs::create_dir_all(&tmp).unwrap();
         let env: BTreeMap<String, String> = [("EXTRA".to_string(), "1".to_string())].into();
-        let sb = Sandbox::new(
-            &ws,
-            &tmp,
-            &env,
-            SandboxConfig {
-                network: true,
-                require: false,
-            },
-        )
-        .unwrap();
-        let limits = RunLimits {
-            timeout: Duration::from_secs(10),
-            max_output: 1000,
+        let config = SandboxConfig {
+            network: true,
+            require: false,
         };
+        let sb = Sandbox::new(&ws, &tmp, &env, config, dir.path()).unwrap();
+        (sb, dir)
+    }
+
+    const LIMITS: RunLimits = RunLimits {
+        timeout: Duration::from_secs(10),
+        max_output: 1000,
+    };
+
+    /// The command lines (NULs as spaces) of the processes that hold `needle` in theirs.
+    fn running(needle: &str) -> Vec<String> {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+            .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+            .filter(|c| c.contains(needle))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn nothing_a_command_started_outlives_it_with_or_without_a_pid_namespace() {
+        let (mut sb, _dir) = sandbox();
+        let none = CancellationToken::new();
+        for pidns in [sb.pidns, false] {
+            sb.pidns = pidns;
+            let mark = format!("sleep 30{}.{}", u8::from(pidns), std::process::id());
+            let line = format!("setsid {mark} >/dev/null 2>&1 & (setsid {mark} &); ({mark} &); nohup {mark} >/dev/null 2>&1 & echo started");
+            let out = sb.run(&line, LIMITS, &none, Reach::SETUP).await.unwrap();
+            assert!(out.success() && out.output.contains("started"), "{out:?}");
+            // The warden exits after its last process: nothing to wait for.
+            let left = running(&mark);
+            assert!(
+                left.is_empty(),
+                "pidns {pidns}: {left:?} outlived their command"
+            );
+        }
+    }
+
+    /// A parent-death signal fires when the thread that forked ends, and tokio's threads
+    /// end (blocking threads when idle): the command must not die with one.
+    #[test]
+    fn a_command_outlives_the_thread_that_started_it() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let (sb, _dir) = sandbox();
+        let sb = std::sync::Arc::new(sb);
+        let handle = rt.handle().clone();
+        let starter = std::thread::spawn(move || {
+            let mut run = Box::pin(async move {
+                let none = CancellationToken::new();
+                let line = "sleep 1; echo survived";
+                sb.run(line, LIMITS, &none, Reach::SETUP).await
+            });
+            // Polled until the command runs, then handed over as this thread ends.
+            handle.block_on(async {
+                let started = tokio::time::timeout(Duration::from_millis(300), &mut run).await;
+                assert!(started.is_err(), "the command ended too soon");
+            });
+            run
+        });
+        let run = starter.join().unwrap();
+        let out = rt.block_on(run).unwrap();
+        assert_eq!(out.exit_code, Some(0), "{out:?}");
+        assert!(out.output.contains("survived"), "{out:?}");
+    }
+
+    #[tokio::test]
+    async fn runs_confined_and_killable() {
+        let (sb, _dir) = sandbox();
+        let limits = LIMITS;
         let none = CancellationToken::new();
         let out = sb
             .run("echo hi; echo err >&2; exit 3", limits, &none, Reach::SETUP)
