@@ -1,5 +1,5 @@
 //! The commands besides running a job: inspecting tool sets (`tools`, `mcp-check`),
-//! `ledger`, `sim`, `schema`, `report`, and what a run prints. They sit on the top layer
+//! `ledger`, `sim`, `schema`, `report`, `validate`, and what a run prints. They sit on the top layer
 //! because each uses several layers below (`job` and `tools`, `report` and `page`).
 
 pub mod audit;
@@ -12,3 +12,4 @@ pub mod schema;
 pub mod shared;
 pub mod sim;
 pub mod trace;
+pub mod validate;
