@@ -4,7 +4,7 @@
 //! is written, so it costs metadata, not the repository's bytes) or as bytes, holes
 //! kept. Each file keeps its mode and modification time, so the runner's copy of the
 //! pristine's index still matches every file the task leaves alone and staging reads
-//! none of them.
+//! none of them. Symbolic links are copied as they are: see [`copy_tree`].
 
 use std::fs::File;
 use std::io;
@@ -150,13 +150,15 @@ fn copy_range(mut src: &File, mut dst: &File, start: u64, n: u64) -> io::Result<
 }
 
 /// Copies the tree at `from` to `to` (which must not exist): files (reflinked or
-/// copied, with their mode and times), folders and symlinks (an absolute link into
-/// `from` points into `to`); other kinds are skipped, and so is what lies under the
-/// folders `skip` names (relative to `from`; they are made, empty). Blocking.
+/// copied, with their mode and times), folders and symbolic links, each link with the
+/// target it has (one that names `from` by its absolute path still does: the task's
+/// commands see their workspace at the repository's own path, so such a link reaches
+/// the task's copy there, under every method; rewriting it would put a change nobody
+/// made in the patch). Other kinds are skipped, and so is what lies under the folders
+/// `skip` names (relative to `from`; they are made, empty). Blocking.
 pub fn copy_tree(from: &Path, to: &Path, reflink: bool, skip: &[&Path]) -> io::Result<()> {
     let roots = Roots {
         from,
-        to,
         reflink,
         skip,
     };
@@ -165,7 +167,6 @@ pub fn copy_tree(from: &Path, to: &Path, reflink: bool, skip: &[&Path]) -> io::R
 
 struct Roots<'a> {
     from: &'a Path,
-    to: &'a Path,
     reflink: bool,
     skip: &'a [&'a Path],
 }
@@ -187,16 +188,10 @@ impl Roots<'_> {
     }
 
     fn copy_entry(&self, entry: &std::fs::DirEntry, to: &Path) -> io::Result<()> {
-        let (from_root, to_root) = (self.from, self.to);
         let kind = entry.file_type()?;
         let dest = to.join(entry.file_name());
         if kind.is_symlink() {
-            let target = std::fs::read_link(entry.path())?;
-            let target = match target.strip_prefix(from_root) {
-                Ok(inside) if target.is_absolute() => to_root.join(inside),
-                _ => target,
-            };
-            std::os::unix::fs::symlink(target, &dest)?;
+            std::os::unix::fs::symlink(std::fs::read_link(entry.path())?, &dest)?;
         } else if kind.is_dir() {
             self.copy_under(&entry.path(), &dest)?;
         } else if kind.is_file() {
@@ -229,7 +224,7 @@ mod tests {
     use std::os::unix::fs::MetadataExt;
 
     #[test]
-    fn a_copy_keeps_modes_times_and_links_and_points_inner_links_at_itself() {
+    fn a_copy_keeps_modes_times_and_links_as_they_are() {
         let dir = tempfile::tempdir().unwrap();
         let src = dir.path().join("src");
         std::fs::create_dir_all(src.join("a/b")).unwrap();
@@ -259,7 +254,7 @@ mod tests {
             std::fs::read_link(to.join("rel")).unwrap(),
             Path::new("a/b/f.txt")
         );
-        assert_eq!(std::fs::read_link(to.join("abs")).unwrap(), to.join("a"));
+        assert_eq!(std::fs::read_link(to.join("abs")).unwrap(), src.join("a"));
         assert!(
             copy_tree(&src, &to, false, &[]).is_err(),
             "the target must not exist"

@@ -3,6 +3,7 @@
 //! that allow writes only in the workspace and a private temp folder, and a fresh
 //! network namespace when the network is cut.
 
+use std::ffi::CString;
 use std::io;
 use std::path::Path;
 use std::process::Stdio;
@@ -38,6 +39,7 @@ pub(super) fn capabilities() -> &'static Capabilities {
         pidns: probe(&ChildSetup {
             pidns: true,
             netns: None,
+            bind: None,
             rules: Mutex::new(None),
         }),
     })
@@ -74,6 +76,7 @@ pub(super) fn probe_netns() -> Option<CloneFlags> {
         probe(&ChildSetup {
             pidns: false,
             netns: Some(*flags),
+            bind: None,
             rules: Mutex::new(None),
         })
     })
@@ -84,6 +87,7 @@ pub(super) fn probe(setup: &ChildSetup) -> bool {
     let setup = ChildSetup {
         pidns: setup.pidns,
         netns: setup.netns,
+        bind: None,
         rules: Mutex::new(None),
     };
     let mut cmd = std::process::Command::new("true");
@@ -105,14 +109,38 @@ pub(super) struct ChildSetup {
     pub(super) pidns: bool,
     /// Unshare flags for an empty network namespace (loopback only).
     pub(super) netns: Option<CloneFlags>,
+    /// With `pidns`: the workspace mounted at the repository's own path in the new
+    /// mount namespace, and the command started there.
+    pub(super) bind: Option<Bind>,
     /// Landlock rules, built before the fork.
     pub(super) rules: Mutex<Option<RulesetCreated>>,
 }
 
-/// Runs in the forked child before exec. Only system calls: unshare, mount, fork (whose
-/// parent then just waits for its child and exits with its status), prctl, ioctl, and
-/// landlock_restrict_self on a ruleset built before the first fork (its mutex is used
-/// by this process alone, so it is never held at fork time).
+/// The workspace and the path a command sees it at, as C strings made before the fork
+/// (nothing is allocated after it).
+pub(super) struct Bind {
+    pub(super) workspace: CString,
+    pub(super) seen_at: CString,
+}
+
+impl Bind {
+    pub(super) fn new(workspace: &Path, seen_at: &Path) -> io::Result<Bind> {
+        use std::os::unix::ffi::OsStrExt;
+        let c = |p: &Path| {
+            CString::new(p.as_os_str().as_bytes())
+                .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
+        };
+        Ok(Bind {
+            workspace: c(workspace)?,
+            seen_at: c(seen_at)?,
+        })
+    }
+}
+
+/// Runs in the forked child before exec. Only system calls: unshare, mount, chdir, fork
+/// (whose parent then just waits for its child and exits with its status), prctl,
+/// ioctl, and landlock_restrict_self on a ruleset built before the first fork (its
+/// mutex is used by this process alone, so it is never held at fork time).
 pub(super) fn child_setup(s: &ChildSetup) -> io::Result<()> {
     use nix::mount::{mount, MsFlags};
     if s.pidns {
@@ -124,6 +152,18 @@ pub(super) fn child_setup(s: &ChildSetup) -> io::Result<()> {
             MsFlags::MS_REC | MsFlags::MS_PRIVATE,
             None::<&str>,
         )?;
+        if let Some(b) = &s.bind {
+            // The repository's own folder is the task's workspace, for this command
+            // alone; the working folder (entered before this) becomes that path.
+            mount(
+                Some(b.workspace.as_c_str()),
+                b.seen_at.as_c_str(),
+                None::<&str>,
+                MsFlags::MS_BIND | MsFlags::MS_REC,
+                None::<&str>,
+            )?;
+            nix::unistd::chdir(b.seen_at.as_c_str())?;
+        }
         // SAFETY: the process is single-threaded here (a child of fork).
         match unsafe { nix::unistd::fork() }? {
             nix::unistd::ForkResult::Parent { child } => wait_and_exit(child),
@@ -253,9 +293,9 @@ pub fn describe_capabilities() -> String {
             .clone()
             .unwrap_or_else(|| "Landlock not available (commands may write anywhere)".into()),
         if c.pidns {
-            "PID namespaces available"
+            "PID and mount namespaces available (commands see their workspace at the repository's own path)"
         } else {
-            "PID namespaces not available"
+            "PID and mount namespaces not available (commands see their workspace where it is, so a link naming the repository by its absolute path reaches the repository itself)"
         },
         if c.netns.is_some() {
             "network namespaces available"
