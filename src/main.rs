@@ -141,7 +141,13 @@ enum Command {
         ledger: Option<PathBuf>,
     },
     /// Check a job file without spending anything and print the expanded plan.
-    Validate { job: PathBuf },
+    Validate {
+        job: PathBuf,
+        /// The folder the run's reports would go to, as `run --out` takes it:
+        /// `workspaces: reflink` is checked there.
+        #[arg(long, default_value = "reports", value_name = "DIR")]
+        out: PathBuf,
+    },
     /// Compare variants (or runs) on the tasks both sides ran: wins, losses, pass rates
     /// with an exact McNemar test, cost per pass, flipped tasks; writes compare.csv,
     /// compare-flips.csv, compare.md and compare.html.
@@ -360,7 +366,9 @@ fn main() -> ExitCode {
                 &out,
                 ledger.as_deref(),
             )),
-            Command::Validate { job } => validate_cmd(job),
+            Command::Validate { job, out } => {
+                ExitCode::from(agentbatch::commands::validate::print(&job, &out))
+            }
             Command::Schema(args) => ExitCode::from(agentbatch::commands::schema::print(&args)),
             Command::Audit { transcript } => {
                 ExitCode::from(agentbatch::commands::audit::print(&transcript))
@@ -450,8 +458,13 @@ fn report_error(cmd: &str, r: anyhow::Result<()>) -> ExitCode {
     }
 }
 
-fn load(path: &Path, registry: &Registry) -> Result<Plan, ExitCode> {
-    job::load(path, registry).map_err(|e: JobError| {
+/// Loads a job file, for a run whose reports go to `out` where there is one.
+fn load(path: &Path, registry: &Registry, out: Option<&Path>) -> Result<Plan, ExitCode> {
+    match out {
+        Some(out) => job::load_for_run(path, registry, out),
+        None => job::load(path, registry),
+    }
+    .map_err(|e: JobError| {
         eprintln!("{e}");
         eprintln!(
             "agentbatch: {} has {} problem(s); nothing ran",
@@ -475,7 +488,11 @@ async fn run_cmd(job: PathBuf, args: RunArgs) -> ExitCode {
             ExitCode::from(2)
         })
     } else {
-        load(&job, &registry)
+        load(
+            &job,
+            &registry,
+            Some(args.resume.as_deref().unwrap_or(&args.out)),
+        )
     };
     let loaded = loaded.and_then(|p| Ok((p, args.trace.settings().map_err(ExitCode::from)?)));
     let (plan, trace) = match loaded {
@@ -516,29 +533,11 @@ async fn run_cmd(job: PathBuf, args: RunArgs) -> ExitCode {
     ))
 }
 
-fn validate_cmd(job: PathBuf) -> ExitCode {
-    let registry = Registry::builtin();
-    match load(&job, &registry) {
-        Ok(plan) => {
-            print!("{}", agentbatch::job::describe(&plan));
-            if plan.tasks.iter().any(|t| t.repo.is_some()) {
-                println!(
-                    "sandbox on this machine: {}",
-                    agentbatch::tools::sandbox::describe_capabilities()
-                );
-            }
-            println!("ok: {} is valid", job.display());
-            ExitCode::SUCCESS
-        }
-        Err(code) => code,
-    }
-}
-
 /// Lists every tool set's tools (the ones the job's tasks use, or the one named), with
 /// MCP servers started for real; a `{workspace}` is an empty temporary folder.
 async fn tools_cmd(job: &Path, only: Option<&str>, schemas: bool) -> ExitCode {
     let registry = Registry::builtin();
-    let plan = match load(job, &registry) {
+    let plan = match load(job, &registry, None) {
         Ok(p) => p,
         Err(code) => return code,
     };

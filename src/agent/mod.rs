@@ -296,6 +296,10 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
         };
     let ctx = ToolContext {
         workspace,
+        seen_at: prepared
+            .sandbox
+            .as_ref()
+            .and_then(|s| s.seen_at().map(std::path::Path::to_path_buf)),
         sandbox: prepared.sandbox.clone(),
         bash: spec.toolset.bash,
         network: spec.sandbox.network,

@@ -90,7 +90,15 @@ pub async fn prepare(
         return p;
     }
     p.tmp = Some(tmp.clone());
-    let sandbox = match Sandbox::new(&ws.root, &tmp, &spec.env, spec.sandbox, work_dir) {
+    let seen_at = crate::tools::workspace::seen_at(&repo.path);
+    let sandbox = match Sandbox::new(
+        &ws.root,
+        seen_at.as_deref(),
+        &tmp,
+        &spec.env,
+        spec.sandbox,
+        work_dir,
+    ) {
         Ok(s) => Arc::new(s),
         Err(e) => {
             p.workspace = Some(ws);
@@ -101,6 +109,7 @@ pub async fn prepare(
     log.emit(TranscriptEvent::Sandbox {
         level: sandbox.level.clone(),
         network_for_bash: spec.sandbox.network,
+        seen_at: sandbox.seen_at().map(|p| p.display().to_string()),
     });
     p.sandbox = Some(sandbox.clone());
     if let Some(setup) = &repo.setup {

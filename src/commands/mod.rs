@@ -1,6 +1,7 @@
 //! The commands besides running a job: inspecting tool sets (`tools`, `mcp-check`),
-//! `compare`, `ledger`, `sim`, `schema`, `report`, and what a run prints. They sit on the top layer
-//! because each uses several layers below (`job` and `tools`, `report` and `page`).
+//! `compare`, `ledger`, `sim`, `schema`, `report`, `validate`, and what a run prints. They
+//! sit on the top layer because each uses several layers below (`job` and `tools`,
+//! `report` and `page`).
 
 pub mod audit;
 pub mod compare;
@@ -13,3 +14,4 @@ pub mod schema;
 pub mod shared;
 pub mod sim;
 pub mod trace;
+pub mod validate;

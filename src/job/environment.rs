@@ -3,6 +3,8 @@
 //! same snapshot and can be tested with a made-up one.
 
 use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 /// Which environment variables are set (to something non-empty). Only names are kept:
 /// the checks ask whether an API key or an MCP server's `${VAR}` is there, never what
@@ -13,6 +15,52 @@ pub(crate) struct Environment {
     /// The job is only queued here (`run --queue`): the workers that run it need the
     /// provider keys, the machine that queues it does not.
     pub keys_on_workers: bool,
+    /// Where the run's reports and workspaces will go, when the command knows it
+    /// (`run`, `validate --out`, a worker): `workspaces: reflink` is checked there.
+    pub run_folder: Option<RunFolder>,
+}
+
+/// The folder a run will write its workspaces in, and whether files can be reflinked
+/// there: probed once, on the first task that asks for reflinks, in the nearest folder
+/// of its path that exists (a folder made later is on its parent's filesystem).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct RunFolder {
+    path: PathBuf,
+    reflinks: OnceLock<Result<(), String>>,
+}
+
+impl RunFolder {
+    pub fn new(path: &Path) -> RunFolder {
+        RunFolder {
+            path: path.to_path_buf(),
+            reflinks: OnceLock::new(),
+        }
+    }
+
+    /// Why files there cannot be reflinked; None where they can.
+    pub fn no_reflinks(&self) -> Option<&str> {
+        self.reflinks
+            .get_or_init(|| {
+                let full = std::path::absolute(&self.path).unwrap_or_else(|_| self.path.clone());
+                let Some(dir) = full.ancestors().find(|d| d.is_dir()) else {
+                    return Err(format!("{} cannot be made", full.display()));
+                };
+                match crate::tools::copies::probe_reflinks(dir) {
+                    Ok(true) => Ok(()),
+                    Ok(false) => Err(format!(
+                        "{} is on a filesystem without them (ext4, tmpfs, overlayfs, ...)",
+                        dir.display()
+                    )),
+                    Err(e) => Err(format!(
+                        "no scratch file can be written in {} to try ({e})",
+                        dir.display()
+                    )),
+                }
+            })
+            .as_ref()
+            .err()
+            .map(String::as_str)
+    }
 }
 
 impl Environment {
@@ -24,6 +72,7 @@ impl Environment {
                 .filter_map(|(k, _)| k.into_string().ok())
                 .collect(),
             keys_on_workers: false,
+            run_folder: None,
         }
     }
 
@@ -37,6 +86,7 @@ impl Environment {
         Environment {
             set: names.into_iter().map(Into::into).collect(),
             keys_on_workers: false,
+            run_folder: None,
         }
     }
 

@@ -128,6 +128,16 @@ pub fn load(path: &Path, registry: &Registry) -> Result<Plan, JobError> {
     load_in(path, registry, &Environment::from_process())
 }
 
+/// [`load`] for a run whose reports go to `out` (`--out`, or the folder a resume
+/// continues): a task that asks for `workspaces: reflink` where no file can be
+/// reflinked there is refused at its field, rather than every such task stopping with
+/// `tool_setup_error` once the run has started.
+pub fn load_for_run(path: &Path, registry: &Registry, out: &Path) -> Result<Plan, JobError> {
+    let mut env = Environment::from_process();
+    env.run_folder = Some(environment::RunFolder::new(out));
+    load_in(path, registry, &env)
+}
+
 /// [`load`] for `run --queue`: the provider keys' variables need not be set here, since
 /// only the workers send requests (each checks its own keys when it loads the job).
 pub fn load_for_queue(path: &Path, registry: &Registry) -> Result<Plan, JobError> {

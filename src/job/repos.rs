@@ -82,6 +82,16 @@ pub(super) fn resolve_repo(
             );
             method
         }
+        WorkspaceMethod::Reflink => {
+            let why = cx.env.run_folder.as_ref().and_then(|f| f.no_reflinks());
+            if let Some(why) = why.map(str::to_string) {
+                cx.err(
+                    &origin(i, t.workspaces.is_some(), &["workspaces"]),
+                    format!("reflink workspaces need the run folder on a filesystem with reflinks (btrfs, XFS made with reflink=1, bcachefs), and {why}: give --out a folder on one, or use auto (reflinks where the run folder has them, else a copy) or copy"),
+                );
+            }
+            method
+        }
         m => m,
     };
     let dur = |f: fn(&TaskFields) -> Option<HumanDuration>| {

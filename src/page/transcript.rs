@@ -448,9 +448,16 @@ fn event_note(event: TranscriptEvent) -> (u32, Value) {
             0,
             note("workspace", "setup", format!("{source} ({})", method.unwrap_or_default())),
         ),
-        E::Sandbox { level, network_for_bash } => (
+        E::Sandbox { level, network_for_bash, seen_at } => (
             0,
-            note("sandbox", "setup", format!("{level}; network for bash: {network_for_bash}")),
+            note(
+                "sandbox",
+                "setup",
+                format!(
+                    "{level}; network for bash: {network_for_bash}{}",
+                    seen_at.map(|at| format!("; commands see the workspace at {at}")).unwrap_or_default()
+                ),
+            ),
         ),
         E::Setup { command, exit_code, output, .. } => (
             0,

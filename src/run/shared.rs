@@ -130,7 +130,8 @@ pub fn worker(
             w.run_id
         )));
     }
-    let plan = crate::job::load(&job, registry).map_err(|e| RunError::Invalid(e.to_string()))?;
+    let plan = crate::job::load_for_run(&job, registry, &w.out)
+        .map_err(|e| RunError::Invalid(e.to_string()))?;
     let name = w.worker.clone().unwrap_or_else(QueueWork::default_name);
     // A name used before (a worker started again) gets a folder of its own.
     let mut folder = w.out.join("workers").join(&name);

@@ -1,9 +1,10 @@
 //! Full copies of a pristine checkout, for tasks whose workspace cannot be an overlay
 //! layer: file by file, as reflinks where the filesystem has them (btrfs, XFS made
 //! with `reflink=1`, bcachefs: the copy shares the original's blocks until one of them
-//! is written, so it costs metadata, not the repository's bytes) or as bytes. Each
-//! file keeps its mode and modification time, so the runner's copy of the pristine's
-//! index still matches every file the task leaves alone and staging reads none of them.
+//! is written, so it costs metadata, not the repository's bytes) or as bytes, holes
+//! kept. Each file keeps its mode and modification time, so the runner's copy of the
+//! pristine's index still matches every file the task leaves alone and staging reads
+//! none of them. Symbolic links are copied as they are: see [`copy_tree`].
 
 use std::fs::File;
 use std::io;
@@ -47,31 +48,117 @@ pub fn reflink_file(from: &Path, to: &Path) -> io::Result<()> {
 /// Whether files in `dir` (which must exist) can be reflinked: tried on two scratch
 /// files.
 pub fn reflinks_in(dir: &Path) -> bool {
-    let stem = format!(".agentbatch-reflink-probe-{}", std::process::id());
-    let (a, b) = (dir.join(format!("{stem}-a")), dir.join(format!("{stem}-b")));
-    let ok = std::fs::write(&a, b"probe").is_ok() && reflink_file(&a, &b).is_ok();
-    let _ = std::fs::remove_file(&a);
-    let _ = std::fs::remove_file(&b);
-    ok
+    probe_reflinks(dir).unwrap_or(false)
 }
 
-/// Copies one file, as a reflink or as bytes, keeping its mode.
+/// Whether files in `dir` (which must exist) can be reflinked, or why that could not be
+/// tried (no scratch file can be written there).
+pub fn probe_reflinks(dir: &Path) -> io::Result<bool> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static PROBES: AtomicU64 = AtomicU64::new(0);
+    let stem = format!(
+        ".agentbatch-reflink-probe-{}-{}",
+        std::process::id(),
+        PROBES.fetch_add(1, Ordering::Relaxed)
+    );
+    let (a, b) = (dir.join(format!("{stem}-a")), dir.join(format!("{stem}-b")));
+    let made = std::fs::write(&a, b"probe");
+    let ok = made.is_ok() && reflink_file(&a, &b).is_ok();
+    let _ = std::fs::remove_file(&a);
+    let _ = std::fs::remove_file(&b);
+    made.map(|_| ok)
+}
+
+/// Copies one file to `to` (which must not exist), as a reflink or as bytes, keeping its
+/// mode.
 pub fn copy_file(from: &Path, to: &Path, reflink: bool) -> io::Result<()> {
     if reflink {
         reflink_file(from, to)
     } else {
-        std::fs::copy(from, to).map(|_| ())
+        copy_sparse(from, to)
     }
 }
 
+/// Copies a file's bytes and keeps its holes: only the ranges that hold data
+/// (`SEEK_DATA`, `SEEK_HOLE`) are written, into a file given the whole length first.
+/// `std::fs::copy` goes through `copy_file_range`, which ext4 (and any filesystem
+/// without reflinks) answers by writing every hole out as zeros: a 300 MB sparse file
+/// took 300 MB in the pristine and again in each copy. A filesystem that cannot tell
+/// where the data is gets the whole file.
+fn copy_sparse(from: &Path, to: &Path) -> io::Result<()> {
+    let src = File::open(from)?;
+    let meta = src.metadata()?;
+    let mode = meta.permissions().mode() & 0o7777;
+    let dst = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode | 0o200)
+        .open(to)?;
+    let copied = copy_data(&src, &dst, meta.len())
+        // The create mode went through the umask, and had the owner's write bit.
+        .and_then(|_| dst.set_permissions(std::fs::Permissions::from_mode(mode)));
+    if copied.is_err() {
+        drop(dst);
+        let _ = std::fs::remove_file(to);
+    }
+    copied
+}
+
+/// Writes the data ranges of `src`'s first `len` bytes at the same offsets of `dst`,
+/// which is made `len` long, holes and all.
+fn copy_data(src: &File, dst: &File, len: u64) -> io::Result<()> {
+    use nix::unistd::{lseek, Whence};
+    dst.set_len(len)?;
+    let offset =
+        |at: u64| i64::try_from(at).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput));
+    let mut at = 0u64;
+    while at < len {
+        let start = match lseek(src, offset(at)?, Whence::SeekData) {
+            Ok(start) => start as u64,
+            // Nothing but a hole from here to the end.
+            Err(nix::errno::Errno::ENXIO) => break,
+            // No way to tell data from holes here: all of it.
+            Err(nix::errno::Errno::EINVAL | nix::errno::Errno::EOPNOTSUPP) if at == 0 => {
+                return copy_range(src, dst, 0, len)
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if start >= len {
+            break;
+        }
+        let end = (lseek(src, offset(start)?, Whence::SeekHole)? as u64).min(len);
+        copy_range(src, dst, start, end - start)?;
+        at = end;
+    }
+    Ok(())
+}
+
+/// Copies `n` bytes at `start` of `src` to the same place in `dst` (through
+/// `copy_file_range` where the kernel has it).
+fn copy_range(mut src: &File, mut dst: &File, start: u64, n: u64) -> io::Result<()> {
+    use std::io::{Read, Seek, SeekFrom};
+    src.seek(SeekFrom::Start(start))?;
+    dst.seek(SeekFrom::Start(start))?;
+    let copied = io::copy(&mut src.take(n), &mut dst)?;
+    if copied < n {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "the file got shorter while it was copied",
+        ));
+    }
+    Ok(())
+}
+
 /// Copies the tree at `from` to `to` (which must not exist): files (reflinked or
-/// copied, with their mode and times), folders and symlinks (an absolute link into
-/// `from` points into `to`); other kinds are skipped, and so is what lies under the
-/// folders `skip` names (relative to `from`; they are made, empty). Blocking.
+/// copied, with their mode and times), folders and symbolic links, each link with the
+/// target it has (one that names `from` by its absolute path still does: the task's
+/// commands see their workspace at the repository's own path, so such a link reaches
+/// the task's copy there, under every method; rewriting it would put a change nobody
+/// made in the patch). Other kinds are skipped, and so is what lies under the folders
+/// `skip` names (relative to `from`; they are made, empty). Blocking.
 pub fn copy_tree(from: &Path, to: &Path, reflink: bool, skip: &[&Path]) -> io::Result<()> {
     let roots = Roots {
         from,
-        to,
         reflink,
         skip,
     };
@@ -80,7 +167,6 @@ pub fn copy_tree(from: &Path, to: &Path, reflink: bool, skip: &[&Path]) -> io::R
 
 struct Roots<'a> {
     from: &'a Path,
-    to: &'a Path,
     reflink: bool,
     skip: &'a [&'a Path],
 }
@@ -102,16 +188,10 @@ impl Roots<'_> {
     }
 
     fn copy_entry(&self, entry: &std::fs::DirEntry, to: &Path) -> io::Result<()> {
-        let (from_root, to_root) = (self.from, self.to);
         let kind = entry.file_type()?;
         let dest = to.join(entry.file_name());
         if kind.is_symlink() {
-            let target = std::fs::read_link(entry.path())?;
-            let target = match target.strip_prefix(from_root) {
-                Ok(inside) if target.is_absolute() => to_root.join(inside),
-                _ => target,
-            };
-            std::os::unix::fs::symlink(target, &dest)?;
+            std::os::unix::fs::symlink(std::fs::read_link(entry.path())?, &dest)?;
         } else if kind.is_dir() {
             self.copy_under(&entry.path(), &dest)?;
         } else if kind.is_file() {
@@ -144,7 +224,7 @@ mod tests {
     use std::os::unix::fs::MetadataExt;
 
     #[test]
-    fn a_copy_keeps_modes_times_and_links_and_points_inner_links_at_itself() {
+    fn a_copy_keeps_modes_times_and_links_as_they_are() {
         let dir = tempfile::tempdir().unwrap();
         let src = dir.path().join("src");
         std::fs::create_dir_all(src.join("a/b")).unwrap();
@@ -174,7 +254,7 @@ mod tests {
             std::fs::read_link(to.join("rel")).unwrap(),
             Path::new("a/b/f.txt")
         );
-        assert_eq!(std::fs::read_link(to.join("abs")).unwrap(), to.join("a"));
+        assert_eq!(std::fs::read_link(to.join("abs")).unwrap(), src.join("a"));
         assert!(
             copy_tree(&src, &to, false, &[]).is_err(),
             "the target must not exist"
@@ -189,6 +269,49 @@ mod tests {
             .filter(|n| n.to_string_lossy().contains("probe"))
             .collect();
         assert!(left.is_empty(), "{left:?}");
+    }
+
+    #[test]
+    fn a_copy_keeps_holes_and_every_byte() {
+        use std::os::unix::fs::FileExt;
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("src");
+        std::fs::create_dir(&src).unwrap();
+        let sparse = |name: &str, len: u64, data: &[(u64, &[u8])]| {
+            let f = File::create(src.join(name)).unwrap();
+            f.set_len(len).unwrap();
+            for (at, bytes) in data {
+                f.write_all_at(bytes, *at).unwrap();
+            }
+        };
+        let mib = 1u64 << 20;
+        // Data at the start, in the middle and at the very end; all hole; empty; dense.
+        sparse(
+            "holes.img",
+            64 * mib,
+            &[(0, b"head"), (32 * mib, b"middle"), (64 * mib - 4, b"tail")],
+        );
+        sparse("hole.img", 8 * mib, &[]);
+        sparse("empty", 0, &[]);
+        std::fs::write(src.join("dense"), vec![7u8; 300_000]).unwrap();
+        let to = dir.path().join("copy");
+        copy_tree(&src, &to, false, &[]).unwrap();
+        for name in ["holes.img", "hole.img", "empty", "dense"] {
+            let (a, b) = (src.join(name), to.join(name));
+            assert_eq!(
+                std::fs::read(&a).unwrap(),
+                std::fs::read(&b).unwrap(),
+                "{name}"
+            );
+            let blocks = |p: &Path| std::fs::metadata(p).unwrap().blocks();
+            assert!(
+                blocks(&b) <= blocks(&a) + 64,
+                "{name}: {} blocks copied for {}",
+                blocks(&b),
+                blocks(&a)
+            );
+        }
+        assert!(std::fs::metadata(to.join("holes.img")).unwrap().blocks() * 512 < mib);
     }
 
     #[derive(Debug, PartialEq)]

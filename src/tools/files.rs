@@ -1,11 +1,9 @@
 //! The file tools: `read_file`, `write_file`, `edit_file`, confined to the workspace.
 
-use std::path::Path;
-
 use futures::future::BoxFuture;
 use serde_json::{json, Value};
 
-use super::paths::{relative, resolve};
+use super::paths::{relative, Root};
 use super::{Tool, ToolContext};
 use crate::tools::ToolError;
 
@@ -21,12 +19,11 @@ pub(super) fn in_workspace<'a, F>(
     f: F,
 ) -> BoxFuture<'a, Result<String, ToolError>>
 where
-    F: FnOnce(&Path) -> Result<String, String> + Send + 'static,
+    F: FnOnce(&Root) -> Result<String, String> + Send + 'static,
 {
     Box::pin(async move {
         let root = ctx
-            .workspace
-            .clone()
+            .root()
             .ok_or_else(|| format!("{tool} needs a workspace, and this task has no repo"))?;
         let done = tokio::task::spawn_blocking(move || f(&root))
             .await
@@ -84,7 +81,7 @@ impl Tool for ReadFile {
     ) -> BoxFuture<'a, Result<String, ToolError>> {
         in_workspace(ctx, "read_file", move |root| {
             let p = str_field(&input, "path")?;
-            let path = resolve(root, p)?;
+            let path = root.resolve(p)?;
             let meta = std::fs::metadata(&path).map_err(|e| format!("cannot read {p}: {e}"))?;
             if meta.is_dir() {
                 return Err(format!("{p} is a directory; use list_files"));
@@ -191,7 +188,7 @@ impl Tool for WriteFile {
         in_workspace(ctx, "write_file", move |root| {
             let p = str_field(&input, "path")?;
             let content = str_field(&input, "content")?;
-            let path = resolve(root, p)?;
+            let path = root.resolve(p)?;
             if let Ok(meta) = std::fs::metadata(&path) {
                 if meta.is_dir() {
                     return Err(format!("{p} is a directory"));
@@ -202,13 +199,13 @@ impl Tool for WriteFile {
                 std::fs::create_dir_all(parent)
                     .map_err(|e| format!("cannot create the folders of {p}: {e}"))?;
                 // The new folders must not have led outside (a symlink raced in).
-                resolve(root, &relative(root, parent))?;
+                root.resolve(&relative(&root.path, parent))?;
             }
             std::fs::write(&path, content).map_err(|e| format!("cannot write {p}: {e}"))?;
             Ok(format!(
                 "wrote {} bytes to {}",
                 content.len(),
-                relative(root, &path)
+                relative(&root.path, &path)
             ))
         })
     }
@@ -255,7 +252,7 @@ impl Tool for EditFile {
             if old == new {
                 return Err("old_string and new_string are the same: nothing to change".into());
             }
-            let path = resolve(root, p)?;
+            let path = root.resolve(p)?;
             let meta = std::fs::metadata(&path).map_err(|e| format!("cannot read {p}: {e}"))?;
             regular(&meta, p)?;
             if meta.len() > MAX_FILE_BYTES {
@@ -288,7 +285,7 @@ impl Tool for EditFile {
             std::fs::write(&path, edited).map_err(|e| format!("cannot write {p}: {e}"))?;
             Ok(format!(
                 "edited {}: replaced {count} occurrence(s)",
-                relative(root, &path)
+                relative(&root.path, &path)
             ))
         })
     }
@@ -297,6 +294,7 @@ impl Tool for EditFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     fn ctx(root: &Path) -> ToolContext {
         ToolContext {

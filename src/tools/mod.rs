@@ -77,6 +77,9 @@ pub const READONLY_TOOLS: [&str; 3] = ["read_file", "list_files", "grep"];
 pub struct ToolContext {
     /// The canonical root of the task's workspace.
     pub workspace: Option<PathBuf>,
+    /// Where the task's commands see the workspace, when not where it is (the
+    /// repository's own folder): the file tools follow paths and links as they do.
+    pub seen_at: Option<PathBuf>,
     pub sandbox: Option<Arc<Sandbox>>,
     /// Limits of `bash`.
     pub bash: RunLimits,
@@ -86,10 +89,19 @@ pub struct ToolContext {
     pub cancel: CancellationToken,
 }
 
+impl ToolContext {
+    /// The workspace as the file tools reach it; None without one.
+    pub fn root(&self) -> Option<paths::Root> {
+        let path = self.workspace.clone()?;
+        Some(paths::Root::new(path, self.seen_at.clone()))
+    }
+}
+
 impl Default for ToolContext {
     fn default() -> Self {
         ToolContext {
             workspace: None,
+            seen_at: None,
             sandbox: None,
             bash: RunLimits {
                 timeout: Duration::from_secs(120),
@@ -303,13 +315,13 @@ pub struct Dispatched {
 /// (symlinks followed, absolute paths made relative), so that no spelling of a path
 /// slips past a rule.
 fn policy_view(call: &ToolCall, ctx: &ToolContext) -> Value {
-    let Some(root) = ctx.workspace.as_deref() else {
+    let Some(root) = ctx.root() else {
         return call.input.clone();
     };
     let relative = |p: &str| {
-        paths::resolve(root, p)
+        root.resolve(p)
             .ok()
-            .map(|resolved| Value::String(paths::relative(root, &resolved)))
+            .map(|resolved| Value::String(paths::relative(&root.path, &resolved)))
     };
     let mut view = call.input.clone();
     for key in ["path", "source", "destination"] {

@@ -9,7 +9,7 @@ use ignore::WalkBuilder;
 use serde_json::{json, Value};
 
 use super::files::in_workspace;
-use super::paths::{relative, resolve};
+use super::paths::relative;
 use super::{Tool, ToolContext};
 use crate::tools::ToolError;
 
@@ -79,16 +79,13 @@ impl Tool for ListFiles {
         ctx: &'a ToolContext,
     ) -> BoxFuture<'a, Result<String, ToolError>> {
         in_workspace(ctx, "list_files", move |root| {
-            let base = resolve(
-                root,
-                input.get("path").and_then(Value::as_str).unwrap_or("."),
-            )?;
+            let base = root.resolve(input.get("path").and_then(Value::as_str).unwrap_or("."))?;
             let matcher = input
                 .get("pattern")
                 .and_then(Value::as_str)
                 .map(glob)
                 .transpose()?;
-            let files: Vec<String> = walk(root, &base)
+            let files: Vec<String> = walk(&root.path, &base)
                 .into_iter()
                 .filter(|f| matcher.as_ref().is_none_or(|m| m.is_match(f)))
                 .collect();
@@ -149,10 +146,7 @@ impl Tool for Grep {
                 .unwrap_or_default();
             let re = regex::Regex::new(pattern)
                 .map_err(|e| format!("invalid regular expression: {e}"))?;
-            let base = resolve(
-                root,
-                input.get("path").and_then(Value::as_str).unwrap_or("."),
-            )?;
+            let base = root.resolve(input.get("path").and_then(Value::as_str).unwrap_or("."))?;
             let filter = input
                 .get("glob")
                 .and_then(Value::as_str)
@@ -163,9 +157,9 @@ impl Tool for Grep {
                 .and_then(Value::as_u64)
                 .map_or(DEFAULT_MATCHES, |m| (m as usize).min(MAX_MATCHES));
             let files: Vec<String> = if base.is_file() {
-                vec![relative(root, &base)]
+                vec![relative(&root.path, &base)]
             } else {
-                walk(root, &base)
+                walk(&root.path, &base)
             };
             let mut hits = Vec::new();
             let mut more = 0usize;
@@ -173,7 +167,7 @@ impl Tool for Grep {
                 .iter()
                 .filter(|f| filter.as_ref().is_none_or(|m| m.is_match(f)))
             {
-                let path = root.join(f);
+                let path = root.path.join(f);
                 if std::fs::metadata(&path)
                     .map_or(true, |m| !m.is_file() || m.len() > MAX_GREP_FILE)
                 {

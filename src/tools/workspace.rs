@@ -252,6 +252,20 @@ impl SourceKind {
     }
 }
 
+/// The folder a task's commands see its workspace at: the repository's own (canonical)
+/// path, for a work tree or a plain folder. Links in such a repository may name it by
+/// its absolute path, or leave it by `..` and come back by its name; they reach the
+/// task's own files, and the same ones under every workspace method, only where the
+/// workspace stands in the repository's place. A bundle or a bare repository holds no
+/// files of its own: its workspace is seen where it is.
+pub fn seen_at(source: &Path) -> Option<PathBuf> {
+    let source = source.canonicalize().ok()?;
+    match SourceKind::of(&source).ok()? {
+        SourceKind::Repository | SourceKind::Folder => Some(source),
+        SourceKind::Bare | SourceKind::Bundle => None,
+    }
+}
+
 /// A bundle starts with `# v2 git bundle` or `# v3 git bundle`.
 fn is_bundle(path: &Path) -> bool {
     use std::io::Read;

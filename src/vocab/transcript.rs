@@ -216,6 +216,10 @@ pub enum TranscriptEvent {
         level: String,
         #[serde(default, deserialize_with = "lenient")]
         network_for_bash: bool,
+        /// The path the task's commands see its workspace at and start in (the
+        /// repository's own folder); absent where they see it where it is.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        seen_at: Option<String>,
     },
     /// The repo's setup command ran.
     Setup {

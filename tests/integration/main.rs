@@ -37,4 +37,5 @@ mod sim_batch;
 mod stream_runs;
 mod streaming;
 mod summarize;
+mod workspace_links;
 mod workspaces;

@@ -202,7 +202,7 @@ fn overlay_is_refused_where_the_process_cannot_mount_one() {
 }
 
 /// Fails with the first line where two patches differ.
-fn same(got: &[u8], want: &[u8], what: &str) {
+pub(crate) fn same(got: &[u8], want: &[u8], what: &str) {
     if got == want {
         return;
     }
@@ -462,7 +462,7 @@ fn hostile_changes_patch_the_same_in_a_layer_as_in_a_copy() {
 }
 
 /// A folder on a filesystem with reflinks, for the runs that need one.
-fn reflink_dir() -> PathBuf {
+pub(crate) fn reflink_dir() -> PathBuf {
     let dir = std::env::var_os("AGENTBATCH_TEST_REFLINK_DIR").map(PathBuf::from).expect(
         "AGENTBATCH_TEST_REFLINK_DIR is not set: run the tests through tests/run.sh, which mounts a small XFS image with reflinks for them, or point it at a folder on btrfs or XFS (reflink=1)",
     );
@@ -480,21 +480,21 @@ fn reflink_dir() -> PathBuf {
 }
 
 /// One way of running a job in these tests.
-struct Mode {
-    name: &'static str,
-    workspaces: &'static str,
+pub(crate) struct Mode {
+    pub name: &'static str,
+    pub workspaces: &'static str,
     /// What the `sandbox` column says the workspaces were.
-    made: &'static str,
+    pub made: &'static str,
     /// Run as an unprivileged user (nobody, when the tests run as root).
-    unprivileged: bool,
+    pub unprivileged: bool,
     /// Run with AGENTBATCH_MOUNT_NAMESPACE=off.
-    no_namespace: bool,
+    pub no_namespace: bool,
     /// `--out`, else the case's reports/.
-    out: Option<PathBuf>,
+    pub out: Option<PathBuf>,
 }
 
 impl Mode {
-    fn new(name: &'static str, workspaces: &'static str) -> Mode {
+    pub fn new(name: &'static str, workspaces: &'static str) -> Mode {
         Mode {
             name,
             workspaces,
@@ -508,19 +508,19 @@ impl Mode {
         }
     }
 
-    fn run_dir(&self, case: &Case) -> PathBuf {
+    pub fn run_dir(&self, case: &Case) -> PathBuf {
         self.out
             .clone()
             .unwrap_or_else(|| case.path("reports"))
             .join(self.name)
     }
 
-    fn run(&self, case: &Case) {
+    pub fn run(&self, case: &Case) {
         self.run_job(case, &format!("{}.yaml", self.name));
     }
 
     /// Runs `job` (relative to the case's folder) as this mode says.
-    fn run_job(&self, case: &Case, job: &str) {
+    pub fn run_job(&self, case: &Case, job: &str) {
         let mut cmd = if self.unprivileged && nix::unistd::geteuid().is_root() {
             // The case's folder must be nobody's to write in, as a user's own is.
             for dir in walk_dirs(case.dir.path()) {
@@ -577,7 +577,7 @@ fn walk_dirs(dir: &Path) -> Vec<PathBuf> {
 }
 
 #[test]
-fn reflink_is_refused_where_the_run_folder_has_none_and_auto_copies() {
+fn reflink_is_refused_by_validate_where_the_run_folder_has_none_and_auto_copies() {
     let case = Case::new();
     assert!(
         !agentbatch::tools::copies::reflinks_in(case.dir.path()),
@@ -596,26 +596,49 @@ fn reflink_is_refused_where_the_run_folder_has_none_and_auto_copies() {
             .output()
             .unwrap()
     };
+    // validate probes the folder the run would go to (--out, as `run` takes it) and
+    // names the field; `run` refuses the same way before anything runs.
     let v = run(&["validate", "job.yaml"]);
-    let text = String::from_utf8_lossy(&v.stdout);
+    let err = String::from_utf8_lossy(&v.stderr);
+    assert_eq!(v.status.code(), Some(2), "{err}");
     assert!(
-        text.contains("workspaces reflink (") && text.contains("else copy (no overlay"),
-        "{text}"
+        err.contains("tasks[0].workspaces")
+            && err.contains("reflink")
+            && err.contains("btrfs")
+            && err.contains("--out")
+            && err.contains("auto"),
+        "{err}"
+    );
+    assert!(!err.contains("tasks[1]"), "auto copies: {err}");
+    let xfs = reflink_dir();
+    let on_xfs = run(&["validate", "job.yaml", "--out", xfs.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&on_xfs.stdout);
+    assert!(
+        on_xfs.status.success()
+            && text.contains("workspaces reflink (")
+            && text.contains("else copy (no overlay"),
+        "{text}{}",
+        String::from_utf8_lossy(&on_xfs.stderr)
     );
     let out = run(&["run", "job.yaml", "--run-id", "r", "--quiet"]);
-    assert!(out.status.code().is_some(), "{out:?}");
-    let rows = read_csv(&case.path("reports/r/results.csv"));
-    let row = |id: &str| rows.iter().find(|r| r["task_id"] == id).unwrap().clone();
-    let asked = row("asked");
-    assert_eq!(asked["stop_reason"], "tool_setup_error", "{asked:?}");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(
-        asked["stop_detail"].contains("workspaces: reflink")
-            && asked["stop_detail"].contains("btrfs"),
-        "{asked:?}"
+        String::from_utf8_lossy(&out.stderr).contains("tasks[0].workspaces"),
+        "{out:?}"
     );
-    let auto = row("auto");
-    assert_eq!(auto["outcome"], "pass", "{auto:?}");
-    assert!(auto["sandbox"].ends_with("; copy workspace"), "{auto:?}");
+    assert!(!case.path("reports/r").exists(), "nothing ran");
+    case.write(
+        "auto.yaml",
+        &std::fs::read_to_string(case.path("job.yaml"))
+            .unwrap()
+            .replace("  - { id: asked, prompt: p, workspaces: reflink }\n", ""),
+    );
+    let out = run(&["run", "auto.yaml", "--run-id", "r", "--quiet"]);
+    assert!(out.status.success(), "{out:?}");
+    let rows = read_csv(&case.path("reports/r/results.csv"));
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["outcome"], "pass", "{rows:?}");
+    assert!(rows[0]["sandbox"].ends_with("; copy workspace"), "{rows:?}");
 }
 
 /// A copy's repository borrows the pristine's objects, so a kept copy keeps its

@@ -4,6 +4,7 @@
 //! workspace and a private temp folder, and a fresh network namespace when the network
 //! is cut.
 
+use std::ffi::CString;
 use std::io;
 use std::path::Path;
 use std::process::Stdio;
@@ -89,6 +90,7 @@ fn probe(pidns: bool, netns: Option<CloneFlags>) -> bool {
     let setup = ChildSetup {
         pidns,
         netns,
+        bind: None,
         rules: Mutex::new(None),
         line,
     };
@@ -111,13 +113,37 @@ pub(super) struct ChildSetup {
     pub(super) pidns: bool,
     /// Unshare flags for an empty network namespace (loopback only).
     pub(super) netns: Option<CloneFlags>,
+    /// With `pidns`: the workspace mounted at the repository's own path in the new
+    /// mount namespace, and the command started there.
+    pub(super) bind: Option<Bind>,
     /// Landlock rules, built before the fork.
     pub(super) rules: Mutex<Option<RulesetCreated>>,
     /// The runner's lifeline, for the command's warden.
     pub(super) line: Lifeline,
 }
 
-/// Runs in the forked child before exec. Only system calls: unshare, mount, the
+/// The workspace and the path a command sees it at, as C strings made before the fork
+/// (nothing is allocated after it).
+pub(super) struct Bind {
+    pub(super) workspace: CString,
+    pub(super) seen_at: CString,
+}
+
+impl Bind {
+    pub(super) fn new(workspace: &Path, seen_at: &Path) -> io::Result<Bind> {
+        use std::os::unix::ffi::OsStrExt;
+        let c = |p: &Path| {
+            CString::new(p.as_os_str().as_bytes())
+                .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
+        };
+        Ok(Bind {
+            workspace: c(workspace)?,
+            seen_at: c(seen_at)?,
+        })
+    }
+}
+
+/// Runs in the forked child before exec. Only system calls: unshare, mount, chdir, the
 /// warden's fork (its side never returns: it watches the command and exits as it did),
 /// prctl, ioctl, and landlock_restrict_self on a ruleset built before the first fork
 /// (its mutex is used by this process alone, so it is never held at fork time).
@@ -144,6 +170,18 @@ pub(super) fn child_setup(s: &ChildSetup) -> io::Result<()> {
             MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
             None::<&str>,
         )?;
+        if let Some(b) = &s.bind {
+            // The repository's own folder is the task's workspace, for this command
+            // alone; the working folder (entered before this) becomes that path.
+            mount(
+                Some(b.workspace.as_c_str()),
+                b.seen_at.as_c_str(),
+                None::<&str>,
+                MsFlags::MS_BIND | MsFlags::MS_REC,
+                None::<&str>,
+            )?;
+            nix::unistd::chdir(b.seen_at.as_c_str())?;
+        }
     }
     if let Some(flags) = s.netns {
         nix::sched::unshare(flags)?;
@@ -230,11 +268,11 @@ pub fn describe_capabilities() -> String {
             .clone()
             .unwrap_or_else(|| "Landlock not available (commands may write anywhere)".into()),
         if c.pidns {
-            "PID namespaces available"
+            "PID and mount namespaces available (commands see their workspace at the repository's own path)"
         } else if pid_namespace_turned_off() {
-            "PID namespaces turned off (AGENTBATCH_PID_NAMESPACE=off)"
+            "PID and mount namespaces turned off (AGENTBATCH_PID_NAMESPACE=off: commands see their workspace where it is, so a link naming the repository by its absolute path reaches the repository itself)"
         } else {
-            "PID namespaces not available"
+            "PID and mount namespaces not available (commands see their workspace where it is, so a link naming the repository by its absolute path reaches the repository itself)"
         },
         if c.netns.is_some() {
             "network namespaces available"

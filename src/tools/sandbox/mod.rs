@@ -25,7 +25,7 @@ mod confine;
 mod leftovers;
 mod warden;
 
-use confine::{capabilities, child_setup, ruleset, ChildSetup};
+use confine::{capabilities, child_setup, ruleset, Bind, ChildSetup};
 
 pub use confine::{describe_capabilities, protect_runner, PID_NAMESPACE_VARIABLE};
 pub use leftovers::{run_marker, stop_leftovers, RUN_VARIABLE};
@@ -147,6 +147,9 @@ impl CommandOutput {
 /// Where commands of one task run, and how confined.
 pub struct Sandbox {
     workspace: PathBuf,
+    /// The path commands see the workspace at and start in (the repository's own),
+    /// where they get a mount namespace of their own; else they see it where it is.
+    seen_at: Option<PathBuf>,
     tmp: PathBuf,
     env: Vec<(String, String)>,
     landlock: bool,
@@ -158,12 +161,19 @@ pub struct Sandbox {
 }
 
 impl Sandbox {
-    /// Sets up the sandbox of a task of the run in `run_dir`. `tmp` becomes its private
-    /// temp folder (and holds HOME); `task_env` is added to the scrubbed environment,
-    /// and the run's marker (`AGENTBATCH_RUN`) after it. Fails when `config.require`
-    /// asks for confinement this machine cannot give.
+    /// Sets up the sandbox of a task of the run in `run_dir`. `seen_at` is the folder of
+    /// the repository the workspace was made from (none for a bundle or a bare
+    /// repository): where commands get a mount namespace of their own, the workspace is
+    /// mounted there for them and they start in it, so every path that names the
+    /// repository, whether a symbolic link's absolute target or a relative one that
+    /// leaves it, resolves as it does in the repository itself, to the task's own files,
+    /// whatever the workspace method. `tmp` becomes its private temp folder (and holds
+    /// HOME); `task_env` is added to the scrubbed environment, and the run's marker
+    /// (`AGENTBATCH_RUN`) after it. Fails when `config.require` asks for confinement
+    /// this machine cannot give.
     pub fn new(
         workspace: &Path,
+        seen_at: Option<&Path>,
         tmp: &Path,
         task_env: &BTreeMap<String, String>,
         config: SandboxConfig,
@@ -180,6 +190,17 @@ impl Sandbox {
         }
         if config.require && !missing.is_empty() {
             return Err(SandboxError::Required(missing.join(" nor ")));
+        }
+        let seen_at = seen_at.filter(|_| caps.pidns);
+        if let Some(at) = seen_at {
+            if !at.is_dir() {
+                return Err(SandboxError::Io {
+                    what:
+                        "find the repository's folder, where the task's commands see its workspace,",
+                    path: at.to_path_buf(),
+                    source: io::Error::from(io::ErrorKind::NotFound),
+                });
+            }
         }
         let tmp = &tmp.canonicalize().map_err(|e| SandboxError::Io {
             what: "resolve",
@@ -224,6 +245,7 @@ impl Sandbox {
         });
         Ok(Sandbox {
             workspace: workspace.to_path_buf(),
+            seen_at: seen_at.map(Path::to_path_buf),
             tmp: tmp.to_path_buf(),
             env: env.into_iter().collect(),
             landlock: caps.landlock.is_some(),
@@ -237,6 +259,12 @@ impl Sandbox {
     /// here (else it keeps the network: the kernel cannot cut it).
     pub fn can_cut_network(&self) -> bool {
         self.netns.is_some()
+    }
+
+    /// Where commands see the workspace, when not where it is: the file tools then
+    /// resolve paths and links as they would there.
+    pub fn seen_at(&self) -> Option<&Path> {
+        self.seen_at.as_deref()
     }
 
     /// The environment commands get (for tests and the transcript).
@@ -281,9 +309,16 @@ impl Sandbox {
         } else {
             None
         };
+        let bind = match &self.seen_at {
+            Some(at) => Some(
+                Bind::new(&self.workspace, at).map_err(start("name the repository's folder"))?,
+            ),
+            None => None,
+        };
         let setup = ChildSetup {
             pidns: self.pidns,
             netns: if network { None } else { self.netns },
+            bind,
             rules: Mutex::new(rules),
             line: warden::lifeline().map_err(start("make the runner's lifeline"))?,
         };
@@ -467,6 +502,56 @@ mod tests {
         assert!(c.render().contains("1990 bytes"));
     }
 
+    /// Where commands get a mount namespace, they see the workspace at the
+    /// repository's path and start there; the repository is out of their sight.
+    #[tokio::test]
+    async fn commands_see_the_workspace_at_the_repositorys_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().canonicalize().unwrap();
+        let (ws, repo, tmp) = (base.join("ws"), base.join("repo"), base.join("tmp"));
+        for d in [&ws, &repo, &tmp] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        std::fs::write(ws.join("f"), "the task's\n").unwrap();
+        std::fs::write(repo.join("f"), "the user's\n").unwrap();
+        std::os::unix::fs::symlink(repo.join("f"), ws.join("link")).unwrap();
+        let config = SandboxConfig {
+            network: true,
+            require: false,
+        };
+        let sb = Sandbox::new(&ws, Some(&repo), &tmp, &BTreeMap::new(), config, &base).unwrap();
+        if !capabilities().pidns {
+            assert_eq!(sb.seen_at(), None, "no mount namespace: seen where it is");
+            return;
+        }
+        assert_eq!(sb.seen_at(), Some(repo.as_path()));
+        let limits = RunLimits {
+            timeout: Duration::from_secs(10),
+            max_output: 1000,
+        };
+        let command = "pwd; cat f link; echo new > made; cat \"$PWD/made\"";
+        let out = sb
+            .run(command, limits, &CancellationToken::new(), Reach::SETUP)
+            .await
+            .unwrap();
+        let want = format!("{}\nthe task's\nthe task's\nnew\n", repo.display());
+        assert_eq!(out.output, want);
+        assert_eq!(std::fs::read_to_string(ws.join("made")).unwrap(), "new\n");
+        assert!(
+            !repo.join("made").exists(),
+            "the repository is never written"
+        );
+        let gone = Sandbox::new(
+            &ws,
+            Some(&base.join("gone")),
+            &tmp,
+            &BTreeMap::new(),
+            config,
+            &base,
+        );
+        assert!(gone.is_err_and(|e| e.to_string().contains("gone")));
+    }
+
     /// A sandbox with the network, `EXTRA=1` in its environment, in a new folder.
     fn sandbox() -> (Sandbox, tempfile::TempDir) {
         let dir = tempfile::tempdir().unwrap();
@@ -479,7 +564,7 @@ mod tests {
             network: true,
             require: false,
         };
-        let sb = Sandbox::new(&ws, &tmp, &env, config, dir.path()).unwrap();
+        let sb = Sandbox::new(&ws, None, &tmp, &env, config, dir.path()).unwrap();
         (sb, dir)
     }
 

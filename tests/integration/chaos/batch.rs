@@ -158,6 +158,7 @@ impl Bed {
             let transcript = self.dir().join(&row["transcript"]);
             let events = read_events(&transcript);
             check_transcript(&self.tasks[i], row, &events, &mut self.found, stats);
+            self.check_links(seed, row, &events);
             self.audit(seed, &transcript, row);
         }
         for (id, extra) in by_id {
@@ -165,6 +166,35 @@ impl Bed {
             self.add(u64::MAX, "one results.csv row per task", detail);
         }
         costs
+    }
+
+    /// Every link the patch adds, changes or deletes is one the agent named in a call
+    /// (the fixtures' own links never are: the chaos model has not got their names).
+    fn check_links(&mut self, seed: u64, row: &Row, events: &[Value]) {
+        let Ok(patch) = std::fs::read(self.dir().join(&row["patch"])) else {
+            return;
+        };
+        let calls: String = events
+            .iter()
+            .filter(|e| e["event"] == "tool_call")
+            .map(|e| e["input"].to_string())
+            .collect();
+        let patch = String::from_utf8_lossy(&patch);
+        for file in patch.split("\ndiff --git ").filter_map(|d| {
+            let header = d.split("\n@@").next().unwrap_or_default();
+            let name = header.lines().next()?.split(" b/").last()?;
+            header.contains("120000").then_some(name)
+        }) {
+            let base = file.rsplit('/').next().unwrap_or(file);
+            if !calls.contains(base) {
+                let detail = format!("the patch changes the link {file}, which no call named");
+                self.add(
+                    seed,
+                    "a patch holds no link change the agent did not make",
+                    detail,
+                );
+            }
+        }
     }
 
     fn audit(&mut self, seed: u64, transcript: &Path, row: &Row) {

@@ -50,6 +50,8 @@ pub(super) struct Task {
     /// How a small window is kept: the default escalation, summaries only, or the
     /// provider's own context management (Chat Completions has none: summaries).
     pub strategy: &'static str,
+    /// `auto` (an overlay layer under the binary) or `copy`.
+    workspaces: &'static str,
 }
 
 /// An index in 0..k for one attribute of a seed's task, independent of the others
@@ -93,6 +95,7 @@ impl Task {
                 (1, _) | (_, 2) => "summarize",
                 _ => "native",
             },
+            workspaces: ["auto", "copy"][choose(seed, 13, 2)],
         }
     }
 
@@ -101,10 +104,24 @@ impl Task {
     }
 }
 
-/// The fixture repository: a failing test, a .gitignore and a subfolder.
+/// Links in every fixture repository, which no task is asked to touch: one naming a
+/// file of the repository by its absolute path, one to the outside folder's sentinel,
+/// and one leaving the repository by `..`.
+const FIXTURE_LINKS: [&str; 3] = ["abs_link", "outside_link", "up_link"];
+
+/// The fixture repository: a failing test, a .gitignore, a subfolder, and links.
 pub(super) fn write_repo(case: &Case, name: &str) -> PathBuf {
     case.write(&format!("{name}/sub/mod.py"), "X = 1\n");
-    calc_fixture(case, name)
+    let repo = calc_fixture(case, name);
+    let abs = repo.canonicalize().expect("the fixture's folder");
+    for (target, link) in [
+        (abs.join("sub/mod.py"), FIXTURE_LINKS[0]),
+        (case.path(&format!("outside/{SENTINEL}")), FIXTURE_LINKS[1]),
+        (Path::new("../outside").join(SENTINEL), FIXTURE_LINKS[2]),
+    ] {
+        std::os::unix::fs::symlink(target, repo.join(link)).expect("a link");
+    }
+    repo
 }
 
 /// Team and run caps for a batch: red binds, blue rarely (its per-run cap is also a
@@ -140,11 +157,12 @@ pub(super) fn job(tasks: &[Task], outside: &Path, caps: &Caps) -> String {
     );
     for t in tasks {
         y.push_str(&format!(
-            "  - id: {}\n    prompt: Fix the failing test.\n    provider: {}\n    stream: {}\n    repo: {}\n    limits: {{ max_cost_usd: {}, wrap_up: {}, show_budget: {} }}\n    sim: {{ chaos: {{ seed: {}, outside: '{}', max_string: {}, misbehave_percent: {}, fault_percent: {}, max_turns: {} }} }}\n",
+            "  - id: {}\n    prompt: Fix the failing test.\n    provider: {}\n    stream: {}\n    repo: {}\n    workspaces: {}\n    limits: {{ max_cost_usd: {}, wrap_up: {}, show_budget: {} }}\n    sim: {{ chaos: {{ seed: {}, outside: '{}', max_string: {}, misbehave_percent: {}, fault_percent: {}, max_turns: {} }} }}\n",
             t.id(),
             t.provider,
             t.stream,
             t.repo,
+            t.workspaces,
             t.cap,
             t.wrap_up,
             t.wrap_up,
