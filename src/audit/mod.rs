@@ -62,6 +62,9 @@ pub enum ProblemKind {
     Transcript,
     /// A compaction that cleared nothing or made the prompt estimate larger.
     Compaction,
+    /// An answer's usage figures contradicted each other or the request, and the runner
+    /// billed a consistent reading of them instead (`usage_clamped`).
+    Usage,
 }
 
 impl ProblemKind {
@@ -80,6 +83,7 @@ impl ProblemKind {
             ProblemKind::Compaction => "compaction",
             ProblemKind::MisplacedResult => "misplaced_result",
             ProblemKind::Transcript => "transcript",
+            ProblemKind::Usage => "usage",
         }
     }
 
@@ -95,7 +99,7 @@ impl ProblemKind {
             | ProblemKind::OrphanResult
             | ProblemKind::DuplicateResult
             | ProblemKind::MisplacedResult => "result returned",
-            ProblemKind::Transcript | ProblemKind::Compaction => return None,
+            ProblemKind::Transcript | ProblemKind::Compaction | ProblemKind::Usage => return None,
         })
     }
 }

@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use crate::vocab::protocol::Protocol;
 use crate::vocab::stop::{Outcome, StopReason};
-use crate::vocab::usage::Usage;
+use crate::vocab::usage::{Clamp, Usage};
 
 /// An amount of money as the transcript writes it: a normalized decimal in a string
 /// (`"0.05"`, never `0.05`), so no reader ever sees a float.
@@ -466,6 +466,17 @@ pub enum TranscriptEvent {
         cost_usd: Option<Usd>,
         #[serde(default, deserialize_with = "lenient")]
         reserved_usd: Option<Usd>,
+    },
+    /// Usage figures of an answer that were not taken as sent (see `usage::Clamp`):
+    /// what the provider reported, what was used, and why. The settle that follows
+    /// carries the figures used.
+    UsageClamped {
+        #[serde(default, deserialize_with = "lenient")]
+        turn: u32,
+        #[serde(default, deserialize_with = "lenient")]
+        attempt: u32,
+        #[serde(default, deserialize_with = "lenient")]
+        clamps: Vec<Clamp>,
     },
     /// The shared ledger could not record a settlement or a release.
     LedgerError {

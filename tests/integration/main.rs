@@ -36,4 +36,5 @@ mod sim_batch;
 mod stream_runs;
 mod streaming;
 mod summarize;
+mod usage_figures;
 mod workspaces;
