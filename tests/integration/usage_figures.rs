@@ -227,3 +227,54 @@ async fn contradictory_negative_and_absurd_figures_on_every_protocol_stay_within
         );
     }
 }
+
+/// The chaos model's `contradict_usage` writes every answer's figures at odds with
+/// each other and the request; each reads back, clamped, as the simulator's own, so a
+/// run with it gives the rows of a run without (streamed or not, caching on, 5-minute
+/// and 1-hour entries), with every clamp recorded.
+#[tokio::test]
+async fn contradictory_figures_read_back_as_the_simulators_own_on_every_protocol() {
+    let configs = [
+        ("anthropic", "claude-sonnet-4-5", "5m"),
+        ("anthropic", "claude-sonnet-4-5", "1h"),
+        ("openai-responses", "gpt-5.4", "5m"),
+        ("openai-chat", "gpt-5.4", "5m"),
+    ];
+    for (protocol, model, ttl) in configs {
+        for stream in ["never", "always"] {
+            let run = |contradict: bool| {
+                let flag = if contradict {
+                    ", contradict_usage: true"
+                } else {
+                    ""
+                };
+                format!(
+                    "name: c\nproviders:\n  p: {{ protocol: {protocol}, simulator: true }}\ndefaults:\n  provider: p\n  model: {model}\n  max_tokens: 1024\n  stream: {stream}\n  cache: {{ ttl: {ttl} }}\n  system: \"{}\"\n  tools: [get_time]\n  limits: {{ max_cost_usd: 1 }}\ntasks:\n  - id: t\n    prompt: go\n    sim:\n      turns:\n        - {{ content: [ {{ tool_use: {{ name: get_time, input: {{}} }} }} ]{flag} }}\n        - {{ content: [ {{ text: done }} ], usage: {{ output_tokens: 100000, reasoning_tokens: 100000 }}{flag} }}\n",
+                    long_system()
+                )
+            };
+            let at = format!("{protocol} {ttl} stream {stream}");
+            let (c1, c2) = (Case::new(), Case::new());
+            let plain = c1.run(&run(false)).await;
+            let odd = c2.run(&run(true)).await;
+            let (a, b) = (plain.row("t"), odd.row("t"));
+            for col in [
+                "stop_reason",
+                "turns",
+                "cost_usd",
+                "cache_saved_usd",
+                "input_tokens",
+                "output_tokens",
+                "cache_read_tokens",
+                "cache_write_tokens",
+                "reasoning_tokens",
+                "retries",
+            ] {
+                assert_eq!(a[col], b[col], "{at}: {col}");
+            }
+            assert!(plain.events("t", "usage_clamped").is_empty(), "{at}");
+            assert_eq!(odd.events("t", "usage_clamped").len(), 2, "{at}");
+            assert!(odd.events("t", "reservation_exceeded").is_empty(), "{at}");
+        }
+    }
+}
