@@ -101,9 +101,9 @@ impl Reported {
     /// tokens than bytes), and trusting it would charge a task, a team's day and a run
     /// for tokens that were never there. 1-hour writes for a request that asked for none
     /// are read as 5-minute ones; output past `max_tokens` as `max_tokens`; a prompt
-    /// past its bound is cut to it, the cheapest kind of token first (cache reads, then
-    /// plain input, then writes), so the reading stays the dearest one consistent with
-    /// the bound.
+    /// past its bound is cut to it, cache reads first, then plain input, then 5-minute
+    /// and 1-hour writes (the cheapest first at the vendors' prices), so the reading is
+    /// the dearest one consistent with the bound.
     pub fn within(mut self, b: &Bounds) -> Reported {
         let u = &mut self.usage;
         let mut note = |field: &str, reported: u64, used: u64, why: String| {
@@ -143,7 +143,7 @@ impl Reported {
             note("reasoning_tokens", u.reasoning_tokens, u.output_tokens, why);
             u.reasoning_tokens = u.output_tokens;
         }
-        // In u128: four hostile figures near u64::MAX still add up.
+        // In u128: three hostile figures near u64::MAX still add up.
         let total = [u.input_tokens, u.cache_read_tokens, u.cache_write_tokens]
             .iter()
             .map(|&n| u128::from(n))
