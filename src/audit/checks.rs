@@ -499,6 +499,16 @@ pub(super) fn check(w: &Walked, report: &mut AuditReport) {
             |_| false,
         );
     }
+    for (line, turn, said) in &w.usage_clamped {
+        out.report.push(Problem {
+            turn: (*turn > 0).then_some(*turn),
+            call_id: None,
+            kind: ProblemKind::Usage,
+            severity: Severity::Warning,
+            message: format!("the provider's usage figures were not billed as sent: {said}"),
+            line: Some(*line),
+        });
+    }
     for d in &w.loose_decisions {
         out.report.push(Problem {
             turn: None,

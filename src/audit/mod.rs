@@ -63,6 +63,9 @@ pub enum ProblemKind {
     /// A compaction that did not help: it cleared nothing, made the prompt estimate
     /// larger, or (a summary) left it over the compaction threshold.
     Compaction,
+    /// An answer's usage figures contradicted each other or the request, and the runner
+    /// billed a consistent reading of them instead (`usage_clamped`).
+    Usage,
 }
 
 impl ProblemKind {
@@ -81,6 +84,7 @@ impl ProblemKind {
             ProblemKind::Compaction => "compaction",
             ProblemKind::MisplacedResult => "misplaced_result",
             ProblemKind::Transcript => "transcript",
+            ProblemKind::Usage => "usage",
         }
     }
 
@@ -96,7 +100,7 @@ impl ProblemKind {
             | ProblemKind::OrphanResult
             | ProblemKind::DuplicateResult
             | ProblemKind::MisplacedResult => "result returned",
-            ProblemKind::Transcript | ProblemKind::Compaction => return None,
+            ProblemKind::Transcript | ProblemKind::Compaction | ProblemKind::Usage => return None,
         })
     }
 }

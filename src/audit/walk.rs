@@ -103,6 +103,9 @@ pub(super) struct Walked {
     /// Turns that asked the model for a summary of the history (a `compaction` event
     /// with `strategy: summarize`): the runner runs none of their calls.
     pub summary_turns: BTreeSet<u32>,
+    /// Usage figures the runner did not take as the provider sent them: (line, turn,
+    /// what each was and what was used).
+    pub usage_clamped: Vec<(usize, u32, String)>,
 }
 
 struct Pending {
@@ -483,6 +486,13 @@ pub(super) fn walk(events: &[(usize, Value)]) -> Walked {
                     Some(seg) => seg.decisions.push(decision),
                     None => w.loose_decisions.push(decision),
                 }
+            }
+            TranscriptEvent::UsageClamped { turn, clamps, .. } => {
+                let said: Vec<String> = clamps
+                    .iter()
+                    .map(|c| format!("{} {} read as {} ({})", c.field, c.reported, c.used, c.why))
+                    .collect();
+                w.usage_clamped.push((line, turn, said.join("; ")));
             }
             TranscriptEvent::Stop { .. } | TranscriptEvent::TaskEnd { .. } => {
                 w.settle(&mut pending);

@@ -176,7 +176,40 @@ pub fn describe(plan: &Plan) -> String {
         }
     }
     describe_caps(plan, &mut s);
+    for w in price_warnings(plan) {
+        let _ = writeln!(s, "warning: {w}");
+    }
     s
+}
+
+/// Prices that look like typos: a cache read dearer than the input it replaces (30
+/// written for 0.30). Worst cases price every prompt token at it, so such a price makes
+/// every cap bind early; a warning, since a job may mean it.
+fn price_warnings(plan: &Plan) -> Vec<String> {
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::new();
+    for t in &plan.tasks {
+        let Some(p) = t.price.as_ref().filter(|_| seen.insert(t.model.as_str())) else {
+            continue;
+        };
+        let tiers = std::iter::once(("", p)).chain(
+            p.long_context
+                .iter()
+                .map(|(_, tier)| (" (its long_context tier)", &**tier)),
+        );
+        for (which, tier) in tiers {
+            if tier.cache_read > tier.input {
+                out.push(format!(
+                    "pricing of {}{which}: cache_read ${}/Mtok is above its input rate ${}/Mtok; a cache read normally costs a tenth of the input (a typo?). Worst cases price every prompt token at ${}/Mtok",
+                    t.model,
+                    tier.cache_read.normalize(),
+                    tier.input.normalize(),
+                    p.max_input_rate().normalize()
+                ));
+            }
+        }
+    }
+    out
 }
 
 fn rates(r: &RateLimits) -> String {

@@ -379,11 +379,9 @@ fn expand_task(
     let cache = resolve_cache(t, d, provider.as_deref());
     let context =
         super::window::resolve_context(i, t, d, &model, provider.as_ref().map(|p| p.protocol), cx);
-    let one_hour = cache.is_on()
-        && cache.ttl == crate::vocab::cache::CacheTtl::OneHour
-        && provider
-            .as_ref()
-            .is_some_and(|p| p.protocol == crate::vocab::protocol::Protocol::Anthropic);
+    let one_hour = provider
+        .as_ref()
+        .is_some_and(|p| cache.one_hour_writes(p.protocol));
     let price = price.map(|p| {
         let p = if one_hour {
             p.with_one_hour_writes()

@@ -7,6 +7,7 @@ use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 use super::{ModelStop, Params, Parsed, ToolCall, ToolResult, Usage, WireError};
+use crate::vocab::usage::{Figures, Reported};
 
 /// The system prompt: a string, or one text block when it carries a cache marker.
 #[derive(Serialize)]
@@ -171,7 +172,7 @@ struct Message {
     calls: Vec<ToolCall>,
     text: String,
     stop: ModelStop,
-    usage: Usage,
+    usage: Reported,
 }
 
 /// Reads the neutral view out of a message, refusing anything that is not a complete
@@ -252,21 +253,41 @@ fn refusal_detail(details: Option<&Value>) -> Option<String> {
     (!parts.is_empty()).then(|| parts.join(": "))
 }
 
-fn parse_usage(u: &Value) -> Result<Usage, WireError> {
-    let req = |k: &str| {
-        u.get(k)
-            .and_then(Value::as_u64)
+/// Usage, each figure that is not a whole count, and a 1-hour part above the writes it
+/// is a part of (or a 5-minute part that does not add up with it), clamped and noted.
+fn parse_usage(u: &Value) -> Result<Reported, WireError> {
+    let mut f = Figures::new(u);
+    let req = |f: &mut Figures, k: &str| {
+        f.count(&format!("/{k}"))
             .ok_or_else(|| format!("`usage.{k}` is missing or not a count"))
     };
-    let opt = |v: Option<&Value>| v.and_then(Value::as_u64).unwrap_or(0);
-    Ok(Usage {
-        input_tokens: req("input_tokens")?,
-        output_tokens: req("output_tokens")?,
-        cache_read_tokens: opt(u.get("cache_read_input_tokens")),
-        cache_write_tokens: opt(u.get("cache_creation_input_tokens")),
-        cache_write_1h_tokens: opt(u.pointer("/cache_creation/ephemeral_1h_input_tokens")),
+    let input_tokens = req(&mut f, "input_tokens")?;
+    let output_tokens = req(&mut f, "output_tokens")?;
+    let cache_read_tokens = f.count("/cache_read_input_tokens").unwrap_or(0);
+    let written = f.count("/cache_creation_input_tokens").unwrap_or(0);
+    let one_hour = "/cache_creation/ephemeral_1h_input_tokens";
+    let reported_1h = f.count(one_hour).unwrap_or(0);
+    let written_1h = f.at_most(
+        one_hour,
+        reported_1h,
+        written,
+        "above cache_creation_input_tokens, the writes it is a part of",
+    );
+    let five_minutes = f.count("/cache_creation/ephemeral_5m_input_tokens");
+    f.agrees(
+        "/cache_creation/ephemeral_5m_input_tokens",
+        five_minutes,
+        written - written_1h,
+        "with the 1-hour part, not cache_creation_input_tokens",
+    );
+    Ok(f.done(Usage {
+        input_tokens,
+        output_tokens,
+        cache_read_tokens,
+        cache_write_tokens: written,
+        cache_write_1h_tokens: written_1h,
         reasoning_tokens: 0,
-    })
+    }))
 }
 
 #[cfg(test)]
@@ -292,9 +313,34 @@ mod tests {
         assert_eq!(p.calls[0].id, "toolu_1");
         assert_eq!(p.text, "Let me look.");
         assert_eq!(p.stop, ModelStop::ToolUse);
-        assert_eq!(p.usage.prompt_tokens(), 17);
-        assert_eq!(p.usage.cache_write_1h_tokens, 1);
+        assert_eq!(p.usage.usage.prompt_tokens(), 17);
+        assert_eq!(p.usage.usage.cache_write_1h_tokens, 1);
+        assert!(p.usage.clamps.is_empty());
         assert_eq!(p.content, raw["content"]);
+    }
+
+    #[test]
+    fn a_cache_breakdown_past_its_total_is_clamped_to_it_and_noted() {
+        let usage = json!({"input_tokens": 5, "output_tokens": 5, "cache_creation_input_tokens": 10,
+            "cache_creation": {"ephemeral_5m_input_tokens": 7, "ephemeral_1h_input_tokens": 900000000}});
+        let r = parse_usage(&usage).unwrap();
+        assert_eq!(
+            (r.usage.cache_write_tokens, r.usage.cache_write_1h_tokens),
+            (10, 10)
+        );
+        let noted: Vec<(&str, u64)> = r
+            .clamps
+            .iter()
+            .map(|c| (c.field.as_str(), c.used))
+            .collect();
+        assert_eq!(
+            noted,
+            [
+                ("usage.cache_creation.ephemeral_1h_input_tokens", 10),
+                ("usage.cache_creation.ephemeral_5m_input_tokens", 0)
+            ]
+        );
+        assert_eq!(r.clamps[0].reported, json!(900000000));
     }
 
     #[test]

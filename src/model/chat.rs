@@ -10,8 +10,8 @@ use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 use super::{
-    openai_usage, parse_arguments, ModelStop, Params, Parsed, ToolCall, ToolResult, Usage,
-    WireError,
+    openai_usage, parse_arguments, ModelStop, OpenAiFields, Params, Parsed, Reported, ToolCall,
+    ToolResult, WireError,
 };
 
 /// The system prompt, then the history.
@@ -225,16 +225,18 @@ pub(super) fn parse(raw: &Value, turn: u32) -> Result<Parsed, WireError> {
 }
 
 /// Usage, or None when a server left it out (or left out its counts).
-fn parse_usage(u: Option<&Value>) -> Option<Usage> {
-    let u = u?;
-    let count = |p: &str| u.pointer(p).and_then(Value::as_u64);
-    Some(openai_usage(
-        count("/prompt_tokens")?,
-        count("/prompt_tokens_details/cached_tokens").unwrap_or(0),
-        0,
-        count("/completion_tokens")?,
-        count("/completion_tokens_details/reasoning_tokens").unwrap_or(0),
-    ))
+fn parse_usage(u: Option<&Value>) -> Option<Reported> {
+    openai_usage(
+        u?,
+        &OpenAiFields {
+            input: "/prompt_tokens",
+            cached: "/prompt_tokens_details/cached_tokens",
+            written: None,
+            output: "/completion_tokens",
+            reasoning: "/completion_tokens_details/reasoning_tokens",
+        },
+    )
+    .ok()
 }
 
 #[cfg(test)]
@@ -266,7 +268,8 @@ mod tests {
         let u = parse(&completion(msg, json!("tool_calls")), 1)
             .unwrap()
             .usage
-            .unwrap();
+            .unwrap()
+            .usage;
         let nameless = json!({"role": "assistant", "content": null, "tool_calls": [{"id": "c", "type": "function"}]});
         let p = parse(&completion(nameless, json!("tool_calls")), 1).unwrap();
         assert_eq!(

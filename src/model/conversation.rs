@@ -11,8 +11,8 @@ use super::endpoint::Endpoint;
 use super::http::Post;
 use super::opening::{body, cacheable_tools, declarations, first_message};
 use super::{
-    anthropic, chat, responses, ModelError, Parsed, Protocol, SendError, ToolResult, Turn, Usage,
-    WireError,
+    anthropic, chat, clamped, responses, Bounds, ModelError, Parsed, Protocol, Reported, SendError,
+    ToolResult, Turn, Usage, WireError,
 };
 use crate::vocab::cache::{cache_reads_count_toward_itpm, rate_counted_input, Caching};
 use crate::vocab::limits::TokenCount;
@@ -357,6 +357,13 @@ impl Conversation {
         turn: u32,
         attempt: u32,
     ) -> Result<Turn, SendError> {
+        // What the budgets reserved for: no usage figure of the answer may exceed it.
+        let bounds = Bounds {
+            prompt_tokens: self.estimate_prompt_tokens(),
+            output_tokens: u64::from(max_tokens),
+            one_hour_writes: self.params.cache.one_hour_writes(self.endpoint.protocol),
+        };
+        let within = |r: Reported| clamped(r, &bounds, log, turn, attempt);
         let body = self.encoded_body(max_tokens);
         self.cached_tail = self.history.len().checked_sub(1);
         let sent_bytes = body.len() as u64;
@@ -479,7 +486,7 @@ impl Conversation {
             } => SendError {
                 // A failed response for the rate limit pauses the provider like a 429.
                 rate_limited: code == "rate_limit_exceeded",
-                usage,
+                usage: usage.map(within),
                 ..failed(
                     ModelError::Failed {
                         code,
@@ -497,7 +504,7 @@ impl Conversation {
         // template adds: never fewer than the real figures.
         // ... and never above the prompt bound the budgets reserved for this request
         // (the history has not changed since it was planned).
-        let usage = usage.unwrap_or_else(|| Usage {
+        let usage = usage.map(within).unwrap_or_else(|| Usage {
             input_tokens: sent_bytes
                 .saturating_add(FIRST_REQUEST_OVERHEAD)
                 .min(self.estimate_prompt_tokens()),

@@ -24,8 +24,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 pub use crate::vocab::protocol::Protocol;
-pub(crate) use crate::vocab::usage::openai_usage;
-pub use crate::vocab::usage::Usage;
+pub(crate) use crate::vocab::usage::{openai_usage, OpenAiFields};
+pub use crate::vocab::usage::{Bounds, Clamp, Reported, Usage};
 pub use compact::{Cleared, MAX_BYTES_PER_TOKEN};
 pub use conversation::{Conversation, Params};
 pub use endpoint::Endpoint;
@@ -33,14 +33,35 @@ pub use http::{client, parse_go_duration, Failure, HttpError, RateHeaders, Reply
 pub use summary::Summarized;
 
 /// The usage an answer of `protocol` reports (None when it is not an answer, or has no
-/// usage): what a batch result found again on resume was billed for.
-pub fn usage_of(protocol: Protocol, body: &Value) -> Option<Usage> {
+/// usage): what a batch result found again on resume was billed for, before the
+/// request's bounds (`Reported::within`).
+pub fn usage_of(protocol: Protocol, body: &Value) -> Option<Reported> {
     let parsed = match protocol {
         Protocol::Anthropic => anthropic::parse(body),
         Protocol::OpenaiResponses => responses::parse(body),
         Protocol::OpenaiChat => chat::parse(body, 0),
     };
     parsed.ok()?.usage
+}
+
+/// An answer's usage within its request's bounds (`Reported::within`); what was read
+/// differently from what the provider sent goes to the transcript (`usage_clamped`).
+fn clamped(
+    r: Reported,
+    bounds: &Bounds,
+    log: &crate::vocab::log::TaskLog,
+    turn: u32,
+    attempt: u32,
+) -> Usage {
+    let Reported { usage, clamps } = r.within(bounds);
+    if !clamps.is_empty() {
+        log.emit(crate::vocab::transcript::TranscriptEvent::UsageClamped {
+            turn,
+            attempt,
+            clamps,
+        });
+    }
+    usage
 }
 
 /// A tool call the model asked for.
@@ -165,7 +186,7 @@ pub enum WireError {
         code: String,
         message: String,
         retryable: bool,
-        usage: Option<Usage>,
+        usage: Option<Reported>,
     },
 }
 
@@ -189,8 +210,9 @@ pub struct Parsed {
     pub calls: Vec<ToolCall>,
     pub text: String,
     pub stop: ModelStop,
-    /// None when the answer carried no usage.
-    pub usage: Option<Usage>,
+    /// None when the answer carried no usage; with the figures read differently from
+    /// what the provider sent.
+    pub usage: Option<Reported>,
 }
 
 /// Reads a tool call's arguments written as a JSON string (both OpenAI protocols). An

@@ -9,8 +9,8 @@ use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 use super::{
-    openai_usage, parse_arguments, ModelStop, Params, Parsed, ToolCall, ToolResult, Usage,
-    WireError,
+    openai_usage, parse_arguments, ModelStop, OpenAiFields, Params, Parsed, Reported, ToolCall,
+    ToolResult, WireError,
 };
 
 #[derive(Serialize)]
@@ -215,20 +215,17 @@ pub(super) fn parse(raw: &Value) -> Result<Parsed, WireError> {
     })
 }
 
-fn parse_usage(u: &Value) -> Result<Usage, WireError> {
-    let req = |k: &str| {
-        u.get(k)
-            .and_then(Value::as_u64)
-            .ok_or_else(|| format!("`usage.{k}` is missing or not a count"))
-    };
-    let opt = |p: &str| u.pointer(p).and_then(Value::as_u64).unwrap_or(0);
+fn parse_usage(u: &Value) -> Result<Reported, WireError> {
     Ok(openai_usage(
-        req("input_tokens")?,
-        opt("/input_tokens_details/cached_tokens"),
-        opt("/input_tokens_details/cache_write_tokens"),
-        req("output_tokens")?,
-        opt("/output_tokens_details/reasoning_tokens"),
-    ))
+        u,
+        &OpenAiFields {
+            input: "/input_tokens",
+            cached: "/input_tokens_details/cached_tokens",
+            written: Some("/input_tokens_details/cache_write_tokens"),
+            output: "/output_tokens",
+            reasoning: "/output_tokens_details/reasoning_tokens",
+        },
+    )?)
 }
 
 #[cfg(test)]
@@ -264,7 +261,7 @@ mod tests {
             .contains("not valid JSON"));
         assert!(p.items.iter().all(|i| i.get("id").is_none()));
         assert_eq!(p.items[0]["encrypted_content"], "enc");
-        let u = p.usage.unwrap();
+        let u = p.usage.unwrap().usage;
         assert_eq!(
             (u.input_tokens, u.cache_read_tokens, u.prompt_tokens()),
             (200, 1000, 1200)

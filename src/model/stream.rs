@@ -168,10 +168,14 @@ async fn read_events(
         started,
     } = opened;
     let limit = post.max_body;
+    // Set once the body has ended: an event completed only by its end may have been
+    // cut anywhere inside (its data line, a character), so it cannot fail as malformed.
+    let body_ended = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let ended_flag = body_ended.clone();
     // The body's chunks, each within `idle` of the last and all within `limit`.
-    let chunks = futures::stream::unfold(
-        (resp, 0u64, false),
-        move |(mut resp, read, over)| async move {
+    let chunks = futures::stream::unfold((resp, 0u64, false), move |(mut resp, read, over)| {
+        let ended_flag = ended_flag.clone();
+        async move {
             if over {
                 return None;
             }
@@ -179,10 +183,12 @@ async fn read_events(
             let next = match tokio::time::timeout(idle, resp.chunk()).await {
                 Err(_) => Err(BodyError::Idle),
                 Ok(Err(e)) => Err(BodyError::Transport(e)),
-                // A last event without its closing blank line is still an event: the
-                // parser drops what it holds when the body ends, so end it here.
+                // The end of the body closes what the parser holds as an event (the
+                // final one may come without its blank line), but that event may be
+                // cut: `body_ended` says so to whatever reads it.
                 Ok(Ok(None)) => {
                     ended = true;
+                    ended_flag.store(true, std::sync::atomic::Ordering::SeqCst);
                     Ok(Into::into(&b"\n\n"[..]))
                 }
                 Ok(Ok(Some(c))) if read + c.len() as u64 > limit => Err(BodyError::TooLarge),
@@ -191,8 +197,8 @@ async fn read_events(
             let read = read + next.as_ref().map_or(0, |c| c.len() as u64);
             let over = next.is_err() || ended;
             Some((next, (resp, read, over)))
-        },
-    );
+        }
+    });
     let mut events = Box::pin(chunks.eventsource());
     let mut assembler = Assembler::new(protocol);
     let mut ttft_ms = None;
@@ -204,6 +210,15 @@ async fn read_events(
         maybe_billed: true,
         rate: rate.clone(),
     };
+    // A failure to read the event the body's end completed: the body was cut inside
+    // it, a cut like any other (retried, and charged as maybe billed).
+    let cut_inside = |detail: String| {
+        lost(
+            HttpError::StreamCut(format!("the body ended inside an event: {detail}")),
+            true,
+        )
+    };
+    let ended = || body_ended.load(std::sync::atomic::Ordering::SeqCst);
     loop {
         let event = match events.next().await {
             None => {
@@ -226,8 +241,14 @@ async fn read_events(
                 };
                 return Err(lost(error, true));
             }
+            Some(Err(EventStreamError::Utf8(e))) if ended() => {
+                return Err(cut_inside(format!("not UTF-8: {e}")))
+            }
             Some(Err(EventStreamError::Utf8(e))) => {
                 return Err(lost(HttpError::BadStream(format!("not UTF-8: {e}")), false))
+            }
+            Some(Err(EventStreamError::Parser(e))) if ended() => {
+                return Err(cut_inside(e.to_string()))
             }
             Some(Err(EventStreamError::Parser(e))) => {
                 return Err(lost(HttpError::BadStream(e.to_string()), false))
@@ -262,6 +283,7 @@ async fn read_events(
                     retryable_error(&error_type),
                 ))
             }
+            Err(Broken::Malformed(detail)) if ended() => return Err(cut_inside(detail)),
             Err(Broken::Malformed(detail)) => {
                 return Err(lost(HttpError::BadStream(detail), false))
             }

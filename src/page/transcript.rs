@@ -438,6 +438,18 @@ fn event_note(event: TranscriptEvent) -> (u32, Value) {
                 format!("billed {} over the reservation {}", usd(&cost_usd.map(|c| c.0)), usd(&reserved_usd.map(|c| c.0))),
             ),
         ),
+        E::UsageClamped { turn, clamps, .. } => (
+            turn,
+            note(
+                "usage_clamped",
+                "error",
+                clamps
+                    .iter()
+                    .map(|c| format!("{} reported {}, {} used: {}", c.field, c.reported, c.used, c.why))
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            ),
+        ),
         E::LedgerError { error } => (0, note("ledger_error", "error", error)),
         E::BatchJoined { turn, batch_id, .. } => (turn, note("batch_joined", "setup", format!("batch {batch_id}"))),
         E::BatchRecovered { turn, batch_id, result, cost_usd, .. } => (

@@ -26,15 +26,36 @@ struct InFlight {
     custom_id: String,
     /// The task's spend before it (the last reservation's `spent_usd`).
     spent_before: rust_decimal::Decimal,
+    /// What its reservation priced: the prompt bound and `max_tokens` (unbounded in a
+    /// transcript without a reservation).
+    bounds: (u64, u64),
+}
+
+/// What became of a request: its result, what it cost, the answer, and the usage
+/// figures not taken as the provider sent them.
+struct Settled {
+    result: String,
+    cost: rust_decimal::Decimal,
+    answer: Option<serde_json::Value>,
+    clamps: Vec<crate::model::Clamp>,
 }
 
 /// The request a transcript left waiting in a batch, if any.
 fn in_flight(text: &str) -> Option<InFlight> {
     let mut spent = rust_decimal::Decimal::ZERO;
+    let mut bounds = (u64::MAX, u64::MAX);
     let mut open = None;
     for event in text.lines().filter_map(E::read) {
         match event {
-            E::Reserve { spent_usd, .. } => spent = spent_usd.0,
+            E::Reserve {
+                spent_usd,
+                prompt_tokens_upper_bound,
+                max_tokens,
+                ..
+            } => {
+                spent = spent_usd.0;
+                bounds = (prompt_tokens_upper_bound, u64::from(max_tokens));
+            }
             E::BatchJoined {
                 turn,
                 attempt,
@@ -47,6 +68,7 @@ fn in_flight(text: &str) -> Option<InFlight> {
                     batch_id,
                     custom_id,
                     spent_before: spent,
+                    bounds,
                 })
             }
             E::Response { .. }
@@ -132,7 +154,7 @@ pub(super) async fn recover(dir: &Path, plan: &Plan, run_id: &str) -> Vec<String
                 )),
                 Ok(Some(results)) => match results.iter().find(|(c, _)| *c == item.custom_id) {
                     None => Err("has no result in its batch".to_string()),
-                    Some((_, outcome)) => settle(spec, outcome.clone()),
+                    Some((_, outcome)) => settle(spec, item, outcome.clone()),
                 },
             };
             notes.push(note(spec, path, item, settled));
@@ -157,13 +179,13 @@ fn api_for(
 }
 
 /// Records what became of a request (a `batch_recovered` event), and says so.
-fn note(
-    spec: &TaskSpec,
-    path: &Path,
-    item: &InFlight,
-    settled: Result<(String, rust_decimal::Decimal, Option<serde_json::Value>), String>,
-) -> String {
-    let (result, cost, answer) = match settled {
+fn note(spec: &TaskSpec, path: &Path, item: &InFlight, settled: Result<Settled, String>) -> String {
+    let Settled {
+        result,
+        cost,
+        answer,
+        clamps,
+    } = match settled {
         Ok(s) => s,
         Err(why) => {
             return format!(
@@ -172,6 +194,11 @@ fn note(
             )
         }
     };
+    let clamped = (!clamps.is_empty()).then(|| E::UsageClamped {
+        turn: item.turn,
+        attempt: item.attempt,
+        clamps,
+    });
     let event = E::BatchRecovered {
         turn: item.turn,
         attempt: item.attempt,
@@ -182,7 +209,11 @@ fn note(
         spent_usd: Usd(item.spent_before + cost),
         answer,
     };
-    match append(path, &event) {
+    let appended = clamped
+        .iter()
+        .chain([&event])
+        .try_for_each(|e| append(path, e));
+    match appended {
         Ok(()) => format!(
             "task {}: its request in batch {} was {result}; ${} billed for it instead of its reservation",
             spec.id,
@@ -198,35 +229,49 @@ fn note(
     }
 }
 
-/// What became of the request: (result, what it cost, the answer).
-fn settle(
-    spec: &TaskSpec,
-    outcome: Outcome,
-) -> Result<(String, rust_decimal::Decimal, Option<serde_json::Value>), String> {
-    Ok(match outcome {
+/// What became of the request: an answer is billed at its usage within the bounds its
+/// reservation priced, at batch prices.
+fn settle(spec: &TaskSpec, item: &InFlight, outcome: Outcome) -> Result<Settled, String> {
+    let (result, cost, answer, clamps) = match outcome {
         Outcome::Succeeded { body, .. } => {
             let answer: serde_json::Value = serde_json::from_slice(&body)
                 .map_err(|_| "was answered, but its answer is not JSON")?;
-            let usage = crate::model::usage_of(spec.provider.protocol, &answer)
-                .ok_or("was answered, but its answer carries no usage")?;
+            let bounds = crate::model::Bounds {
+                prompt_tokens: item.bounds.0,
+                output_tokens: item.bounds.1,
+                one_hour_writes: spec.cache.one_hour_writes(spec.provider.protocol),
+            };
+            let reported = crate::model::usage_of(spec.provider.protocol, &answer)
+                .ok_or("was answered, but its answer carries no usage")?
+                .within(&bounds);
             // At batch prices, even when the job has since turned batch mode off.
             let cost = spec
                 .price
                 .as_ref()
-                .map(|p| p.batched().cost(&usage))
+                .map(|p| p.batched().cost(&reported.usage))
                 .unwrap_or_default();
-            ("answered".into(), cost, Some(answer))
+            ("answered".into(), cost, Some(answer), reported.clamps)
         }
-        Outcome::Errored { status, .. } => {
-            (format!("refused (HTTP {status})"), Default::default(), None)
-        }
+        Outcome::Errored { status, .. } => (
+            format!("refused (HTTP {status})"),
+            Default::default(),
+            None,
+            Vec::new(),
+        ),
         Outcome::Canceled => (
             "cancelled before it was processed".into(),
             Default::default(),
             None,
+            Vec::new(),
         ),
-        Outcome::Expired => ("expired".into(), Default::default(), None),
+        Outcome::Expired => ("expired".into(), Default::default(), None, Vec::new()),
         Outcome::Failed { message, .. } => return Err(format!("is unknown: {message}")),
+    };
+    Ok(Settled {
+        result,
+        cost,
+        answer,
+        clamps,
     })
 }
 

@@ -180,8 +180,11 @@ pub(super) async fn answer(
         rec.status = resp.status().as_u16();
         return Ok(resp);
     }
-    let rendered = with_edits(render(state.cache.apply(protocol, &request)));
+    let mut rendered = with_edits(render(state.cache.apply(protocol, &request)));
     let used = limits::output_tokens(protocol, &rendered);
+    if turn.contradict_usage {
+        super::contradict::usage(protocol, &mut rendered, max_tokens);
+    }
     let streamed = streaming.then(|| stream::body(protocol, turn, &rendered, &request, key, step));
     // What the client receives: the rendered answer, or a scripted raw body (which is
     // only an answer if it parses as one).

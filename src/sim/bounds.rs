@@ -214,6 +214,7 @@ fn check_mid_stream(at: &str, f: &Fault) -> Result<(), OutOfBounds> {
         for (field, set) in [
             ("after_events", f.after_events.is_some()),
             ("stall_for", f.stall_for.is_some()),
+            ("cut_inside", f.cut_inside.is_some()),
         ] {
             if set {
                 return Err(format!("{at}.{field}: only with `mid_stream`").into());
@@ -241,6 +242,9 @@ fn check_mid_stream(at: &str, f: &Fault) -> Result<(), OutOfBounds> {
     }
     if f.stall_for.is_some() && kind != MidStream::Stall {
         return Err(format!("{at}.stall_for: only with `mid_stream: stall`").into());
+    }
+    if f.cut_inside.is_some() && kind != MidStream::Cut {
+        return Err(format!("{at}.cut_inside: only with `mid_stream: cut`").into());
     }
     if let Some(n) = f.after_events {
         at_most(&format!("{at}.after_events"), n, MAX_EVENTS)?;
@@ -377,6 +381,10 @@ mod tests {
             (
                 "turns: [ { faults: [ { mid_stream: cut, stall_for: 1s } ] } ]\n",
                 "turns[0].faults[0].stall_for: only with `mid_stream: stall`",
+            ),
+            (
+                "turns: [ { faults: [ { mid_stream: error, cut_inside: mid_data } ] } ]\n",
+                "turns[0].faults[0].cut_inside: only with `mid_stream: cut`",
             ),
             (
                 "turns: [ { faults: [ { status: 500, after_events: 3 } ] } ]\n",

@@ -10,7 +10,8 @@
 //! (`chaos/inputs.rs`: valid and invalid, hostile paths, harmless shell commands), mixes
 //! text, thinking and calls, repeats calls, and on some turns misbehaves (duplicate or
 //! missing call ids, every stop reason of the protocol, broken arguments, missing usage,
-//! damaged bodies) or has the server fail first (429, 500, 529, disconnects).
+//! usage figures that contradict each other, damaged bodies, streams cut between or
+//! inside events) or has the server fail first (429, 500, 529, disconnects).
 
 mod inputs;
 mod misbehave;
@@ -235,6 +236,7 @@ pub fn turn(c: &Chaos, protocol: Protocol, request: &Value, key: &str, step: usi
                 .insert(at, misbehave::mid_stream(&mut s, c, protocol));
         }
     }
+    misbehave::contradict_usage(&mut Rng::new(c.seed, key, step, "usage"), c, &mut t);
     let mut m = Rng::new(c.seed, key, step, "misbehave");
     if m.percent(c.misbehave_percent) {
         for _ in 0..m.between(1, 2) {

@@ -23,6 +23,7 @@ pub(crate) mod chaos;
 mod chat;
 mod check;
 mod compaction;
+mod contradict;
 mod fault;
 mod limits;
 mod respond;

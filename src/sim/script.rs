@@ -87,6 +87,12 @@ pub struct ScriptTurn {
     /// Leave `usage` out of the answer (some OpenAI-compatible servers do).
     #[serde(default)]
     pub omit_usage: bool,
+    /// Write the answer's usage figures so that they contradict each other or the
+    /// request (a 1-hour part past its total, cached tokens past the prompt, an output
+    /// count of 1e30, negative and fractional counts), each of which reads back, clamped
+    /// to a consistent figure, as the simulator's own: the bill is the same.
+    #[serde(default)]
+    pub contradict_usage: bool,
     /// openai-responses: the `status` to send (completed, incomplete, failed, ...);
     /// by default it follows `stop_reason`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -310,6 +316,11 @@ pub struct Fault {
     /// (default: forever, the connection held open), to test idle timeouts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stall_for: Option<HumanDuration>,
+    /// With `mid_stream: cut`: the body stops inside the next event rather than between
+    /// two, and ends cleanly (as a proxy that closes the connection does), so only the
+    /// event's missing end says it was cut.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cut_inside: Option<CutInside>,
     /// In a batch, the item expires instead of being played (as if the batch's 24 hours
     /// ran out first), so a runner's handling of expired items can be tested; a
     /// synchronous request, which cannot expire, gets a 500 instead.
@@ -330,6 +341,19 @@ pub enum MidStream {
     Cut,
     /// Nothing more for `stall_for` (or forever), then the connection breaks.
     Stall,
+}
+
+/// Where in an event `cut_inside` stops the body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CutInside {
+    /// Right after the event's `data:`.
+    AfterData,
+    /// Halfway through the event's `data:` line (at a character boundary).
+    MidData,
+    /// Inside the first multi-byte character from the event's data on (halfway through
+    /// its `data:` line when the rest of the stream has none).
+    MidCharacter,
 }
 
 /// `sim: {chaos: {...}}`: the seed and the knobs of the chaos model. Bounds are in

@@ -10,6 +10,7 @@
 //! The framing is written out rather than taken from `axum::response::sse`, which sends
 //! each event as one body frame: the simulator wants to split frames mid-event.
 
+mod cut;
 mod openai;
 
 use std::time::Duration;
@@ -331,7 +332,8 @@ pub fn broken_events(
 }
 
 /// A streamed 200 that a mid-stream fault breaks: the first events of the answer, then
-/// an error event (the body ends), a broken connection, or a stall before one.
+/// an error event (the body ends), a broken connection, a stall before one, or (with
+/// `cut_inside`) part of the next event and the body's end.
 pub fn broken(
     protocol: Protocol,
     fault: &Fault,
@@ -342,11 +344,20 @@ pub fn broken(
     step: usize,
 ) -> Body {
     let all = events(protocol, rendered, request, key, step);
-    let (sent, clean) = broken_events(protocol, fault, kind, all);
-    let (bytes, ends) = wire(&sent);
+    let inside = fault.cut_inside.filter(|_| kind == MidStream::Cut);
+    let (sent, clean) = broken_events(protocol, fault, kind, all.clone());
+    let (bytes, ends) = match inside {
+        Some(place) => {
+            let bytes = cut::cut_inside(&all, sent.len(), place);
+            let mut ends = wire(&sent).1;
+            ends.push(bytes.len());
+            (bytes, ends)
+        }
+        None => wire(&sent),
+    };
     let pieces = Splitter::new(key, step).body_pieces(bytes, &ends);
     let end = match kind {
-        _ if clean => End::Clean,
+        _ if clean || inside.is_some() => End::Clean,
         MidStream::Stall => End::Stall(fault.stall_for.map(|d| d.0)),
         _ => End::Break,
     };

@@ -344,7 +344,8 @@ impl TaskTrace {
                     let first_use = body
                         .as_ref()
                         .filter(|_| *replayed)
-                        .and_then(|b| crate::model::usage_of(self.protocol, b));
+                        .and_then(|b| crate::model::usage_of(self.protocol, b))
+                        .map(|r| r.usage);
                     if let Some(u) = first_use {
                         chat.span.set_attributes(attrs::replayed_usage(&u));
                     }

@@ -94,6 +94,13 @@ impl Caching {
         }
     }
 
+    /// Whether requests over `protocol` ask for 1-hour entries, which Anthropic writes
+    /// at 2x the input rate (OpenAI has no such entries): worst cases price them, and
+    /// an answer that reports them otherwise is read as 5-minute writes.
+    pub fn one_hour_writes(&self, protocol: Protocol) -> bool {
+        self.is_on() && self.ttl == CacheTtl::OneHour && protocol == Protocol::Anthropic
+    }
+
     /// Anthropic's `cache_control` marker for this setting.
     pub fn marker(&self) -> serde_json::Value {
         match self.ttl {

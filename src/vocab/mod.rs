@@ -15,5 +15,6 @@ pub(crate) mod protocol;
 pub mod sink;
 pub mod stop;
 pub(crate) mod transcript;
+mod transcript_parts;
 pub(crate) mod usage;
 pub mod values;

@@ -237,10 +237,13 @@ impl Price {
         self.cost(&u.uncached())
     }
 
-    /// The most a prompt token can cost (any tier, plain input or a cache write: 5-minute,
-    /// or 1-hour when the task asks for those), for worst-case reservations.
+    /// The most a prompt token can cost, for worst-case reservations: every rate it can
+    /// be billed at (plain input, a cache read, a 5-minute write, and a 1-hour write
+    /// when the task asks for those), in any tier. A cache read is normally a tenth of
+    /// the input rate, but a job's `pricing:` may say otherwise (30 for 0.30), and an
+    /// answer may report any split of its prompt.
     pub fn max_input_rate(&self) -> Decimal {
-        let mut own = self.input.max(self.cache_write);
+        let mut own = self.input.max(self.cache_write).max(self.cache_read);
         if self.one_hour_writes {
             own = own.max(self.cache_write_1h);
         }
@@ -358,156 +361,5 @@ fn strip_date(model: &str) -> Option<&str> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::str::FromStr;
-
-    fn d(s: &str) -> Decimal {
-        Decimal::from_str(s).unwrap()
-    }
-
-    #[test]
-    fn builtin_table_parses_and_prices_sonnet() {
-        let p = lookup(&BTreeMap::new(), "claude-sonnet-4-5").unwrap();
-        assert_eq!(p.input, d("3"));
-        let u = Usage {
-            input_tokens: 1000,
-            output_tokens: 200,
-            cache_read_tokens: 2000,
-            cache_write_tokens: 400,
-            cache_write_1h_tokens: 100,
-            reasoning_tokens: 0,
-        };
-        // 1000*3 + 300*3.75 + 100*6 + 2000*0.3 + 200*15 = 3000+1125+600+600+3000 = 8325 per M
-        assert_eq!(p.cost(&u), d("0.008325"));
-        assert!(lookup(&BTreeMap::new(), "claude-sonnet-4-5-20250929").is_some());
-        assert!(lookup(&BTreeMap::new(), "gpt-unknown").is_none());
-    }
-
-    #[test]
-    fn openai_cached_tokens_are_billed_at_the_cached_rate() {
-        let p = lookup(&BTreeMap::new(), "gpt-5.4-2026-03-05").unwrap();
-        // OpenAI usage: 1200 input of which 1000 cached, 300 output.
-        let u = crate::vocab::usage::openai_usage(1200, 1000, 0, 300, 180);
-        // 200*2.5 + 1000*0.25 + 300*15 = 500 + 250 + 4500 = 5250 per M
-        assert_eq!(p.cost(&u), d("0.00525"));
-        assert_eq!(p.max_input_rate(), d("2.50"));
-        assert!(lookup(&BTreeMap::new(), "gpt-5.4-mini").is_some());
-        assert_eq!(strip_date("gpt-5.4-2026-03-05"), Some("gpt-5.4"));
-        assert_eq!(strip_date("gpt-5.4-mini"), None);
-    }
-
-    #[test]
-    fn long_context_tier_applies_to_whole_request() {
-        let p = lookup(&BTreeMap::new(), "claude-haiku-5-5").unwrap();
-        let small = Usage {
-            input_tokens: 100_000,
-            output_tokens: 1000,
-            ..Default::default()
-        };
-        assert_eq!(p.cost(&small), d("0.0105"));
-        let big = Usage {
-            input_tokens: 100_001,
-            output_tokens: 1000,
-            ..Default::default()
-        };
-        assert_eq!(p.cost(&big), d("0.0525005"));
-        assert_eq!(p.max_input_rate(), d("0.625"));
-        assert_eq!(p.max_output_rate(), d("2.50"));
-    }
-
-    #[test]
-    fn job_prices_override_and_default_cache_rates() {
-        let mut t = BTreeMap::new();
-        t.insert(
-            "claude-sonnet-4-5".to_string(),
-            PriceFields {
-                input: Money(d("1")),
-                output: Money(d("2")),
-                cache_write: None,
-                cache_write_1h: None,
-                cache_read: None,
-                long_context: None,
-                batch_rate: None,
-            },
-        );
-        let p = lookup(&t, "claude-sonnet-4-5").unwrap();
-        assert_eq!(
-            (p.cache_write, p.cache_write_1h, p.cache_read),
-            (d("1.25"), d("2"), d("0.1"))
-        );
-        let p = lookup_for(&t, "claude-sonnet-4-5", Protocol::OpenaiChat).unwrap();
-        assert_eq!(
-            (p.cache_write, p.cache_write_1h, p.cache_read),
-            (d("1"), d("1"), d("0.1")),
-            "OpenAI bills cache writes as input"
-        );
-        assert_eq!(p.max_input_rate(), d("1"));
-    }
-
-    #[test]
-    fn hostile_token_counts_saturate_instead_of_panicking() {
-        let p = lookup(&BTreeMap::new(), "claude-fable-5-1").unwrap();
-        let u = Usage {
-            input_tokens: u64::MAX,
-            output_tokens: u64::MAX,
-            cache_read_tokens: u64::MAX,
-            cache_write_tokens: u64::MAX,
-            cache_write_1h_tokens: 0,
-            reasoning_tokens: 0,
-        };
-        assert!(p.cost(&u) > d("1000000000"));
-        assert!(p.worst_case(u64::MAX, u64::MAX) > d("1000000000"));
-        assert_eq!(p.affordable_output(d("1"), u64::MAX), 0);
-    }
-
-    #[test]
-    fn affordable_output_never_exceeds_budget() {
-        let p = lookup(&BTreeMap::new(), "claude-sonnet-4-5").unwrap();
-        let budget = d("0.01");
-        let n = p.affordable_output(budget, 1000);
-        assert!(p.worst_case(1000, n) <= budget);
-        assert!(p.worst_case(1000, n + 1) > budget);
-        assert_eq!(p.affordable_output(d("0.001"), 1_000_000), 0);
-    }
-
-    #[test]
-    fn one_hour_caching_raises_the_worst_case_to_the_one_hour_write_rate() {
-        let p = lookup(&BTreeMap::new(), "claude-sonnet-4-5").unwrap();
-        assert_eq!(p.max_input_rate(), d("3.75"));
-        let p = p.with_one_hour_writes();
-        assert_eq!(p.max_input_rate(), d("6"));
-        assert_eq!(p.worst_case(1_000_000, 0), d("6"));
-    }
-
-    #[test]
-    fn batch_prices_scale_every_rate_and_combine_with_cache_discounts() {
-        let p = lookup(&BTreeMap::new(), "claude-sonnet-4-5").unwrap();
-        let b = p.batched();
-        assert_eq!(b.input, p.input * d("0.5"));
-        assert_eq!(b.cache_read, p.input * d("0.1") * d("0.5"));
-        assert_eq!(b.cache_write_1h, p.cache_write_1h * d("0.5"));
-        let u = Usage {
-            input_tokens: 1000,
-            output_tokens: 200,
-            cache_read_tokens: 2000,
-            cache_write_tokens: 400,
-            cache_write_1h_tokens: 100,
-            reasoning_tokens: 0,
-        };
-        assert_eq!(b.cost(&u) * d("2"), p.cost(&u));
-        assert_eq!(b.standard_cost_of(b.cost(&u)), p.cost(&u));
-        assert_eq!(p.standard_cost_of(p.cost(&u)), p.cost(&u));
-        assert_eq!(b.batched().input, b.input, "batching twice halves once");
-        let fields: PriceFields =
-            serde_yaml::from_str("{ input: 2, output: 10, batch_rate: 0.6 }").unwrap();
-        let own = Price::from_fields(&fields, Protocol::OpenaiResponses).batched();
-        assert_eq!(own.input, d("1.2"));
-        assert_eq!(own.output, d("6"));
-        for bad in ["0", "1.5", "-0.5"] {
-            let r: Result<PriceFields, _> =
-                serde_yaml::from_str(&format!("{{ input: 2, output: 10, batch_rate: {bad} }}"));
-            assert!(r.is_err(), "{bad}");
-        }
-    }
-}
+#[path = "price_tests.rs"]
+mod tests;

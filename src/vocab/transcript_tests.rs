@@ -1,3 +1,4 @@
+use rust_decimal::Decimal;
 use serde_json::{json, Value};
 use tokio::sync::mpsc::unbounded_channel;
 
@@ -14,7 +15,7 @@ const WRITTEN_BEFORE: &str = include_str!(concat!(
 
 /// Every event name on disk. Renaming one breaks every transcript already written and
 /// every reader of them (resume, audit, scripts): change this list only on purpose.
-const NAMES: [&str; 34] = [
+const NAMES: [&str; 35] = [
     "task_start",
     "workspace",
     "sandbox",
@@ -34,6 +35,7 @@ const NAMES: [&str; 34] = [
     "batch_joined",
     "batch_recovered",
     "reservation_exceeded",
+    "usage_clamped",
     "ledger_error",
     "settle",
     "rate_pause",
@@ -74,6 +76,7 @@ fn name_of(e: &TranscriptEvent) -> &'static str {
         E::BatchJoined { .. } => "batch_joined",
         E::BatchRecovered { .. } => "batch_recovered",
         E::ReservationExceeded { .. } => "reservation_exceeded",
+        E::UsageClamped { .. } => "usage_clamped",
         E::LedgerError { .. } => "ledger_error",
         E::Settle { .. } => "settle",
         E::RatePause { .. } => "rate_pause",

@@ -1,7 +1,8 @@
 //! Batch mode end to end through the binary, against the simulator's batch APIs: the
 //! same rows as synchronous mode at half the cost (the shipped repo-fix suite, and a
 //! tool loop on all three protocols), expired and errored items retried without being
-//! billed, caps held, and a task's time limit covering its wait in a batch.
+//! billed, caps held, a task's time limit covering its wait in a batch, and max_wait
+//! cancelling a batch when it passes.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -268,19 +269,7 @@ fn a_time_limit_covers_the_wait_in_a_batch_and_the_abandoned_batch_is_cancelled(
     assert_eq!(rows[0]["stop_reason"], "time_limit", "{:?}", rows[0]);
     // The batch no task waits for is cancelled (shortly after the run ended: the pool
     // checks at its next poll).
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let seen: Vec<Value> = rt.block_on(async {
-        let text = reqwest::get(format!("{url}/_sim/batches"))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        serde_json::from_str(&text).unwrap()
-    });
+    let seen = sim_batches(&url);
     let _ = sim.kill();
     let _ = sim.wait();
     assert_eq!(seen.len(), 1, "{seen:?}");
@@ -291,6 +280,66 @@ fn a_time_limit_covers_the_wait_in_a_batch_and_the_abandoned_batch_is_cancelled(
         "the abandoned batch was cancelled: {seen:?}"
     );
     assert_eq!(seen[0]["items"][0]["state"], "canceled", "{seen:?}");
+}
+
+/// `max_wait` cancels a batch when it passes, not at the next poll after it (polls
+/// back off, 1.5 times longer each, to once a minute: a 2.5 s max_wait was cancelled at
+/// the poll at 4 s, a 30 s one could wait out a step of almost 20 s). Measured on the
+/// simulator's clock, from the batch's creation to its cancel request.
+#[test]
+fn max_wait_cancels_the_batch_when_it_passes() {
+    let case = Case::new();
+    let (mut sim, url) = on_standalone_sim(
+        &case,
+        "name: slow\ndefaults:\n  model: claude-sonnet-4-5\n  tools: [get_time]\n  batch: { mode: on, window: 100ms, max_wait: 2500ms }\n  sim: { turns: [ { content: [ { text: done } ] } ] }\ntasks:\n  - { id: waits, prompt: go }\n",
+        "60s",
+    );
+    let (rows, _) = run(&case, "job.yaml", "slow");
+    let seen = sim_batches(&url);
+    let _ = sim.kill();
+    let _ = sim.wait();
+    assert_eq!(rows[0]["stop_reason"], "provider_error", "{:?}", rows[0]);
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    let created = seen[0]["created_ms"].as_u64().unwrap();
+    let cancelled = seen[0]["calls"]["cancels_ms"][0].as_u64().unwrap();
+    let after = cancelled - created;
+    // 2.5 s, and a margin for a loaded machine well below the poll at 4 s.
+    assert!(
+        (2500..3400).contains(&after),
+        "cancelled {after} ms after its creation, max_wait is 2.5 s: {seen:?}"
+    );
+    assert_eq!(seen[0]["items"][0]["state"], "canceled", "{seen:?}");
+    // The task learns of it at once: its failure comes within a poll of the cancel.
+    let events = transcript(&case, "slow", "waits");
+    let at = |name: &str| {
+        events
+            .iter()
+            .find(|e| e["event"] == name)
+            .and_then(|e| e["t_ms"].as_u64())
+            .unwrap_or_else(|| panic!("no {name} in {events:?}"))
+    };
+    let waited = at("attempt_failed") - at("batch_joined");
+    assert!(
+        waited < 3600,
+        "the task heard of the cancel {waited} ms after joining"
+    );
+}
+
+/// The simulator's batches, as `/_sim/batches` lists them.
+fn sim_batches(url: &str) -> Vec<Value> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let text = reqwest::get(format!("{url}/_sim/batches"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        serde_json::from_str(&text).unwrap()
+    })
 }
 
 /// Writes `job` (whose tasks use the defaults' provider) as the case's job.yaml, starts

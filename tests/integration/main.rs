@@ -37,5 +37,6 @@ mod sim_batch;
 mod stream_runs;
 mod streaming;
 mod summarize;
+mod usage_figures;
 mod workspace_links;
 mod workspaces;

@@ -437,8 +437,12 @@ async fn three_protocols_in_one_job_each_cost_from_their_own_usage_shape() {
     let script = format!(
         "    sim:\n      turns:\n        - content: [ {{ tool_use: {{ name: get_time, input: {{}} }} }} ]\n          {usage}\n        - content: [ {{ text: done }} ]\n          {usage}\n"
     );
+    // A 12 KB prompt: the scripted 10,000 prompt tokens are within what the request
+    // could have used (a token per byte), so they are billed as reported; caching off,
+    // so the simulator writes nothing beside the scripted reads.
+    let prompt = "word ".repeat(2400);
     let yaml = format!(
-        "name: test\nconcurrency: 3\n{PROVIDERS}defaults:\n  prompt: p\n  max_tokens: 2048\n  tools: [get_time]\ntasks:\n  - id: claude\n    provider: sim\n    model: claude-sonnet-4-5\n{script}  - id: responses\n    provider: sim-responses\n    model: gpt-5.4\n{script}  - id: chat\n    provider: sim-chat\n    model: gpt-5.4-mini\n{script}"
+        "name: test\nconcurrency: 3\n{PROVIDERS}defaults:\n  prompt: \"{prompt}\"\n  cache: {{ mode: off }}\n  max_tokens: 2048\n  tools: [get_time]\ntasks:\n  - id: claude\n    provider: sim\n    model: claude-sonnet-4-5\n{script}  - id: responses\n    provider: sim-responses\n    model: gpt-5.4\n{script}  - id: chat\n    provider: sim-chat\n    model: gpt-5.4-mini\n{script}"
     );
     let ran = case.run(&yaml).await;
     // Per turn: 2,000 uncached + 8,000 cached input, 1,000 output; two turns each.
@@ -459,6 +463,7 @@ async fn three_protocols_in_one_job_each_cost_from_their_own_usage_shape() {
         assert_eq!(num(&row, "output_tokens"), 2000, "{task}");
         assert_eq!(num(&row, "reasoning_tokens"), reasoning, "{task}");
         assert_eq!(num(&row, "usage_estimated_turns"), 0, "{task}");
+        assert!(ran.events(task, "usage_clamped").is_empty(), "{task}");
     }
 }
 

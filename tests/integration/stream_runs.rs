@@ -224,3 +224,75 @@ async fn faults_inside_a_stream_retry_and_a_cut_one_is_charged_at_its_worst_case
         );
     }
 }
+
+/// A body that ends inside an event (in the middle of its `data:` line, inside a
+/// multi-byte character, right after `data:`) was taken as ending at an event boundary:
+/// the cut event failed as "not JSON" or "not UTF-8" and the task ended with 0 retries.
+/// It is a cut like any other: retried, and charged at its worst case.
+#[tokio::test]
+async fn a_body_cut_inside_an_event_is_retried_and_charged_like_any_cut() {
+    for (protocol, model) in [
+        ("anthropic", "claude-sonnet-4-5"),
+        ("openai-responses", "gpt-5.4"),
+        ("openai-chat", "gpt-5.4"),
+    ] {
+        for (place, after) in [("mid_data", 2), ("mid_character", 1), ("after_data", 3)] {
+            let case = repo_case();
+            let fault =
+                format!("{{ mid_stream: cut, after_events: {after}, cut_inside: {place} }}");
+            let ran = case
+                .run(&job(
+                    protocol,
+                    model,
+                    "always",
+                    &format!("        - faults: [ {fault} ]\n          content: [ {{ text: \"réponse — 答え\" }} ]\n"),
+                    "",
+                ))
+                .await;
+            let row = ran.row("t");
+            let at = format!("{protocol}, {place}");
+            assert_eq!(row["stop_reason"], "completed", "{at}: {row:?}");
+            assert_eq!(num(&row, "retries"), 1, "{at}");
+            let (reserves, failed) = charges(&ran);
+            assert_eq!(failed.len(), 1, "{at}");
+            let error = failed[0]["error"].as_str().unwrap();
+            assert!(error.contains("cut"), "{at}: {error}");
+            assert_eq!(failed[0]["retryable"], true, "{at}");
+            assert_eq!(
+                failed[0]["charged_usd"], reserves[0]["reserved_usd"],
+                "{at}: the cut attempt may be billed"
+            );
+        }
+    }
+}
+
+/// `truncate_body` ends every attempt's body halfway, cleanly: every protocol retries
+/// it `max_retries` times (Chat Completions, whose half fell inside a `data:` line,
+/// once gave up at once).
+#[tokio::test]
+async fn a_truncated_stream_is_retried_on_every_protocol() {
+    for (protocol, model) in [
+        ("anthropic", "claude-sonnet-4-5"),
+        ("openai-responses", "gpt-5.4"),
+        ("openai-chat", "gpt-5.4"),
+    ] {
+        let case = repo_case();
+        let ran = case
+            .run(&job(
+                protocol,
+                model,
+                "always",
+                "        - truncate_body: true\n          content: [ { text: \"réponse — 答え\" } ]\n",
+                ", max_retries: 2",
+            ))
+            .await;
+        let row = ran.row("t");
+        assert_eq!(row["stop_reason"], "provider_error", "{protocol}: {row:?}");
+        assert_eq!(num(&row, "retries"), 2, "{protocol}: {row:?}");
+        let (reserves, failed) = charges(&ran);
+        assert_eq!(failed.len(), 3, "{protocol}");
+        for (f, r) in failed.iter().zip(&reserves) {
+            assert_eq!(f["charged_usd"], r["reserved_usd"], "{protocol}");
+        }
+    }
+}

@@ -296,13 +296,17 @@ async fn watch(api: Arc<BatchApi>, settings: Settings, items: Vec<Pending>, call
         let _ = j.send(id.clone());
     }
     let created = Instant::now();
+    let deadline = tokio::time::Instant::now() + settings.max_wait;
     let mut delay = settings.poll_first;
     let mut cancelled = false;
     let ended = loop {
-        // Wake at the next poll, or as soon as no loop waits for the batch any more.
+        // Wake at the next poll, when max_wait passes (not at the poll after it: polls
+        // back off to a minute apart), or as soon as no loop waits for the batch.
         let all_gone = futures::future::join_all(waiting.values_mut().map(|s| s.closed()));
         tokio::select! {
             _ = tokio::time::sleep(delay) => {}
+            // Once: a cancel that failed is tried again at the next poll.
+            _ = tokio::time::sleep_until(deadline), if !cancelled && created.elapsed() < settings.max_wait => {}
             _ = all_gone, if !cancelled => {}
         }
         delay = settings.poll_max.min(delay.mul_f64(1.5));
@@ -313,6 +317,8 @@ async fn watch(api: Arc<BatchApi>, settings: Settings, items: Vec<Pending>, call
             if abandoned {
                 return;
             }
+            // A cancelled batch ends within moments: poll for its end from the start.
+            delay = settings.poll_first;
         }
         calls.polls.fetch_add(1, Ordering::Relaxed);
         match with_retries(|| api.poll(&id)).await {

@@ -270,7 +270,7 @@ mod tests {
         assert_eq!(body.to_string(), expected.to_string());
         let parsed = crate::model::chat::parse(&body, 1).unwrap();
         assert_eq!(parsed.calls[0].input, json!({"path": "a\u{e9}"}));
-        assert_eq!(parsed.usage.unwrap().output_tokens, 40);
+        assert_eq!(parsed.usage.unwrap().usage.output_tokens, 40);
     }
 
     #[test]

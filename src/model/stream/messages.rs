@@ -298,7 +298,7 @@ mod tests {
         assert_eq!(body.to_string(), expected.to_string());
         let parsed = crate::model::anthropic::parse(&body).unwrap();
         assert_eq!(parsed.calls.len(), 2);
-        assert_eq!(parsed.usage.unwrap().output_tokens, 95);
+        assert_eq!(parsed.usage.unwrap().usage.output_tokens, 95);
     }
 
     #[test]

@@ -208,6 +208,57 @@ async fn a_cut_stream_is_retryable_and_may_be_billed() {
     assert!(f.retryable && f.maybe_billed);
 }
 
+/// A body whose end falls inside an event (its data line, a character, right after
+/// `data:`) is a cut, not a malformed event: retried, and maybe billed. A final event
+/// that only lacks its blank line still ends the answer.
+#[tokio::test]
+async fn a_body_ending_inside_an_event_is_a_cut() {
+    let whole = frames(&anthropic_events("café au lait"), false);
+    let delta = whole
+        .windows(19)
+        .position(|w| w == b"content_block_delta")
+        .unwrap();
+    let data = delta
+        + whole[delta..]
+            .windows(5)
+            .position(|w| w == b"data:")
+            .unwrap()
+        + 5;
+    let e_acute = whole.windows(2).position(|w| w == [0xc3, 0xa9]).unwrap();
+    for (what, at) in [
+        ("after data:", data),
+        ("mid data line", data + 20),
+        ("mid character", e_acute + 1),
+    ] {
+        let url = serve(Canned {
+            content_type: "text/event-stream",
+            pieces: pieces(&whole[..at], &[at / 2]),
+            hold: Duration::ZERO,
+        })
+        .await;
+        let f = send(&url, Protocol::Anthropic, Duration::from_secs(5), 1 << 20)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&f.error, HttpError::StreamCut(d) if d.contains("inside an event")),
+            "{what}: {f:?}"
+        );
+        assert!(f.retryable && f.maybe_billed, "{what}");
+    }
+    let unterminated = &whole[..whole.len() - 1];
+    let url = serve(Canned {
+        content_type: "text/event-stream",
+        pieces: pieces(unterminated, &[40]),
+        hold: Duration::ZERO,
+    })
+    .await;
+    let reply = send(&url, Protocol::Anthropic, Duration::from_secs(5), 1 << 20)
+        .await
+        .unwrap();
+    let body: Value = serde_json::from_slice(&reply.body).unwrap();
+    assert_eq!(body["content"][0]["text"], "café au lait");
+}
+
 #[tokio::test]
 async fn a_stalled_stream_fails_at_the_idle_timeout() {
     let mut events = anthropic_events("slow");

@@ -1,13 +1,14 @@
 //! The chaos model's misbehaviours: the server failing first (faults), and answers
 //! that are odd for the protocol (stops of every kind, duplicate, missing or empty call
-//! ids, broken arguments, undeclared tools, missing usage, damaged bodies).
+//! ids, broken arguments, undeclared tools, missing usage, usage figures that
+//! contradict each other, damaged bodies, streams cut inside an event).
 
 use serde_json::json;
 
 use super::{call, delay, Chaos, Declared, Rng};
 use crate::model::Protocol;
 use crate::sim::script::{
-    Block, Fault, MidStream, ResponseErrorScript, ScriptTurn, ToolUseScript, UsageScript,
+    Block, CutInside, Fault, MidStream, ResponseErrorScript, ScriptTurn, ToolUseScript, UsageScript,
 };
 
 /// One failed attempt of the kinds the simulator plays, with short waits.
@@ -80,7 +81,28 @@ pub(super) fn mid_stream(r: &mut Rng, c: &Chaos, protocol: Protocol) -> Fault {
         mid_stream: Some(kind),
         after_events: r.percent(80).then(|| r.between(0, 40)),
         stall_for: (kind == MidStream::Stall).then(|| delay(r, c)),
+        cut_inside: (kind == MidStream::Cut).then(|| cut_place(r)).flatten(),
         ..Fault::default()
+    }
+}
+
+/// Where a cut falls: between two events (the connection breaks), or inside one (its
+/// `data:` line, a character, right after `data:`) before a clean end of the body.
+fn cut_place(r: &mut Rng) -> Option<CutInside> {
+    *r.pick(&[
+        None,
+        Some(CutInside::MidData),
+        Some(CutInside::MidCharacter),
+        Some(CutInside::AfterData),
+    ])
+}
+
+/// Usage figures that contradict each other or the request (see `sim::contradict`) on
+/// half as many turns as misbehave, drawn from a stream of numbers of their own so
+/// that the other draws of a seed stay as they were.
+pub(super) fn contradict_usage(r: &mut Rng, c: &Chaos, t: &mut ScriptTurn) {
+    if r.percent(c.misbehave_percent / 2) {
+        t.contradict_usage = true;
     }
 }
 

@@ -239,6 +239,22 @@ pub(super) fn check_transcript(
                 format!("turn {}: {error}", e["turn"]),
             );
         }
+        // The chaos model sends no event whose data is broken: one that reads so was
+        // cut by the body's end, which is a cut (retried), never a malformed answer.
+        if error.contains("malformed response stream") {
+            add(
+                "a body cut inside an event is a cut",
+                format!("turn {}: {error}", e["turn"]),
+            );
+        }
+        if error.contains("inside an event") {
+            *stats.entry("streams cut inside an event").or_default() += 1;
+        }
+        if e["event"] == "usage_clamped" {
+            *stats
+                .entry("answers with usage figures clamped")
+                .or_default() += 1;
+        }
     }
     // A file tool's call at an absolute path, up out of the workspace, or through the
     // model's own link to /etc (once `ln -sfn /etc ro_link` worked) must fail.
