@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use super::batch::resolve_batch;
 use super::context::{Ctx, ScriptCache};
-use super::diagnostics::{key, origin, Diagnostics};
+use super::diagnostics::{key, origin, place, Diagnostics, Layer};
 use super::environment::Environment;
 use super::files::Files;
 use super::limits::{merge_task_limits, resolve_limits, resolve_price};
@@ -453,7 +453,7 @@ fn resolve_id(i: usize, t: &TaskFields, cx: &mut Ctx) -> String {
         }
         Some(id) if id.len() > MAX_ID => {
             cx.err(
-                &origin(i, true, &["id"]),
+                &place(i, Some(Layer::Task), &["id"]),
                 format!(
                     "the task id is {} characters long: at most {MAX_ID} (it names report files)",
                     id.len()
@@ -463,7 +463,7 @@ fn resolve_id(i: usize, t: &TaskFields, cx: &mut Ctx) -> String {
         }
         Some(id) if !valid_id(id) => {
             cx.err(
-                &origin(i, true, &["id"]),
+                &place(i, Some(Layer::Task), &["id"]),
                 format!("invalid task id \"{id}\": use letters, digits, '.', '_' and '-', not starting with '.' (it names report files)"),
             );
             String::new()
@@ -474,18 +474,25 @@ fn resolve_id(i: usize, t: &TaskFields, cx: &mut Ctx) -> String {
 
 /// The task's prompt (its own, or the default one).
 fn resolve_prompt(i: usize, t: &TaskFields, d: &TaskFields, cx: &mut Ctx) -> String {
-    let prompt = t
-        .prompt
-        .clone()
-        .or_else(|| d.prompt.clone())
-        .unwrap_or_default();
-    if prompt.trim().is_empty() {
-        cx.err(
-            &origin(i, t.prompt.is_some(), &["prompt"]),
-            "the task has no prompt",
-        );
+    let at = origin(i, t.prompt.is_some(), d.prompt.is_some(), &["prompt"]);
+    match t.prompt.as_ref().or(d.prompt.as_ref()) {
+        None => {
+            cx.err(
+                &at,
+                "the task has no prompt: write `prompt:` on the task, or in `defaults` for every task",
+            );
+            String::new()
+        }
+        Some(p) => {
+            if p.trim().is_empty() {
+                cx.err(
+                    &at,
+                    "the prompt is empty: write the task's first user message",
+                );
+            }
+            p.clone()
+        }
     }
-    prompt
 }
 
 /// The task's model, and where it was set.
@@ -495,7 +502,7 @@ fn resolve_model(i: usize, t: &TaskFields, d: &TaskFields, cx: &mut Ctx) -> (Str
         .clone()
         .or_else(|| d.model.clone())
         .unwrap_or_default();
-    let model_at = origin(i, t.model.is_some(), &["model"]);
+    let model_at = origin(i, t.model.is_some(), d.model.is_some(), &["model"]);
     if model.trim().is_empty() {
         cx.err(
             &model_at,
@@ -520,7 +527,7 @@ fn resolve_env(
         let valid = name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
             && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
         let on_task = t.env.as_ref().is_some_and(|e| e.contains_key(name));
-        let at = origin(i, on_task, &["env", name]);
+        let at = origin(i, on_task, !on_task, &["env", name]);
         if !valid {
             cx.err(&at, format!("\"{name}\" is not a valid variable name"));
         }

@@ -29,13 +29,13 @@ pub(super) fn merge_task_limits(
     let l = merge_limits(t.limits.as_ref(), d.limits.as_ref());
     if l.max_turns == Some(0) {
         cx.err(
-            &limit_origin(i, t, "max_turns", |l| l.max_turns.is_some()),
+            &limit_origin(i, t, d, "max_turns", |l| l.max_turns.is_some()),
             "must be at least 1",
         );
     }
     if l.min_max_tokens == Some(0) {
         cx.err(
-            &limit_origin(i, t, "min_max_tokens", |l| l.min_max_tokens.is_some()),
+            &limit_origin(i, t, d, "min_max_tokens", |l| l.min_max_tokens.is_some()),
             "must be at least 1",
         );
     }
@@ -111,8 +111,14 @@ fn merge_limits(task: Option<&LimitFields>, defaults: Option<&LimitFields>) -> L
 pub(super) fn limit_origin(
     i: usize,
     t: &TaskFields,
+    d: &TaskFields,
     field: &str,
     pick: impl Fn(&LimitFields) -> bool,
 ) -> Vec<Seg> {
-    origin(i, t.limits.as_ref().is_some_and(pick), &["limits", field])
+    origin(
+        i,
+        t.limits.as_ref().is_some_and(&pick),
+        d.limits.as_ref().is_some_and(&pick),
+        &["limits", field],
+    )
 }

@@ -288,7 +288,7 @@ pub(super) fn resolve_task_provider(
         .clone()
         .or_else(|| d.provider.clone())
         .unwrap_or_else(|| "sim".into());
-    let provider_at = origin(i, t.provider.is_some(), &["provider"]);
+    let provider_at = origin(i, t.provider.is_some(), d.provider.is_some(), &["provider"]);
     let provider = providers.get(&provider_name).cloned();
     if provider.is_none() {
         cx.err(

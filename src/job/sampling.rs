@@ -25,7 +25,12 @@ pub(super) fn resolve_max_tokens(
     cx: &mut Ctx,
 ) -> (u32, Vec<Seg>) {
     let max_tokens = t.max_tokens.or(d.max_tokens).unwrap_or(DEFAULT_MAX_TOKENS);
-    let max_tokens_at = origin(i, t.max_tokens.is_some(), &["max_tokens"]);
+    let max_tokens_at = origin(
+        i,
+        t.max_tokens.is_some(),
+        d.max_tokens.is_some(),
+        &["max_tokens"],
+    );
     if max_tokens == 0 {
         cx.err(&max_tokens_at, "must be at least 1");
     }
@@ -65,7 +70,7 @@ pub(super) fn resolve_request_fields(
             cx.err(max_tokens_at, "openai-responses needs at least 16");
         }
         if min_max_tokens < 16 {
-            let at = limit_origin(i, t, "min_max_tokens", |l| l.min_max_tokens.is_some());
+            let at = limit_origin(i, t, d, "min_max_tokens", |l| l.min_max_tokens.is_some());
             cx.err(
                 &at,
                 "openai-responses needs at least 16 (its smallest max_output_tokens)",
@@ -91,7 +96,7 @@ pub(super) fn resolve_request_fields(
     ];
     for (name, value, on_task) in sampling {
         let Some(value) = value else { continue };
-        let at = origin(i, on_task, &[name]);
+        let at = origin(i, on_task, !on_task, &[name]);
         // API versions are dates, so a later version compares greater as a string.
         if anthropic && version.as_str() >= NO_SAMPLING_VERSION {
             cx.err(
@@ -115,7 +120,12 @@ pub(super) fn resolve_request_fields(
         extra.insert(name.to_string(), value);
     }
     if let Some(r) = t.reasoning.as_ref().or(d.reasoning.as_ref()) {
-        let at = origin(i, t.reasoning.is_some(), &["reasoning"]);
+        let at = origin(
+            i,
+            t.reasoning.is_some(),
+            d.reasoning.is_some(),
+            &["reasoning"],
+        );
         reasoning_fields(r, protocol, &at, &mut extra, cx);
     }
     if let (Some(parallel), true) = (provider.and_then(|p| p.parallel_tool_calls), has_tools) {
@@ -125,7 +135,7 @@ pub(super) fn resolve_request_fields(
     let thinking_budget = match thinking.as_ref().map(|th| check_thinking(th, max_tokens)) {
         Some(Err(msg)) => {
             cx.err(
-                &origin(i, t.thinking.is_some(), &["thinking"]),
+                &origin(i, t.thinking.is_some(), d.thinking.is_some(), &["thinking"]),
                 msg.to_string(),
             );
             None
@@ -140,7 +150,7 @@ pub(super) fn resolve_request_fields(
         for name in ["temperature", "top_k"] {
             if extra.contains_key(name) {
                 cx.err(
-                    &origin(i, t.thinking.is_some(), &["thinking"]),
+                    &origin(i, t.thinking.is_some(), d.thinking.is_some(), &["thinking"]),
                     format!(
                         "thinking ({:?}) cannot be combined with {name}: remove one of them",
                         th.kind
@@ -152,7 +162,7 @@ pub(super) fn resolve_request_fields(
     }
     if let (Some(_), false) = (&thinking, anthropic) {
         cx.err(
-            &origin(i, t.thinking.is_some(), &["thinking"]),
+            &origin(i, t.thinking.is_some(), d.thinking.is_some(), &["thinking"]),
             "thinking is an Anthropic setting: for OpenAI reasoning models use `reasoning: {effort: ..., summary: ...}`",
         );
     }

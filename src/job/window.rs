@@ -22,7 +22,7 @@ pub(super) fn resolve_context(
 ) -> ContextPolicy {
     let (tc, dc) = (t.context.as_ref(), d.context.as_ref());
     let pick = |f: fn(&ContextFields) -> bool| tc.is_some_and(f);
-    let at_field = |name: &str, set: bool| origin(i, set, &["context", name]);
+    let at_field = |name: &str, set: bool| origin(i, set, !set, &["context", name]);
     // Each field from the task, else the defaults.
     let layers = [tc, dc];
     fn first<T>(
