@@ -48,17 +48,21 @@ impl<'a> Diagnostics<'a> {
         self.list.extend(more);
     }
 
-    /// Moves a path under `defaults` that a matrix axis decides to the axis's value.
+    /// Moves a path under `defaults` that a matrix axis decides to the axis's value: the
+    /// axis's field or one inside it, or a field the axis sets a part of
+    /// (`defaults.reasoning` for the axis `reasoning.effort`).
     fn remap(&self, path: &[Seg]) -> Option<Vec<Seg>> {
         if path.first() != Some(&key("defaults")) {
             return None;
         }
+        let rest = path.get(1..).filter(|r| !r.is_empty())?;
         self.picks.iter().find_map(|(axis, i)| {
             let segs: Vec<Seg> = axis.split('.').map(key).collect();
-            let rest = path.get(1..)?;
-            if rest.len() >= segs.len() && rest[..segs.len()] == segs[..] {
-                let mut p = vec![key("matrix"), key(axis), Seg::Index(*i)];
+            let mut p = vec![key("matrix"), key(axis), Seg::Index(*i)];
+            if rest.starts_with(&segs) {
                 p.extend(rest[segs.len()..].iter().cloned());
+                Some(p)
+            } else if segs.starts_with(rest) {
                 Some(p)
             } else {
                 None

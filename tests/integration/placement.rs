@@ -170,3 +170,29 @@ tasks:
         "agentbatch: job.yaml has 3 problem(s); nothing ran"
     );
 }
+
+#[test]
+fn a_problem_a_matrix_axis_makes_inside_a_field_is_reported_at_the_axis_value() {
+    let yaml = format!(
+        "name: axes
+matrix:
+  reasoning.effort: [low, high]
+defaults:
+  model: claude-sonnet-4-5
+  prompt: p
+  sim: {SCRIPT}
+tasks:
+  - id: a
+"
+    );
+    let openai = "reasoning is an OpenAI setting: for Anthropic models use `thinking: {type: enabled, budget_tokens: N}`";
+    assert_eq!(
+        problems(&yaml),
+        format!(
+            "job.yaml:3:22: matrix.reasoning.effort[0]: {openai}
+job.yaml:3:27: matrix.reasoning.effort[1]: {openai}
+agentbatch: job.yaml has 2 problem(s); nothing ran
+"
+        )
+    );
+}
