@@ -29,7 +29,7 @@ const DEFAULT_RESPONSE_BYTES: u64 = 64 << 20;
 const DEFAULT_STREAM_IDLE: Duration = Duration::from_secs(120);
 
 /// The built-in providers: (name, protocol, simulated).
-const BUILTIN_PROVIDERS: [(&str, Protocol, bool); 3] = [
+pub(super) const BUILTIN_PROVIDERS: [(&str, Protocol, bool); 3] = [
     ("sim", Protocol::Anthropic, true),
     ("anthropic", Protocol::Anthropic, false),
     ("openai", Protocol::OpenaiResponses, false),

@@ -66,13 +66,6 @@ pub(super) fn resolve_repo(
             );
         }
     }
-    for (field, v) in [("check", &check), ("setup", &setup)] {
-        if let Some((c, on_task)) = v {
-            if c.trim().is_empty() {
-                cx.err(&origin(i, *on_task, !*on_task, &[field]), "is empty");
-            }
-        }
-    }
     let method = t.workspaces.or(d.workspaces).unwrap_or_default();
     let workspaces = match method {
         WorkspaceMethod::Overlay if !crate::tools::layer::available() => {

@@ -39,24 +39,32 @@ pub(super) fn resolve_task_script(
     }
 }
 
+/// Checks a script written inline at `at` (a task's or the defaults' `sim`), whether or
+/// not a task plays it; its errors are placed at the field inside it that they name.
+/// Whether it is fine (a path to a file is checked when a task plays it).
+pub(super) fn check_inline(src: &SimSource, at: &[Seg], cx: &mut Ctx) -> bool {
+    let SimSource::Inline(s) = src else {
+        return true;
+    };
+    let Err(e) = s.check() else {
+        return true;
+    };
+    let e = e.0;
+    match super::locate::split_path_prefix(&e) {
+        Some((inner, rest)) => {
+            let mut full = at.to_vec();
+            full.extend(inner);
+            cx.err(&full, rest.to_string());
+        }
+        None => cx.err(at, e),
+    }
+    false
+}
+
 fn load_script(src: &SimSource, at: &[Seg], cx: &mut Ctx) -> Option<Arc<Script>> {
     match src {
-        SimSource::Inline(s) => match s.check() {
-            Ok(()) => Some(Arc::new(s.clone())),
-            Err(e) => {
-                let e = e.0;
-                // At the field inside the script that the message names, if any.
-                match super::locate::split_path_prefix(&e) {
-                    Some((inner, rest)) => {
-                        let mut full = at.to_vec();
-                        full.extend(inner);
-                        cx.err(&full, rest.to_string());
-                    }
-                    None => cx.err(at, e),
-                }
-                None
-            }
-        },
+        // Its errors were reported where it is written (fields.rs).
+        SimSource::Inline(s) => s.check().is_ok().then(|| Arc::new(s.clone())),
         SimSource::Path(p) => {
             let full = cx.files.join(p);
             let file = match cx.scripts.get(&full) {

@@ -13,6 +13,7 @@ use super::context::Ctx;
 use super::diagnostics::{key, origin};
 use super::locate::Seg;
 use super::schema::{Decision, JobFile, McpServerFields, TaskFields, ToolsetFields};
+use super::schema_toolsets::TRANSPORTS;
 use super::source::SourceError;
 use super::spec::ToolsetSpec;
 use crate::tools::mcp::{McpServerSpec, Transport};
@@ -118,7 +119,6 @@ pub(super) fn resolve_toolsets(
 }
 
 const DEFAULT_MCP_TIMEOUT: Duration = Duration::from_secs(60);
-const HTTP_KINDS: [&str; 3] = ["http", "streamable-http", "streamableHttp"];
 
 /// A tool set's MCP servers: its `mcp` entries and those of its `mcp_config` file.
 fn resolve_mcp(f: &ToolsetFields, here: &[Seg], cx: &mut Ctx) -> Vec<Arc<McpServerSpec>> {
@@ -162,7 +162,7 @@ fn resolve_mcp(f: &ToolsetFields, here: &[Seg], cx: &mut Ctx) -> Vec<Arc<McpServ
             .kind
             .clone()
             .unwrap_or_else(|| if s.url.is_some() { "http" } else { "stdio" }.into());
-        let http = HTTP_KINDS.contains(&kind.as_str());
+        let http = TRANSPORTS[1..].contains(&kind.as_str());
         let transport = match (kind.as_str(), &s.command, &s.url) {
             ("sse", _, _) => {
                 cx.err(&field("type"), "the old HTTP+SSE transport is not supported: use the server's Streamable HTTP endpoint (`type: http`)");
