@@ -325,8 +325,8 @@ fn expand_task(
 ) -> Option<TaskSpec> {
     let d = &job.defaults;
     let before = cx.diags.len();
-    // A missing or bad id is reported once, by `check_tasks`.
-    let id = t.id.clone().filter(|id| valid_id(id)).unwrap_or_default();
+    // A missing or bad id is reported once, by `check_tasks`; such a task gets no spec.
+    let id = t.id.clone().filter(|id| valid_id(id));
     let prompt = resolve_prompt(i, t, d, cx);
     let (provider, provider_at) = resolve_task_provider(i, t, d, shared.providers, cx);
     let (model, model_at) = resolve_model(i, t, d, cx);
@@ -386,6 +386,7 @@ fn expand_task(
     if cx.diags.len() > before {
         return None;
     }
+    let id = id?;
     let cache = resolve_cache(t, d, provider.as_deref());
     let one_hour = cache.is_on()
         && cache.ttl == crate::vocab::cache::CacheTtl::OneHour

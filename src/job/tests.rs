@@ -585,3 +585,25 @@ fn a_number_or_boolean_as_a_script_is_a_path_as_for_any_text() {
         .collect();
     assert_eq!(paths, ["5", "true"]);
 }
+
+#[test]
+fn tasks_without_a_valid_id_are_each_told_so_once() {
+    let e = load(&format!(
+        "name: t\ndefaults: {{ model: m, prompt: p, sim: {INLINE} }}\nmatrix:\n  max_tokens: [100, 200]\ntasks:\n  - {{ id: \"a/b\" }}\n  - {{ id: \"c/d\" }}\n  - {{}}\n"
+    ))
+    .unwrap_err();
+    let lines: Vec<String> = e.diagnostics.iter().map(ToString::to_string).collect();
+    assert_eq!(lines.len(), 3, "{lines:#?}");
+    assert!(
+        lines[0].contains("tasks[0].id: invalid task id \"a/b\""),
+        "{lines:#?}"
+    );
+    assert!(
+        lines[1].contains("tasks[1].id: invalid task id \"c/d\""),
+        "{lines:#?}"
+    );
+    assert!(
+        lines[2].contains("tasks[2]: the task has no `id`"),
+        "{lines:#?}"
+    );
+}
