@@ -59,9 +59,17 @@ pub(super) fn check_fields(at: &[Seg], f: &TaskFields, cx: &mut Ctx) {
     }
     // OpenAI's temperature goes up to 2; Anthropic's own limit of 1 depends on the
     // protocol, and is checked with it.
-    for (name, value, top) in [("temperature", f.temperature, 2.0), ("top_p", f.top_p, 1.0)] {
+    for (name, value, top, range) in [
+        (
+            "temperature",
+            f.temperature,
+            2.0,
+            "between 0 and 2 (and at most 1 with the anthropic protocol)",
+        ),
+        ("top_p", f.top_p, 1.0, "between 0 and 1"),
+    ] {
         if value.is_some_and(|v| !(0.0..=top).contains(&v)) {
-            cx.err(&here(&[name]), format!("must be between 0 and {top}"));
+            cx.err(&here(&[name]), format!("must be {range}"));
         }
     }
     if let Some(r) = &f.reasoning {

@@ -101,7 +101,8 @@ pub(super) fn resolve_request_fields(
         }
         // OpenAI's temperature goes up to 2 (checked where it is written), Anthropic's
         // to 1.
-        if anthropic && name == "temperature" && value.as_f64().is_some_and(|v| v > 1.0) {
+        if anthropic && name == "temperature" && value.as_f64().is_some_and(|v| v > 1.0 && v <= 2.0)
+        {
             cx.err(&at, "must be between 0 and 1 with the anthropic protocol");
         }
         extra.insert(name.to_string(), value);
