@@ -1,6 +1,7 @@
 //! What the JSON Schema of a job file says beyond its types (schema.rs refers to these
 //! by name): the rules `validate` checks a value by on its own, said the same way, so
-//! an editor marks what `validate` would refuse. Each names the check it mirrors.
+//! an editor marks what `validate` would refuse. Each names the check it mirrors; the
+//! schema tests hold the two to agreeing.
 
 use serde_json::json;
 
@@ -8,7 +9,8 @@ use super::providers::BUILTIN_PROVIDERS;
 use crate::vocab::json_schema;
 use crate::vocab::values::PASSWORD_URL_PATTERN;
 
-/// A task (or `defaults`) sets `tools` or `toolset`, not both.
+/// A task (or `defaults`) sets `tools` or `toolset`, not both
+/// (`toolsets::resolve_task_toolset`).
 pub(super) fn tools_or_toolset(schema: &mut schemars::Schema) {
     let set = |field: &str| json!({ "required": [field], "properties": { field: { "not": { "type": "null" } } } });
     schema.insert(
@@ -17,15 +19,16 @@ pub(super) fn tools_or_toolset(schema: &mut schemars::Schema) {
     );
 }
 
-/// A text field that may not be empty or blank (`prompt: ""`).
+/// A text field that may not be empty or blank (`prompt: ""`; `fields::check_fields`).
 pub(super) fn not_blank(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     json_schema::text_matching(json_schema::NOT_BLANK, None)
 }
 
 /// The built-in providers keep their settings; one of the job's own names its
-/// protocol; `sim` is always the simulator, which takes no API key.
+/// protocol; `sim` is always the simulator, which takes no API key
+/// (`providers::resolve_provider`).
 pub(super) fn provider_rules(schema: &mut schemars::Schema) {
-    let Some(mut provider) = schema.remove("additionalProperties") else {
+    let Some(provider) = schema.remove("additionalProperties") else {
         return;
     };
     // A provider of the job's own: `{"$ref": ...}` with its protocol required, which
@@ -47,15 +50,17 @@ pub(super) fn provider_rules(schema: &mut schemars::Schema) {
         builtins.insert(name.to_string(), value);
     }
     schema.insert("properties".into(), builtins.into());
-    provider = json!({
-        "$ref": reference,
-        "required": ["protocol"],
-        "properties": { "protocol": { "not": { "type": "null" } } }
-    });
-    schema.insert("additionalProperties".into(), provider);
+    schema.insert(
+        "additionalProperties".into(),
+        json!({
+            "$ref": reference,
+            "required": ["protocol"],
+            "properties": { "protocol": { "not": { "type": "null" } } }
+        }),
+    );
 }
 
-/// A PostgreSQL ledger's URL holds no password.
+/// A PostgreSQL ledger's URL holds no password (`source::not_a_ledger_url`).
 pub(super) fn no_password(schema: &mut schemars::Schema) {
     schema.insert(
         "not".into(),
@@ -63,7 +68,7 @@ pub(super) fn no_password(schema: &mut schemars::Schema) {
     );
 }
 
-/// Every task needs an id of its own (`defaults` may not give one).
+/// Every task needs an id of its own (`defaults` may not give one; `expand::check_id`).
 pub(super) fn tasks_need_ids(schema: &mut schemars::Schema) {
     if let Some(items) = schema.get_mut("items").and_then(|i| i.as_object_mut()) {
         items.insert("required".into(), serde_json::json!(["id"]));
