@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::context::Ctx;
-use super::diagnostics::origin;
+use super::diagnostics::{place, Layer};
 use super::schema::{BatchFields, BatchMode, TaskFields};
 use super::spec::{BatchSpec, ProviderSpec};
 use crate::model::Protocol;
@@ -23,37 +23,61 @@ pub(super) fn resolve_batch(
     provider: Option<&ProviderSpec>,
     cx: &mut Ctx,
 ) -> Option<BatchSpec> {
-    let layers: [Option<BatchFields>; 3] = [t.batch, provider.and_then(|p| p.batch), d.batch];
-    let mode = first(&layers, |b| b.mode).unwrap_or_default();
+    let layers = [
+        (Layer::Task, t.batch),
+        (
+            Layer::Provider(provider.map_or("", |p| p.name.as_str())),
+            provider.and_then(|p| p.batch),
+        ),
+        (Layer::Defaults, d.batch),
+    ];
+    let mode = first(&layers, |b| b.mode)
+        .map(|(m, _)| m)
+        .unwrap_or_default();
     if mode == BatchMode::Off {
         return None;
     }
-    let at = |field: &str| origin(i, t.batch.is_some(), &["batch", field]);
-    let window = first(&layers, |b| b.window).unwrap_or(HumanDuration(Duration::from_secs(10)));
-    if window.0 > MAX_WINDOW {
-        cx.err(
-            &at("window"),
-            "a window of over 1h only delays every task's turns: use seconds to minutes",
-        );
-    }
-    let max_wait = first(&layers, |b| b.max_wait).unwrap_or(HumanDuration(MAX_WAIT));
-    if max_wait.0 > MAX_WAIT {
-        cx.err(
-            &at("max_wait"),
-            "the providers end a batch after 24h: at most 24h",
-        );
-    }
+    let at = |layer: Layer, field: &str| place(i, Some(layer), &["batch", field]);
+    let window = match first(&layers, |b| b.window) {
+        Some((w, layer)) => {
+            if w.0 > MAX_WINDOW {
+                cx.err(
+                    &at(layer, "window"),
+                    "a window of over 1h only delays every task's turns: use seconds to minutes",
+                );
+            }
+            w
+        }
+        None => HumanDuration(Duration::from_secs(10)),
+    };
+    let max_wait = match first(&layers, |b| b.max_wait) {
+        Some((w, layer)) => {
+            if w.0 > MAX_WAIT {
+                cx.err(
+                    &at(layer, "max_wait"),
+                    "the providers end a batch after 24h: at most 24h",
+                );
+            }
+            w
+        }
+        None => HumanDuration(MAX_WAIT),
+    };
     let most = match provider.map(|p| p.protocol) {
         Some(Protocol::Anthropic) | None => 100_000,
         Some(Protocol::OpenaiResponses | Protocol::OpenaiChat) => 50_000,
     };
-    let max_requests = first(&layers, |b| b.max_requests).unwrap_or(1000);
-    if max_requests == 0 || max_requests > most {
-        cx.err(
-            &at("max_requests"),
-            format!("{max_requests} requests per batch: from 1 to {most} (the provider's limit)"),
-        );
-    }
+    let max_requests = match first(&layers, |b| b.max_requests) {
+        Some((n, layer)) => {
+            if n == 0 || n > most {
+                cx.err(
+                    &at(layer, "max_requests"),
+                    format!("{n} requests per batch: from 1 to {most} (the provider's limit)"),
+                );
+            }
+            n
+        }
+        None => 1000,
+    };
     Some(BatchSpec {
         window,
         max_requests,
@@ -61,7 +85,12 @@ pub(super) fn resolve_batch(
     })
 }
 
-/// The first layer's value of a field.
-fn first<T>(layers: &[Option<BatchFields>], f: impl Fn(&BatchFields) -> Option<T>) -> Option<T> {
-    layers.iter().flatten().find_map(f)
+/// The first layer that gives a field a value: the value and that layer.
+fn first<'a, T>(
+    layers: &[(Layer<'a>, Option<BatchFields>)],
+    f: impl Fn(&BatchFields) -> Option<T>,
+) -> Option<(T, Layer<'a>)> {
+    layers
+        .iter()
+        .find_map(|(layer, b)| b.as_ref().and_then(&f).map(|v| (v, *layer)))
 }

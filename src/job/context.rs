@@ -27,6 +27,16 @@ impl Ctx<'_> {
     }
 }
 
-/// The scripts read so far, by full path; None for one that did not load (its errors
-/// are reported once).
-pub(super) type ScriptCache = HashMap<PathBuf, Option<Arc<Script>>>;
+/// The script files read so far, by full path.
+pub(super) type ScriptCache = HashMap<PathBuf, ScriptFile>;
+
+/// A script file as it was found the first time a task named it.
+#[derive(Clone)]
+pub(super) enum ScriptFile {
+    Loaded(Arc<Script>),
+    /// It could not be read: the message, reported at every task that names the file
+    /// (each has its own line to fix).
+    Unreadable(String),
+    /// It was read but is wrong inside: its errors were reported once, in that file.
+    Invalid,
+}

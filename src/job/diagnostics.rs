@@ -48,17 +48,21 @@ impl<'a> Diagnostics<'a> {
         self.list.extend(more);
     }
 
-    /// Moves a path under `defaults` that a matrix axis decides to the axis's value.
+    /// Moves a path under `defaults` that a matrix axis decides to the axis's value: the
+    /// axis's field or one inside it, or a field the axis sets a part of
+    /// (`defaults.reasoning` for the axis `reasoning.effort`).
     fn remap(&self, path: &[Seg]) -> Option<Vec<Seg>> {
         if path.first() != Some(&key("defaults")) {
             return None;
         }
+        let rest = path.get(1..).filter(|r| !r.is_empty())?;
         self.picks.iter().find_map(|(axis, i)| {
             let segs: Vec<Seg> = axis.split('.').map(key).collect();
-            let rest = path.get(1..)?;
-            if rest.len() >= segs.len() && rest[..segs.len()] == segs[..] {
-                let mut p = vec![key("matrix"), key(axis), Seg::Index(*i)];
+            let mut p = vec![key("matrix"), key(axis), Seg::Index(*i)];
+            if rest.starts_with(&segs) {
                 p.extend(rest[segs.len()..].iter().cloned());
+                Some(p)
+            } else if segs.starts_with(rest) {
                 Some(p)
             } else {
                 None
@@ -110,13 +114,42 @@ pub(super) fn key(k: &str) -> Seg {
     Seg::Key(k.to_string())
 }
 
-/// Where a merged field came from: the task itself or `defaults`.
-pub(super) fn origin(task: usize, set_on_task: bool, field: &[&str]) -> Vec<Seg> {
-    let mut p = if set_on_task {
-        vec![key("tasks"), Seg::Index(task)]
-    } else {
-        vec![key("defaults")]
+/// The layer a task's merged field takes its value from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Layer<'a> {
+    /// The task's own value.
+    Task,
+    /// The value of the task's provider (`providers.<name>`), for the fields a
+    /// provider may set for all its tasks (`stream`, `batch`, `cache`).
+    Provider(&'a str),
+    /// The value of `defaults` (or of the matrix axis that set it there).
+    Defaults,
+}
+
+/// Where a problem with a task's merged field is reported: at the layer its value came
+/// from, or, when no layer gives it a value, at the task itself. A task that writes
+/// `prompt: null` or leaves `prompt` out lacks a prompt of its own, so each such task
+/// is told at its own line; only a value the task really inherits is reported where it
+/// is written, once for every task that inherits it.
+pub(super) fn place(task: usize, layer: Option<Layer>, field: &[&str]) -> Vec<Seg> {
+    let mut p = match layer {
+        Some(Layer::Task) | None => vec![key("tasks"), Seg::Index(task)],
+        Some(Layer::Provider(name)) => vec![key("providers"), key(name)],
+        Some(Layer::Defaults) => vec![key("defaults")],
     };
     p.extend(field.iter().map(|f| key(f)));
     p
+}
+
+/// [`place`] for a field that only the task and `defaults` set: `own` and `inherited`
+/// say whether each has a value (serde reads a `null` as no value).
+pub(super) fn origin(task: usize, own: bool, inherited: bool, field: &[&str]) -> Vec<Seg> {
+    let layer = if own {
+        Some(Layer::Task)
+    } else if inherited {
+        Some(Layer::Defaults)
+    } else {
+        None
+    };
+    place(task, layer, field)
 }

@@ -12,8 +12,9 @@ use std::sync::Arc;
 
 use super::batch::resolve_batch;
 use super::context::{Ctx, ScriptCache};
-use super::diagnostics::{key, origin, Diagnostics};
+use super::diagnostics::{key, origin, place, Diagnostics, Layer};
 use super::environment::Environment;
+use super::fields::check_fields;
 use super::files::Files;
 use super::limits::{merge_task_limits, resolve_limits, resolve_price};
 use super::locate::{locate, Seg};
@@ -22,6 +23,7 @@ use super::providers::{missing_api_key, resolve_providers, resolve_task_provider
 use super::repos::resolve_repo;
 use super::sampling::{resolve_max_tokens, resolve_request_fields};
 use super::schema::{JobFile, TaskFields};
+use super::schema_rules::{valid_id, MAX_ID};
 use super::scripts::resolve_task_script;
 use super::spec::{Plan, ProviderSpec, TaskSpec, TeamSpec, ToolsetSpec};
 use super::streaming::resolve_stream;
@@ -82,6 +84,9 @@ pub(super) fn expand(
         });
     }
     check_tasks(&job, &raw, &mut cx);
+    for (i, t) in job.tasks.iter().enumerate() {
+        check_fields(&[key("tasks"), Seg::Index(i)], t, &mut cx);
+    }
     cx.files.read_task_files(&job, &variants);
     let shared = Shared {
         providers: &providers,
@@ -98,6 +103,7 @@ pub(super) fn expand(
     for v in &variants {
         cx.diags.picks = v.picks.clone();
         vjob.defaults = v.defaults.clone();
+        check_fields(&[key("defaults")], &vjob.defaults, &mut cx);
         for (i, t) in job.tasks.iter().enumerate() {
             if let Some(mut spec) = expand_task(&vjob, i, t, &shared, registry, &mut cx) {
                 spec.variant = v.label.clone();
@@ -230,8 +236,8 @@ fn text_bytes(t: &TaskFields, d: &TaskFields) -> u64 {
         + env(d)) as u64
 }
 
-/// What holds across the tasks as written: no task sets a field a matrix axis decides,
-/// and no two tasks share an id.
+/// What holds across the tasks as written: each has a valid id of its own, no two share
+/// one, and none sets a field a matrix axis decides.
 fn check_tasks(job: &JobFile, raw: &serde_yaml::Value, cx: &mut Ctx) {
     let text = cx.diags.text();
     let mut seen: HashMap<String, usize> = HashMap::new();
@@ -255,6 +261,7 @@ fn check_tasks(job: &JobFile, raw: &serde_yaml::Value, cx: &mut Ctx) {
                 );
             }
         }
+        check_id(i, t, cx);
         if let Some(id) = &t.id {
             if let Some(first) = seen.get(id) {
                 let first_line = locate(text, &[key("tasks"), Seg::Index(*first), key("id")])
@@ -318,11 +325,12 @@ fn expand_task(
 ) -> Option<TaskSpec> {
     let d = &job.defaults;
     let before = cx.diags.len();
-    let id = resolve_id(i, t, cx);
+    // A missing or bad id is reported once, by `check_tasks`; such a task gets no spec.
+    let id = t.id.clone().filter(|id| valid_id(id));
     let prompt = resolve_prompt(i, t, d, cx);
     let (provider, provider_at) = resolve_task_provider(i, t, d, shared.providers, cx);
     let (model, model_at) = resolve_model(i, t, d, cx);
-    let (max_tokens, max_tokens_at) = resolve_max_tokens(i, t, d, cx);
+    let (max_tokens, max_tokens_at) = resolve_max_tokens(i, t, d);
     let batch = resolve_batch(i, t, d, provider.as_deref(), cx);
     let stream = resolve_stream(
         i,
@@ -342,7 +350,7 @@ fn expand_task(
     check_toolset_needs(i, t, d, toolset.as_deref(), repo.is_some(), registry, cx);
     let env = resolve_env(i, t, d, shared.providers, cx);
     let sandbox = resolve_sandbox(t, d);
-    let written_limits = merge_task_limits(i, t, d, cx);
+    let written_limits = merge_task_limits(t, d);
     let team = resolve_task_team(i, t, d, shared.teams, cx);
     let protocol = provider.as_ref().map(|p| p.protocol);
     let price = resolve_price(
@@ -372,13 +380,13 @@ fn expand_task(
             cx.err(&provider_at, message);
         }
     }
-
+    let context =
+        super::window::resolve_context(i, t, d, &model, provider.as_ref().map(|p| p.protocol), cx);
     if cx.diags.len() > before {
         return None;
     }
+    let id = id?;
     let cache = resolve_cache(t, d, provider.as_deref());
-    let context =
-        super::window::resolve_context(i, t, d, &model, provider.as_ref().map(|p| p.protocol), cx);
     let one_hour = provider
         .as_ref()
         .is_some_and(|p| cache.one_hour_writes(p.protocol));
@@ -442,48 +450,37 @@ fn resolve_cache(t: &TaskFields, d: &TaskFields, p: Option<&ProviderSpec>) -> Ca
     }
 }
 
-/// The task's id, which names its report files (empty when it has none or a bad one).
-fn resolve_id(i: usize, t: &TaskFields, cx: &mut Ctx) -> String {
+/// Checks a task's id, which names its report files: the same in every variant, so
+/// checked once, whatever the matrix.
+fn check_id(i: usize, t: &TaskFields, cx: &mut Ctx) {
     match &t.id {
-        None => {
-            cx.err(&[key("tasks"), Seg::Index(i)], "the task has no `id`");
-            String::new()
-        }
-        Some(id) if id.len() > MAX_ID => {
-            cx.err(
-                &origin(i, true, &["id"]),
-                format!(
-                    "the task id is {} characters long: at most {MAX_ID} (it names report files)",
-                    id.len()
-                ),
-            );
-            String::new()
-        }
-        Some(id) if !valid_id(id) => {
-            cx.err(
-                &origin(i, true, &["id"]),
-                format!("invalid task id \"{id}\": use letters, digits, '.', '_' and '-', not starting with '.' (it names report files)"),
-            );
-            String::new()
-        }
-        Some(id) => id.clone(),
+        None => cx.err(&[key("tasks"), Seg::Index(i)], "the task has no `id`"),
+        Some(id) if id.len() > MAX_ID => cx.err(
+            &place(i, Some(Layer::Task), &["id"]),
+            format!(
+                "the task id is {} characters long: at most {MAX_ID} (it names report files)",
+                id.len()
+            ),
+        ),
+        Some(id) if !valid_id(id) => cx.err(
+            &place(i, Some(Layer::Task), &["id"]),
+            format!("invalid task id \"{id}\": use letters, digits, '.', '_' and '-', not starting with '.' (it names report files)"),
+        ),
+        Some(_) => {}
     }
 }
 
-/// The task's prompt (its own, or the default one).
+/// The task's prompt (its own, or the default one; an empty one is reported where it
+/// is written, in fields.rs).
 fn resolve_prompt(i: usize, t: &TaskFields, d: &TaskFields, cx: &mut Ctx) -> String {
-    let prompt = t
-        .prompt
-        .clone()
-        .or_else(|| d.prompt.clone())
-        .unwrap_or_default();
-    if prompt.trim().is_empty() {
+    let prompt = t.prompt.as_ref().or(d.prompt.as_ref());
+    if prompt.is_none() {
         cx.err(
-            &origin(i, t.prompt.is_some(), &["prompt"]),
-            "the task has no prompt",
+            &origin(i, false, false, &["prompt"]),
+            "the task has no prompt: write `prompt:` on the task, or in `defaults` for every task",
         );
     }
-    prompt
+    prompt.cloned().unwrap_or_default()
 }
 
 /// The task's model, and where it was set.
@@ -493,8 +490,9 @@ fn resolve_model(i: usize, t: &TaskFields, d: &TaskFields, cx: &mut Ctx) -> (Str
         .clone()
         .or_else(|| d.model.clone())
         .unwrap_or_default();
-    let model_at = origin(i, t.model.is_some(), &["model"]);
-    if model.trim().is_empty() {
+    let model_at = origin(i, t.model.is_some(), d.model.is_some(), &["model"]);
+    // An empty one is reported where it is written (fields.rs).
+    if t.model.is_none() && d.model.is_none() {
         cx.err(
             &model_at,
             "no model: set `model` on the task or in `defaults`",
@@ -504,7 +502,8 @@ fn resolve_model(i: usize, t: &TaskFields, d: &TaskFields, cx: &mut Ctx) -> (Str
 }
 
 /// The variables the task's commands get: the defaults', then the task's own over
-/// them. No provider's API key variable may be among them.
+/// them. No provider's API key variable may be among them (each name on its own is
+/// checked where it is written, in fields.rs).
 fn resolve_env(
     i: usize,
     t: &TaskFields,
@@ -515,13 +514,8 @@ fn resolve_env(
     let mut env = d.env.clone().unwrap_or_default();
     env.extend(t.env.clone().unwrap_or_default());
     for name in env.keys() {
-        let valid = name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
-            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
         let on_task = t.env.as_ref().is_some_and(|e| e.contains_key(name));
-        let at = origin(i, on_task, &["env", name]);
-        if !valid {
-            cx.err(&at, format!("\"{name}\" is not a valid variable name"));
-        }
+        let at = origin(i, on_task, !on_task, &["env", name]);
         if providers
             .values()
             .any(|p| p.api_key_env.as_deref() == Some(name.as_str()))
@@ -553,18 +547,4 @@ fn resolve_sandbox(t: &TaskFields, d: &TaskFields) -> SandboxConfig {
             .or_else(|| d.sandbox.as_ref().and_then(|s| s.require))
             .unwrap_or(false),
     }
-}
-
-/// The longest task id; with a matrix and epochs the name of its files may grow, up to
-/// `matrix::MAX_KEY`.
-const MAX_ID: usize = 200;
-
-/// Whether `id` is safe as a file name (no folders, not hidden).
-pub(super) fn valid_id(id: &str) -> bool {
-    !id.is_empty()
-        && id.len() <= MAX_ID
-        && !id.starts_with('.')
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }

@@ -18,28 +18,10 @@ const DEFAULT_MIN_MAX_TOKENS: u32 = 256;
 /// On by default: a loop that goes nowhere pays for every turn up to max_turns.
 const DEFAULT_MAX_REPEATS: u32 = 3;
 
-/// The task's limits as written (task over `defaults`), with the values that can never
-/// work reported.
-pub(super) fn merge_task_limits(
-    i: usize,
-    t: &TaskFields,
-    d: &TaskFields,
-    cx: &mut Ctx,
-) -> LimitFields {
-    let l = merge_limits(t.limits.as_ref(), d.limits.as_ref());
-    if l.max_turns == Some(0) {
-        cx.err(
-            &limit_origin(i, t, "max_turns", |l| l.max_turns.is_some()),
-            "must be at least 1",
-        );
-    }
-    if l.min_max_tokens == Some(0) {
-        cx.err(
-            &limit_origin(i, t, "min_max_tokens", |l| l.min_max_tokens.is_some()),
-            "must be at least 1",
-        );
-    }
-    l
+/// The task's limits as written, field by field from the task, else `defaults` (each
+/// value on its own is checked where it is written, in fields.rs).
+pub(super) fn merge_task_limits(t: &TaskFields, d: &TaskFields) -> LimitFields {
+    merge_limits(t.limits.as_ref(), d.limits.as_ref())
 }
 
 /// The limits a task runs under: what was written, defaults for the rest.
@@ -111,8 +93,14 @@ fn merge_limits(task: Option<&LimitFields>, defaults: Option<&LimitFields>) -> L
 pub(super) fn limit_origin(
     i: usize,
     t: &TaskFields,
+    d: &TaskFields,
     field: &str,
     pick: impl Fn(&LimitFields) -> bool,
 ) -> Vec<Seg> {
-    origin(i, t.limits.as_ref().is_some_and(pick), &["limits", field])
+    origin(
+        i,
+        t.limits.as_ref().is_some_and(&pick),
+        d.limits.as_ref().is_some_and(&pick),
+        &["limits", field],
+    )
 }

@@ -201,12 +201,11 @@ pub(super) fn variants(
             // Checked alone so the message names the one value at fault.
             let mut alone = base.clone();
             set_path(&mut alone, &path_of(axis), value.clone());
-            if let Err(e) = serde_yaml::from_value::<TaskFields>(alone) {
-                bad.entry((axis.clone(), *i))
-                    .or_insert_with(|| e.to_string());
+            if let Err(e) = read_fields(&alone) {
+                bad.entry((axis.clone(), *i)).or_insert(e);
             }
         }
-        let Ok(defaults) = serde_yaml::from_value::<TaskFields>(v) else {
+        let Ok(defaults) = read_fields(&v) else {
             continue;
         };
         let label = shown
@@ -247,6 +246,26 @@ pub(super) fn variants(
         taken.insert(v.slug.clone());
     }
     Ok(out)
+}
+
+/// Task fields from `defaults` with a variant's values set, read as the job file is: as
+/// YAML text, so that a number or boolean in a text field is the text written
+/// (`system: [1, 2]` is as good as `system: 1` in `defaults`), as the JSON Schema says.
+/// The error without the text's line and column, which are not the job file's, nor the
+/// field's path, which the axis names.
+fn read_fields(v: &Value) -> Result<TaskFields, String> {
+    let text = serde_yaml::to_string(v).map_err(|e| e.to_string())?;
+    serde_yaml::from_str(&text).map_err(|e| {
+        let mut message = e.to_string();
+        if let Some(l) = e.location() {
+            let at = format!(" at line {} column {}", l.line(), l.column());
+            message = message.replacen(&at, "", 1);
+        }
+        match super::locate::split_path_prefix(&message) {
+            Some((_, rest)) => rest.to_string(),
+            None => message,
+        }
+    })
 }
 
 /// The longest key of a task run. Keys name files (`transcripts/<key>.jsonl.tryN`,

@@ -29,7 +29,7 @@ const DEFAULT_RESPONSE_BYTES: u64 = 64 << 20;
 const DEFAULT_STREAM_IDLE: Duration = Duration::from_secs(120);
 
 /// The built-in providers: (name, protocol, simulated).
-const BUILTIN_PROVIDERS: [(&str, Protocol, bool); 3] = [
+pub(super) const BUILTIN_PROVIDERS: [(&str, Protocol, bool); 3] = [
     ("sim", Protocol::Anthropic, true),
     ("anthropic", Protocol::Anthropic, false),
     ("openai", Protocol::OpenaiResponses, false),
@@ -288,7 +288,7 @@ pub(super) fn resolve_task_provider(
         .clone()
         .or_else(|| d.provider.clone())
         .unwrap_or_else(|| "sim".into());
-    let provider_at = origin(i, t.provider.is_some(), &["provider"]);
+    let provider_at = origin(i, t.provider.is_some(), d.provider.is_some(), &["provider"]);
     let provider = providers.get(&provider_name).cloned();
     if provider.is_none() {
         cx.err(

@@ -36,7 +36,7 @@ pub(super) fn resolve_repo(
         ] {
             if let Some((_, on_task)) = v {
                 cx.err(
-                    &origin(i, *on_task, &[field]),
+                    &origin(i, *on_task, !*on_task, &[field]),
                     format!("`{field}` works on the task's repository: give the task a `repo`"),
                 );
             }
@@ -47,18 +47,18 @@ pub(super) fn resolve_repo(
     let kind = match cx.files.repo_kind(&path) {
         Ok(k) => k,
         Err(RepoError::Missing) => {
-            cx.err(&origin(i, repo_on_task, &["repo"]), format!("nothing at {}: repo must be a local git repository, git bundle or folder, relative to the job file", path.display()));
+            cx.err(&origin(i, repo_on_task, !repo_on_task, &["repo"]), format!("nothing at {}: repo must be a local git repository, git bundle or folder, relative to the job file", path.display()));
             return None;
         }
         Err(RepoError::Unusable(e)) => {
-            cx.err(&origin(i, repo_on_task, &["repo"]), e);
+            cx.err(&origin(i, repo_on_task, !repo_on_task, &["repo"]), e);
             return None;
         }
     };
     if let Some((r, on_task)) = &git_ref {
         if !kind.is_git() {
             cx.err(
-                &origin(i, *on_task, &["ref"]),
+                &origin(i, *on_task, !*on_task, &["ref"]),
                 format!(
                     "ref \"{r}\" needs a git repository, and {} is a plain folder",
                     path.display()
@@ -66,18 +66,11 @@ pub(super) fn resolve_repo(
             );
         }
     }
-    for (field, v) in [("check", &check), ("setup", &setup)] {
-        if let Some((c, on_task)) = v {
-            if c.trim().is_empty() {
-                cx.err(&origin(i, *on_task, &[field]), "is empty");
-            }
-        }
-    }
     let method = t.workspaces.or(d.workspaces).unwrap_or_default();
     let workspaces = match method {
         WorkspaceMethod::Overlay if !crate::tools::layer::available() => {
             cx.err(
-                &origin(i, t.workspaces.is_some(), &["workspaces"]),
+                &origin(i, t.workspaces.is_some(), d.workspaces.is_some(), &["workspaces"]),
                 "overlay workspaces need Linux overlayfs and the agentbatch binary's own mount namespace (as root, or in a user namespace where the kernel allows unprivileged ones), and this process has not got them: use auto (falls back to a reflinked or full copy) or copy",
             );
             method
@@ -86,7 +79,7 @@ pub(super) fn resolve_repo(
             let why = cx.env.run_folder.as_ref().and_then(|f| f.no_reflinks());
             if let Some(why) = why.map(str::to_string) {
                 cx.err(
-                    &origin(i, t.workspaces.is_some(), &["workspaces"]),
+                    &origin(i, t.workspaces.is_some(), d.workspaces.is_some(), &["workspaces"]),
                     format!("reflink workspaces need the run folder on a filesystem with reflinks (btrfs, XFS made with reflink=1, bcachefs), and {why}: give --out a folder on one, or use auto (reflinks where the run folder has them, else a copy) or copy"),
                 );
             }

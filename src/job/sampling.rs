@@ -18,17 +18,14 @@ const DEFAULT_MAX_TOKENS: u32 = 4096;
 const NO_SAMPLING_VERSION: &str = "2026-10-21";
 
 /// The task's `max_tokens`, and where it was set.
-pub(super) fn resolve_max_tokens(
-    i: usize,
-    t: &TaskFields,
-    d: &TaskFields,
-    cx: &mut Ctx,
-) -> (u32, Vec<Seg>) {
+pub(super) fn resolve_max_tokens(i: usize, t: &TaskFields, d: &TaskFields) -> (u32, Vec<Seg>) {
     let max_tokens = t.max_tokens.or(d.max_tokens).unwrap_or(DEFAULT_MAX_TOKENS);
-    let max_tokens_at = origin(i, t.max_tokens.is_some(), &["max_tokens"]);
-    if max_tokens == 0 {
-        cx.err(&max_tokens_at, "must be at least 1");
-    }
+    let max_tokens_at = origin(
+        i,
+        t.max_tokens.is_some(),
+        d.max_tokens.is_some(),
+        &["max_tokens"],
+    );
     (max_tokens, max_tokens_at)
 }
 
@@ -65,7 +62,7 @@ pub(super) fn resolve_request_fields(
             cx.err(max_tokens_at, "openai-responses needs at least 16");
         }
         if min_max_tokens < 16 {
-            let at = limit_origin(i, t, "min_max_tokens", |l| l.min_max_tokens.is_some());
+            let at = limit_origin(i, t, d, "min_max_tokens", |l| l.min_max_tokens.is_some());
             cx.err(
                 &at,
                 "openai-responses needs at least 16 (its smallest max_output_tokens)",
@@ -91,7 +88,7 @@ pub(super) fn resolve_request_fields(
     ];
     for (name, value, on_task) in sampling {
         let Some(value) = value else { continue };
-        let at = origin(i, on_task, &[name]);
+        let at = origin(i, on_task, !on_task, &[name]);
         // API versions are dates, so a later version compares greater as a string.
         if anthropic && version.as_str() >= NO_SAMPLING_VERSION {
             cx.err(
@@ -102,20 +99,21 @@ pub(super) fn resolve_request_fields(
         if !anthropic && name == "top_k" {
             cx.err(&at, "OpenAI protocols have no top_k: remove it");
         }
-        // OpenAI's temperature goes up to 2, Anthropic's to 1.
-        let top = if anthropic || name == "top_p" {
-            1.0
-        } else {
-            2.0
-        };
-        let in_range = value.as_f64().is_some_and(|v| (0.0..=top).contains(&v));
-        if name != "top_k" && !in_range {
-            cx.err(&at, format!("must be between 0 and {top}"));
+        // OpenAI's temperature goes up to 2 (checked where it is written), Anthropic's
+        // to 1.
+        if anthropic && name == "temperature" && value.as_f64().is_some_and(|v| v > 1.0 && v <= 2.0)
+        {
+            cx.err(&at, "must be between 0 and 1 with the anthropic protocol");
         }
         extra.insert(name.to_string(), value);
     }
     if let Some(r) = t.reasoning.as_ref().or(d.reasoning.as_ref()) {
-        let at = origin(i, t.reasoning.is_some(), &["reasoning"]);
+        let at = origin(
+            i,
+            t.reasoning.is_some(),
+            d.reasoning.is_some(),
+            &["reasoning"],
+        );
         reasoning_fields(r, protocol, &at, &mut extra, cx);
     }
     if let (Some(parallel), true) = (provider.and_then(|p| p.parallel_tool_calls), has_tools) {
@@ -123,15 +121,16 @@ pub(super) fn resolve_request_fields(
     }
     let thinking = t.thinking.clone().or_else(|| d.thinking.clone());
     let thinking_budget = match thinking.as_ref().map(|th| check_thinking(th, max_tokens)) {
-        Some(Err(msg)) => {
+        Some(Err(e @ ThinkingError::NotBelowMaxTokens { .. })) => {
             cx.err(
-                &origin(i, t.thinking.is_some(), &["thinking"]),
-                msg.to_string(),
+                &origin(i, t.thinking.is_some(), d.thinking.is_some(), &["thinking"]),
+                e.to_string(),
             );
             None
         }
+        // Reported where the setting is written (fields.rs).
+        Some(Err(_)) | None => None,
         Some(Ok(budget)) => budget,
-        None => None,
     };
     if let Some(th) = thinking
         .as_ref()
@@ -140,7 +139,7 @@ pub(super) fn resolve_request_fields(
         for name in ["temperature", "top_k"] {
             if extra.contains_key(name) {
                 cx.err(
-                    &origin(i, t.thinking.is_some(), &["thinking"]),
+                    &origin(i, t.thinking.is_some(), d.thinking.is_some(), &["thinking"]),
                     format!(
                         "thinking ({:?}) cannot be combined with {name}: remove one of them",
                         th.kind
@@ -152,7 +151,7 @@ pub(super) fn resolve_request_fields(
     }
     if let (Some(_), false) = (&thinking, anthropic) {
         cx.err(
-            &origin(i, t.thinking.is_some(), &["thinking"]),
+            &origin(i, t.thinking.is_some(), d.thinking.is_some(), &["thinking"]),
             "thinking is an Anthropic setting: for OpenAI reasoning models use `reasoning: {effort: ..., summary: ...}`",
         );
     }
@@ -168,7 +167,9 @@ pub(super) fn resolve_request_fields(
     }
 }
 
-/// Checks `reasoning` and puts it into the request under the protocol's name for it.
+/// Checks `reasoning` against the protocol and puts it into the request under the
+/// protocol's name for it (each value on its own is checked where it is written, in
+/// fields.rs).
 fn reasoning_fields(
     r: &ReasoningFields,
     protocol: Option<Protocol>,
@@ -176,25 +177,11 @@ fn reasoning_fields(
     extra: &mut Map<String, Value>,
     cx: &mut Ctx,
 ) {
-    const EFFORTS: [&str; 7] = ["none", "minimal", "low", "medium", "high", "xhigh", "max"];
-    const SUMMARIES: [&str; 3] = ["auto", "concise", "detailed"];
     let mut sub = |field: &str, msg: String| {
         let mut p = at.to_vec();
         p.push(key(field));
         cx.err(&p, msg);
     };
-    if let Some(e) = r.effort.as_deref().filter(|e| !EFFORTS.contains(e)) {
-        sub(
-            "effort",
-            format!("\"{e}\" is not an effort: {}", EFFORTS.join(", ")),
-        );
-    }
-    if let Some(s) = r.summary.as_deref().filter(|s| !SUMMARIES.contains(s)) {
-        sub(
-            "summary",
-            format!("\"{s}\" is not a summary setting: {}", SUMMARIES.join(", ")),
-        );
-    }
     match protocol {
         Some(Protocol::OpenaiResponses) => {
             extra.insert(
@@ -239,15 +226,21 @@ pub(super) fn check_thinking(
     th: &ThinkingFields,
     max_tokens: u32,
 ) -> Result<Option<u32>, ThinkingError> {
+    match thinking_shape(th)? {
+        Some(b) if b >= max_tokens => Err(ThinkingError::NotBelowMaxTokens {
+            budget: b,
+            max_tokens,
+        }),
+        budget => Ok(budget),
+    }
+}
+
+/// What a `thinking` setting is wrong in on its own (whatever the task's max_tokens),
+/// or its budget (Some for `enabled`).
+pub(super) fn thinking_shape(th: &ThinkingFields) -> Result<Option<u32>, ThinkingError> {
     match (th.kind, th.budget_tokens) {
         (ThinkingKind::Enabled, None) => Err(ThinkingError::NoBudget),
         (ThinkingKind::Enabled, Some(b)) if b < 1024 => Err(ThinkingError::BelowMinimum(b)),
-        (ThinkingKind::Enabled, Some(b)) if b >= max_tokens => {
-            Err(ThinkingError::NotBelowMaxTokens {
-                budget: b,
-                max_tokens,
-            })
-        }
         (ThinkingKind::Enabled, Some(b)) => Ok(Some(b)),
         (_, Some(_)) => Err(ThinkingError::BudgetWithoutEnabled),
         (_, None) => Ok(None),

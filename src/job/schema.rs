@@ -18,7 +18,7 @@ use crate::vocab::cache::{CacheMode, CacheRetention, CacheTtl};
 use crate::vocab::context::ContextStrategy;
 use crate::vocab::limits::{MaxRepeats, Period};
 use crate::vocab::price::PriceFields;
-use crate::vocab::values::{HumanDuration, Money};
+use crate::vocab::values::{or_empty, values_or_empty, HumanDuration, Money};
 
 /// The top level of a job file.
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
@@ -26,39 +26,67 @@ use crate::vocab::values::{HumanDuration, Money};
 #[schemars(title = "Job file")]
 pub struct JobFile {
     /// The job's name: the start of each run's folder name (`<name>-<UTC time>`).
+    #[schemars(schema_with = "super::schema_rules::not_blank")]
     pub name: String,
     /// Tasks in flight at once.
     #[serde(default, deserialize_with = "at_most::<_, _, { bounds::CONCURRENCY }>")]
     #[schemars(range(min = 1, max = bounds::CONCURRENCY))]
     pub concurrency: Option<usize>,
     /// Settings every task inherits unless it sets its own.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "or_empty")]
+    #[schemars(
+        with = "Option<TaskFields>",
+        extend("properties" = { "id": { "type": "null" } })
+    )]
     pub defaults: TaskFields,
     /// Per-provider connection settings, keyed by provider name.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values_or_empty")]
+    #[schemars(
+        with = "Option<BTreeMap<String, Option<ProviderFields>>>",
+        transform = super::schema_rules::provider_rules
+    )]
     pub providers: BTreeMap<String, ProviderFields>,
     /// USD per million tokens, by model id; overrides the built-in table.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "or_empty")]
+    #[schemars(with = "Option<BTreeMap<String, PriceFields>>")]
     pub pricing: BTreeMap<String, PriceFields>,
     /// Spend cap of the whole run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_cost_usd: Option<Money>,
     /// Teams: shared spend caps, concurrency and rate limits for their tasks.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "values_or_empty"
+    )]
+    #[schemars(
+        with = "Option<BTreeMap<String, Option<TeamFields>>>",
+        extend("propertyNames" = { "pattern": "^[A-Za-z0-9._-]+$" })
+    )]
     pub teams: BTreeMap<String, TeamFields>,
     /// The persistent ledger of team period caps: a SQLite file, relative to the job
     /// file (default `<out>/ledger.sqlite`), or a PostgreSQL database shared by runs on
     /// several machines (`postgres://USER@HOST:PORT/DATABASE`, no password: PGPASSWORD).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = super::schema_rules::no_password)]
     pub ledger: Option<String>,
     /// Named tool sets (tools, permission policy, bash limits) that tasks choose with
     /// `toolset:`; `coding` and `readonly` exist unless redefined here.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "values_or_empty"
+    )]
+    #[schemars(with = "Option<BTreeMap<String, Option<ToolsetFields>>>")]
     pub toolsets: BTreeMap<String, ToolsetFields>,
     /// Axes to compare: each key is a task field (or a dotted path into one, such as
     /// `limits.max_turns`) and each value a list; every task runs once per combination.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    #[schemars(with = "BTreeMap<String, Vec<serde_json::Value>>")]
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "or_empty"
+    )]
+    #[schemars(schema_with = "super::schema_matrix::axes")]
     pub matrix: BTreeMap<String, Vec<serde_yaml::Value>>,
     /// How many times each task runs per variant (default 1).
     #[serde(
@@ -70,6 +98,7 @@ pub struct JobFile {
     pub epochs: Option<u32>,
     /// The tasks, each with an `id` and a `prompt`; fields it leaves out come from
     /// `defaults`.
+    #[schemars(length(min = 1), transform = super::schema_rules::tasks_need_ids)]
     pub tasks: Vec<TaskFields>,
 }
 
@@ -177,14 +206,16 @@ pub struct PeriodCapFields {
 /// Everything a task may set; `defaults` uses the same fields (except `id`).
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-#[schemars(title = "Task")]
+#[schemars(title = "Task", transform = super::schema_rules::tools_or_toolset)]
 pub struct TaskFields {
-    /// Required on a task, unique: letters, digits, `.`, `_`, `-` (it names the task's
-    /// report files).
+    /// Required on a task, unique: letters, digits, `.`, `_`, `-`, not starting with `.`,
+    /// at most 200 characters (it names the task's report files).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "super::schema_rules::task_id")]
     pub id: Option<String>,
     /// Required: the first user message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "super::schema_rules::not_blank")]
     pub prompt: Option<String>,
     /// `sim` (default), `anthropic`, `openai`, or a key of `providers`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -194,6 +225,7 @@ pub struct TaskFields {
     pub team: Option<String>,
     /// Required: the model id sent to the provider and used for pricing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "super::schema_rules::not_blank")]
     pub model: Option<String>,
     /// Output tokens per request (default 4096); the cost and token budgets may shrink
     /// it further.
@@ -222,12 +254,14 @@ pub struct TaskFields {
     pub git_ref: Option<String>,
     /// A command run in the workspace before the agent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "super::schema_rules::not_blank")]
     pub setup: Option<String>,
     /// How long `setup` may run (default 10m).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub setup_timeout: Option<HumanDuration>,
     /// A command run in the workspace after the loop: exit 0 is a pass.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "super::schema_rules::not_blank")]
     pub check: Option<String>,
     /// How long `check` may run (default 10m).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -248,6 +282,7 @@ pub struct TaskFields {
     pub workspaces: Option<WorkspaceMethod>,
     /// Variables added to the scrubbed environment of the task's commands.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("propertyNames" = { "pattern": "^[A-Za-z_][A-Za-z0-9_]*$" }))]
     pub env: Option<BTreeMap<String, String>>,
     /// How the task's commands are confined: network or not, and whether less
     /// confinement than asked for fails the task.
@@ -273,12 +308,14 @@ pub struct TaskFields {
     /// The simulator script: a path relative to the job file, or the script inline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sim: Option<SimSource>,
-    /// Sampling temperature, sent only when set (newer Anthropic API versions and
-    /// models refuse sampling parameters).
+    /// Sampling temperature from 0 to 2 (Anthropic's to 1), sent only when set (newer
+    /// Anthropic API versions and models refuse sampling parameters).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 2))]
     pub temperature: Option<f64>,
-    /// Nucleus sampling, sent only when set.
+    /// Nucleus sampling from 0 to 1, sent only when set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 1))]
     pub top_p: Option<f64>,
     /// Top-k sampling, sent only when set; Anthropic only.
     #[serde(
@@ -414,6 +451,7 @@ pub struct ContextFields {
     /// The model's context window in tokens, at least 1 (default: the model's from
     /// the built-in table).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
     pub window: Option<u64>,
     /// How the prompt is kept inside the window (default `auto`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -421,10 +459,12 @@ pub struct ContextFields {
     /// Compact when the next request's prompt and answer would pass this share of the
     /// window: above 0, at most 1 (default 0.85).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("exclusiveMinimum" = 0, "maximum" = 1))]
     pub at: Option<f64>,
     /// Tool results kept whole when clearing, or turns kept whole when summarizing,
     /// newest first: 1 to 10000 (default 3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = bounds::KEEP))]
     pub keep: Option<usize>,
     /// Tools whose results are never cleared.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -453,16 +493,18 @@ pub enum StreamMode {
 pub struct ReasoningFields {
     /// none, minimal, low, medium, high, xhigh or max (models take different subsets).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "super::schema_rules::efforts")]
     pub effort: Option<String>,
     /// auto, concise or detailed (Responses only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "super::schema_rules::summaries")]
     pub summary: Option<String>,
 }
 
 /// The `thinking` request parameter of Anthropic's Messages API, sent as given.
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-#[schemars(title = "Extended thinking (Anthropic)")]
+#[schemars(title = "Extended thinking (Anthropic)", transform = super::schema_rules::thinking_rules)]
 pub struct ThinkingFields {
     /// `enabled` (with `budget_tokens`), `adaptive` or `disabled`.
     #[serde(rename = "type")]
@@ -514,6 +556,20 @@ impl<'de> Deserialize<'de> for SimSource {
             }
             fn visit_str<E: de::Error>(self, s: &str) -> Result<SimSource, E> {
                 Ok(SimSource::Path(s.to_string()))
+            }
+            // A number or boolean is a path as written, as for every text field (the
+            // schema cannot tell them apart).
+            fn visit_u64<E: de::Error>(self, n: u64) -> Result<SimSource, E> {
+                Ok(SimSource::Path(n.to_string()))
+            }
+            fn visit_i64<E: de::Error>(self, n: i64) -> Result<SimSource, E> {
+                Ok(SimSource::Path(n.to_string()))
+            }
+            fn visit_f64<E: de::Error>(self, n: f64) -> Result<SimSource, E> {
+                Ok(SimSource::Path(n.to_string()))
+            }
+            fn visit_bool<E: de::Error>(self, b: bool) -> Result<SimSource, E> {
+                Ok(SimSource::Path(b.to_string()))
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<SimSource, A::Error> {
                 Script::deserialize(de::value::MapAccessDeserializer::new(map))

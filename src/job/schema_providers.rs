@@ -7,6 +7,8 @@ use serde::{Deserialize, Serialize};
 use super::schema::{BatchFields, CacheFields, StreamMode};
 use crate::model::Protocol;
 use crate::vocab::bounds::{self, at_most};
+use crate::vocab::json_schema;
+use crate::vocab::protocol::BASE_URL_PATTERN;
 use crate::vocab::values::{ByteSize, HumanDuration};
 
 /// Connection settings of one provider.
@@ -22,9 +24,10 @@ pub struct ProviderFields {
     /// built-in `sim` provider always does).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub simulator: Option<bool>,
-    /// The API root (default: the protocol's, `https://api.anthropic.com` or
-    /// `https://api.openai.com/v1`).
+    /// The API root, http or https (default: the protocol's,
+    /// `https://api.anthropic.com` or `https://api.openai.com/v1`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "api_root")]
     pub base_url: Option<String>,
     /// Name of the environment variable holding the key; keys never go in job files.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -47,6 +50,7 @@ pub struct ProviderFields {
     pub parallel_tool_calls: Option<ParallelToolCalls>,
     /// Anthropic: the `anthropic-version` header (default `2023-06-01`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "header_value")]
     pub anthropic_version: Option<String>,
     /// Streaming for the provider's tasks (a task's own `stream` wins, then this, then
     /// the defaults').
@@ -70,6 +74,7 @@ pub struct ProviderFields {
     /// The largest response body read (default 64MiB); a longer one is abandoned, counted
     /// at its worst case, and ends the task with `provider_error`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<ResponseBytes>")]
     pub max_response_bytes: Option<ByteSize>,
     /// Retries of a retryable failure (5xx, 529, connection errors) per request
     /// (default 2).
@@ -119,6 +124,29 @@ pub struct ProviderFields {
     /// Only for `sim`: the limits the simulator itself enforces (429 + retry-after).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_limits: Option<ServerLimitFields>,
+}
+
+/// The schema of `max_response_bytes`: a size of at most [`bounds::RESPONSE_BYTES`].
+struct ResponseBytes;
+
+impl JsonSchema for ResponseBytes {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ResponseBytes".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        json_schema::size_at_most(bounds::RESPONSE_BYTES)
+    }
+}
+
+/// A `base_url`: an http or https URL (a number is never one).
+fn api_root(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({ "type": ["string", "null"], "pattern": BASE_URL_PATTERN })
+}
+
+/// The `anthropic-version` header: printable ASCII without spaces.
+fn header_value(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    json_schema::text_matching("^[!-~]+$", None)
 }
 
 /// Limits a simulator server enforces on its clients (`providers.sim.server_limits`).

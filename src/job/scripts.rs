@@ -4,8 +4,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use super::context::Ctx;
-use super::diagnostics::origin;
+use super::context::{Ctx, ScriptFile};
+use super::diagnostics::{origin, place, Layer};
 use super::locate::Seg;
 use super::schema::{SimSource, TaskFields};
 use super::source::{self, SourceError};
@@ -25,12 +25,12 @@ pub(super) fn resolve_task_script(
     if p.kind != ProviderKind::Sim {
         return None;
     }
-    let sim_at = origin(i, t.sim.is_some(), &["sim"]);
+    let sim_at = origin(i, t.sim.is_some(), d.sim.is_some(), &["sim"]);
     match t.sim.as_ref().or(d.sim.as_ref()) {
         Some(src) => load_script(src, &sim_at, cx),
         None if p.base_url.is_none() => {
             cx.err(
-                &origin(i, true, &["sim"]),
+                &place(i, Some(Layer::Task), &["sim"]),
                 format!("provider {} is the simulator and needs a script: add `sim: path/to/script.yaml` (or an inline script), or choose a real provider such as `provider: anthropic`", p.name),
             );
             None
@@ -39,43 +39,60 @@ pub(super) fn resolve_task_script(
     }
 }
 
+/// Checks a script written inline at `at` (a task's or the defaults' `sim`), whether or
+/// not a task plays it; its errors are placed at the field inside it that they name.
+/// Whether it is fine (a path to a file is checked when a task plays it).
+pub(super) fn check_inline(src: &SimSource, at: &[Seg], cx: &mut Ctx) -> bool {
+    let SimSource::Inline(s) = src else {
+        return true;
+    };
+    let Err(e) = s.check() else {
+        return true;
+    };
+    let e = e.0;
+    match super::locate::split_path_prefix(&e) {
+        Some((inner, rest)) => {
+            let mut full = at.to_vec();
+            full.extend(inner);
+            cx.err(&full, rest.to_string());
+        }
+        None => cx.err(at, e),
+    }
+    false
+}
+
 fn load_script(src: &SimSource, at: &[Seg], cx: &mut Ctx) -> Option<Arc<Script>> {
     match src {
-        SimSource::Inline(s) => match s.check() {
-            Ok(()) => Some(Arc::new(s.clone())),
-            Err(e) => {
-                let e = e.0;
-                // At the field inside the script that the message names, if any.
-                match super::locate::split_path_prefix(&e) {
-                    Some((inner, rest)) => {
-                        let mut full = at.to_vec();
-                        full.extend(inner);
-                        cx.err(&full, rest.to_string());
-                    }
-                    None => cx.err(at, e),
-                }
-                None
-            }
-        },
+        // Its errors were reported where it is written (fields.rs).
+        SimSource::Inline(s) => s.check().is_ok().then(|| Arc::new(s.clone())),
         SimSource::Path(p) => {
             let full = cx.files.join(p);
-            if let Some(cached) = cx.scripts.get(&full) {
-                return cached.clone();
-            }
-            let loaded = parse_script(&full, cx.files.take_script_text(&full));
-            let script = match loaded {
-                Ok(s) => Some(Arc::new(s)),
-                Err(ScriptError::Missing(e)) => {
-                    cx.err(at, format!("simulator script {}: {e}", full.display()));
-                    None
-                }
-                Err(ScriptError::Invalid(d)) => {
-                    cx.diags.extend(d);
-                    None
+            let file = match cx.scripts.get(&full) {
+                Some(cached) => cached.clone(),
+                None => {
+                    let file = match parse_script(&full, cx.files.take_script_text(&full)) {
+                        Ok(s) => ScriptFile::Loaded(Arc::new(s)),
+                        Err(ScriptError::Missing(e)) => ScriptFile::Unreadable(format!(
+                            "simulator script {}: {e}",
+                            full.display()
+                        )),
+                        Err(ScriptError::Invalid(d)) => {
+                            cx.diags.extend(d);
+                            ScriptFile::Invalid
+                        }
+                    };
+                    cx.scripts.insert(full, file.clone());
+                    file
                 }
             };
-            cx.scripts.insert(full, script.clone());
-            script
+            match file {
+                ScriptFile::Loaded(s) => Some(s),
+                ScriptFile::Unreadable(message) => {
+                    cx.err(at, message);
+                    None
+                }
+                ScriptFile::Invalid => None,
+            }
         }
     }
 }

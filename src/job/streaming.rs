@@ -3,7 +3,7 @@
 //! never in batch mode.
 
 use super::context::Ctx;
-use super::diagnostics::origin;
+use super::diagnostics::{place, Layer};
 use super::locate::Seg;
 use super::schema::{StreamMode, TaskFields, ThinkingKind};
 use super::spec::{ProviderKind, ProviderSpec};
@@ -27,16 +27,23 @@ pub(super) fn resolve_stream(
     batch: bool,
     cx: &mut Ctx,
 ) -> bool {
-    let mode = t
-        .stream
-        .or_else(|| provider.and_then(|p| p.stream))
-        .or(d.stream)
-        .unwrap_or_default();
+    let layers = [
+        (Layer::Task, t.stream),
+        (
+            Layer::Provider(provider.map_or("", |p| p.name.as_str())),
+            provider.and_then(|p| p.stream),
+        ),
+        (Layer::Defaults, d.stream),
+    ];
+    let (mode, layer) = layers
+        .into_iter()
+        .find_map(|(layer, mode)| mode.map(|m| (m, layer)))
+        .map_or((StreamMode::default(), None), |(m, layer)| (m, Some(layer)));
     // A batch answers whole, and has no 10-minute limit per request.
     if batch {
         if mode == StreamMode::Always {
             cx.err(
-                &origin(i, t.stream.is_some(), &["stream"]),
+                &place(i, layer, &["stream"]),
                 "batch requests are answered whole, never streamed: set stream to auto or never, or batch mode off",
             );
         }
@@ -56,7 +63,7 @@ pub(super) fn resolve_stream(
         provider.is_some_and(|p| p.kind == ProviderKind::Api && p.protocol == Protocol::Anthropic);
     if !stream && real_anthropic && max_tokens > MAX_NON_STREAMING_TOKENS {
         let set_at = if t.stream.is_some() {
-            origin(i, true, &["stream"])
+            place(i, Some(Layer::Task), &["stream"])
         } else {
             max_tokens_at.to_vec()
         };

@@ -70,7 +70,7 @@ pub(super) fn resolve_task_team(
     if found.is_none() {
         let known: Vec<&str> = teams.keys().map(String::as_str).collect();
         cx.err(
-            &origin(i, t.team.is_some(), &["team"]),
+            &origin(i, t.team.is_some(), d.team.is_some(), &["team"]),
             format!(
                 "unknown team \"{name}\"; {}",
                 if known.is_empty() {

@@ -9,11 +9,12 @@ use serde_json::json;
 use super::context::Ctx;
 use super::diagnostics::Diagnostics;
 use super::environment::Environment;
-use super::expand::{expand, valid_id, DEFAULT_CONCURRENCY};
+use super::expand::{expand, DEFAULT_CONCURRENCY};
 use super::files::Files;
 use super::providers::resolve_providers;
 use super::sampling::check_thinking;
-use super::schema::{JobFile, ThinkingFields, ThinkingKind};
+use super::schema::{JobFile, SimSource, ThinkingFields, ThinkingKind};
+use super::schema_rules::{valid_id, ID_PATTERN, MAX_ID};
 use super::{JobError, Plan, ProviderKind, ProviderSpec};
 use crate::model::Protocol;
 use crate::tools::Registry;
@@ -349,6 +350,24 @@ fn ids_name_files_safely() {
     for bad in ["", "../x", "a/b", ".hidden", "a b"] {
         assert!(!valid_id(bad), "{bad}");
     }
+    // The JSON Schema's pattern and length say the same.
+    let pattern = regex::Regex::new(ID_PATTERN).expect("the pattern compiles");
+    let schema = |id: &str| pattern.is_match(id) && id.chars().count() <= MAX_ID;
+    let mut ids = vec![String::new()];
+    let mut last = vec![String::new()];
+    for _ in 0..4 {
+        last = last
+            .iter()
+            .flat_map(|t| {
+                ["a", "Z", "0", ".", "_", "-", "/", " ", "é", "\n"].map(|c| format!("{t}{c}"))
+            })
+            .collect();
+        ids.extend(last.iter().cloned());
+    }
+    ids.extend(["a".repeat(MAX_ID), "a".repeat(MAX_ID + 1), "a\n".into()]);
+    for id in &ids {
+        assert_eq!(schema(id), valid_id(id), "{id:?}");
+    }
 }
 
 #[test]
@@ -547,4 +566,44 @@ fn batch_mode_resolves_field_by_field_and_refuses_what_the_apis_refuse() {
         assert!(e.contains(says), "{fields}: {e}");
         assert!(e.contains("tasks[0]"), "{fields}: {e}");
     }
+}
+
+#[test]
+fn a_number_or_boolean_as_a_script_is_a_path_as_for_any_text() {
+    let job: JobFile = super::parse_yaml(
+        "job.yaml",
+        "name: t\ntasks:\n  - { id: a, sim: 5 }\n  - { id: b, sim: true }\n",
+    )
+    .unwrap();
+    let paths: Vec<_> = job
+        .tasks
+        .iter()
+        .map(|t| match &t.sim {
+            Some(SimSource::Path(p)) => p.clone(),
+            _ => String::new(),
+        })
+        .collect();
+    assert_eq!(paths, ["5", "true"]);
+}
+
+#[test]
+fn tasks_without_a_valid_id_are_each_told_so_once() {
+    let e = load(&format!(
+        "name: t\ndefaults: {{ model: m, prompt: p, sim: {INLINE} }}\nmatrix:\n  max_tokens: [100, 200]\ntasks:\n  - {{ id: \"a/b\" }}\n  - {{ id: \"c/d\" }}\n  - {{}}\n"
+    ))
+    .unwrap_err();
+    let lines: Vec<String> = e.diagnostics.iter().map(ToString::to_string).collect();
+    assert_eq!(lines.len(), 3, "{lines:#?}");
+    assert!(
+        lines[0].contains("tasks[0].id: invalid task id \"a/b\""),
+        "{lines:#?}"
+    );
+    assert!(
+        lines[1].contains("tasks[1].id: invalid task id \"c/d\""),
+        "{lines:#?}"
+    );
+    assert!(
+        lines[2].contains("tasks[2]: the task has no `id`"),
+        "{lines:#?}"
+    );
 }

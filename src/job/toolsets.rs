@@ -13,6 +13,7 @@ use super::context::Ctx;
 use super::diagnostics::{key, origin};
 use super::locate::Seg;
 use super::schema::{Decision, JobFile, McpServerFields, TaskFields, ToolsetFields};
+use super::schema_toolsets::TRANSPORTS;
 use super::source::SourceError;
 use super::spec::ToolsetSpec;
 use crate::tools::mcp::{McpServerSpec, Transport};
@@ -118,7 +119,6 @@ pub(super) fn resolve_toolsets(
 }
 
 const DEFAULT_MCP_TIMEOUT: Duration = Duration::from_secs(60);
-const HTTP_KINDS: [&str; 3] = ["http", "streamable-http", "streamableHttp"];
 
 /// A tool set's MCP servers: its `mcp` entries and those of its `mcp_config` file.
 fn resolve_mcp(f: &ToolsetFields, here: &[Seg], cx: &mut Ctx) -> Vec<Arc<McpServerSpec>> {
@@ -162,7 +162,7 @@ fn resolve_mcp(f: &ToolsetFields, here: &[Seg], cx: &mut Ctx) -> Vec<Arc<McpServ
             .kind
             .clone()
             .unwrap_or_else(|| if s.url.is_some() { "http" } else { "stdio" }.into());
-        let http = HTTP_KINDS.contains(&kind.as_str());
+        let http = TRANSPORTS[1..].contains(&kind.as_str());
         let transport = match (kind.as_str(), &s.command, &s.url) {
             ("sse", _, _) => {
                 cx.err(&field("type"), "the old HTTP+SSE transport is not supported: use the server's Streamable HTTP endpoint (`type: http`)");
@@ -333,7 +333,7 @@ pub(super) fn resolve_task_toolset(
     for (fields, on_task) in [(t, true), (d, false)] {
         if fields.tools.is_some() && fields.toolset.is_some() {
             cx.err(
-                &origin(i, on_task, &["toolset"]),
+                &origin(i, on_task, !on_task, &["toolset"]),
                 "set either `tools` or `toolset`, not both",
             );
             return None;
@@ -349,7 +349,7 @@ pub(super) fn resolve_task_toolset(
         if found.is_none() {
             let known: Vec<&str> = toolsets.keys().map(String::as_str).collect();
             cx.err(
-                &origin(i, on_task, &["toolset"]),
+                &origin(i, on_task, !on_task, &["toolset"]),
                 format!(
                     "unknown tool set \"{name}\"; the tool sets are: {}",
                     known.join(", ")
@@ -361,7 +361,7 @@ pub(super) fn resolve_task_toolset(
     let tools = list.unwrap_or_default();
     let mut ok = true;
     for (j, tool) in tools.iter().enumerate() {
-        let mut at = origin(i, on_task, &["tools"]);
+        let mut at = origin(i, on_task, !on_task, &["tools"]);
         at.push(Seg::Index(j));
         if !registry.contains(tool) {
             let known: Vec<&str> = registry.names().collect();
@@ -414,13 +414,13 @@ pub(super) fn check_toolset_needs(
                 "tools"
             };
             cx.err(
-                &origin(i, on_task, &[field]),
+                &origin(i, on_task, !on_task, &[field]),
                 format!("tool \"{needs}\" works on a repository: give the task a `repo` (a local git repository or folder)"),
             );
         }
     }
     if let Some(ts) = toolset {
-        let at = origin(i, t.toolset.is_some(), &["toolset"]);
+        let at = origin(i, t.toolset.is_some(), d.toolset.is_some(), &["toolset"]);
         let set = ts.name.as_deref().unwrap_or("(tools)");
         for s in &ts.mcp {
             if s.per_task() && !has_repo {

@@ -4,13 +4,11 @@
 use super::context::Ctx;
 use super::diagnostics::origin;
 use super::schema::{ContextFields, TaskFields};
+use crate::vocab::bounds;
 use crate::vocab::context::{
     context_window, ContextPolicy, ContextStrategy, DEFAULT_AT, DEFAULT_KEEP,
 };
 use crate::vocab::protocol::Protocol;
-
-/// Most tool results a task may keep whole (more would never compact).
-const MAX_KEEP: usize = 10_000;
 
 pub(super) fn resolve_context(
     i: usize,
@@ -22,7 +20,7 @@ pub(super) fn resolve_context(
 ) -> ContextPolicy {
     let (tc, dc) = (t.context.as_ref(), d.context.as_ref());
     let pick = |f: fn(&ContextFields) -> bool| tc.is_some_and(f);
-    let at_field = |name: &str, set: bool| origin(i, set, &["context", name]);
+    let at_field = |name: &str, set: bool| origin(i, set, !set, &["context", name]);
     // Each field from the task, else the defaults.
     let layers = [tc, dc];
     fn first<T>(
@@ -31,33 +29,10 @@ pub(super) fn resolve_context(
     ) -> Option<T> {
         layers.iter().flatten().find_map(|c| f(c))
     }
+    // Each value on its own is checked where it is written (fields.rs).
     let window = first(&layers, |c| c.window);
-    if window == Some(0) {
-        cx.err(
-            &at_field("window", pick(|c| c.window.is_some())),
-            "must be at least 1 (tokens)",
-        );
-    }
     let at = first(&layers, |c| c.at);
-    if let Some(a) = at.filter(|a| !(*a > 0.0 && *a <= 1.0)) {
-        cx.err(
-            &at_field("at", pick(|c| c.at.is_some())),
-            format!("{a} is not a share of the window: write a number above 0 and at most 1, such as 0.85"),
-        );
-    }
     let keep = first(&layers, |c| c.keep);
-    if keep.is_some_and(|k| k > MAX_KEEP) {
-        cx.err(
-            &at_field("keep", pick(|c| c.keep.is_some())),
-            format!("at most {MAX_KEEP} tool results can be kept whole"),
-        );
-    }
-    if keep == Some(0) {
-        cx.err(
-            &at_field("keep", pick(|c| c.keep.is_some())),
-            "must be at least 1: with 0 a compaction would clear the results the model has not read yet",
-        );
-    }
     let strategy = first(&layers, |c| c.strategy).unwrap_or_default();
     if strategy == ContextStrategy::Native && protocol == Some(Protocol::OpenaiChat) {
         cx.err(
@@ -69,7 +44,7 @@ pub(super) fn resolve_context(
         window: window.filter(|w| *w > 0).or_else(|| context_window(model)),
         strategy,
         at: at.filter(|a| *a > 0.0 && *a <= 1.0).unwrap_or(DEFAULT_AT),
-        keep: keep.unwrap_or(DEFAULT_KEEP).clamp(1, MAX_KEEP),
+        keep: keep.unwrap_or(DEFAULT_KEEP).clamp(1, bounds::KEEP),
         exempt: first(&layers, |c| c.exempt.clone()).unwrap_or_default(),
     }
 }

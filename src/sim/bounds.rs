@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use serde_json::json;
+
 use super::script::{Block, Chaos, Fault, MidStream, Script, ScriptTurn, UsageScript};
 use crate::vocab::values::HumanDuration;
 
@@ -111,6 +113,51 @@ impl Script {
         }
         numbers(self)
     }
+}
+
+/// The JSON Schema's twin of [`Script::check`]'s rules for a script as a whole: turns or
+/// chaos, not both, and `repeat_last` only with turns.
+pub(super) fn script_schema_rules(schema: &mut schemars::Schema) {
+    let turns = json!({ "required": ["turns"], "properties": { "turns": { "type": "array", "minItems": 1 } } });
+    let chaos = json!({ "required": ["chaos"], "properties": { "chaos": { "type": "object" } } });
+    let repeat =
+        json!({ "required": ["repeat_last"], "properties": { "repeat_last": { "const": true } } });
+    schema.insert(
+        "allOf".into(),
+        json!([
+            { "anyOf": [turns, chaos] },
+            { "not": { "allOf": [turns, chaos] } },
+            { "not": { "allOf": [chaos, repeat] } }
+        ]),
+    );
+}
+
+/// The JSON Schema's twin of the rules a fault is checked by ([`Script::check`],
+/// `check_fault`, `check_mid_stream`): one kind of failure (`status` or `disconnect`,
+/// `mid_stream`, or `batch_expire`), and the fields that go with each.
+pub(super) fn fault_schema_rules(schema: &mut schemars::Schema) {
+    // A field set to a value (serde reads `null` as not set).
+    let set = |field: &str| json!({ "required": [field], "properties": { field: { "not": { "type": "null" } } } });
+    let on =
+        |field: &str| json!({ "required": [field], "properties": { field: { "const": true } } });
+    let (status, disconnect, mid_stream, expire) = (
+        set("status"),
+        on("disconnect"),
+        set("mid_stream"),
+        on("batch_expire"),
+    );
+    let not_stall = json!({ "required": ["mid_stream"], "properties": { "mid_stream": { "enum": ["error", "failed", "cut"] } } });
+    schema.insert(
+        "allOf".into(),
+        json!([
+            { "anyOf": [status, disconnect, mid_stream, expire] },
+            { "not": { "allOf": [expire, { "anyOf": [status, disconnect, mid_stream] }] } },
+            { "not": { "allOf": [mid_stream, { "anyOf": [status, disconnect] }] } },
+            { "not": { "allOf": [{ "not": mid_stream }, { "anyOf": [set("after_events"), set("stall_for")] }] } },
+            { "not": { "allOf": [mid_stream, { "anyOf": [set("retry_after"), set("reset_after"), set("should_retry")] }] } },
+            { "not": { "allOf": [set("stall_for"), not_stall] } }
+        ]),
+    );
 }
 
 /// `field: value is over the upper bound of bound`, or Ok.

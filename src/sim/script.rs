@@ -12,12 +12,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::bounds;
-use crate::vocab::values::HumanDuration;
+use crate::vocab::values::{items_or_empty, or_empty, HumanDuration};
 
 /// One task's script.
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-#[schemars(title = "Simulator script")]
+#[schemars(title = "Simulator script", transform = bounds::script_schema_rules)]
 pub struct Script {
     /// Latency of every turn that does not set its own (at most 10m).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -28,8 +28,15 @@ pub struct Script {
     pub repeat_last: bool,
     /// The scripted turns: turn n answers the request whose history holds n assistant
     /// messages. A script has `turns` or `chaos`, not both.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = bounds::MAX_TURNS))]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "items_or_empty"
+    )]
+    #[schemars(
+        with = "Option<Vec<Option<ScriptTurn>>>",
+        length(max = bounds::MAX_TURNS)
+    )]
     pub turns: Vec<ScriptTurn>,
     /// Generate every turn from a seed instead (an erratic model, for property tests).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -51,7 +58,8 @@ pub struct Script {
 pub struct ScriptTurn {
     /// The answer's content blocks, each a one-key map: `text`, `thinking`,
     /// `redacted_thinking`, `tool_use` or `raw`.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "or_empty")]
+    #[schemars(with = "Option<Vec<Block>>")]
     pub content: Vec<Block>,
     /// Defaults to `tool_use` when the content has a tool_use block, else `end_turn`.
     /// Any string is played as given, so unknown future values can be tested.
@@ -71,8 +79,12 @@ pub struct ScriptTurn {
     pub latency: Option<HumanDuration>,
     /// Played one per attempt before the real answer: the first attempt at this turn
     /// gets `faults[0]`, the second `faults[1]`, and so on.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = bounds::MAX_FAULTS))]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "or_empty"
+    )]
+    #[schemars(with = "Option<Vec<Fault>>", length(max = bounds::MAX_FAULTS))]
     pub faults: Vec<Fault>,
     /// Send this text as the 200 response body instead of the rendered message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -222,6 +234,7 @@ pub struct ToolUseScript {
     pub name: String,
     /// The call's arguments: a map.
     #[serde(default = "empty_object")]
+    #[schemars(with = "serde_json::Map<String, Value>")]
     pub input: Value,
     /// Defaults to a deterministic `toolu_...` (Anthropic) or `call_...` (OpenAI) id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -271,7 +284,7 @@ pub struct UsageScript {
 /// A failed attempt: one of `status`, `disconnect`, `mid_stream` or `batch_expire`.
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-#[schemars(title = "Fault")]
+#[schemars(title = "Fault", transform = bounds::fault_schema_rules)]
 pub struct Fault {
     /// HTTP error status (429, 500, 529, 400, ...). Absent with `disconnect`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

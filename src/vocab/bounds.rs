@@ -24,6 +24,9 @@ pub const TURNS: u64 = 1_000_000;
 pub const REPEATS: u64 = TURNS;
 /// A task's input or output token budget, and the tier boundary of a long-context price.
 pub const TOKEN_BUDGET: u64 = 1_000_000_000_000;
+/// `context.keep`: tool results (or turns) a compaction keeps whole; more would never
+/// compact.
+pub const KEEP: usize = 10_000;
 /// Retries of one request.
 pub const RETRIES: u64 = 1_000;
 /// Requests per minute.

@@ -15,6 +15,13 @@ pub enum Protocol {
     OpenaiChat,
 }
 
+/// What a `base_url` that [`Protocol::url`] takes starts with, for the JSON Schema: the
+/// scheme http or https, in any case, where the URL standard lets spaces and control
+/// characters come first and tabs and line breaks anywhere. The rest of the URL is left
+/// to the parser.
+pub const BASE_URL_PATTERN: &str =
+    r"^[\x00-\x20]*[Hh][\t\n\r]*[Tt][\t\n\r]*[Tt][\t\n\r]*[Pp][\t\n\r]*([Ss][\t\n\r]*)?:";
+
 impl Protocol {
     pub const ALL: [Protocol; 3] = [
         Protocol::Anthropic,
@@ -70,5 +77,43 @@ impl Protocol {
 impl std::fmt::Display for Protocol {
     fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_base_url_pattern_matches_every_url_the_check_takes() {
+        let re = regex::Regex::new(BASE_URL_PATTERN).expect("the pattern compiles");
+        for url in [
+            "https://api.anthropic.com",
+            "http://127.0.0.1:8000/v1",
+            "HTTPS://API.OPENAI.COM/v1",
+            " http://h",
+            "\u{1}http://h",
+            "ht\ttp://h",
+            "http\n://h",
+            "http:h",
+            "http:/h",
+            "https:\\\\h",
+            "ftp://h",
+            "localhost:8000",
+            "h",
+            "",
+            "://h",
+            "http//h",
+            "file:///x",
+            "http://exa mple.com",
+        ] {
+            let takes = Protocol::ALL.iter().any(|p| p.url(url).is_ok());
+            if takes {
+                assert!(re.is_match(url), "{url:?} is taken but fails the pattern");
+            }
+        }
+        for refused in ["ftp://h", "localhost:8000", "h", "", "://h", "http//h"] {
+            assert!(!re.is_match(refused), "{refused:?} matches");
+        }
     }
 }

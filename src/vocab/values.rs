@@ -1,6 +1,8 @@
 //! Scalar value types of the job file that need more than serde's defaults: human
-//! durations ("90s", "30m", "2h") and money written as plain decimal numbers.
+//! durations ("90s", "30m", "2h") and money written as plain decimal numbers; and
+//! values left empty.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
@@ -8,6 +10,48 @@ use std::time::Duration;
 use rust_decimal::Decimal;
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
+
+/// Reads a list, a map or a block of settings that may be left empty. YAML reads
+/// `teams:` with nothing after it and `teams: null` (or `~`) as the same null, and the
+/// JSON Schema sees only that null; serde_yaml gives the first the empty value but
+/// refuses the second. Through this (serde's `deserialize_with`) both are empty.
+pub fn or_empty<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+}
+
+/// [`or_empty`] for a map whose values may each be left empty or null too
+/// (`teams: {x: }`, `teams: {x: null}`): such a value is its type's empty value.
+pub fn values_or_empty<'de, D, V>(d: D) -> Result<BTreeMap<String, V>, D::Error>
+where
+    D: Deserializer<'de>,
+    V: Deserialize<'de> + Default,
+{
+    let map: Option<BTreeMap<String, Option<V>>> = Option::deserialize(d)?;
+    Ok(map
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, v.unwrap_or_default()))
+        .collect())
+}
+
+/// [`or_empty`] for a list whose items may each be left empty or null too
+/// (`turns: [ ~ ]`): such an item is its type's empty value.
+pub fn items_or_empty<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    let items: Option<Vec<Option<T>>> = Option::deserialize(d)?;
+    Ok(items
+        .unwrap_or_default()
+        .into_iter()
+        .map(Option::unwrap_or_default)
+        .collect())
+}
 
 /// A duration written the way people write it ("90s", "30m", "1h30m"); a bare number is
 /// refused because nobody can tell whether it means seconds or minutes.
@@ -54,8 +98,6 @@ impl Serialize for HumanDuration {
 /// The longest duration a job may write; longer ones are typos, and would overflow clocks.
 pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
 
-/// Parses "90s", "30m", "2h", "1h30m", "500ms"; zero is refused since no limit of zero
-/// makes sense.
 /// Whether a ledger or queue setting names a PostgreSQL database (a `postgres://` or
 /// `postgresql://` URL) rather than a file.
 pub fn is_postgres_url(s: &str) -> bool {
@@ -98,6 +140,21 @@ pub fn postgres_url_has_password(url: &str) -> bool {
     redact_postgres_url(url) != url
 }
 
+/// What [`postgres_url_has_password`] finds, for the JSON Schema: a password in the user
+/// part (before the last `@`) or a `password=` query parameter, unless it is the `***`
+/// that [`redact_postgres_url`] writes.
+pub const PASSWORD_URL_PATTERN: &str = concat!(
+    r"^postgres(ql)?://(",
+    // name:password@ (the name holds no colon, the password anything but `***`)
+    r"[^:]*:(|[^*].*|\*|\*[^*].*|\*\*|\*\*[^*].*|\*\*\*.+)@[^@]*",
+    r"|",
+    // ...?a=1&password=x (after the last `@`)
+    r"(.*@)?[^@?]*\?([^&@]*&)*[Pp][Aa][Ss][Ss][Ww][Oo][Rr][Dd]=(|[^&*@][^&@]*|\*|\*[^&*@][^&@]*|\*\*|\*\*[^&*@][^&@]*|\*\*\*[^&@]+)(&[^@]*)?",
+    r")$"
+);
+
+/// Parses "90s", "30m", "2h", "1h30m", "500ms"; zero is refused since no limit of zero
+/// makes sense.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let d = humantime::parse_duration(s.trim()).map_err(|e| {
         format!("invalid duration \"{s}\" ({e}): use a number with a unit, e.g. \"90s\", \"30m\", \"2h\"")
@@ -273,6 +330,65 @@ mod tests {
     #[derive(Deserialize)]
     struct M {
         m: Money,
+    }
+
+    #[test]
+    fn the_password_pattern_finds_what_the_check_finds() {
+        let re = regex::Regex::new(PASSWORD_URL_PATTERN).expect("the pattern compiles");
+        let mut urls: Vec<String> = [
+            "postgres://u@h/db",
+            "postgres://u:p@h/db",
+            "postgresql://u:p@h:5432/db?sslmode=require",
+            "postgres://u@h:5432/db",
+            "postgres://u:@h/db",
+            "postgres://u:***@h/db",
+            "postgres://u:****@h/db",
+            "postgres://u:*@h/db",
+            "postgres://a@b:p@w@h/db",
+            "postgres://h/db?password=x",
+            "postgres://h/db?sslmode=require&PassWord=x",
+            "postgres://h/db?password=***",
+            "postgres://h/db?password=",
+            "postgres://h/db?xpassword=1",
+            "postgres://u@h/db?password=x&b=2",
+            "postgres://u:p@h/db?password=***",
+            "postgres://h?password=a=b",
+            "postgres://h/db?a=1?password=x",
+            "Postgres://u:p@h/db",
+            "ledger.sqlite",
+            "dir:with/colons@x",
+            "",
+        ]
+        .map(String::from)
+        .to_vec();
+        // Every short URL over a few telling characters.
+        let pieces = [
+            "postgres://",
+            ":",
+            "@",
+            "*",
+            "?",
+            "&",
+            "password=",
+            "=",
+            "u",
+        ];
+        let mut last = vec![String::new()];
+        for _ in 0..5 {
+            last = last
+                .iter()
+                .flat_map(|t| pieces.iter().map(move |p| format!("{t}{p}")))
+                .collect();
+            urls.extend(
+                last.iter()
+                    .filter(|u| u.starts_with("postgres://"))
+                    .cloned(),
+            );
+        }
+        for url in &urls {
+            let has = is_postgres_url(url) && postgres_url_has_password(url);
+            assert_eq!(re.is_match(url), has, "{url:?}");
+        }
     }
 
     #[test]

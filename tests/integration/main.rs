@@ -24,6 +24,7 @@ mod mcp;
 mod openai;
 mod otlp;
 mod otlp_collector;
+mod placement;
 mod postgres;
 mod prompt_cache;
 mod protocol;
