@@ -172,9 +172,25 @@ impl Loop<'_> {
             return Ok(false);
         };
         let mut max_tokens = self.summary_max_tokens(&ask);
-        if forced || self.check_fits(&ask, max_tokens).is_err() {
-            let policy = &self.spec.context;
-            ask.clear_tool_results(policy.keep, &policy.exempt);
+        let mut compacted = false;
+        // A summary request that cannot go whole goes with old tool results cleared, and
+        // they are cleared in the history first: the prompt after a summary is bounded by
+        // the summary request's, so the turns a summary keeps must go out as that request
+        // sent them (before, the request alone was cleared, and the kept turns went out
+        // whole, far above the bound and past the window: found by the chaos sweep).
+        // Clearing may be enough on its own, and then no summary is asked for.
+        if (forced || self.check_fits(&ask, max_tokens).is_err())
+            && self.clear_results(conv, self.meter.turns + 1)
+        {
+            compacted = true;
+            let threshold = self.spec.context.threshold(self.spec.max_tokens);
+            if !forced && threshold.is_none_or(|t| conv.context_estimate() <= t) {
+                return Ok(true);
+            }
+            match conv.summary_request() {
+                Some(again) => ask = again,
+                None => return Ok(true),
+            }
             max_tokens = self.summary_max_tokens(&ask);
         }
         if let Err(o) = self.check_fits(&ask, max_tokens) {
@@ -182,18 +198,17 @@ impl Loop<'_> {
                 "the summary request (a prompt of about {} tokens with old tool results cleared, and max_tokens {}) does not fit the window itself, so no summary can be asked for; lower context.at so that summaries come before the history is this large, or raise context.window",
                 o.prompt, o.max_tokens
             ));
-            return Ok(false);
+            return Ok(compacted);
         }
         let mut answered = self.request(&mut ask, max_tokens).await;
         // A summary request refused as too long (the history jumped past the window in
-        // one turn) goes once more with its old tool results cleared; it is never
-        // summarized itself.
+        // one turn) goes once more with its old tool results cleared (in the history
+        // too, as above); it is never summarized itself.
         if std::mem::take(&mut self.refused_too_long) && !forced {
-            let policy = &self.spec.context;
-            if ask
-                .clear_tool_results(policy.keep, &policy.exempt)
-                .is_some()
-            {
+            let cleared = self.clear_results(conv, self.meter.turns + 1);
+            compacted |= cleared;
+            if let Some(again) = cleared.then(|| conv.summary_request()).flatten() {
+                ask = again;
                 max_tokens = self.summary_max_tokens(&ask);
                 answered = self.request(&mut ask, max_tokens).await;
             }
@@ -241,7 +256,7 @@ impl Loop<'_> {
         let policy = &self.spec.context;
         let threshold = policy.threshold(self.spec.max_tokens);
         let Some(mut done) = conv.replace_with_summary(&turn.text, policy.keep, &ask) else {
-            return Ok(false);
+            return Ok(compacted);
         };
         if threshold.is_some_and(|t| done.tokens_after > t) {
             // The kept turns alone are too large: the summary goes on without them.

@@ -171,8 +171,16 @@ async fn a_server_that_refuses_a_long_prompt_gets_a_summarized_one() {
     let requests = ran.requests("t");
     let refused = requests.iter().filter(|r| r.status == 400).count();
     assert!(refused >= 1);
-    let summaries = ran.events("t", "compaction");
-    assert!(summaries.iter().all(|e| e["strategy"] == "summarize"));
+    // Each refusal clears old tool results (in the history, so that the turns the
+    // summary keeps go out as the summary request sent them) and asks for a summary.
+    let compactions = ran.events("t", "compaction");
+    let summaries: Vec<_> = compactions
+        .iter()
+        .filter(|e| e["strategy"] == "summarize")
+        .collect();
+    assert!(compactions
+        .iter()
+        .all(|e| e["strategy"] == "summarize" || e["strategy"] == "clear_tool_results"));
     assert_eq!(summaries.len(), refused, "one summary per refusal");
     assert!(requests
         .iter()
@@ -553,5 +561,54 @@ async fn a_summary_answer_is_judged_by_its_stop_reason_like_any_answer() {
             requests.len(),
             "{what}: nothing is sent after it"
         );
+    }
+}
+
+/// A summary request too large to send whole goes with its old tool results cleared,
+/// and the history is cleared alike first (which may be enough: then no summary is
+/// asked for): the prompt after a summary is bounded by the summary request's. Before,
+/// only the request was cleared, and the turns it kept went out with the results it had
+/// cleared (a 24 KB one here, the oldest of a turn's three), far above the runner's
+/// bound and past the window (found by the chaos sweep, seed 1354).
+#[tokio::test]
+async fn the_turns_a_cleared_summary_request_keeps_go_out_as_it_sent_them() {
+    for (protocol, model) in [
+        ("anthropic", "claude-sonnet-4-5"),
+        ("openai-responses", "gpt-5.4"),
+        ("openai-chat", "gpt-5.4"),
+    ] {
+        let case = Case::new();
+        folder(&case);
+        case.write("repo/big.py", &"# padding, padding, padding\n".repeat(880));
+        let read = |path: &str| {
+            format!("{{ tool_use: {{ name: read_file, input: {{ path: {path} }} }} }}")
+        };
+        let one = format!("        - content: [ {} ]\n", read("module.py"));
+        let script = format!(
+            "{one}{one}        - content: [ {}, {}, {} ]\n{one}{one}        - content: [ {{ text: done }} ]\n",
+            read("big.py"),
+            read("module.py"),
+            read("module.py")
+        );
+        let yaml = format!(
+            "name: ctx\nproviders:\n  p: {{ protocol: {protocol}, simulator: true }}\ndefaults:\n  provider: p\n  model: {model}\n  max_tokens: 1024\n  toolset: coding\n  repo: repo\n  keep_workspaces: never\n  context: {{ window: 8000, strategy: summarize, keep: 2 }}\n  limits: {{ max_turns: 12, max_repeats: off, time_limit: 10m }}\ntasks:\n  - id: t\n    prompt: fix it\n    sim:\n      context_window: 16000\n      turns:\n{script}"
+        );
+        let ran = case.run(&yaml).await;
+        let row = ran.row("t");
+        assert!(num(&row, "compactions") >= 1, "{protocol}: {row:?}");
+        for r in ran.requests("t").iter().skip(1) {
+            let (prompt, max) = crate::context::sim_tokens(&r.body);
+            assert!(
+                prompt + max <= 8000,
+                "{protocol}: a request of {prompt} + {max} tokens went out for an 8000-token window: {row:?}"
+            );
+        }
+        assert!(
+            ran.events("t", "usage_clamped").is_empty(),
+            "{protocol}: the simulator counted more than the runner's bound: {:?}",
+            ran.events("t", "usage_clamped")
+        );
+        assert_eq!(row["stop_reason"], "completed", "{protocol}: {row:?}");
+        audit_clean(&ran, protocol);
     }
 }

@@ -254,6 +254,18 @@ pub(super) fn check_transcript(
             *stats
                 .entry("answers with usage figures clamped")
                 .or_default() += 1;
+            // The simulator's prompt counts are its own (its contradictions garble the
+            // parts, never the total): one above the runner's bound means the runner
+            // sent more than it reserved for.
+            for c in e["clamps"].as_array().into_iter().flatten() {
+                let why = c["why"].as_str().unwrap_or("");
+                if why.contains("above the request's bound") {
+                    add(
+                        "the runner's prompt bound holds what it sent",
+                        format!("turn {}: {why}", e["turn"]),
+                    );
+                }
+            }
         }
     }
     // A file tool's call at an absolute path, up out of the workspace, or through the
