@@ -10,7 +10,7 @@ use agentbatch::tools::workspace::tree_digest;
 use serde_json::{json, Value};
 
 use crate::common::{make_git_repository, read_csv, Case};
-use crate::workspaces::{reflink_dir, same, Mode};
+use crate::workspaces::{same, Mode};
 
 /// A repository whose links name it by its absolute path (a file, a folder, a file that
 /// is not there), by a relative path, by a path that leaves it and comes back by its
@@ -109,24 +109,7 @@ fn links_into_and_out_of_the_repository_look_the_same_under_every_method() {
     make_git_repository(&git);
     let plain = linked_repository(&case, "plainsrc");
     let digests = [&git, &plain].map(|r| tree_digest(r).unwrap());
-    let xfs = reflink_dir();
-    let modes = [
-        Mode::new("copy", "copy"),
-        Mode::new("overlay", "overlay"),
-        Mode {
-            unprivileged: true,
-            ..Mode::new("unprivileged", "overlay")
-        },
-        Mode {
-            out: Some(xfs.join("reflink")),
-            ..Mode::new("reflink", "reflink")
-        },
-        Mode {
-            out: Some(xfs.join("auto")),
-            no_namespace: true,
-            ..Mode::new("auto", "auto")
-        },
-    ];
+    let modes = Mode::every_method();
     for m in &modes {
         case.write(&format!("{}.yaml", m.name), &links_job(m.workspaces));
         m.run(&case);

@@ -28,24 +28,7 @@ fn every_workspace_method_gives_the_suite_the_same_patches_and_outcomes() {
     // copied where an unprivileged user can read it.
     copy_dir(&root.join("jobs"), &case.path("jobs"));
     let job = std::fs::read_to_string(root.join("jobs/repo-fix.yaml")).unwrap();
-    let xfs = reflink_dir();
-    let modes = [
-        Mode::new("copy", "copy"),
-        Mode::new("overlay", "overlay"),
-        Mode {
-            unprivileged: true,
-            ..Mode::new("unprivileged", "overlay")
-        },
-        Mode {
-            out: Some(xfs.join("reflink")),
-            ..Mode::new("reflink", "reflink")
-        },
-        Mode {
-            out: Some(xfs.join("auto")),
-            no_namespace: true,
-            ..Mode::new("auto", "auto")
-        },
-    ];
+    let modes = Mode::every_method();
     for m in &modes {
         case.write(
             &format!("jobs/{}.yaml", m.name),
@@ -306,27 +289,7 @@ fn hostile_changes_patch_the_same_in_a_layer_as_in_a_copy() {
             ));
         }
     }
-    // Every method this machine has, each run writing its reports where it must: a
-    // reflinked copy needs the run folder on btrfs or XFS (tests/run.sh mounts one).
-    let xfs = reflink_dir();
-    let modes: Vec<Mode> = vec![
-        Mode::new("copy", "copy"),
-        Mode::new("overlay", "overlay"),
-        Mode {
-            unprivileged: true,
-            ..Mode::new("unprivileged", "overlay")
-        },
-        Mode {
-            out: Some(xfs.join("reflink")),
-            ..Mode::new("reflink", "reflink")
-        },
-        // No overlay in this process: auto takes the reflinks the run folder has.
-        Mode {
-            out: Some(xfs.join("auto")),
-            no_namespace: true,
-            ..Mode::new("auto", "auto")
-        },
-    ];
+    let modes = Mode::every_method();
     for m in &modes {
         case.write(
             &format!("{}.yaml", m.name),
@@ -494,6 +457,30 @@ pub(crate) struct Mode {
 }
 
 impl Mode {
+    /// Every workspace method this machine has, each run writing its reports where it
+    /// must: a reflinked copy needs the run folder on btrfs or XFS (tests/run.sh mounts
+    /// one); with no overlay in this process, auto takes the reflinks the run folder has.
+    pub fn every_method() -> [Mode; 5] {
+        let xfs = reflink_dir();
+        [
+            Mode::new("copy", "copy"),
+            Mode::new("overlay", "overlay"),
+            Mode {
+                unprivileged: true,
+                ..Mode::new("unprivileged", "overlay")
+            },
+            Mode {
+                out: Some(xfs.join("reflink")),
+                ..Mode::new("reflink", "reflink")
+            },
+            Mode {
+                out: Some(xfs.join("auto")),
+                no_namespace: true,
+                ..Mode::new("auto", "auto")
+            },
+        ]
+    }
+
     pub fn new(name: &'static str, workspaces: &'static str) -> Mode {
         Mode {
             name,
