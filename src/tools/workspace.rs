@@ -136,7 +136,8 @@ pub enum WorkspaceError {
 }
 
 /// Git with neither the user's nor the system's configuration, in `dir`, its three
-/// streams piped, under a warden (it dies with the runner).
+/// streams piped, dying with the thread that starts it (run it with [`run`], which
+/// waits for it on that thread).
 pub(super) fn git_command(dir: &Path, pre: &[&str], args: &[&str]) -> Command {
     let mut cmd = Command::new("git");
     cmd.args(SAFE_CONFIG)
@@ -156,8 +157,9 @@ pub(super) fn git_command(dir: &Path, pre: &[&str], args: &[&str]) -> Command {
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
     // A clone or a diff of a big tree must not go on writing into the run folder after
-    // a kill.
-    crate::tools::sandbox::die_with_runner(&mut cmd);
+    // a kill. `run` waits for it on the thread that starts it, so the kernel's
+    // parent-death signal is enough (a warden doubled the time of a patch).
+    crate::tools::sandbox::dies_with_caller(&mut cmd);
     cmd
 }
 
@@ -475,7 +477,8 @@ impl Workspace {
         run(self.shadow_command(args), input)
     }
 
-    /// The runner's git, to be started by the caller.
+    /// The runner's git, to be started by the caller and waited for on the same thread
+    /// (it dies with that thread: see [`git_command`]).
     pub(super) fn shadow_command(&self, args: &[&str]) -> Command {
         let gd = format!("--git-dir={}", self.shadow.display());
         let wt = format!("--work-tree={}", self.root.display());

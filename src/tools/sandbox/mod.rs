@@ -29,7 +29,7 @@ use confine::{capabilities, child_setup, ruleset, Bind, ChildSetup};
 
 pub use confine::{describe_capabilities, protect_runner, PID_NAMESPACE_VARIABLE};
 pub use leftovers::{run_marker, stop_leftovers, RUN_VARIABLE};
-pub use warden::{die_with_runner, GRACE};
+pub use warden::{die_with_runner, dies_with_caller, GRACE};
 
 /// Why a sandbox could not be made or a command could not be started in it (a command
 /// that ran and failed is a `CommandOutput`, not an error).
