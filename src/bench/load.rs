@@ -151,7 +151,11 @@ pub struct LoadReport {
     /// Model turns answered (from results.csv).
     pub turns: u64,
     pub completed: usize,
+    /// User and system CPU of the runner's process, start to exit.
     pub runner_cpu_s: f64,
+    /// From run.json's completion after the last task to the process's exit: the
+    /// summary, the report page, the exit.
+    pub after_tasks_ms: u64,
     pub runner_rss_mb: f64,
     pub sim_cpu_s: f64,
     /// The longest and the 99th-percentile task wall time: a starved task shows here.
@@ -193,14 +197,15 @@ impl fmt::Display for LoadReport {
         )?;
         writeln!(
             f,
-            "  wall {:.2} s vs ideal {:.2} s ({:+.1}%); tasks completed {}/{}; turns {} of {}",
+            "  wall {:.2} s vs ideal {:.2} s ({:+.1}%); tasks completed {}/{}; turns {} of {}; after the last task (summary, report page, exit) {} ms",
             self.wall.as_secs_f64(),
             ideal,
             (self.wall.as_secs_f64() / ideal - 1.0) * 100.0,
             self.completed,
             l.tasks,
             self.turns,
-            l.requests()
+            l.requests(),
+            self.after_tasks_ms
         )?;
         writeln!(
             f,
@@ -239,6 +244,15 @@ impl fmt::Display for LoadReport {
 }
 
 /// CPU seconds a live process has used (utime + stime from /proc).
+/// User and system CPU seconds of this process's children that have been waited for.
+fn children_cpu_s() -> f64 {
+    use nix::sys::resource::{getrusage, UsageWho};
+    getrusage(UsageWho::RUSAGE_CHILDREN).map_or(0.0, |u| {
+        let t = |tv: nix::sys::time::TimeVal| tv.tv_sec() as f64 + tv.tv_usec() as f64 / 1e6;
+        t(u.user_time()) + t(u.system_time())
+    })
+}
+
 fn proc_cpu_s(pid: u32) -> f64 {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return 0.0;
@@ -305,6 +319,7 @@ pub async fn run_load(load: &Load, out: &Path) -> anyhow::Result<LoadReport> {
     };
     std::fs::write(&job, load.job(&url, repo.as_deref()))?;
 
+    let children_before = children_cpu_s();
     let started = Instant::now();
     let status = Command::new(&exe)
         .arg("run")
@@ -317,6 +332,10 @@ pub async fn run_load(load: &Load, out: &Path) -> anyhow::Result<LoadReport> {
         .await
         .context("cannot start the runner process")?;
     let wall = started.elapsed();
+    let exited = chrono::Utc::now();
+    // The runner's whole process, the report page included: run.json's own figure is
+    // taken before the page is written.
+    let runner_cpu_s = children_cpu_s() - children_before;
     let sim_cpu_s = sim.id().map_or(0.0, proc_cpu_s);
     let _ = sim.kill().await;
     if !status.success() {
@@ -325,6 +344,15 @@ pub async fn run_load(load: &Load, out: &Path) -> anyhow::Result<LoadReport> {
 
     let run_dir = dir.join("run");
     let run_json = crate::report::RunJson::read(&run_dir.join("run.json"))?;
+    let after_tasks_ms = run_json
+        .finished_at
+        .as_deref()
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+        .map_or(0, |t| {
+            (exited - t.with_timezone(&chrono::Utc))
+                .num_milliseconds()
+                .max(0) as u64
+        });
     let res = run_json.resources.unwrap_or(Value::Null);
     let f = |k: &str| res[k].as_f64().unwrap_or(0.0);
     let results = crate::report::read_results(
@@ -388,7 +416,8 @@ pub async fn run_load(load: &Load, out: &Path) -> anyhow::Result<LoadReport> {
         wall,
         turns,
         completed,
-        runner_cpu_s: f("cpu_user_s") + f("cpu_sys_s"),
+        runner_cpu_s,
+        after_tasks_ms,
         runner_rss_mb: f("max_rss_mb"),
         sim_cpu_s,
         max_task_s: walls.last().copied().unwrap_or(0) as f64 / 1000.0,

@@ -21,6 +21,8 @@ pub(super) struct Parts<'a> {
     pub variants: Option<&'a [VariantSummary]>,
     /// Each task's transcript as script-safe JSON, or None when they are beside the page.
     pub transcripts: Option<&'a [String]>,
+    /// Else each task's view id and the chunk beside the page that holds it.
+    pub lazy: Option<&'a [(String, u32)]>,
     pub warnings: &'a [String],
 }
 
@@ -98,9 +100,16 @@ pub(super) fn page(p: &Parts) -> String {
             s.push_str("]</script>\n");
         }
         None => {
+            let (ids, chunks): (Vec<&str>, Vec<u32>) = p
+                .lazy
+                .unwrap_or_default()
+                .iter()
+                .map(|(id, n)| (id.as_str(), *n))
+                .unzip();
             let _ = writeln!(
                 s,
-                "<script id=\"ab-lazy\" type=\"application/json\" data-dir=\"{TRANSCRIPTS}\">{{}}</script>"
+                "<script id=\"ab-lazy\" type=\"application/json\" data-dir=\"{TRANSCRIPTS}\">{}</script>",
+                script_json(&serde_json::json!({ "ids": ids, "chunks": chunks }))
             );
         }
     }

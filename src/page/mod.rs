@@ -15,6 +15,7 @@
 mod answer;
 mod charts;
 mod html;
+mod live;
 mod summary;
 mod table;
 mod transcript;
@@ -22,6 +23,9 @@ mod transcript;
 use std::path::{Component, Path, PathBuf};
 
 use serde_json::Value;
+
+use live::Chunks;
+pub use live::LiveViews;
 
 use crate::report::{read_results, read_variants, ResultsError, RunJson};
 
@@ -114,19 +118,41 @@ fn clip(s: &str) -> String {
 /// close the element or open a comment), no line separators older engines end a
 /// string at. Each is written as its `\u` escape, which JSON reads back the same.
 fn script_json(v: &Value) -> String {
-    let text = v.to_string();
-    let mut out = String::with_capacity(text.len() + 16);
-    for c in text.chars() {
-        match c {
-            '<' => out.push_str("\\u003c"),
-            '>' => out.push_str("\\u003e"),
-            '&' => out.push_str("\\u0026"),
-            '\u{2028}' => out.push_str("\\u2028"),
-            '\u{2029}' => out.push_str("\\u2029"),
-            c => out.push(c),
+    let mut out = Vec::new();
+    script_safe_into(&mut out, v.to_string().as_bytes());
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// Appends JSON text to `out` made safe for a `<script>` element (see [`script_json`]).
+/// Works on bytes: the characters it escapes are ASCII or the three-byte sequences of
+/// U+2028 and U+2029, and the rest is copied in runs.
+fn script_safe_into(out: &mut Vec<u8>, json: &[u8]) {
+    out.reserve(json.len());
+    let mut from = 0;
+    let mut i = 0;
+    while i < json.len() {
+        let escape: Option<&[u8]> = match json[i] {
+            b'<' => Some(b"\\u003c"),
+            b'>' => Some(b"\\u003e"),
+            b'&' => Some(b"\\u0026"),
+            0xE2 if json.get(i + 1) == Some(&0x80) => match json.get(i + 2) {
+                Some(0xA8) => Some(b"\\u2028"),
+                Some(0xA9) => Some(b"\\u2029"),
+                _ => None,
+            },
+            _ => None,
+        };
+        match escape {
+            Some(e) => {
+                out.extend_from_slice(&json[from..i]);
+                out.extend_from_slice(e);
+                i += if json[i] == 0xE2 { 3 } else { 1 };
+                from = i;
+            }
+            None => i += 1,
         }
     }
-    out
+    out.extend_from_slice(&json[from..]);
 }
 
 /// A transcript path from results.csv, if it stays inside the run folder.
@@ -136,8 +162,20 @@ fn inside(dir: &Path, rel: &str) -> Option<PathBuf> {
     plain.then(|| dir.join(p))
 }
 
-/// Writes `dir/report.html` (and, for a big run, `dir/report-transcripts/`).
+/// Writes `dir/report.html` (and, for a big run, `dir/report-transcripts/`), reading
+/// every transcript.
 pub fn write(dir: &Path, opts: &PageOptions) -> Result<Written, PageError> {
+    write_with(dir, opts, None)
+}
+
+/// Writes the page with the views `live` built while the run went: only the rows it
+/// has no view of (a resumed run's earlier rows, rows without a transcript) are read
+/// from their files.
+pub fn write_with(
+    dir: &Path,
+    opts: &PageOptions,
+    live: Option<&LiveViews>,
+) -> Result<Written, PageError> {
     let results = dir.join("results.csv");
     if !results.is_file() {
         return Err(PageError::NotARunFolder(dir.to_path_buf()));
@@ -164,6 +202,16 @@ pub fn write(dir: &Path, opts: &PageOptions) -> Result<Written, PageError> {
             None
         }
     };
+    let built = match live.map(LiveViews::take) {
+        Some(Ok(b)) => Some(b),
+        Some(Err(why)) => {
+            warnings.push(format!(
+                "the transcripts' views were read back from their files: {why}"
+            ));
+            None
+        }
+        None => None,
+    };
     let rows = &file.rows;
     let lazy_dir = dir.join(TRANSCRIPTS);
     let io = |path: &Path| {
@@ -172,46 +220,54 @@ pub fn write(dir: &Path, opts: &PageOptions) -> Result<Written, PageError> {
     };
     // The new transcripts are written beside the old ones and swapped in with the page,
     // so a write that fails leaves the page before it whole.
-    let staging = dir.join(format!("{TRANSCRIPTS}.new"));
-    remove_any(&staging).map_err(io(&staging))?;
-    let views = match transcripts(dir, rows, opts, &staging) {
+    let new = dir.join(format!("{TRANSCRIPTS}.new"));
+    let live_staging = live::staging(dir);
+    let views = match transcripts(dir, rows, opts, built) {
         Ok(v) => v,
         Err(e) => {
-            let _ = remove_any(&staging);
+            let _ = remove_any(&new);
+            let _ = remove_any(&live_staging);
             return Err(e);
         }
     };
-    let lazy = views.is_none();
+    let (inline, lazy_index, staging) = match &views {
+        Views::Inline(v) => (Some(v.as_slice()), None, None),
+        Views::Lazy { staging, index } => (None, Some(index.as_slice()), Some(staging.clone())),
+    };
     let page = html::page(&html::Parts {
         dir,
         run: run.as_ref(),
         rows,
         variants: variants.as_deref(),
-        transcripts: views.as_deref(),
+        transcripts: inline,
+        lazy: lazy_index,
         warnings: &warnings,
     });
     let path = dir.join(PAGE);
     let tmp = dir.join("report.html.tmp");
     if let Err(source) = std::fs::write(&tmp, page) {
-        let _ = remove_any(&staging);
+        if let Some(s) = &staging {
+            let _ = remove_any(s);
+        }
         let _ = std::fs::remove_file(&tmp);
         return Err(PageError::Write { path: tmp, source });
     }
     let old = dir.join(format!("{TRANSCRIPTS}.old"));
-    if lazy {
+    if let Some(staging) = &staging {
         remove_any(&old).map_err(io(&old))?;
         if lazy_dir.symlink_metadata().is_ok() {
             std::fs::rename(&lazy_dir, &old).map_err(io(&lazy_dir))?;
         }
-        std::fs::rename(&staging, &lazy_dir).map_err(io(&lazy_dir))?;
+        std::fs::rename(staging, &lazy_dir).map_err(io(&lazy_dir))?;
     }
     std::fs::rename(&tmp, &path).map_err(io(&path))?;
     // What the page before this one loaded; a leftover is harmless, so only a warning.
-    for stale in [&old, &staging] {
+    for stale in [&old, &new, &live_staging] {
         if let Err(e) = remove_any(stale) {
             warnings.push(format!("cannot remove {}: {e}", stale.display()));
         }
     }
+    let lazy = staging.is_some();
     if !lazy {
         if let Err(e) = remove_any(&lazy_dir) {
             warnings.push(format!("cannot remove {}: {e}", lazy_dir.display()));
@@ -235,72 +291,126 @@ fn remove_any(path: &Path) -> std::io::Result<()> {
     }
 }
 
-/// Every task's transcript view as script-safe JSON: in memory for the page when the
-/// run is small enough (Some), else written to `lazy_dir` (None).
+/// The transcripts' views, as the page gets them.
+enum Views {
+    /// Script-safe JSON, one per row, inside the page.
+    Inline(Vec<String>),
+    /// In chunks written to `staging`; per row, its view's id and chunk.
+    Lazy {
+        staging: PathBuf,
+        index: Vec<(String, u32)>,
+    },
+}
+
+/// A row's view id: its transcript's path, or its place when it names none inside the
+/// run folder.
+fn view_id(dir: &Path, row: &crate::report::ResultRow, i: usize) -> String {
+    match inside(dir, &row.transcript) {
+        Some(_) => row.transcript.clone(),
+        None => format!("#{i}"),
+    }
+}
+
+/// A row's view, read from its transcript.
+fn read_view(dir: &Path, row: &crate::report::ResultRow) -> Vec<u8> {
+    match inside(dir, &row.transcript) {
+        Some(p) => transcript::view(&p, &row.transcript),
+        None => transcript::unreadable(
+            &row.transcript,
+            "results.csv names no transcript inside the run folder for this task",
+        ),
+    }
+}
+
+/// Every task's transcript view: in memory for the page when the run is small enough,
+/// else in chunk scripts. Views a run built (`built`) are used as they are.
 fn transcripts(
     dir: &Path,
     rows: &[crate::report::ResultRow],
     opts: &PageOptions,
-    lazy_dir: &Path,
-) -> Result<Option<Vec<String>>, PageError> {
-    let view = |i: usize| -> String {
-        let row = &rows[i];
-        let v = match inside(dir, &row.transcript) {
-            Some(p) => transcript::view(&p, &row.transcript),
-            None => serde_json::json!({
-                "file": row.transcript,
-                "error": "results.csv names no transcript inside the run folder for this task",
-                "sections": [],
-            }),
-        };
-        script_json(&v)
+    built: Option<live::Built>,
+) -> Result<Views, PageError> {
+    let (mut kept, chunks) = match built {
+        Some(b) => (b.kept, b.chunks),
+        None => (Default::default(), None),
     };
-    if rows.len() <= opts.inline_tasks {
+    let ids: Vec<String> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| view_id(dir, r, i))
+        .collect();
+    if rows.len() <= opts.inline_tasks && chunks.is_none() {
         let mut out = Vec::with_capacity(rows.len());
         let mut bytes = 0usize;
-        for i in 0..rows.len() {
-            let v = view(i);
+        for (i, row) in rows.iter().enumerate() {
+            let v = kept.remove(&ids[i]).unwrap_or_else(|| read_view(dir, row));
             bytes += v.len();
+            out.push(String::from_utf8(v).unwrap_or_default());
             if bytes > opts.inline_bytes {
                 break;
             }
-            out.push(v);
         }
-        if out.len() == rows.len() {
-            return Ok(Some(out));
+        if bytes <= opts.inline_bytes {
+            return Ok(Views::Inline(out));
+        }
+        // Too big after all: what was read goes to the chunks like the rest.
+        for (i, v) in out.into_iter().enumerate() {
+            kept.insert(ids[i].clone(), v.into_bytes());
         }
     }
-    std::fs::create_dir_all(lazy_dir).map_err(|source| PageError::Write {
-        path: lazy_dir.to_path_buf(),
+    let mut chunks = chunks.unwrap_or_else(|| Chunks::new(dir.join(format!("{TRANSCRIPTS}.new"))));
+    let staging = chunks.dir().to_path_buf();
+    let io = |source| PageError::Write {
+        path: staging.clone(),
         source,
-    })?;
-    // Reading and converting is the work; spread it over the cores.
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let failed: Vec<PageError> = std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..threads)
-            .map(|w| {
-                let view = &view;
-                scope.spawn(move || {
-                    for i in (w..rows.len()).step_by(threads) {
-                        let path = lazy_dir.join(format!("{i}.js"));
-                        let text = format!("abTranscript({i},{});\n", view(i));
-                        if let Err(source) = std::fs::write(&path, text) {
-                            return Some(PageError::Write { path, source });
-                        }
-                    }
-                    None
-                })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .filter_map(|h| h.join().ok().flatten())
-            .collect()
-    });
-    match failed.into_iter().next() {
-        Some(e) => Err(e),
-        None => Ok(None),
+    };
+    for id in &ids {
+        if let Some(v) = kept.remove(id) {
+            chunks.add(id, &v).map_err(io)?;
+        }
     }
+    let missing: Vec<usize> = (0..rows.len())
+        .filter(|&i| chunks.chunk_of(&ids[i]).is_none())
+        .collect();
+    // Reading and converting is the work; spread it over the cores, a slice at a time
+    // so that few views wait in memory to be written.
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    for slice in missing.chunks(64 * threads) {
+        let mut views: Vec<(usize, Vec<u8>)> = std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..threads)
+                .map(|w| {
+                    scope.spawn(move || {
+                        (w..slice.len())
+                            .step_by(threads)
+                            .map(|k| (slice[k], read_view(dir, &rows[slice[k]])))
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .flat_map(|h| h.join().unwrap_or_default())
+                .collect()
+        });
+        views.sort_by_key(|(i, _)| *i);
+        for (i, v) in views {
+            chunks.add(&ids[i], &v).map_err(io)?;
+        }
+    }
+    chunks.flush().map_err(io)?;
+    if chunks.is_empty() {
+        // No row at all: an empty folder still stands for the page's chunks.
+        remove_any(&staging).map_err(io)?;
+        std::fs::create_dir_all(&staging).map_err(io)?;
+    }
+    let index = ids
+        .into_iter()
+        .map(|id| {
+            let n = chunks.chunk_of(&id).unwrap_or(0);
+            (id, n)
+        })
+        .collect();
+    Ok(Views::Lazy { staging, index })
 }
 
 #[cfg(test)]

@@ -129,25 +129,41 @@
     $("next").disabled = state.page >= pages - 1;
   }
 
-  // Transcripts: inline, or one script per task beside the page (file:// allows a
-  // <script src> where it refuses fetch()).
+  // Transcripts: inline, or in chunk scripts beside the page, many tasks each (file://
+  // allows a <script src> where it refuses fetch()). A chunk calls abTranscript once
+  // per task it holds, with the task's transcript path as its id.
   let openTask = null;
-  const waiting = {};
-  window.abTranscript = function (i, t) {
-    const w = waiting[i];
-    delete waiting[i];
-    if (w) w(t);
+  const lazyEl = document.getElementById("ab-lazy");
+  const lazy = lazyEl ? JSON.parse(lazyEl.textContent) : null;
+  const views = {};
+  const chunks = {};
+  window.abTranscript = function (n, id, t) {
+    views[id] = t;
   };
   function load(i, done) {
     if (inline) return done(inline[i]);
-    waiting[i] = done;
+    const id = lazy.ids[i];
+    const n = lazy.chunks[i];
+    if (Object.prototype.hasOwnProperty.call(views, id)) return done(views[id]);
+    const src = lazyEl.dataset.dir + "/" + n + ".js";
+    const missing = (why) => ({ error: why, sections: [] });
+    const c = chunks[n] || (chunks[n] = { waiting: [], failed: null });
+    if (c.failed) return done(missing(c.failed));
+    c.waiting.push(() => done(Object.prototype.hasOwnProperty.call(views, id) ? views[id]
+      : missing(c.failed || src + " holds no transcript for this task: write the page again with agentbatch report")));
+    if (c.waiting.length > 1) return;
     const s = document.createElement("script");
-    s.src = $("ab-lazy").dataset.dir + "/" + i + ".js";
-    s.onerror = () => {
-      delete waiting[i];
-      done({ error: "cannot load " + s.getAttribute("src") + ": the page needs its folder " + $("ab-lazy").dataset.dir + "/ beside it", sections: [] });
+    s.src = src;
+    const settle = () => {
+      const w = c.waiting;
+      c.waiting = [];
+      for (const f of w) f();
     };
-    s.onload = () => s.remove();
+    s.onerror = () => {
+      c.failed = "cannot load " + src + ": the page needs its folder " + lazyEl.dataset.dir + "/ beside it";
+      settle();
+    };
+    s.onload = () => { s.remove(); settle(); };
     document.body.appendChild(s);
   }
 

@@ -7,25 +7,33 @@
 use std::io::BufRead;
 use std::path::Path;
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
-use super::{answer, clip};
+use super::{answer, clip, script_safe_into};
 use crate::vocab::transcript::{CheckOutcome, ToolOutcome, TranscriptEvent};
 
-/// The sections being built.
-struct Sections {
-    done: Vec<Value>,
+/// A transcript's view being built, event by event: the sections closed so far are
+/// already script-safe JSON text, and so is each item of the open one, so a view holds
+/// about the bytes it will be and no tree of values.
+pub(super) struct Sections {
+    /// The closed sections, comma-separated.
+    done: Vec<u8>,
     turn: Option<u32>,
     ended: bool,
     /// The tool list in force now.
     declared: Vec<String>,
     /// The tool list the open section shows: the one in force when it began.
     shown: Vec<String>,
-    items: Vec<Value>,
+    /// The open section's items, comma-separated.
+    items: Vec<u8>,
+    /// The open section has a response or a tool call.
+    answered: bool,
+    /// Events read (the transcript's lines).
+    pub(super) lines: usize,
 }
 
 impl Sections {
-    fn new() -> Sections {
+    pub(super) fn new() -> Sections {
         Sections {
             done: Vec::new(),
             turn: None,
@@ -33,6 +41,8 @@ impl Sections {
             declared: Vec::new(),
             shown: Vec::new(),
             items: Vec::new(),
+            answered: false,
+            lines: 0,
         }
     }
 
@@ -40,12 +50,18 @@ impl Sections {
         if self.items.is_empty() {
             return;
         }
-        self.done.push(json!({
-            "turn": self.turn.unwrap_or(0),
-            "end": self.ended,
-            "declared": self.shown,
-            "items": std::mem::take(&mut self.items),
-        }));
+        if !self.done.is_empty() {
+            self.done.push(b',');
+        }
+        let head =
+            json!({ "turn": self.turn.unwrap_or(0), "end": self.ended, "declared": self.shown });
+        let head = head.to_string();
+        // The head without its closing brace, then the items.
+        script_safe_into(&mut self.done, &head.as_bytes()[..head.len() - 1]);
+        self.done.extend_from_slice(b",\"items\":[");
+        self.done.append(&mut self.items);
+        self.done.extend_from_slice(b"]}");
+        self.answered = false;
     }
 
     /// Moves to `turn` (0 for events that do not say), and to the last section at the
@@ -62,20 +78,43 @@ impl Sections {
         }
     }
 
-    fn push(&mut self, item: Value) {
-        self.items.push(item);
+    fn push(&mut self, item: &Value) {
+        if matches!(item["k"].as_str(), Some("response" | "call")) {
+            self.answered = true;
+        }
+        if !self.items.is_empty() {
+            self.items.push(b',');
+        }
+        script_safe_into(&mut self.items, item.to_string().as_bytes());
     }
 
     /// A new tool list: a section that has no call yet shows it as its own.
     fn declare(&mut self, tools: Vec<String>) {
-        let answered = self
-            .items
-            .iter()
-            .any(|i| i["k"] == "response" || i["k"] == "call");
-        if !answered {
+        if !self.answered {
             self.shown = tools.clone();
         }
         self.declared = tools;
+    }
+
+    /// The whole view as script-safe JSON: `file` is the transcript's run-relative
+    /// path, `skipped` the lines that were not events, `cut` whether the last was cut
+    /// off.
+    pub(super) fn finish(mut self, file: &str, skipped: usize, cut: bool) -> Vec<u8> {
+        self.close();
+        let head = json!({ "file": file, "lines": self.lines, "skipped": skipped, "cut": cut });
+        let head = head.to_string();
+        let mut out = Vec::with_capacity(head.len() + self.done.len() + 16);
+        script_safe_into(&mut out, &head.as_bytes()[..head.len() - 1]);
+        out.extend_from_slice(b",\"sections\":[");
+        out.append(&mut self.done);
+        out.extend_from_slice(b"]}");
+        out
+    }
+
+    /// One event into its section, `ms` after the task started.
+    pub(super) fn add(&mut self, event: TranscriptEvent, ms: u64) {
+        self.lines += 1;
+        add(self, event, ms);
     }
 }
 
@@ -102,17 +141,23 @@ fn usd<T: std::fmt::Display>(v: &Option<T>) -> String {
     v.as_ref().map_or("-".into(), |c| format!("${c}"))
 }
 
-/// Reads the transcript at `path` into the page's view of it.
-pub(super) fn view(path: &Path, rel: &str) -> Value {
+/// A view that says why there is none.
+pub(super) fn unreadable(file: &str, why: &str) -> Vec<u8> {
+    let v = json!({ "file": file, "error": why, "sections": [] });
+    let mut out = Vec::new();
+    script_safe_into(&mut out, v.to_string().as_bytes());
+    out
+}
+
+/// Reads the transcript at `path` into the page's view of it (script-safe JSON).
+pub(super) fn view(path: &Path, rel: &str) -> Vec<u8> {
     let file = match std::fs::File::open(path) {
         Ok(f) => f,
-        Err(e) => {
-            return json!({ "file": rel, "error": format!("cannot read {rel}: {e}"), "sections": [] })
-        }
+        Err(e) => return unreadable(rel, &format!("cannot read {rel}: {e}")),
     };
     let mut reader = std::io::BufReader::new(file);
     let mut s = Sections::new();
-    let (mut lines, mut skipped, mut cut) = (0usize, 0usize, false);
+    let (mut skipped, mut cut) = (0usize, false);
     let mut buf = Vec::new();
     loop {
         buf.clear();
@@ -120,11 +165,14 @@ pub(super) fn view(path: &Path, rel: &str) -> Value {
             Ok(0) => break,
             Ok(_) => {}
             Err(e) => {
-                s.push(note("unreadable", "error", format!("reading stopped: {e}")));
+                s.push(&note(
+                    "unreadable",
+                    "error",
+                    format!("reading stopped: {e}"),
+                ));
                 break;
             }
         }
-        lines += 1;
         let finished = buf.ends_with(b"\n");
         // Bytes that are not UTF-8 (a line cut inside a character by a kill) fail
         // like any other line that is not JSON: that line alone is lost.
@@ -132,9 +180,11 @@ pub(super) fn view(path: &Path, rel: &str) -> Value {
             .ok()
             .map(|l| l.trim_end_matches(['\n', '\r']));
         if parsed.is_some_and(|l| l.trim().is_empty()) {
+            s.lines += 1;
             continue;
         }
         let Some(Ok(raw)) = parsed.map(serde_json::from_str::<Value>) else {
+            s.lines += 1;
             if finished {
                 skipped += 1;
             } else {
@@ -144,11 +194,12 @@ pub(super) fn view(path: &Path, rel: &str) -> Value {
         };
         let ms = raw["t_ms"].as_u64().unwrap_or_default();
         match TranscriptEvent::from_value(&raw) {
-            Some(event) => add(&mut s, event, ms),
+            Some(event) => s.add(event, ms),
             None => {
+                s.lines += 1;
                 skipped += 1;
                 let name = raw["event"].as_str().unwrap_or("(no event)").to_string();
-                s.push(note(
+                s.push(&note(
                     &name,
                     "unknown",
                     "an event this version does not know".into(),
@@ -156,14 +207,7 @@ pub(super) fn view(path: &Path, rel: &str) -> Value {
             }
         }
     }
-    s.close();
-    let mut out = Map::new();
-    out.insert("file".into(), json!(rel));
-    out.insert("lines".into(), json!(lines));
-    out.insert("skipped".into(), json!(skipped));
-    out.insert("cut".into(), json!(cut));
-    out.insert("sections".into(), Value::Array(s.done));
-    Value::Object(out)
+    s.finish(rel, skipped, cut)
 }
 
 /// One event into its section.
@@ -313,7 +357,7 @@ fn add(s: &mut Sections, event: TranscriptEvent, ms: u64) {
     };
     let mut item = item;
     item["ms"] = json!(ms);
-    s.push(item);
+    s.push(&item);
 }
 
 /// Every other event as a line of text with its kind (for colour) and its turn, if it

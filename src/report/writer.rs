@@ -2,9 +2,10 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use chrono::{SecondsFormat, Utc};
 use serde_json::Value;
@@ -17,6 +18,7 @@ use super::results::ResultsCsv;
 use super::run_json::RunJson;
 use super::summary::{RunTotals, Summary};
 use crate::vocab::log::{Event, TaskResult};
+use crate::vocab::sink::TranscriptFollower;
 use crate::vocab::stop::StopReason;
 
 /// What the reporter needs to know up front.
@@ -41,6 +43,8 @@ pub(crate) struct ReporterConfig {
     pub already_done: usize,
     /// Told of each row once it is written (a worker of a shared run sends it on).
     pub finished: Option<std::sync::mpsc::Sender<Finished>>,
+    /// Follows every transcript as it is written (the report page's views).
+    pub follower: Option<Arc<dyn TranscriptFollower>>,
 }
 
 /// A task's row as written, and where its files are.
@@ -119,10 +123,14 @@ impl Reporter {
             patched: HashSet::new(),
             progress: Progress::new(cfg.progress, cfg.total_tasks, cfg.already_done),
             to_sync: Vec::new(),
+            syncer: None,
+            sync_error: Arc::new(Mutex::new(None)),
             on_fatal: cfg.on_fatal,
             results: Vec::new(),
             error: None,
             finished: cfg.finished,
+            follower: cfg.follower,
+            flushed_at: Instant::now(),
         };
         // Its own thread: fsyncs and file writes never hold up the runtime's workers,
         // which drive every loop in flight.
@@ -202,12 +210,51 @@ pub(crate) fn remove_empty_work_folders(dir: &Path) {
     }
 }
 
+/// An open transcript: its file and the lines not yet written to it. Lines wait in a
+/// buffer that grows as a turn needs, so that each flush is one `write` however many
+/// lines the turn wrote, and a task between flushes holds only what it has not written.
+struct Open {
+    file: File,
+    buf: Vec<u8>,
+}
+
+impl Open {
+    /// Past this many bytes waiting, the lines are written at once.
+    const MOST: usize = 64 << 10;
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let wrote = (&self.file).write_all(&self.buf);
+        self.buf.clear();
+        if self.buf.capacity() > Self::MOST {
+            self.buf.shrink_to(4096);
+        }
+        wrote
+    }
+}
+
+/// Starts writing `file`'s dirty pages to disk without waiting (Linux's
+/// `sync_file_range`); a hint only, so a failure is left to the `fdatasync` after it.
+fn start_writeback(file: &File) {
+    use nix::libc;
+    use std::os::fd::AsRawFd;
+    // SAFETY: a plain system call on a file descriptor that `file` keeps open.
+    unsafe {
+        libc::sync_file_range(file.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE);
+    }
+}
+
+/// How often, at most, the live transcripts are flushed: what `tail -f` lags by.
+const FLUSH_EVERY: Duration = Duration::from_millis(250);
+
 struct State {
     run_id: String,
     dir: PathBuf,
     csv: ResultsCsv,
     csv_path: PathBuf,
-    open: HashMap<Arc<str>, BufWriter<File>>,
+    open: HashMap<Arc<str>, Open>,
     started: HashSet<Arc<str>>,
     /// Transcripts written to since the last flush.
     dirty: HashSet<Arc<str>>,
@@ -216,21 +263,107 @@ struct State {
     progress: Progress,
     /// Transcripts of tasks finished since the last commit, to be synced.
     to_sync: Vec<(File, PathBuf)>,
+    /// The thread that syncs each batch's files (started with the first batch).
+    syncer: Option<Syncer>,
+    /// The syncer's first failure.
+    sync_error: Arc<Mutex<Option<ReportError>>>,
     on_fatal: CancellationToken,
     results: Vec<TaskResult>,
     error: Option<ReportError>,
     finished: Option<std::sync::mpsc::Sender<Finished>>,
+    follower: Option<Arc<dyn TranscriptFollower>>,
+    /// When the live transcripts were last flushed.
+    flushed_at: Instant,
+}
+
+/// Files to make durable, in order: a batch's transcripts, then results.csv.
+type SyncBatch = (Vec<(File, PathBuf)>, Option<(File, PathBuf)>);
+
+/// The syncer: `fdatasync`s each batch of finished tasks' files on its own thread, so
+/// a slow disk never holds the writer (and with it every request's `reserve` line)
+/// back. Batches that queue up while it syncs are synced together, results.csv once.
+struct Syncer {
+    tx: std::sync::mpsc::Sender<SyncBatch>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Syncer {
+    fn start(
+        error: Arc<Mutex<Option<ReportError>>>,
+        on_fatal: CancellationToken,
+    ) -> std::io::Result<Syncer> {
+        let (tx, rx) = std::sync::mpsc::channel::<SyncBatch>();
+        let thread = std::thread::Builder::new()
+            .name("agentbatch-syncer".into())
+            .spawn(move || {
+                while let Ok(first) = rx.recv() {
+                    let mut files = first.0;
+                    let mut csv = first.1;
+                    while let Ok((more, c)) = rx.try_recv() {
+                        files.extend(more);
+                        csv = c.or(csv);
+                    }
+                    // Writeback of every file starts first, so their blocks are
+                    // allocated in one journal transaction that the first sync commits
+                    // for all: each later sync then finds little left to do.
+                    for (f, _) in files.iter().chain(csv.iter()) {
+                        start_writeback(f);
+                    }
+                    let failed = files
+                        .iter()
+                        .chain(csv.iter())
+                        .find_map(|(f, path)| f.sync_data().err().map(|e| (path, e)));
+                    if let Some((path, source)) = failed {
+                        let mut slot = error.lock().unwrap_or_else(|p| p.into_inner());
+                        if slot.is_none() {
+                            on_fatal.cancel();
+                            *slot = Some(ReportError::Io {
+                                path: path.clone(),
+                                source,
+                            });
+                        }
+                    }
+                }
+            })?;
+        Ok(Syncer { tx, thread })
+    }
 }
 
 impl State {
-    /// Writes events as they come; whenever the queue runs dry, flushes the transcripts
-    /// written since, so that `tail -f` on a transcript follows a task live without a
-    /// write per line.
+    /// Writes events as they come. Live transcripts are flushed at most every
+    /// [`FLUSH_EVERY`] (a request's `reserve` line and a finished task's transcript at
+    /// once), so that `tail -f` follows a task without a write per line; each batch's
+    /// rows and finished transcripts go to the syncer before the writer waits again.
     fn run(mut self, mut rx: UnboundedReceiver<Event>) -> Loop {
         // A batch ends when the queue runs dry, or after this many events, so that a
         // run busy enough never to leave the queue empty still commits often.
         const MAX_BATCH: usize = 2048;
-        while let Some(ev) = rx.blocking_recv() {
+        // Waits with a deadline need a clock: a runtime of this thread's own.
+        let clock = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build();
+        loop {
+            let next = if self.dirty.is_empty() {
+                rx.blocking_recv()
+            } else {
+                let due = self.flushed_at + FLUSH_EVERY;
+                match &clock {
+                    Ok(rt) => match rt
+                        .block_on(async { tokio::time::timeout_at(due.into(), rx.recv()).await })
+                    {
+                        Ok(next) => next,
+                        Err(_) => {
+                            self.flush_live();
+                            continue;
+                        }
+                    },
+                    Err(_) => {
+                        self.flush_live();
+                        rx.blocking_recv()
+                    }
+                }
+            };
+            let Some(ev) = next else { break };
             self.record(ev);
             for _ in 1..MAX_BATCH {
                 match rx.try_recv() {
@@ -238,19 +371,11 @@ impl State {
                     Err(_) => break,
                 }
             }
-            // Live transcripts first (cheap), so that a slow sync below never holds
-            // back what `tail -f` and a resume after kill -9 read.
-            let dirty: Vec<Arc<str>> = self.dirty.drain().collect();
-            for task in dirty {
-                if let Some(w) = self.open.get_mut(&task) {
-                    if let Err(e) = w.flush() {
-                        let path = self.dir.join(transcript_rel(&task));
-                        self.fail(ReportError::Io { path, source: e });
-                    }
-                }
+            if self.flushed_at.elapsed() >= FLUSH_EVERY {
+                self.flush_live();
             }
             // Group commit: the rows and transcripts of every task that finished in this
-            // batch reach the disk before the writer waits for more.
+            // batch go to the syncer before the writer waits for more.
             if let Err(e) = self.commit() {
                 self.fail(e);
             }
@@ -265,6 +390,23 @@ impl State {
         if let Err(e) = self.commit() {
             self.error.get_or_insert(e);
         }
+        if let Some(s) = self.syncer.take() {
+            drop(s.tx);
+            if s.thread.join().is_err() {
+                self.error.get_or_insert(ReportError::Io {
+                    path: self.csv_path.clone(),
+                    source: std::io::Error::other("the syncer stopped"),
+                });
+            }
+        }
+        if let Some(e) = self
+            .sync_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            self.error.get_or_insert(e);
+        }
         self.progress.finish();
         Loop {
             results: self.results,
@@ -272,13 +414,43 @@ impl State {
         }
     }
 
-    /// Syncs the transcripts of the tasks finished since the last commit, then
-    /// results.csv.
-    fn commit(&mut self) -> Result<(), ReportError> {
-        for (f, path) in self.to_sync.drain(..) {
-            f.sync_data().map_err(io_err(&path))?;
+    /// Flushes every transcript written to since the last flush.
+    fn flush_live(&mut self) {
+        self.flushed_at = Instant::now();
+        let dirty: Vec<Arc<str>> = self.dirty.drain().collect();
+        for task in dirty {
+            if let Some(w) = self.open.get_mut(&task) {
+                if let Err(e) = w.flush() {
+                    let path = self.dir.join(transcript_rel(&task));
+                    self.fail(ReportError::Io { path, source: e });
+                }
+            }
         }
-        self.csv.sync().map_err(io_err(&self.csv_path))
+    }
+
+    /// Hands the transcripts of the tasks finished since the last commit, then
+    /// results.csv, to the syncer.
+    fn commit(&mut self) -> Result<(), ReportError> {
+        let csv = match self.csv.unsynced() {
+            Some(f) => Some((f.map_err(io_err(&self.csv_path))?, self.csv_path.clone())),
+            None => None,
+        };
+        if self.to_sync.is_empty() && csv.is_none() {
+            return Ok(());
+        }
+        if self.syncer.is_none() {
+            let s = Syncer::start(self.sync_error.clone(), self.on_fatal.clone())
+                .map_err(io_err(&self.dir))?;
+            self.syncer = Some(s);
+        }
+        let batch = (std::mem::take(&mut self.to_sync), csv);
+        match &self.syncer {
+            Some(s) if s.tx.send(batch).is_ok() => Ok(()),
+            _ => Err(ReportError::Io {
+                path: self.csv_path.clone(),
+                source: std::io::Error::other("the syncer stopped"),
+            }),
+        }
     }
 
     fn record(&mut self, ev: Event) {
@@ -294,14 +466,17 @@ impl State {
         }
     }
 
-    fn transcript(&mut self, task: &Arc<str>) -> Result<&mut BufWriter<File>, ReportError> {
+    fn transcript(&mut self, task: &Arc<str>) -> Result<&mut Open, ReportError> {
         if !self.open.contains_key(task) {
             let path = self.dir.join(transcript_rel(task));
-            let f = File::create(&path).map_err(io_err(&path))?;
-            // Small buffers: thousands of transcripts are open at once, and the writer
-            // flushes whenever its queue runs dry anyway.
-            self.open
-                .insert(task.clone(), BufWriter::with_capacity(2048, f));
+            let file = File::create(&path).map_err(io_err(&path))?;
+            self.open.insert(
+                task.clone(),
+                Open {
+                    file,
+                    buf: Vec::new(),
+                },
+            );
         }
         self.open.get_mut(task).ok_or_else(|| ReportError::Io {
             path: PathBuf::from(transcript_rel(task)),
@@ -326,18 +501,25 @@ impl State {
                 line,
                 written,
             } => {
-                let path = self.dir.join(transcript_rel(&task));
                 let w = self.transcript(&task)?;
-                w.write_all(line.as_bytes()).map_err(io_err(&path))?;
-                w.write_all(b"\n").map_err(io_err(&path))?;
+                line.append_line(&mut w.buf);
+                w.buf.push(b'\n');
+                if written.is_some() || w.buf.len() >= Open::MOST {
+                    if let Err(source) = w.flush() {
+                        let path = self.dir.join(transcript_rel(&task));
+                        return Err(ReportError::Io { path, source });
+                    }
+                }
                 match written {
                     Some(ack) => {
-                        w.flush().map_err(io_err(&path))?;
                         let _ = ack.send(());
                     }
                     None => {
-                        self.dirty.insert(task);
+                        self.dirty.insert(task.clone());
                     }
+                }
+                if let Some(f) = &self.follower {
+                    f.event(&task, line.t_ms, line.event);
                 }
             }
             Event::Stopping(what) => self.progress.stopping(what),
@@ -356,9 +538,7 @@ impl State {
                 self.dirty.remove(&key);
                 if let Some(mut w) = self.open.remove(&key) {
                     w.flush().map_err(io_err(&path))?;
-                    if let Ok(f) = w.into_inner() {
-                        self.to_sync.push((f, path.clone()));
-                    }
+                    self.to_sync.push((w.file, path.clone()));
                 }
                 // A task whose code panicked lost its own tally; its transcript, now
                 // complete, says what it spent (what the ledger charged).
@@ -366,6 +546,9 @@ impl State {
                     r.cost_usd = Some(super::spent_in_transcript(&path));
                 }
                 let transcript = if path.exists() { rel } else { String::new() };
+                if let (Some(f), false) = (&self.follower, transcript.is_empty()) {
+                    f.finished(&key, &transcript);
+                }
                 let patch = if self.patched.remove(&key) {
                     patch_rel(&key)
                 } else {

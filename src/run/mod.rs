@@ -139,8 +139,11 @@ pub struct RunOutcome {
 /// Writes the run folder's report.html. The page is a view of files already written,
 /// so failing to write it loses nothing and changes no exit code: it is a warning,
 /// and `agentbatch report DIR` writes it again.
-pub(crate) fn write_page(dir: &std::path::Path) -> Option<std::path::PathBuf> {
-    match crate::page::write(dir, &crate::page::PageOptions::from_env()) {
+pub(crate) fn write_page(
+    dir: &std::path::Path,
+    live: Option<&crate::page::LiveViews>,
+) -> Option<std::path::PathBuf> {
+    match crate::page::write_with(dir, &crate::page::PageOptions::from_env(), live) {
         Ok(w) => Some(w.path),
         Err(e) => {
             eprintln!(
@@ -283,6 +286,7 @@ mod tests {
             resume: false,
             already_done: 0,
             finished: None,
+            follower: None,
         })
         .unwrap();
         let log = TaskLog::new(&spec.id, reporter.sender());

@@ -49,6 +49,8 @@ pub(super) struct Run {
     drain: CancellationToken,
     /// The tasks' traces, when they are on.
     traces: Option<Arc<Tracing>>,
+    /// The report page's views of the transcripts, built as they are written.
+    page_views: Option<Arc<crate::page::LiveViews>>,
 }
 
 impl Run {
@@ -95,6 +97,7 @@ impl Run {
             cancel,
             uploads: None,
             traces: None,
+            page_views: None,
         })
     }
 
@@ -145,6 +148,10 @@ impl Run {
             self.uploads = Some(super::worker::uploader(work, rx));
             tx
         });
+        self.page_views = Some(Arc::new(crate::page::LiveViews::new(
+            &self.dir(),
+            crate::page::PageOptions::from_env(),
+        )));
         let reporter = self.start_reporter(run_json, finished)?;
         let env = self.agent_env(&ledger, sim.as_ref())?;
         let pristines = env.pristines.clone();
@@ -340,6 +347,10 @@ impl Run {
             resume: self.resumed.is_some(),
             already_done,
             finished,
+            follower: self
+                .page_views
+                .clone()
+                .map(|v| v as Arc<dyn crate::vocab::sink::TranscriptFollower>),
         })?)
     }
 
@@ -488,7 +499,7 @@ impl Run {
             }
         }
         summary.variants = crate::report::write_summary_csv(&dir, &plan.axes, &variant_order)?;
-        let page = super::write_page(&dir);
+        let page = super::write_page(&dir, self.page_views.as_deref());
         Ok(RunOutcome {
             summary,
             complete,

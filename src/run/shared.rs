@@ -275,7 +275,7 @@ pub fn collect(
             v
         });
     crate::report::write_summary_csv(&dir, &axes, &order)?;
-    let page = super::write_page(&dir);
+    let page = super::write_page(&dir, None);
     Ok(Collected {
         dir,
         page,

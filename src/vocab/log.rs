@@ -2,7 +2,7 @@
 //! events, and the reporter alone writes.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use rust_decimal::Decimal;
@@ -77,10 +77,10 @@ pub enum Event {
     TaskStarted {
         task: Arc<str>,
     },
-    /// One line of the task's transcript, serialized (without its newline).
+    /// One event of the task's transcript: the reporter serializes it into its line.
     Transcript {
         task: Arc<str>,
-        line: String,
+        line: Stamped,
         /// Answered once the line has reached the operating system (not the disk), so
         /// a kill -9 after the answer cannot lose it.
         written: Option<oneshot::Sender<()>>,
@@ -94,6 +94,43 @@ pub enum Event {
         /// Bytes: a file's content need not be UTF-8.
         diff: Vec<u8>,
     },
+}
+
+/// A transcript event with the moments it happened: wall clock, and milliseconds since
+/// its task started.
+#[derive(Debug)]
+pub struct Stamped {
+    pub at: SystemTime,
+    pub t_ms: u64,
+    pub event: TranscriptEvent,
+}
+
+impl Stamped {
+    /// Appends the transcript line `{ts, t_ms, event, ...fields}` (no newline) to
+    /// `out`, serialized straight from the typed event.
+    pub fn append_line(&self, out: &mut Vec<u8>) {
+        let start = out.len();
+        let ts = DateTime::<Utc>::from(self.at).to_rfc3339_opts(SecondsFormat::Millis, true);
+        let line = TranscriptLine {
+            ts: &ts,
+            t_ms: self.t_ms,
+            event: &self.event,
+        };
+        if let Err(e) = serde_json::to_writer(&mut *out, &line) {
+            // Only a map with non-string keys fails, and no event holds one; should it
+            // happen, the line still says when and why rather than vanish.
+            out.truncate(start);
+            let text = serde_json::json!({"ts": ts, "t_ms": self.t_ms, "event": "unwritable", "error": e.to_string()});
+            out.extend_from_slice(text.to_string().as_bytes());
+        }
+    }
+
+    /// The line as text.
+    pub fn line(&self) -> String {
+        let mut out = Vec::new();
+        self.append_line(&mut out);
+        String::from_utf8(out).unwrap_or_default()
+    }
 }
 
 /// A task's handle for writing its transcript. The channel is unbounded so that logging
@@ -128,10 +165,11 @@ impl TaskLog {
         &self.task
     }
 
-    /// Appends `{ts, t_ms, event, ...fields}` to the transcript. The line is
-    /// serialized here, straight from the event, so no JSON tree is built for it.
+    /// Appends `{ts, t_ms, event, ...fields}` to the transcript. The event goes to the
+    /// reporter as it is, which serializes it straight into the file on its own thread
+    /// (no JSON tree, and no work on the loop's path beyond the send).
     pub fn emit(&self, event: TranscriptEvent) {
-        self.send_line(&event, None);
+        self.send_line(event, None);
     }
 
     /// Like `emit`, and waits until the line has been written out of the process. A
@@ -140,32 +178,21 @@ impl TaskLog {
     /// billed must never be missing from it.
     pub async fn emit_written(&self, event: TranscriptEvent) {
         let (tx, rx) = oneshot::channel();
-        self.send_line(&event, Some(tx));
+        self.send_line(event, Some(tx));
         // A dropped sender means the reporter has stopped; the run is ending anyway.
         let _ = rx.await;
     }
 
-    fn send_line(&self, event: &TranscriptEvent, written: Option<oneshot::Sender<()>>) {
+    fn send_line(&self, event: TranscriptEvent, written: Option<oneshot::Sender<()>>) {
+        let at = SystemTime::now();
         if let Some(sink) = &self.sink {
-            sink.event(std::time::SystemTime::now(), event);
+            sink.event(at, &event);
         }
-        let ts = Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true);
         let t_ms = self.started.elapsed().as_millis() as u64;
-        let line = match serde_json::to_string(&TranscriptLine {
-            ts: &ts,
-            t_ms,
-            event,
-        }) {
-            Ok(line) => line,
-            // Only a map with non-string keys fails, and no event holds one; should it
-            // happen, the line still says when and why rather than vanish.
-            Err(e) => serde_json::json!({"ts": ts, "t_ms": t_ms, "event": "unwritable", "error": e.to_string()})
-                .to_string(),
-        };
         // A closed channel means the run is shutting down; the line has nowhere to go.
         let _ = self.tx.send(Event::Transcript {
             task: self.task.clone(),
-            line,
+            line: Stamped { at, t_ms, event },
             written,
         });
     }

@@ -19,6 +19,17 @@ pub trait EventSink: Send + Sync {
     fn finished(&self, result: &TaskResult);
 }
 
+/// Follows the transcripts as the reporter writes them: each event once its line is in
+/// the file, in the file's order, on the reporter's own thread, then each finished
+/// task. The report page builds its views of the transcripts this way while the run
+/// goes, so the end of a run has nothing to read back.
+pub trait TranscriptFollower: Send + Sync {
+    /// The event of `task`'s transcript just written, `t_ms` after the task started.
+    fn event(&self, task: &str, t_ms: u64, event: TranscriptEvent);
+    /// `task` has its row; its transcript is complete at `transcript` (run-relative).
+    fn finished(&self, task: &str, transcript: &str);
+}
+
 /// What became of a run's telemetry: printed at the end and kept in run.json, so spans
 /// lost to a collector that was down or slow are counted, not silently missing.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]

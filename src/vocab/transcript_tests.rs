@@ -205,6 +205,7 @@ async fn a_task_log_line_has_its_timestamps_first_and_reads_back() {
     let Some(Event::Transcript { task, line, .. }) = rx.recv().await else {
         panic!("no transcript line");
     };
+    let line = line.line();
     assert_eq!(&*task, "t");
     let keys: Vec<String> = serde_json::from_str::<serde_json::Map<String, Value>>(&line)
         .unwrap()

@@ -297,8 +297,9 @@ async fn a_big_run_loads_transcripts_beside_the_page_and_the_command_reports_bad
         printed.trim(),
         dir.join("report.html").display().to_string()
     );
+    // The six views in one chunk script, not a file each.
     let lazy = dir.join("report-transcripts");
-    assert_eq!(std::fs::read_dir(&lazy).unwrap().count(), 6);
+    assert_eq!(std::fs::read_dir(&lazy).unwrap().count(), 1);
     let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
     assert!(!html.contains("id=\"ab-transcripts\"") && html.contains("id=\"ab-lazy\""));
 
@@ -311,7 +312,8 @@ async fn a_big_run_loads_transcripts_beside_the_page_and_the_command_reports_bad
         .filter_map(|r| r.as_str())
         .filter(|r| r.contains("/report-transcripts/"))
         .collect();
-    assert_eq!(loaded.len(), 2, "{loaded:?}");
+    // Two tasks opened, one chunk loaded once.
+    assert_eq!(loaded.len(), 1, "{loaded:?}");
     assert_stages(&seen, "denied-push");
     let t = &seen["transcripts"]["denied-push"];
     assert!(
@@ -387,4 +389,88 @@ fn a_matrix_runs_page_fits_1024_pixels_and_a_folder_of_results_alone_still_has_a
         assert!(w["scrollWidth"].as_u64() <= w["innerWidth"].as_u64(), "{w}");
         assert_eq!(w["scrolledTables"], serde_json::json!([]), "{w}");
     }
+}
+
+/// Each view in the chunk scripts beside a page, by id; the chunks hold nothing that
+/// could close a script.
+fn chunk_views(dir: &Path) -> std::collections::BTreeMap<String, Value> {
+    let mut views = std::collections::BTreeMap::new();
+    for entry in std::fs::read_dir(dir.join("report-transcripts")).unwrap() {
+        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        assert!(!text.contains('<') && !text.contains('\u{2028}'), "{text}");
+        for line in text.lines() {
+            let rest = line.strip_prefix("abTranscript(").expect(line);
+            let rest = &rest[rest.find(',').unwrap() + 1..];
+            let mut values = serde_json::Deserializer::from_str(rest).into_iter::<Value>();
+            let id = values.next().unwrap().unwrap();
+            let at = values.byte_offset();
+            let view: Value = serde_json::Deserializer::from_str(&rest[at + 1..])
+                .into_iter::<Value>()
+                .next()
+                .unwrap()
+                .unwrap();
+            assert!(views
+                .insert(id.as_str().unwrap().to_string(), view)
+                .is_none());
+        }
+    }
+    views
+}
+
+/// A big run's page uses the views built while the run went, written in chunk scripts
+/// of many tasks (one file here for six tasks, where each task used to have its own),
+/// and they are the views `agentbatch report` reads back from the transcripts. The
+/// page loads them from file:// and shows every stage.
+#[test]
+fn a_runs_own_views_are_the_ones_its_transcripts_give() {
+    let case = Case::new();
+    calc_fixture(&case, "calc");
+    case.write("job.yaml", JOB);
+    let out = bin()
+        .args([
+            "run", "job.yaml", "--quiet", "--run-id", "r", "--out", "reports",
+        ])
+        .current_dir(case.path(""))
+        .env("AGENTBATCH_REPORT_INLINE_TASKS", "2")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.code() == Some(0) || out.status.code() == Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = case.path("reports/r");
+    let lazy = dir.join("report-transcripts");
+    assert_eq!(std::fs::read_dir(&lazy).unwrap().count(), 1);
+    assert!(!dir.join("report-transcripts.live").exists());
+    let live = chunk_views(&dir);
+    assert_eq!(live.len(), 6, "{:?}", live.keys());
+    assert!(
+        live["transcripts/hostile.jsonl"]
+            .to_string()
+            .contains(HOSTILE),
+        "{}",
+        live["transcripts/hostile.jsonl"]
+    );
+
+    let seen = drive(
+        &dir.join("report.html"),
+        &["--open", "denied-push,hostile,fixes-it"],
+    );
+    assert_clean(&seen);
+    assert_stages(&seen, "denied-push");
+    assert_stages(&seen, "fixes-it");
+
+    let out = bin()
+        .arg("report")
+        .arg(&dir)
+        .env("AGENTBATCH_REPORT_INLINE_TASKS", "2")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(chunk_views(&dir), live);
 }

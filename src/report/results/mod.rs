@@ -531,8 +531,7 @@ impl ResultsCsv {
             .into_inner()
             .map_err(|e| std::io::Error::other(e.to_string()))?;
         r.file.write_all(&header)?;
-        r.unsynced = true;
-        r.sync()?;
+        r.file.sync_data()?;
         Ok(r)
     }
 
@@ -561,13 +560,14 @@ impl ResultsCsv {
         Ok(row)
     }
 
-    /// Makes the rows appended so far durable (nothing to do if there are none).
-    pub fn sync(&mut self) -> std::io::Result<()> {
-        if self.unsynced {
-            self.file.sync_data()?;
-            self.unsynced = false;
+    /// A handle to sync when rows were appended since the last call (None when there
+    /// are none): the reporter hands it to its syncer, which makes them durable.
+    pub fn unsynced(&mut self) -> Option<std::io::Result<File>> {
+        if !self.unsynced {
+            return None;
         }
-        Ok(())
+        self.unsynced = false;
+        Some(self.file.try_clone())
     }
 }
 
