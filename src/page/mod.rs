@@ -111,7 +111,16 @@ pub struct Written {
 
 /// The start of a text, as the page keeps it.
 fn clip(s: &str) -> String {
-    crate::text::prefix(s, CLIP_CHARS)
+    clipped(s).into_owned()
+}
+
+/// [`clip`] without a copy when the text is short enough already.
+fn clipped(s: &str) -> std::borrow::Cow<'_, str> {
+    // A char is at least a byte: a text of at most CLIP_CHARS bytes is whole.
+    if s.len() <= CLIP_CHARS {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    std::borrow::Cow::Owned(crate::text::prefix(s, CLIP_CHARS))
 }
 
 /// JSON that can sit inside a `<script>` element: no `<`, `>` or `&` (so no text can

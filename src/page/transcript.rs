@@ -7,9 +7,12 @@
 use std::io::BufRead;
 use std::path::Path;
 
+use std::borrow::Cow;
+
+use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::{answer, clip, script_safe_into};
+use super::{answer, clip, clipped, script_safe_into};
 use crate::vocab::transcript::{CheckOutcome, ToolOutcome, TranscriptEvent};
 
 /// A transcript's view being built, event by event: the sections closed so far are
@@ -78,14 +81,30 @@ impl Sections {
         }
     }
 
-    fn push(&mut self, item: &Value) {
-        if matches!(item["k"].as_str(), Some("response" | "call")) {
-            self.answered = true;
-        }
+    /// Adds an item to the open section, `ms` after the task started when it says.
+    fn push(&mut self, item: Item, ms: Option<u64>) {
         if !self.items.is_empty() {
             self.items.push(b',');
         }
-        script_safe_into(&mut self.items, item.to_string().as_bytes());
+        let text = match item {
+            Item::Note { name, cls, text } => serde_json::to_vec(&NoteOut {
+                k: "ev",
+                name: &name,
+                cls,
+                text: &clipped(&text),
+                ms,
+            }),
+            Item::Value(mut v) => {
+                if matches!(v["k"].as_str(), Some("response" | "call")) {
+                    self.answered = true;
+                }
+                if let Some(ms) = ms {
+                    v["ms"] = json!(ms);
+                }
+                serde_json::to_vec(&v)
+            }
+        };
+        script_safe_into(&mut self.items, &text.unwrap_or_default());
     }
 
     /// A new tool list: a section that has no call yet shows it as its own.
@@ -133,8 +152,34 @@ fn declared_names(tools: &Value) -> Vec<String> {
         .collect()
 }
 
-fn note(name: &str, class: &str, text: String) -> Value {
-    json!({ "k": "ev", "name": name, "cls": class, "text": clip(&text) })
+/// What a section shows of one event: a line of text with its kind (for colour), or
+/// an item of its own shape.
+enum Item {
+    Note {
+        name: Cow<'static, str>,
+        cls: &'static str,
+        text: String,
+    },
+    Value(Value),
+}
+
+/// A note as the page reads it, serialized without a tree of values.
+#[derive(Serialize)]
+struct NoteOut<'a> {
+    k: &'static str,
+    name: &'a str,
+    cls: &'a str,
+    text: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ms: Option<u64>,
+}
+
+fn note(name: impl Into<Cow<'static, str>>, class: &'static str, text: String) -> Item {
+    Item::Note {
+        name: name.into(),
+        cls: class,
+        text,
+    }
 }
 
 fn usd<T: std::fmt::Display>(v: &Option<T>) -> String {
@@ -165,11 +210,10 @@ pub(super) fn view(path: &Path, rel: &str) -> Vec<u8> {
             Ok(0) => break,
             Ok(_) => {}
             Err(e) => {
-                s.push(&note(
-                    "unreadable",
-                    "error",
-                    format!("reading stopped: {e}"),
-                ));
+                s.push(
+                    note("unreadable", "error", format!("reading stopped: {e}")),
+                    None,
+                );
                 break;
             }
         }
@@ -199,11 +243,14 @@ pub(super) fn view(path: &Path, rel: &str) -> Vec<u8> {
                 s.lines += 1;
                 skipped += 1;
                 let name = raw["event"].as_str().unwrap_or("(no event)").to_string();
-                s.push(&note(
-                    &name,
-                    "unknown",
-                    "an event this version does not know".into(),
-                ));
+                s.push(
+                    note(
+                        name,
+                        "unknown",
+                        "an event this version does not know".into(),
+                    ),
+                    None,
+                );
             }
         }
     }
@@ -226,9 +273,11 @@ fn add(s: &mut Sections, event: TranscriptEvent, ms: u64) {
             ..
         } => {
             s.declare(tools.clone());
-            json!({ "k": "start", "task": clip(&task), "provider": provider, "model": model,
+            Item::Value(
+                json!({ "k": "start", "task": clip(&task), "provider": provider, "model": model,
                     "max_tokens": max_tokens, "tools": tools, "toolset": toolset,
-                    "policy": policy, "limits": clip(&limits.to_string()) })
+                    "policy": policy, "limits": clip(&limits.to_string()) }),
+            )
         }
         E::McpReady { servers, tools } => {
             s.declare(tools);
@@ -263,8 +312,10 @@ fn add(s: &mut Sections, event: TranscriptEvent, ms: u64) {
                     s.declare(names);
                 }
             }
-            json!({ "k": "request", "turn": turn, "attempt": attempt, "bytes": bytes,
-                    "count": message_count, "messages": answer::messages(&new_messages) })
+            Item::Value(
+                json!({ "k": "request", "turn": turn, "attempt": attempt, "bytes": bytes,
+                    "count": message_count, "messages": answer::messages(&new_messages) }),
+            )
         }
         E::Response {
             turn,
@@ -285,7 +336,7 @@ fn add(s: &mut Sections, event: TranscriptEvent, ms: u64) {
             if let Some(raw) = raw_body {
                 a["raw"] = json!(clip(&raw));
             }
-            a
+            Item::Value(a)
         }
         E::ToolCall {
             turn,
@@ -295,7 +346,9 @@ fn add(s: &mut Sections, event: TranscriptEvent, ms: u64) {
         } => {
             s.at(turn, false);
             let args = serde_json::to_string_pretty(&input).unwrap_or_default();
-            json!({ "k": "call", "id": clip(&id), "name": clip(&name), "input": clip(&args) })
+            Item::Value(
+                json!({ "k": "call", "id": clip(&id), "name": clip(&name), "input": clip(&args) }),
+            )
         }
         E::ToolResult {
             turn,
@@ -305,9 +358,11 @@ fn add(s: &mut Sections, event: TranscriptEvent, ms: u64) {
         } => {
             s.at(turn, false);
             match outcome {
-                ToolOutcome::Interrupted { interrupted } => json!({ "k": "result", "id": clip(&id),
+                ToolOutcome::Interrupted { interrupted } => {
+                    Item::Value(json!({ "k": "result", "id": clip(&id),
                     "name": clip(&name), "decision": "interrupted", "rule": "", "error": true,
-                    "content": clip(&interrupted) }),
+                    "content": clip(&interrupted) }))
+                }
                 ToolOutcome::Ran {
                     decision,
                     rule,
@@ -315,10 +370,10 @@ fn add(s: &mut Sections, event: TranscriptEvent, ms: u64) {
                     content,
                     ms: took,
                     ..
-                } => {
+                } => Item::Value(
                     json!({ "k": "result", "id": clip(&id), "name": clip(&name), "decision": decision,
-                    "rule": rule, "error": is_error, "content": clip(&content), "took": took })
-                }
+                    "rule": rule, "error": is_error, "content": clip(&content), "took": took }),
+                ),
             }
         }
         E::Stop {
@@ -327,7 +382,7 @@ fn add(s: &mut Sections, event: TranscriptEvent, ms: u64) {
         } => {
             s.at(0, true);
             let reason = stop_reason.map_or("(unknown)", |r| r.as_str());
-            json!({ "k": "stop", "reason": reason, "detail": clip(&detail) })
+            Item::Value(json!({ "k": "stop", "reason": reason, "detail": clip(&detail) }))
         }
         E::TaskEnd {
             outcome,
@@ -355,14 +410,12 @@ fn add(s: &mut Sections, event: TranscriptEvent, ms: u64) {
             item
         }
     };
-    let mut item = item;
-    item["ms"] = json!(ms);
-    s.push(&item);
+    s.push(item, Some(ms));
 }
 
 /// Every other event as a line of text with its kind (for colour) and its turn, if it
 /// names one.
-fn event_note(event: TranscriptEvent) -> (u32, Value) {
+fn event_note(event: TranscriptEvent) -> (u32, Item) {
     use TranscriptEvent as E;
     match event {
         E::AttemptFailed {
@@ -534,7 +587,7 @@ fn event_note(event: TranscriptEvent) -> (u32, Value) {
         | E::ToolCall { .. }
         | E::ToolResult { .. }
         | E::Stop { .. }
-        | E::TaskEnd { .. } => (0, json!({ "k": "ev" })),
+        | E::TaskEnd { .. } => (0, Item::Value(json!({ "k": "ev" }))),
     }
 }
 

@@ -129,7 +129,12 @@ impl Reporter {
             results: Vec::new(),
             error: None,
             finished: cfg.finished,
-            follower: cfg.follower,
+            follower: cfg
+                .follower
+                .map(Following::start)
+                .transpose()
+                .map_err(io_err(&cfg.dir))?,
+            follow: Vec::new(),
             flushed_at: Instant::now(),
         };
         // Its own thread: fsyncs and file writes never hold up the runtime's workers,
@@ -235,6 +240,42 @@ impl Open {
     }
 }
 
+/// What the follower is told, in the transcripts' order.
+enum Follow {
+    Event(Arc<str>, Box<crate::vocab::log::Stamped>),
+    Finished(Arc<str>, String),
+}
+
+/// The follower on a thread of its own, given each batch's events once the batch is
+/// written: what it builds (the page's views) never delays a line or its
+/// acknowledgement, which every request waits for.
+struct Following {
+    tx: std::sync::mpsc::Sender<Vec<Follow>>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Following {
+    fn start(follower: Arc<dyn TranscriptFollower>) -> std::io::Result<Following> {
+        let (tx, rx) = std::sync::mpsc::channel::<Vec<Follow>>();
+        let thread = std::thread::Builder::new()
+            .name("agentbatch-follower".into())
+            .spawn(move || {
+                while let Ok(batch) = rx.recv() {
+                    for f in batch {
+                        match f {
+                            Follow::Event(task, line) => {
+                                let line = *line;
+                                follower.event(&task, line.t_ms, line.event)
+                            }
+                            Follow::Finished(task, rel) => follower.finished(&task, &rel),
+                        }
+                    }
+                }
+            })?;
+        Ok(Following { tx, thread })
+    }
+}
+
 /// Starts writing `file`'s dirty pages to disk without waiting (Linux's
 /// `sync_file_range`); a hint only, so a failure is left to the `fdatasync` after it.
 fn start_writeback(file: &File) {
@@ -271,7 +312,10 @@ struct State {
     results: Vec<TaskResult>,
     error: Option<ReportError>,
     finished: Option<std::sync::mpsc::Sender<Finished>>,
-    follower: Option<Arc<dyn TranscriptFollower>>,
+    /// The follower's thread, when there is one.
+    follower: Option<Following>,
+    /// What the follower is given at the end of this batch.
+    follow: Vec<Follow>,
     /// When the live transcripts were last flushed.
     flushed_at: Instant,
 }
@@ -379,6 +423,12 @@ impl State {
             if let Err(e) = self.commit() {
                 self.fail(e);
             }
+            self.hand_on();
+        }
+        self.hand_on();
+        if let Some(f) = self.follower.take() {
+            drop(f.tx);
+            let _ = f.thread.join();
         }
         for (task, mut w) in self.open.drain() {
             if let Err(e) = w.flush() {
@@ -411,6 +461,15 @@ impl State {
         Loop {
             results: self.results,
             error: self.error,
+        }
+    }
+
+    /// Gives the follower this batch's events.
+    fn hand_on(&mut self) {
+        if let Some(f) = &self.follower {
+            if !self.follow.is_empty() {
+                let _ = f.tx.send(std::mem::take(&mut self.follow));
+            }
         }
     }
 
@@ -518,8 +577,8 @@ impl State {
                         self.dirty.insert(task.clone());
                     }
                 }
-                if let Some(f) = &self.follower {
-                    f.event(&task, line.t_ms, line.event);
+                if self.follower.is_some() {
+                    self.follow.push(Follow::Event(task, line));
                 }
             }
             Event::Stopping(what) => self.progress.stopping(what),
@@ -546,8 +605,9 @@ impl State {
                     r.cost_usd = Some(super::spent_in_transcript(&path));
                 }
                 let transcript = if path.exists() { rel } else { String::new() };
-                if let (Some(f), false) = (&self.follower, transcript.is_empty()) {
-                    f.finished(&key, &transcript);
+                if self.follower.is_some() && !transcript.is_empty() {
+                    self.follow
+                        .push(Follow::Finished(key.clone(), transcript.clone()));
                 }
                 let patch = if self.patched.remove(&key) {
                     patch_rel(&key)

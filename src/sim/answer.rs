@@ -5,7 +5,8 @@
 use super::*;
 
 /// Checks and answers one request; `rec` names the run, script key and protocol and
-/// receives what happened.
+/// receives what happened. A scripted latency counts from `arrived`, when the request
+/// was read, as a provider's would: the simulator's own work is inside it.
 pub(super) async fn answer(
     state: &SimState,
     headers: &HeaderMap,
@@ -13,6 +14,7 @@ pub(super) async fn answer(
     body_len: usize,
     request_id: &str,
     rec: &mut RecordedRequest,
+    arrived: std::time::Instant,
 ) -> Result<Response, Refusal> {
     let protocol = rec.protocol;
     let key = rec.key.clone();
@@ -134,7 +136,7 @@ pub(super) async fn answer(
         *n - 1
     };
     if let Some(latency) = turn.latency.or(script.latency) {
-        tokio::time::sleep(latency.0).await;
+        clock::sleep_until(arrived + latency.0).await;
     }
     let streaming = stream::wanted(&request);
     let render = |c| match protocol {

@@ -22,6 +22,7 @@ mod cache;
 pub(crate) mod chaos;
 mod chat;
 mod check;
+mod clock;
 mod compaction;
 mod contradict;
 mod fault;
@@ -396,6 +397,7 @@ async fn play(
     body: &[u8],
     batch: Option<&str>,
 ) -> (Response, String) {
+    let arrived = std::time::Instant::now();
     let request_id = next_request_id(state);
     let parsed: Result<Value, _> = serde_json::from_slice(body);
     let mut rec = RecordedRequest {
@@ -415,7 +417,16 @@ async fn play(
         response: None,
         batch: batch.map(str::to_string),
     };
-    let outcome = answer::answer(state, headers, parsed, body.len(), &request_id, &mut rec).await;
+    let outcome = answer::answer(
+        state,
+        headers,
+        parsed,
+        body.len(),
+        &request_id,
+        &mut rec,
+        arrived,
+    )
+    .await;
     let resp = match outcome {
         Ok(resp) => resp,
         Err(refusal) => {

@@ -80,7 +80,7 @@ pub enum Event {
     /// One event of the task's transcript: the reporter serializes it into its line.
     Transcript {
         task: Arc<str>,
-        line: Stamped,
+        line: Box<Stamped>,
         /// Answered once the line has reached the operating system (not the disk), so
         /// a kill -9 after the answer cannot lose it.
         written: Option<oneshot::Sender<()>>,
@@ -192,7 +192,7 @@ impl TaskLog {
         // A closed channel means the run is shutting down; the line has nowhere to go.
         let _ = self.tx.send(Event::Transcript {
             task: self.task.clone(),
-            line: Stamped { at, t_ms, event },
+            line: Box::new(Stamped { at, t_ms, event }),
             written,
         });
     }
