@@ -22,8 +22,6 @@ mod transcript;
 
 use std::path::{Component, Path, PathBuf};
 
-use serde_json::Value;
-
 use live::Chunks;
 pub use live::LiveViews;
 
@@ -126,9 +124,9 @@ fn clipped(s: &str) -> std::borrow::Cow<'_, str> {
 /// JSON that can sit inside a `<script>` element: no `<`, `>` or `&` (so no text can
 /// close the element or open a comment), no line separators older engines end a
 /// string at. Each is written as its `\u` escape, which JSON reads back the same.
-fn script_json(v: &Value) -> String {
+fn script_json<T: serde::Serialize + ?Sized>(v: &T) -> String {
     let mut out = Vec::new();
-    script_safe_into(&mut out, v.to_string().as_bytes());
+    script_safe_into(&mut out, &serde_json::to_vec(v).unwrap_or_default());
     String::from_utf8(out).unwrap_or_default()
 }
 

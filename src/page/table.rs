@@ -2,7 +2,7 @@
 //! values that repeat (outcome, stop reason, team, variant) as indexes into lists.
 
 use rust_decimal::prelude::ToPrimitive;
-use serde_json::{json, Value};
+use serde::Serialize;
 
 use crate::report::ResultRow;
 
@@ -31,10 +31,44 @@ pub(super) const COLUMNS: [&str; 17] = [
     "retries", "cost", "in", "out", "wall", "detail", "model",
 ];
 
-/// The table's data as JSON.
-pub(super) fn data(rows: &[ResultRow]) -> Value {
+/// The table's data, serialized straight to JSON (no tree of values for 10,000 rows).
+#[derive(Serialize)]
+pub(super) struct Data<'a> {
+    columns: [&'static str; 17],
+    outcome: Vec<String>,
+    stop: Vec<String>,
+    team: Vec<String>,
+    variant: Vec<String>,
+    model: Vec<String>,
+    rows: Vec<Row<'a>>,
+}
+
+/// One row: the values of [`COLUMNS`] in order, a JSON array.
+#[derive(Serialize)]
+pub(super) struct Row<'a>(
+    &'a str,
+    usize,
+    u32,
+    usize,
+    usize,
+    usize,
+    Option<u64>,
+    Option<u64>,
+    Option<u64>,
+    Option<u64>,
+    Option<u64>,
+    Option<f64>,
+    Option<u64>,
+    Option<u64>,
+    Option<u64>,
+    String,
+    usize,
+);
+
+/// The table's data.
+pub(super) fn data(rows: &[ResultRow]) -> Data<'_> {
     let (mut outcomes, mut stops, mut teams, mut variants, mut models) = Default::default();
-    let out: Vec<Value> = rows
+    let out: Vec<Row> = rows
         .iter()
         .map(|r| {
             row(
@@ -52,29 +86,29 @@ pub(super) fn data(rows: &[ResultRow]) -> Value {
     let Levels(teams) = teams;
     let Levels(variants) = variants;
     let Levels(models) = models;
-    json!({
-        "columns": COLUMNS,
-        "outcome": outcomes,
-        "stop": stops,
-        "team": teams,
-        "variant": variants,
-        "model": models,
-        "rows": out,
-    })
+    Data {
+        columns: COLUMNS,
+        outcome: outcomes,
+        stop: stops,
+        team: teams,
+        variant: variants,
+        model: models,
+        rows: out,
+    }
 }
 
-fn row(
-    r: &ResultRow,
+fn row<'a>(
+    r: &'a ResultRow,
     outcomes: &mut Levels,
     stops: &mut Levels,
     teams: &mut Levels,
     variants: &mut Levels,
     models: &mut Levels,
-) -> Value {
+) -> Row<'a> {
     let outcome = r.outcome.map_or("", |o| o.as_str());
     let detail = crate::text::prefix(&r.stop_detail, DETAIL_CHARS);
-    json!([
-        r.task_id,
+    Row(
+        &r.task_id,
         variants.index(&r.variant),
         r.epoch,
         teams.index(&r.team),
@@ -91,5 +125,5 @@ fn row(
         r.wall_ms,
         detail,
         models.index(&r.model),
-    ])
+    )
 }
