@@ -271,6 +271,8 @@ enum Command {
         /// The PostgreSQL database of the coordination benchmark.
         #[arg(long, value_name = "URL", env = "AGENTBATCH_QUEUE_URL")]
         queue: Option<String>,
+        #[command(flatten)]
+        guard: bench::GuardArgs,
     },
 }
 
@@ -440,9 +442,10 @@ fn main() -> ExitCode {
                 fraction,
                 out,
                 queue,
+                guard,
             } => report_error(
                 "bench",
-                bench_cmd(which, scale, fraction, &out, queue.as_deref()).await,
+                bench_cmd(which, scale, fraction, &out, queue.as_deref(), &guard).await,
             ),
         }
     })
@@ -609,10 +612,22 @@ async fn bench_cmd(
     fraction: f64,
     out: &Path,
     queue: Option<&str>,
+    guard: &bench::GuardArgs,
 ) -> anyhow::Result<()> {
     use bench::Which;
     if !(fraction > 0.0 && fraction <= 1.0) {
         anyhow::bail!("--fraction must be more than 0 and at most 1");
+    }
+    if guard.given() && which != Which::Instructions {
+        anyhow::bail!("--baseline and --write-baseline go with `bench instructions`");
+    }
+    if which == Which::Instructions {
+        guard.preflight()?;
+        let r = bench::instructions(out).await?;
+        println!("{r}");
+        if guard.given() {
+            println!("{}", bench::guard(&r, guard).await?);
+        }
     }
     if matches!(which, bench::Which::Rate | bench::Which::All) {
         let r = bench::rate_goodput(scale, out).await?;

@@ -11,13 +11,15 @@ cd "$(dirname "$0")/.."
 # (python3). MCP tests drive the reference MCP servers from npm (Node.js). The compare
 # report's page is loaded in headless Chromium. The database tests need PostgreSQL's
 # server binaries (a throwaway cluster is started below) unless AGENTBATCH_TEST_PG_URL
-# names a server.
+# names a server. The instruction-count guard (tests/integration/instructions.rs) runs
+# the runner under valgrind, and fails without it.
 missing=()
 command -v git >/dev/null 2>&1 || missing+=(git)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
 command -v node >/dev/null 2>&1 || missing+=(nodejs)
 command -v npm >/dev/null 2>&1 || missing+=(npm)
 command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || missing+=(chromium)
+command -v valgrind >/dev/null 2>&1 || missing+=(valgrind)
 [ -n "${AGENTBATCH_TEST_PG_URL:-}" ] || compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql)
 [ -n "${AGENTBATCH_TEST_PG_URL:-}" ] || command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 if [ ${#missing[@]} -gt 0 ]; then

@@ -271,6 +271,18 @@ fn proc_cpu_s(pid: u32) -> f64 {
 
 /// Runs one workload: simulator and runner as separate processes.
 pub async fn run_load(load: &Load, out: &Path) -> anyhow::Result<LoadReport> {
+    run_load_with(load, out, &|exe: &Path, _: &Path| Command::new(exe)).await
+}
+
+/// [`run_load`], the runner started by `runner`: given the agentbatch binary and the
+/// benchmark's folder, it returns the command that the runner's own arguments (`run
+/// JOB --out DIR --run-id run --quiet`) are added to, so that another program (valgrind)
+/// may run it.
+pub(super) async fn run_load_with(
+    load: &Load,
+    out: &Path,
+    runner: &dyn Fn(&Path, &Path) -> Command,
+) -> anyhow::Result<LoadReport> {
     let dir = bench_dir(out, load.name);
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let dir = dir.canonicalize()?;
@@ -321,7 +333,7 @@ pub async fn run_load(load: &Load, out: &Path) -> anyhow::Result<LoadReport> {
 
     let children_before = children_cpu_s();
     let started = Instant::now();
-    let status = Command::new(&exe)
+    let status = runner(&exe, &dir)
         .arg("run")
         .arg(&job)
         .arg("--out")

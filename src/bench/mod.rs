@@ -23,11 +23,13 @@ use crate::vocab::price;
 mod batch;
 mod cache;
 mod coordination;
+mod instructions;
 mod load;
 mod workspaces;
 pub use batch::{batch_mode, BatchReport};
 pub use cache::{cache_savings, CacheReport};
 pub use coordination::{coordination, CoordinationReport};
+pub use instructions::{guard, instructions, GuardArgs, InstructionReport};
 pub use load::{history_growth, run_load, Load, LoadReport};
 pub use workspaces::{workspaces, WorkspaceReport};
 
@@ -52,6 +54,8 @@ pub enum Which {
     Workspaces,
     /// A shared run's cost: database calls and waits per model request, three workers at 100 and 1,000 requests a second (needs --queue URL).
     Coordination,
+    /// The runner's instructions and file operations per model turn and per task under valgrind, on three small W1-shaped runs; with --baseline FILE, fails on a rise past its margins.
+    Instructions,
     /// Governance (rate, caps) and load (throughput, scale, history).
     All,
 }

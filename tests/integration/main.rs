@@ -15,6 +15,7 @@ mod docs;
 mod faults;
 mod govern;
 mod hostile;
+mod instructions;
 mod kill_runner;
 mod layers;
 mod limits;
