@@ -15,14 +15,26 @@ use crate::model::backoff::{parse_retry_after, status_is_retryable};
 /// Builds the HTTP client a run shares (one connection pool for all its tasks). It
 /// follows no redirect: reqwest strips `Authorization` on a redirect to another origin
 /// but not `x-api-key`, and no provider API redirects its endpoints, so a redirect is
-/// reported (with its Location) instead of carrying a key elsewhere.
-pub fn client() -> reqwest::Result<Client> {
-    Client::builder()
+/// reported (with its Location) instead of carrying a key elsewhere. Without `tls` (no
+/// endpoint of the run is `https`) the system's root certificates are not read: reading
+/// and parsing them is most of a short run's start (hundreds of files).
+pub fn client(tls: bool) -> reqwest::Result<Client> {
+    let builder = Client::builder()
         .user_agent(concat!("agentbatch/", env!("CARGO_PKG_VERSION")))
         .connect_timeout(Duration::from_secs(5))
         .tcp_keepalive(Duration::from_secs(60))
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
+        .redirect(reqwest::redirect::Policy::none());
+    match tls {
+        true => builder.build(),
+        false => builder
+            .tls_certs_only(Vec::<reqwest::Certificate>::new())
+            .build(),
+    }
+}
+
+/// Whether `url` may need TLS: anything but a plain `http://` URL.
+pub fn needs_tls(url: &str) -> bool {
+    Url::parse(url).map_or(true, |u| u.scheme() != "http")
 }
 
 /// The most of an error (non-2xx) body read: enough for any provider's error message.
@@ -427,6 +439,19 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Only a plain `http://` endpoint goes without the system's root certificates;
+    /// anything else, an unreadable URL included, keeps them.
+    #[test]
+    fn only_plain_http_endpoints_skip_tls() {
+        for plain in ["http://127.0.0.1:8787", "HTTP://localhost/v1", "http://[::1]:80/"] {
+            assert!(!needs_tls(plain), "{plain}");
+        }
+        for tls in ["https://api.anthropic.com", "HTTPS://x", "not a url", "", "ws://x"] {
+            assert!(needs_tls(tls), "{tls}");
+        }
+        assert!(client(false).is_ok() && client(true).is_ok());
+    }
 
     #[test]
     fn used_up_windows_pause_until_their_reset_within_bounds() {

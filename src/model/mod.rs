@@ -29,7 +29,7 @@ pub use crate::vocab::usage::{Bounds, Clamp, Reported, Usage};
 pub use compact::{Cleared, MAX_BYTES_PER_TOKEN};
 pub use conversation::{Conversation, Params};
 pub use endpoint::Endpoint;
-pub use http::{client, parse_go_duration, Failure, HttpError, RateHeaders, Reply};
+pub use http::{client, needs_tls, parse_go_duration, Failure, HttpError, RateHeaders, Reply};
 pub use summary::Summarized;
 
 /// The usage an answer of `protocol` reports (None when it is not an answer, or has no

@@ -25,7 +25,7 @@ use std::path::{Component, Path, PathBuf};
 use live::Chunks;
 pub use live::LiveViews;
 
-use crate::report::{read_results, read_variants, ResultsError, RunJson};
+use crate::report::{read_results, read_variants, ResultsError, RunJson, VariantSummary};
 
 /// The page's file name in the run folder.
 pub const PAGE: &str = "report.html";
@@ -175,13 +175,21 @@ pub fn write(dir: &Path, opts: &PageOptions) -> Result<Written, PageError> {
     write_with(dir, opts, None)
 }
 
-/// Writes the page with the views `live` built while the run went: only the rows it
-/// has no view of (a resumed run's earlier rows, rows without a transcript) are read
-/// from their files.
+/// What a run that just ended already has for its page, so nothing is computed twice.
+pub struct FromRun<'a> {
+    /// The transcripts' views, built while the run went.
+    pub views: &'a LiveViews,
+    /// The per-variant figures summary.csv was written from.
+    pub variants: &'a [VariantSummary],
+}
+
+/// Writes the page with what the run built (`from_run`): only the rows it has no view
+/// of (a resumed run's earlier rows, rows without a transcript) are read from their
+/// transcripts.
 pub fn write_with(
     dir: &Path,
     opts: &PageOptions,
-    live: Option<&LiveViews>,
+    from_run: Option<FromRun>,
 ) -> Result<Written, PageError> {
     let results = dir.join("results.csv");
     if !results.is_file() {
@@ -202,14 +210,17 @@ pub fn write_with(
             order.push(r.variant.clone());
         }
     }
-    let variants = match read_variants(dir, &file.axes, &order) {
-        Ok(v) => Some(v),
-        Err(e) => {
-            warnings.push(format!("no per-variant table: {e}"));
-            None
-        }
+    let variants = match &from_run {
+        Some(r) => Some(r.variants.to_vec()),
+        None => match read_variants(dir, &file.axes, &order) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                warnings.push(format!("no per-variant table: {e}"));
+                None
+            }
+        },
     };
-    let built = match live.map(LiveViews::take) {
+    let built = match from_run.map(|r| r.views.take()) {
         Some(Ok(b)) => Some(b),
         Some(Err(why)) => {
             warnings.push(format!(

@@ -85,7 +85,7 @@ fn in_flight(text: &str) -> Option<InFlight> {
 /// the tasks of `plan` with a transcript in `dir`; returns what it did, a line each.
 /// Each batch is looked up once, and all of them at the same time.
 pub(super) async fn recover(dir: &Path, plan: &Plan, run_id: &str) -> Vec<String> {
-    let Ok(client) = crate::model::client() else {
+    let Ok(client) = crate::model::client(true) else {
         return Vec::new();
     };
     let mut waiting: Vec<(&TaskSpec, std::path::PathBuf, InFlight)> = Vec::new();

@@ -141,9 +141,9 @@ pub struct RunOutcome {
 /// and `agentbatch report DIR` writes it again.
 pub(crate) fn write_page(
     dir: &std::path::Path,
-    live: Option<&crate::page::LiveViews>,
+    from_run: Option<crate::page::FromRun>,
 ) -> Option<std::path::PathBuf> {
-    match crate::page::write_with(dir, &crate::page::PageOptions::from_env(), live) {
+    match crate::page::write_with(dir, &crate::page::PageOptions::from_env(), from_run) {
         Ok(w) => Some(w.path),
         Err(e) => {
             eprintln!(

@@ -369,7 +369,13 @@ impl Run {
             })
         })?;
         Ok(AgentEnv {
-            client: crate::model::client()?,
+            // The runner's own simulator is plain HTTP; any other endpoint may be TLS.
+            client: crate::model::client(self.tasks.iter().any(|t| {
+                t.provider
+                    .base_url
+                    .as_deref()
+                    .is_some_and(crate::model::needs_tls)
+            }))?,
             registry: self.opts.registry.clone(),
             sim_base: sim.map(|s| s.base_url()),
             run_id: self.run_id.clone(),
@@ -499,7 +505,13 @@ impl Run {
             }
         }
         summary.variants = crate::report::write_summary_csv(&dir, &plan.axes, &variant_order)?;
-        let page = super::write_page(&dir, self.page_views.as_deref());
+        let page = super::write_page(
+            &dir,
+            self.page_views.as_deref().map(|views| crate::page::FromRun {
+                views,
+                variants: &summary.variants,
+            }),
+        );
         Ok(RunOutcome {
             summary,
             complete,

@@ -62,7 +62,7 @@ fn api(sim: &Sim, protocol: Protocol) -> BatchApi {
         max_response_bytes: 1 << 20,
         stream_idle: None,
     };
-    BatchApi::new(agentbatch::model::client().unwrap(), &endpoint, &base).unwrap()
+    BatchApi::new(agentbatch::model::client(true).unwrap(), &endpoint, &base).unwrap()
 }
 
 fn settings() -> Settings {
@@ -259,7 +259,7 @@ fn stub_api(url: &str, timeout: Duration) -> BatchApi {
         max_response_bytes: 1 << 20,
         stream_idle: None,
     };
-    BatchApi::new(agentbatch::model::client().unwrap(), &endpoint, url).unwrap()
+    BatchApi::new(agentbatch::model::client(true).unwrap(), &endpoint, url).unwrap()
 }
 
 /// A create that timed out may have made a batch: it is not sent again (a second
