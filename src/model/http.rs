@@ -444,10 +444,20 @@ mod tests {
     /// anything else, an unreadable URL included, keeps them.
     #[test]
     fn only_plain_http_endpoints_skip_tls() {
-        for plain in ["http://127.0.0.1:8787", "HTTP://localhost/v1", "http://[::1]:80/"] {
+        for plain in [
+            "http://127.0.0.1:8787",
+            "HTTP://localhost/v1",
+            "http://[::1]:80/",
+        ] {
             assert!(!needs_tls(plain), "{plain}");
         }
-        for tls in ["https://api.anthropic.com", "HTTPS://x", "not a url", "", "ws://x"] {
+        for tls in [
+            "https://api.anthropic.com",
+            "HTTPS://x",
+            "not a url",
+            "",
+            "ws://x",
+        ] {
             assert!(needs_tls(tls), "{tls}");
         }
         assert!(client(false).is_ok() && client(true).is_ok());

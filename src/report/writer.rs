@@ -136,6 +136,7 @@ impl Reporter {
                 .map_err(io_err(&cfg.dir))?,
             follow: Vec::new(),
             flushed_at: Instant::now(),
+            handed_at: Instant::now(),
         };
         // Its own thread: fsyncs and file writes never hold up the runtime's workers,
         // which drive every loop in flight.
@@ -290,6 +291,10 @@ fn start_writeback(file: &File) {
 /// How often, at most, the live transcripts are flushed: what `tail -f` lags by.
 const FLUSH_EVERY: Duration = Duration::from_millis(250);
 
+/// How often, at most, finished tasks go to the syncer and events to the page's views:
+/// each hand-over wakes a thread, and what is left at the end of a run waits for both.
+const HAND_ON_EVERY: Duration = Duration::from_millis(50);
+
 struct State {
     run_id: String,
     dir: PathBuf,
@@ -318,6 +323,8 @@ struct State {
     follow: Vec<Follow>,
     /// When the live transcripts were last flushed.
     flushed_at: Instant,
+    /// When the syncer and the follower were last handed what was new.
+    handed_at: Instant,
 }
 
 /// Files to make durable, in order: a batch's transcripts, then results.csv.
@@ -387,22 +394,22 @@ impl State {
             .enable_time()
             .build();
         loop {
-            let next = if self.dirty.is_empty() {
+            let next = if !self.pending() {
                 rx.blocking_recv()
             } else {
-                let due = self.flushed_at + FLUSH_EVERY;
+                let due = self.due();
                 match &clock {
                     Ok(rt) => match rt
                         .block_on(async { tokio::time::timeout_at(due.into(), rx.recv()).await })
                     {
                         Ok(next) => next,
                         Err(_) => {
-                            self.flush_live();
+                            self.tick();
                             continue;
                         }
                     },
                     Err(_) => {
-                        self.flush_live();
+                        self.tick();
                         rx.blocking_recv()
                     }
                 }
@@ -415,15 +422,20 @@ impl State {
                     Err(_) => break,
                 }
             }
-            if self.flushed_at.elapsed() >= FLUSH_EVERY {
-                self.flush_live();
+            if Instant::now() >= self.due() {
+                self.tick();
+            } else {
+                // Between ticks, only what has piled up is handed on: each hand-over
+                // wakes a thread.
+                if self.to_sync.len() >= 256 {
+                    if let Err(e) = self.commit() {
+                        self.fail(e);
+                    }
+                }
+                if self.follow.len() >= 1024 {
+                    self.hand_on();
+                }
             }
-            // Group commit: the rows and transcripts of every task that finished in this
-            // batch go to the syncer before the writer waits for more.
-            if let Err(e) = self.commit() {
-                self.fail(e);
-            }
-            self.hand_on();
         }
         self.hand_on();
         if let Some(f) = self.follower.take() {
@@ -464,7 +476,39 @@ impl State {
         }
     }
 
-    /// Gives the follower this batch's events.
+    /// Whether a tick has work: transcripts to flush, files to sync, events to follow.
+    fn pending(&self) -> bool {
+        !self.dirty.is_empty()
+            || !self.to_sync.is_empty()
+            || !self.follow.is_empty()
+            || self.csv.has_unsynced()
+    }
+
+    /// When the next tick is due: the next flush of live transcripts, or sooner the
+    /// next hand-over of finished tasks and followed events.
+    fn due(&self) -> Instant {
+        let flush = self.flushed_at + FLUSH_EVERY;
+        if self.to_sync.is_empty() && self.follow.is_empty() && !self.csv.has_unsynced() {
+            return flush;
+        }
+        flush.min(self.handed_at + HAND_ON_EVERY)
+    }
+
+    /// Every [`HAND_ON_EVERY`], the rows and transcripts of finished tasks go to the
+    /// syncer (group commit) and the events to the follower; every [`FLUSH_EVERY`], the
+    /// live transcripts are flushed.
+    fn tick(&mut self) {
+        if self.flushed_at.elapsed() >= FLUSH_EVERY {
+            self.flush_live();
+        }
+        self.handed_at = Instant::now();
+        if let Err(e) = self.commit() {
+            self.fail(e);
+        }
+        self.hand_on();
+    }
+
+    /// Gives the follower the events written since the last time.
     fn hand_on(&mut self) {
         if let Some(f) = &self.follower {
             if !self.follow.is_empty() {

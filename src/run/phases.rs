@@ -507,10 +507,12 @@ impl Run {
         summary.variants = crate::report::write_summary_csv(&dir, &plan.axes, &variant_order)?;
         let page = super::write_page(
             &dir,
-            self.page_views.as_deref().map(|views| crate::page::FromRun {
-                views,
-                variants: &summary.variants,
-            }),
+            self.page_views
+                .as_deref()
+                .map(|views| crate::page::FromRun {
+                    views,
+                    variants: &summary.variants,
+                }),
         );
         Ok(RunOutcome {
             summary,

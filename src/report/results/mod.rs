@@ -560,6 +560,11 @@ impl ResultsCsv {
         Ok(row)
     }
 
+    /// Rows were appended since the last [`ResultsCsv::unsynced`].
+    pub fn has_unsynced(&self) -> bool {
+        self.unsynced
+    }
+
     /// A handle to sync when rows were appended since the last call (None when there
     /// are none): the reporter hands it to its syncer, which makes them durable.
     pub fn unsynced(&mut self) -> Option<std::io::Result<File>> {
