@@ -326,8 +326,10 @@ fn add(s: &mut Sections, event: TranscriptEvent, ms: u64) {
             ..
         } => {
             s.at(turn, false);
+            // A body of JSON null reads back from the file as no body: shown alike.
             let mut a = body
                 .as_ref()
+                .filter(|b| !b.is_null())
                 .map(answer::answer)
                 .unwrap_or_else(|| json!({}));
             a["k"] = json!("response");
@@ -400,7 +402,7 @@ fn add(s: &mut Sections, event: TranscriptEvent, ms: u64) {
                     "outcome {outcome}; {turns} turn(s); tokens in {} out {}; cost {}",
                     usage.input_tokens,
                     usage.output_tokens,
-                    usd(&cost_usd.map(|c| c.0))
+                    usd(&cost_usd)
                 ),
             )
         }
@@ -457,7 +459,7 @@ fn event_note(event: TranscriptEvent) -> (u32, Item) {
             note(
                 "budget_stop",
                 "budget",
-                format!("pool {pool}: cap ${} spent ${} left ${}", cap_usd.0, spent_usd.0, left_usd.0),
+                format!("pool {pool}: cap ${} spent ${} left ${}", cap_usd, spent_usd, left_usd),
             ),
         ),
         E::Reserve {
@@ -473,8 +475,8 @@ fn event_note(event: TranscriptEvent) -> (u32, Item) {
                 "budget",
                 format!(
                     "attempt {attempt}: reserved {} (spent so far ${})",
-                    usd(&reserved_usd.map(|c| c.0)),
-                    spent_usd.0
+                    usd(&reserved_usd),
+                    spent_usd
                 ),
             ),
         ),
@@ -494,8 +496,8 @@ fn event_note(event: TranscriptEvent) -> (u32, Item) {
                     usage.input_tokens,
                     usage.output_tokens,
                     usage.cache_read_tokens,
-                    usd(&cost_usd.map(|c| c.0)),
-                    spent_usd.0
+                    usd(&cost_usd),
+                    spent_usd
                 ),
             ),
         ),
@@ -525,14 +527,14 @@ fn event_note(event: TranscriptEvent) -> (u32, Item) {
         ),
         E::RequestAborted { turn, charged_usd } => (
             turn,
-            note("request_aborted", "error", format!("cut off in flight; charged {}", usd(&charged_usd.map(|c| c.0)))),
+            note("request_aborted", "error", format!("cut off in flight; charged {}", usd(&charged_usd))),
         ),
         E::ReservationExceeded { turn, cost_usd, reserved_usd, .. } => (
             turn,
             note(
                 "reservation_exceeded",
                 "error",
-                format!("billed {} over the reservation {}", usd(&cost_usd.map(|c| c.0)), usd(&reserved_usd.map(|c| c.0))),
+                format!("billed {} over the reservation {}", usd(&cost_usd), usd(&reserved_usd)),
             ),
         ),
         E::UsageClamped { turn, clamps, .. } => (
@@ -551,7 +553,7 @@ fn event_note(event: TranscriptEvent) -> (u32, Item) {
         E::BatchJoined { turn, batch_id, .. } => (turn, note("batch_joined", "setup", format!("batch {batch_id}"))),
         E::BatchRecovered { turn, batch_id, result, cost_usd, .. } => (
             turn,
-            note("batch_recovered", "setup", format!("batch {batch_id}: {result}, billed ${}", cost_usd.0)),
+            note("batch_recovered", "setup", format!("batch {batch_id}: {result}, billed ${}", cost_usd)),
         ),
         E::Workspace { source, method, .. } => (
             0,

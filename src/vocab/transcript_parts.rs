@@ -22,6 +22,14 @@ impl Serialize for Usd {
     }
 }
 
+/// As the transcript writes it (normalized), so a figure shown from the event in memory
+/// reads the same as one shown from the file.
+impl fmt::Display for Usd {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        fmt::Display::fmt(&self.0.normalize(), f)
+    }
+}
+
 impl<'de> Deserialize<'de> for Usd {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Usd, D::Error> {
         struct Text;

@@ -391,6 +391,22 @@ fn a_matrix_runs_page_fits_1024_pixels_and_a_folder_of_results_alone_still_has_a
     }
 }
 
+/// Each transcript view of the page in `dir`, by its transcript's path: from the chunk
+/// scripts beside the page, or from the page itself when they are inline.
+pub fn page_views(dir: &Path) -> std::collections::BTreeMap<String, Value> {
+    if dir.join("report-transcripts").is_dir() {
+        return chunk_views(dir);
+    }
+    let html = std::fs::read_to_string(dir.join("report.html")).expect("report.html");
+    let open = "<script id=\"ab-transcripts\" type=\"application/json\">";
+    let start = html.find(open).expect("inline transcripts") + open.len();
+    let end = start + html[start..].find("</script>").expect("end of script");
+    let all: Vec<Value> = serde_json::from_str(&html[start..end]).expect("inline JSON");
+    all.into_iter()
+        .map(|v| (v["file"].as_str().unwrap_or_default().to_string(), v))
+        .collect()
+}
+
 /// Each view in the chunk scripts beside a page, by id; the chunks hold nothing that
 /// could close a script.
 fn chunk_views(dir: &Path) -> std::collections::BTreeMap<String, Value> {

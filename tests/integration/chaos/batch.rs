@@ -121,6 +121,48 @@ impl Bed {
             .collect()
     }
 
+    /// The page's transcript views, built while the run went from the events the
+    /// reporter wrote, are the ones `agentbatch report` reads back from the transcripts.
+    pub fn check_page(&mut self) {
+        let dir = self.dir();
+        if !dir.join("report.html").is_file() {
+            self.add_all("a page", "the run wrote no report.html".into());
+            return;
+        }
+        let live = crate::report_page::page_views(&dir);
+        let out = bin().arg("report").arg(&dir).output().expect("binary runs");
+        if !out.status.success() {
+            let err = String::from_utf8_lossy(&out.stderr).into_owned();
+            self.add_all("agentbatch report succeeds", err);
+            return;
+        }
+        let read = crate::report_page::page_views(&dir);
+        let ids: BTreeSet<&String> = live.keys().chain(read.keys()).collect();
+        let mut differ = Vec::new();
+        for id in ids {
+            if live.get(id) != read.get(id) {
+                differ.push(id.clone());
+            }
+        }
+        for id in differ {
+            let seed = self
+                .tasks
+                .iter()
+                .find(|t| id == format!("transcripts/{}.jsonl", t.id()))
+                .map(|t| t.seed);
+            let none = Value::Null;
+            let (a, b) = (
+                live.get(&id).unwrap_or(&none),
+                read.get(&id).unwrap_or(&none),
+            );
+            let detail = format!("{id}: {}", first_difference("", a, b));
+            match seed {
+                Some(seed) => self.add(seed, "the page's views are the transcripts'", detail),
+                None => self.add_all("the page's views are the transcripts'", detail),
+            }
+        }
+    }
+
     /// One row per task, each transcript's invariants, and `agentbatch audit` clean.
     /// Returns each task's cost.
     pub fn check_tasks(
@@ -377,6 +419,7 @@ pub(super) fn run_batch(seeds: &[u64]) -> Vec<Finding> {
     let costs = bed.check_tasks(&rows, &mut stats);
     let (total, teams) = bed.check_money(&costs);
     bed.check_outside(sandbox.contains("landlock"));
+    bed.check_page();
     let mut stops: BTreeMap<&str, usize> = BTreeMap::new();
     for r in &rows {
         *stops.entry(r["stop_reason"].as_str()).or_default() += 1;
@@ -393,4 +436,35 @@ pub(super) fn run_batch(seeds: &[u64]) -> Vec<Finding> {
         eprintln!("chaos: kept {}", kept.display());
     }
     bed.found
+}
+
+/// Where two JSON values first differ, and the two values there.
+fn first_difference(at: &str, a: &Value, b: &Value) -> String {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            for k in x.keys().chain(y.keys()) {
+                let (p, q) = (
+                    x.get(k).unwrap_or(&Value::Null),
+                    y.get(k).unwrap_or(&Value::Null),
+                );
+                if p != q {
+                    return first_difference(&format!("{at}/{k}"), p, q);
+                }
+            }
+        }
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
+            for (i, (p, q)) in x.iter().zip(y).enumerate() {
+                if p != q {
+                    return first_difference(&format!("{at}/{i}"), p, q);
+                }
+            }
+        }
+        _ => {}
+    }
+    let clip = |v: &Value| v.to_string().chars().take(600).collect::<String>();
+    format!(
+        "at {at}: built during the run {}, read back {}",
+        clip(a),
+        clip(b)
+    )
 }
