@@ -368,6 +368,26 @@ async fn a_resume_writes_the_page_again() {
     let outcome = case.resume(&ran.dir, &ran.sim, true, &[]).await;
     assert_eq!(outcome.page, Some(ran.dir.join("report.html")));
     assert!(ran.dir.join("report.html").is_file());
+    // The resumed run's page has views of two kinds: the re-run task's, built while the
+    // resume went, and the kept rows', read from their transcripts. Both are what the
+    // transcripts give.
+    assert!(
+        outcome
+            .summary
+            .rows
+            .iter()
+            .any(|r| r.task_id == "provider-down"),
+        "the resume re-ran nothing"
+    );
+    let from_run = page_views(&ran.dir);
+    assert_eq!(from_run.len(), 6, "{:?}", from_run.keys());
+    let out = bin().arg("report").arg(&ran.dir).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(page_views(&ran.dir), from_run);
 }
 
 /// jobs/compare.yaml's run (a matrix: a variant column of long labels, 48 rows), from
