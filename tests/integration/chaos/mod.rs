@@ -6,7 +6,8 @@
 //! written outside a workspace, valid writes at the workspace root working, an
 //! unexpected stop never a success, the simulator never refusing what the runner sent,
 //! each task's cost equal to its settled costs plus its worst-case charges, the run's
-//! total equal to its rows, and no cap exceeded.
+//! total equal to its rows, no cap exceeded, and the report page's views built during
+//! the run equal to what `agentbatch report` reads back from the transcripts.
 //!
 //! Default size: `DEFAULT_SEEDS` seeds from 0. A larger sweep, and replaying one seed:
 //!
