@@ -251,10 +251,9 @@ fn wardens_of(runner: u32) -> Vec<u32> {
         .collect()
 }
 
-/// `pkill -9 -f agentbatch` kills the wardens with the runner. Without a PID namespace
-/// a command's children then outlive it: the resume stops them and says so.
-#[test]
-fn a_resume_stops_what_a_run_killed_with_its_wardens_left() {
+/// Runs the kill job, stops the wardens, kills the runner with -9, then the wardens:
+/// the case, its token, its "go" file, the run's --out, and the processes left.
+fn killed_with_wardens() -> (Case, String, std::path::PathBuf, String, Vec<(u32, String)>) {
     let case = Case::new();
     calc_fixture(&case, "calc");
     let token = token();
@@ -284,9 +283,35 @@ fn a_resume_stops_what_a_run_killed_with_its_wardens_left() {
         send(w, "KILL");
     }
     let left = processes_with(&format!(".{token}"));
+    if left.is_empty() {
+        // Nothing to resume: what the run's tasks started is gone with it.
+        none_left(
+            &format!(".{token}"),
+            "after a run killed with its wardens",
+            Duration::from_secs(5),
+        );
+    }
+    (case, token, go, out, left)
+}
+
+/// `pkill -9 -f agentbatch` kills the wardens with the runner. Without a PID namespace
+/// a command's children then outlive it: the resume stops them and says so.
+#[test]
+fn a_resume_stops_what_a_run_killed_with_its_wardens_left() {
+    // What survives a kill of the runner and its wardens is up to the OS's timing: on a
+    // loaded machine nothing may (CI saw it once in many runs). A run where nothing did
+    // cannot test the resume, so the run is made again, a few times at most.
+    let mut attempt = 0;
+    let (case, token, go, out, left) = loop {
+        attempt += 1;
+        let (case, token, go, out, left) = killed_with_wardens();
+        if !left.is_empty() || attempt == 3 {
+            break (case, token, go, out, left);
+        }
+    };
     assert!(
         !left.is_empty(),
-        "nothing survived its warden: the test no longer tests the resume"
+        "nothing survived its warden in {attempt} runs: the test no longer tests the resume"
     );
     std::fs::write(&go, "").unwrap();
     let again = resume(&case, &out, false);
