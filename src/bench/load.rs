@@ -355,7 +355,7 @@ pub(super) async fn run_load_with(
     }
 
     let run_dir = dir.join("run");
-    let run_json = crate::report::RunJson::read(&run_dir.join("run.json"))?;
+    let run_json = crate::report::RunJson::read(&run_dir.join(crate::report::files::RUN_JSON))?;
     let after_tasks_ms = run_json
         .finished_at
         .as_deref()
@@ -368,7 +368,7 @@ pub(super) async fn run_load_with(
     let res = run_json.resources.unwrap_or(Value::Null);
     let f = |k: &str| res[k].as_f64().unwrap_or(0.0);
     let results = crate::report::read_results(
-        &run_dir.join("results.csv"),
+        &run_dir.join(crate::report::files::RESULTS_CSV),
         &[
             "turns",
             "stop_reason",

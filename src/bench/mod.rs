@@ -273,10 +273,7 @@ pub async fn cap_precision(out: &Path) -> anyhow::Result<CapReport> {
     let not_started = stopped.iter().filter(|r| r.turns == 0).count();
     let mut smallest_request: Option<Decimal> = None;
     for r in &stopped {
-        let path = outcome
-            .summary
-            .dir
-            .join(format!("transcripts/{}.jsonl", r.key));
+        let path = crate::report::files::transcript_path(&outcome.summary.dir, &r.key);
         let Ok(text) = std::fs::read_to_string(&path) else {
             continue;
         };

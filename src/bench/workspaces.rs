@@ -228,7 +228,7 @@ async fn one(
     let (mut setups, mut patches) = (Vec::new(), Vec::new());
     let mut passed = 0;
     for i in 0..tasks {
-        let path = run_dir.join(format!("transcripts/t{i:04}.jsonl"));
+        let path = crate::report::files::transcript_path(&run_dir, &format!("t{i:04}"));
         let text = std::fs::read_to_string(&path)
             .with_context(|| format!("cannot read {}", path.display()))?;
         let mut stop_ms = None;

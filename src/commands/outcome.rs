@@ -21,7 +21,7 @@ pub fn report(result: Result<RunOutcome, RunError>) -> u8 {
             }
             println!(
                 "reports: {} (per variant: summary.csv)",
-                s.dir.join("results.csv").display()
+                s.dir.join(crate::report::files::RESULTS_CSV).display()
             );
             if let Some(page) = &outcome.page {
                 println!("page: {}", page.display());

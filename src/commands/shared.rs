@@ -65,7 +65,7 @@ pub fn collect(url: &str, run_id: &str, out: &Path, ledger: Option<&Path>) -> u8
             println!("run {run_id}: {}", c.progress);
             println!(
                 "{}: {} rows{}",
-                c.dir.join("results.csv").display(),
+                c.dir.join(crate::report::files::RESULTS_CSV).display(),
                 c.rows,
                 if c.progress.finished() {
                     ""

@@ -71,7 +71,7 @@ pub(crate) fn read_run(
     let results = if dir.is_file() {
         dir.to_path_buf()
     } else {
-        dir.join("results.csv")
+        dir.join(crate::report::files::RESULTS_CSV)
     };
     let bytes = std::fs::read(&results).map_err(|source| CompareError::Read {
         path: results.clone(),

@@ -28,9 +28,9 @@ pub use live::LiveViews;
 use crate::report::{read_results, read_variants, ResultsError, RunJson, VariantSummary};
 
 /// The page's file name in the run folder.
-pub const PAGE: &str = "report.html";
+pub const PAGE: &str = crate::report::files::REPORT_HTML;
 /// The folder beside the page that holds a big run's transcripts, one script each.
-pub const TRANSCRIPTS: &str = "report-transcripts";
+pub const TRANSCRIPTS: &str = crate::report::files::REPORT_TRANSCRIPTS;
 /// The environment variable that sets [`PageOptions::inline_tasks`] (tests use it to
 /// take the lazy path with a few tasks).
 pub const INLINE_TASKS_VAR: &str = "AGENTBATCH_REPORT_INLINE_TASKS";
@@ -191,13 +191,13 @@ pub fn write_with(
     opts: &PageOptions,
     from_run: Option<FromRun>,
 ) -> Result<Written, PageError> {
-    let results = dir.join("results.csv");
+    let results = dir.join(crate::report::files::RESULTS_CSV);
     if !results.is_file() {
         return Err(PageError::NotARunFolder(dir.to_path_buf()));
     }
     let file = read_results(&results, &["task_id"], &["task_id"])?;
     let mut warnings: Vec<String> = file.cut_off.iter().cloned().collect();
-    let run = match RunJson::read(&dir.join("run.json")) {
+    let run = match RunJson::read(&dir.join(crate::report::files::RUN_JSON)) {
         Ok(r) => Some(r),
         Err(e) => {
             warnings.push(e.to_string());

@@ -9,6 +9,7 @@ use std::path::Path;
 
 use rust_decimal::Decimal;
 
+use super::files;
 use super::results::{read_results, ResultRow, ResultsError, ResultsFile};
 use super::run_json::{RunJson, RunJsonError};
 
@@ -64,14 +65,14 @@ impl EarlierAttempts {
     /// Reads the run folder `dir`.
     pub fn read(dir: &Path) -> Result<EarlierAttempts, AttemptsError> {
         let mut out = EarlierAttempts::default();
-        let superseded = dir.join("superseded.csv");
+        let superseded = dir.join(files::SUPERSEDED_CSV);
         if superseded.exists() {
-            let results = read_results(&dir.join("results.csv"), &[], &[])?;
+            let results = read_results(&dir.join(files::RESULTS_CSV), &[], &[])?;
             let standing: HashSet<Vec<String>> =
                 results.rows.iter().map(ResultRow::verbatim).collect();
             out.superseded = spend_of(&read_results(&superseded, &[], &[])?, &standing);
         }
-        let run_json = dir.join("run.json");
+        let run_json = dir.join(files::RUN_JSON);
         if run_json.exists() {
             let r = RunJson::read(&run_json)?;
             let killed = r
@@ -107,7 +108,7 @@ pub fn whole_run_cost(dir: &Path) -> Result<Option<String>, AttemptsError> {
         return Ok(None);
     }
     let rows = spend_of(
-        &read_results(&dir.join("results.csv"), &[], &[])?,
+        &read_results(&dir.join(files::RESULTS_CSV), &[], &[])?,
         &HashSet::new(),
     );
     let mut s = format!(

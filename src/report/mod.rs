@@ -8,6 +8,8 @@
 //! `run_json`.
 
 mod attempts;
+pub mod files;
+mod folder;
 mod progress;
 mod results;
 mod resume;
@@ -18,6 +20,8 @@ mod variants;
 mod writer;
 
 pub use attempts::{whole_run_cost, AttemptsError};
+pub use folder::Ended;
+pub(crate) use folder::{append_transcript_events, collectable, mark_worker, write_collected};
 pub(crate) use results::{axes_in, header_for, parse_results, read_results, ResultRow};
 pub use results::{ResultsError, COLUMNS};
 pub(crate) use resume::ResumeChanges;

@@ -5,6 +5,7 @@
 
 use std::path::Path;
 
+use super::files;
 use super::results::{append_results, replace_results};
 use super::run_json::RunJson;
 use super::ReportError;
@@ -40,19 +41,19 @@ impl ResumeChanges {
         run_json: &RunJson,
         rerun: &[&str],
     ) -> Result<(), ReportError> {
-        run_json.write(&dir.join("run.json"))?;
+        run_json.write(&dir.join(files::RUN_JSON))?;
         if !self.superseded.is_empty() {
-            let path = dir.join("superseded.csv");
+            let path = dir.join(files::SUPERSEDED_CSV);
             append_results(&path, &self.header, &self.superseded).map_err(io(&path))?;
         }
-        let csv_path = dir.join("results.csv");
+        let csv_path = dir.join(files::RESULTS_CSV);
         replace_results(&csv_path, &self.header, &self.kept).map_err(io(&csv_path))?;
         for key in rerun {
-            let transcript = dir.join("transcripts").join(format!("{key}.jsonl"));
+            let transcript = files::transcript_path(dir, key);
             set_aside(&transcript).map_err(io(&transcript))?;
-            let patch = dir.join("patches").join(format!("{key}.diff"));
+            let patch = files::patch_path(dir, key);
             set_aside(&patch).map_err(io(&patch))?;
-            for sub in ["workspaces", "git", "tmp"] {
+            for sub in files::WORK_FOLDERS {
                 let p = dir.join(sub).join(key);
                 if p.exists() {
                     std::fs::remove_dir_all(&p).map_err(io(&p))?;
@@ -68,7 +69,7 @@ impl ResumeChanges {
             .kept
             .iter()
             .any(|r| column.and_then(|c| r.get(c)).is_some_and(|w| !w.is_empty()));
-        let pristine = dir.join("pristine");
+        let pristine = dir.join(files::PRISTINE);
         if !needed && pristine.exists() {
             std::fs::remove_dir_all(&pristine).map_err(io(&pristine))?;
         }

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use rust_decimal::Decimal;
 
 use super::attempts::{AttemptsError, EarlierAttempts};
+use super::files;
 use super::results::{axis_column, read_results, ResultsError};
 use crate::stats::{median, median_u64, wilson95};
 use crate::vocab::stop::{Outcome, StopReason};
@@ -228,7 +229,7 @@ pub(crate) fn read_variants(
     axes: &[String],
     order: &[String],
 ) -> Result<Vec<VariantSummary>, VariantsError> {
-    let mut variants = summarize(&dir.join("results.csv"), axes)?;
+    let mut variants = summarize(&dir.join(files::RESULTS_CSV), axes)?;
     add_earlier_attempts(dir, &mut variants)?;
     variants.sort_by_key(|v| {
         order
@@ -247,7 +248,7 @@ pub(crate) fn write_summary_csv(
     order: &[String],
 ) -> Result<Vec<VariantSummary>, VariantsError> {
     let variants = read_variants(dir, axes, order)?;
-    let path = dir.join("summary.csv");
+    let path = dir.join(files::SUMMARY_CSV);
     let tmp = dir.join("summary.csv.tmp");
     let e = |e: &dyn std::fmt::Display| VariantsError::Write {
         path: path.clone(),

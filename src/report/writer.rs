@@ -12,6 +12,7 @@ use serde_json::Value;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio_util::sync::CancellationToken;
 
+use super::files::{self, patch_rel, transcript_rel};
 use super::progress::Progress;
 pub use super::progress::ProgressMode;
 use super::results::ResultsCsv;
@@ -96,12 +97,12 @@ impl Reporter {
     /// writer task.
     pub fn start(cfg: ReporterConfig) -> Result<Reporter, ReportError> {
         // The runner creates (and locks) the folder; a run's files must not exist yet.
-        if cfg.dir.join("results.csv").exists() && !cfg.resume {
+        if cfg.dir.join(files::RESULTS_CSV).exists() && !cfg.resume {
             return Err(ReportError::Exists(cfg.dir));
         }
-        let transcripts = cfg.dir.join("transcripts");
+        let transcripts = cfg.dir.join(files::TRANSCRIPTS);
         std::fs::create_dir_all(&transcripts).map_err(io_err(&transcripts))?;
-        let csv_path = cfg.dir.join("results.csv");
+        let csv_path = cfg.dir.join(files::RESULTS_CSV);
         let csv = if cfg.resume {
             ResultsCsv::append_to(&csv_path, &cfg.axes)
         } else {
@@ -110,7 +111,7 @@ impl Reporter {
         .map_err(io_err(&csv_path))?;
         let mut run_json = cfg.run_json;
         run_json.status = Some("running".into());
-        run_json.write(&cfg.dir.join("run.json"))?;
+        run_json.write(&cfg.dir.join(files::RUN_JSON))?;
         let (tx, rx) = unbounded_channel();
         let state = State {
             run_id: cfg.run_id.clone(),
@@ -194,7 +195,7 @@ impl Reporter {
         // What this process used, from the OS (the last attempt's, for a resumed run).
         run_json.resources =
             Some(serde_json::to_value(crate::resources::own_usage()).unwrap_or(Value::Null));
-        run_json.write(&dir.join("run.json"))?;
+        run_json.write(&dir.join(files::RUN_JSON))?;
         if let Some(e) = done.error {
             return Err(e);
         }
@@ -211,7 +212,7 @@ impl Reporter {
 /// Drops the run folder's empty work folders at the end of a run: the private temp
 /// folders, git folders and workspaces are removed task by task, their parents here.
 pub(crate) fn remove_empty_work_folders(dir: &Path) {
-    for sub in ["tmp", "git", "workspaces"] {
+    for sub in files::WORK_FOLDERS {
         let _ = std::fs::remove_dir(dir.join(sub));
     }
 }
@@ -678,12 +679,4 @@ impl State {
         }
         Ok(())
     }
-}
-
-fn patch_rel(task: &str) -> String {
-    format!("patches/{task}.diff")
-}
-
-fn transcript_rel(task: &str) -> String {
-    format!("transcripts/{task}.jsonl")
 }

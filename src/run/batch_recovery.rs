@@ -93,22 +93,25 @@ pub(super) async fn recover(dir: &Path, plan: &Plan, run_id: &str) -> Vec<String
     // no longer batches (`--force` after a change) may still have been cut off in a
     // batch, which is billed all the same; one with a row ended before the kill, and
     // reading every finished transcript for it would read the whole run twice.
-    let ended: HashSet<(String, String, u32)> =
-        crate::report::read_results(&dir.join("results.csv"), &["task_id"], &["task_id"])
-            .map(|f| {
-                f.rows
-                    .into_iter()
-                    .map(|r| (r.task_id, r.variant, r.epoch))
-                    .collect()
-            })
-            .unwrap_or_default();
+    let ended: HashSet<(String, String, u32)> = crate::report::read_results(
+        &dir.join(crate::report::files::RESULTS_CSV),
+        &["task_id"],
+        &["task_id"],
+    )
+    .map(|f| {
+        f.rows
+            .into_iter()
+            .map(|r| (r.task_id, r.variant, r.epoch))
+            .collect()
+    })
+    .unwrap_or_default();
     for spec in &plan.tasks {
         if spec.batch.is_none()
             && ended.contains(&(spec.task.clone(), spec.variant.clone(), spec.epoch))
         {
             continue;
         }
-        let path = dir.join("transcripts").join(format!("{}.jsonl", spec.id));
+        let path = crate::report::files::transcript_path(dir, &spec.id);
         let Ok(text) = crate::vocab::transcript::read_file(&path) else {
             continue;
         };
@@ -209,10 +212,7 @@ fn note(spec: &TaskSpec, path: &Path, item: &InFlight, settled: Result<Settled, 
         spent_usd: Usd(item.spent_before + cost),
         answer,
     };
-    let appended = clamped
-        .iter()
-        .chain([&event])
-        .try_for_each(|e| append(path, e));
+    let appended = crate::report::append_transcript_events(path, clamped.iter().chain([&event]));
     match appended {
         Ok(()) => format!(
             "task {}: its request in batch {} was {result}; ${} billed for it instead of its reservation",
@@ -273,26 +273,6 @@ fn settle(spec: &TaskSpec, item: &InFlight, outcome: Outcome) -> Result<Settled,
         answer,
         clamps,
     })
-}
-
-fn append(path: &Path, event: &E) -> std::io::Result<()> {
-    use std::io::Write as _;
-    let line = serde_json::to_string(&crate::vocab::transcript::TranscriptLine {
-        ts: &chrono::Utc::now()
-            .format("%Y-%m-%dT%H:%M:%S%.3fZ")
-            .to_string(),
-        t_ms: 0,
-        event,
-    })
-    .map_err(std::io::Error::other)?;
-    let mut f = std::fs::OpenOptions::new().append(true).open(path)?;
-    // A line cut off by the kill is ended first, so this one reads on its own.
-    let text = std::fs::read(path)?;
-    if text.last().is_some_and(|b| *b != b'\n') {
-        f.write_all(b"\n")?;
-    }
-    writeln!(f, "{line}")?;
-    f.sync_all()
 }
 
 #[cfg(test)]

@@ -63,14 +63,16 @@ pub(super) struct RunLock {
 }
 
 /// Takes the run folder's lock, creating the folder if needed; refuses if another
-/// process holds it.
+/// process holds it. The one write into a run folder outside `report`: a resume must
+/// hold the lock before it reads the files it decides from, before a reporter exists
+/// (docs/ARCHITECTURE.md; the layer test allows this file for it).
 pub(super) fn lock_run_dir(dir: &std::path::Path) -> Result<RunLock, RunError> {
     let unwritable = |path: &std::path::Path| {
         let path = path.to_path_buf();
         move |source| RunError::Report(ReportError::Io { path, source })
     };
     std::fs::create_dir_all(dir).map_err(unwritable(dir))?;
-    let path = dir.join(".lock");
+    let path = dir.join(crate::report::files::LOCK);
     let file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)

@@ -205,8 +205,14 @@ pub async fn run(plan: crate::job::Plan, opts: RunOptions) -> Result<RunOutcome,
                 ));
             }
             for (marker, what) in [
-                (".collected", "was written by collect from a shared run"),
-                (".worker", "is one worker's share of a shared run"),
+                (
+                    crate::report::files::COLLECTED_MARKER,
+                    "was written by collect from a shared run",
+                ),
+                (
+                    crate::report::files::WORKER_MARKER,
+                    "is one worker's share of a shared run",
+                ),
             ] {
                 if r.dir.join(marker).exists() {
                     return Err(RunError::Invalid(format!(
@@ -215,7 +221,7 @@ pub async fn run(plan: crate::job::Plan, opts: RunOptions) -> Result<RunOutcome,
                     )));
                 }
             }
-            if !r.dir.join("run.json").is_file() {
+            if !r.dir.join(crate::report::files::RUN_JSON).is_file() {
                 return Err(RunError::Invalid(format!(
                     "--resume {}: not a run folder (it has no run.json); give the folder of a run: <out>/<run-id>",
                     r.dir.display()

@@ -121,13 +121,7 @@ impl Run {
         self.stop_leftovers();
         if self.opts.queue.is_some() {
             // A worker's share is not a run to resume by itself (run::run refuses it).
-            let marker = self.dir().join(".worker");
-            std::fs::write(&marker, b"").map_err(|source| {
-                RunError::Report(ReportError::Io {
-                    path: marker,
-                    source,
-                })
-            })?;
+            crate::report::mark_worker(&self.dir())?;
         }
         let abandoned = self.abandon_reservations(store.as_ref())?;
         if self.tasks.iter().any(|t| t.repo.is_some()) {
@@ -400,7 +394,7 @@ impl Run {
                     .unwrap_or_default(),
             )),
             pristines: Arc::new(crate::tools::pristine::Pristines::new(
-                task_dir.join("pristine"),
+                task_dir.join(crate::report::files::PRISTINE),
                 self.opts.pristine_cache.clone(),
             )),
             work_dir: task_dir,

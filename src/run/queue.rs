@@ -94,17 +94,9 @@ pub struct QueuedRun {
     pub run_json: Value,
 }
 
-/// One ended task, or one attempt that lost its task, for `collect`.
-#[derive(Debug, Clone)]
-pub struct Ended {
-    pub key: String,
-    pub attempt: i32,
-    pub worker: String,
-    /// The results.csv line, as the worker wrote it.
-    pub record: Vec<u8>,
-    pub transcript: Option<Vec<u8>>,
-    pub patch: Option<Vec<u8>>,
-}
+/// One ended task, or one attempt that lost its task, for `collect` (the report
+/// module writes it into the collected folder).
+pub use crate::report::Ended;
 
 fn secs(d: Duration) -> f64 {
     d.as_secs_f64().max(1.0)

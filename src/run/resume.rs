@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::RunError;
 use crate::job::{Plan, TaskSpec};
-use crate::report::{read_results, ResultRow, ResumeChanges, RunJson, RunJsonError};
+use crate::report::{files, read_results, ResultRow, ResumeChanges, RunJson, RunJsonError};
 use crate::vocab::stop::StopReason;
 
 /// How to resume.
@@ -149,7 +149,7 @@ pub(super) fn prepare(
     header: &[String],
 ) -> Result<Resumed, RunError> {
     let dir = &opts.dir;
-    let run_json_path = dir.join("run.json");
+    let run_json_path = dir.join(files::RUN_JSON);
     let run_json = RunJson::read(&run_json_path).map_err(|e| match e {
         RunJsonError::Read { path, source } => invalid(format!(
             "--resume {}: cannot read {}: {source} (give the folder of a run: <out>/<run-id>)",
@@ -175,7 +175,7 @@ pub(super) fn prepare(
         .or_else(|| dir.file_name().map(|n| n.to_string_lossy().into_owned()))
         .ok_or_else(|| invalid(format!("{}: no run_id", run_json_path.display())))?;
 
-    let csv_path = dir.join("results.csv");
+    let csv_path = dir.join(files::RESULTS_CSV);
     let (rows, head) = read_rows(&csv_path, header)?;
     let current: HashSet<Vec<String>> = rows.iter().map(ResultRow::verbatim).collect();
     let mut spent_run = Decimal::ZERO;
@@ -183,7 +183,7 @@ pub(super) fn prepare(
     // Earlier resumes: the rows they replaced (a row also still in results.csv, left by
     // a resume cut off between the two files, is counted there), and what killed tasks
     // had spent then.
-    let superseded_path = dir.join("superseded.csv");
+    let superseded_path = dir.join(files::SUPERSEDED_CSV);
     let mut already_superseded: HashSet<Vec<String>> = HashSet::new();
     if superseded_path.exists() {
         let (old, _) = read_rows(&superseded_path, header)?;
@@ -245,7 +245,7 @@ pub(super) fn prepare(
         if superseded_keys.contains(&(t.task.clone(), t.variant.clone(), t.epoch)) {
             continue;
         }
-        let transcript = dir.join("transcripts").join(format!("{}.jsonl", t.id));
+        let transcript = files::transcript_path(dir, &t.id);
         let text = crate::vocab::transcript::read_file(&transcript).unwrap_or_default();
         let spent = crate::report::spent_in_text(&text);
         let paid = crate::report::paid_answers(&text);

@@ -11,12 +11,12 @@ use std::collections::HashMap;
 use chrono::{SecondsFormat, Utc};
 use rust_decimal::Decimal;
 
-use super::queue::{Ended, Progress, Queue, QueuedRun};
+use super::queue::{Progress, Queue, QueuedRun};
 use super::worker::QueueWork;
 use super::{folder, RunError, RunOptions, RunOutcome};
 use crate::govern::store::TaskCharge;
 use crate::job::Plan;
-use crate::report::{read_results, RunJson, WorkersKilled};
+use crate::report::{files, read_results, RunJson, WorkersKilled};
 use crate::vocab::price;
 
 /// The digest that tells workers they run the job that was queued.
@@ -184,54 +184,13 @@ pub fn collect(
     let progress = queue.progress().map_err(queue_err)?;
     let (done, apart) = queue.ended().map_err(queue_err)?;
     let dir = out.join(run_id);
-    let marker = dir.join(".collected");
-    if dir.exists() && !marker.exists() {
+    if !crate::report::collectable(&dir) {
         return Err(RunError::Invalid(format!(
             "{} exists and was not written by collect: give another --out",
             dir.display()
         )));
     }
-    let io = |path: &Path| {
-        let path = path.to_path_buf();
-        move |e: std::io::Error| {
-            RunError::Report(crate::report::ReportError::Io { path, source: e })
-        }
-    };
-    for sub in ["transcripts", "patches"] {
-        let d = dir.join(sub);
-        std::fs::create_dir_all(&d).map_err(io(&d))?;
-    }
-    std::fs::write(&marker, b"").map_err(io(&marker))?;
-    write_rows(&dir.join("results.csv"), &queued.header, &done).map_err(io(&dir))?;
-    for e in &done {
-        write_files(
-            &dir,
-            &e.key,
-            e.transcript.as_deref(),
-            e.patch.as_deref(),
-            "",
-        )
-        .map_err(io(&dir))?;
-    }
-    let superseded = dir.join("superseded.csv");
-    if apart.is_empty() {
-        let _ = std::fs::remove_file(&superseded);
-    } else {
-        // Each attempt kept apart names its own transcript, beside the winner's.
-        let column = queued.header.iter().position(|h| h == "transcript");
-        let mut renamed = Vec::with_capacity(apart.len());
-        for e in &apart {
-            let tag = format!(".try{}-{}", e.attempt, e.worker);
-            write_files(&dir, &e.key, e.transcript.as_deref(), None, &tag).map_err(io(&dir))?;
-            let mut e = e.clone();
-            if let (Some(c), true) = (column, e.transcript.is_some()) {
-                e.record = with_field(&e.record, c, &format!("transcripts/{}{tag}.jsonl", e.key))
-                    .map_err(io(&superseded))?;
-            }
-            renamed.push(e);
-        }
-        write_rows(&superseded, &queued.header, &renamed).map_err(io(&superseded))?;
-    }
+    crate::report::write_collected(&dir, &queued.header, &done, &apart)?;
     let mut run_json: RunJson = serde_json::from_value(queued.run_json.clone()).map_err(|e| {
         RunError::Invalid(format!(
             "the queued run.json of {run_id} cannot be read: {e}"
@@ -259,7 +218,7 @@ pub fn collect(
             None
         }
     };
-    run_json.write(&dir.join("run.json"))?;
+    run_json.write(&dir.join(files::RUN_JSON))?;
     let axes = crate::report::axes_in(&queued.header);
     let order: Vec<String> = run_json
         .tasks
@@ -310,8 +269,8 @@ fn killed_with_workers(
     if charges.is_empty() {
         return Ok(None);
     }
-    let rows = read_results(&dir.join("results.csv"), &[], &[]).map_err(|e| e.to_string())?;
-    let superseded = dir.join("superseded.csv");
+    let rows = read_results(&dir.join(files::RESULTS_CSV), &[], &[]).map_err(|e| e.to_string())?;
+    let superseded = dir.join(files::SUPERSEDED_CSV);
     let apart = if superseded.exists() {
         read_results(&superseded, &[], &[])
             .map_err(|e| e.to_string())?
@@ -378,57 +337,4 @@ fn charged_per_task(charges: &[TaskCharge]) -> HashMap<&str, (Decimal, Decimal)>
         }
     }
     out
-}
-
-/// A results.csv line with field `index` replaced.
-fn with_field(record: &[u8], index: usize, value: &str) -> std::io::Result<Vec<u8>> {
-    let mut r = csv::ReaderBuilder::new()
-        .has_headers(false)
-        .from_reader(record);
-    let mut fields: Vec<String> = match r.records().next() {
-        Some(rec) => rec
-            .map_err(std::io::Error::other)?
-            .iter()
-            .map(str::to_string)
-            .collect(),
-        None => return Ok(record.to_vec()),
-    };
-    if let Some(f) = fields.get_mut(index) {
-        *f = value.to_string();
-    }
-    let mut w = csv::WriterBuilder::new().from_writer(Vec::new());
-    w.write_record(&fields).map_err(std::io::Error::other)?;
-    w.into_inner()
-        .map_err(|e| std::io::Error::other(e.to_string()))
-}
-
-/// A results-format file: the header, then each record as the worker wrote it.
-fn write_rows(path: &Path, header: &[String], rows: &[Ended]) -> std::io::Result<()> {
-    let mut w = csv::Writer::from_writer(Vec::new());
-    w.write_record(header).map_err(std::io::Error::other)?;
-    let mut bytes = w
-        .into_inner()
-        .map_err(|e| std::io::Error::other(e.to_string()))?;
-    for r in rows {
-        bytes.extend_from_slice(&r.record);
-    }
-    let tmp = path.with_extension("csv.tmp");
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path)
-}
-
-fn write_files(
-    dir: &Path,
-    key: &str,
-    transcript: Option<&[u8]>,
-    patch: Option<&[u8]>,
-    tag: &str,
-) -> std::io::Result<()> {
-    if let Some(t) = transcript {
-        std::fs::write(dir.join(format!("transcripts/{key}{tag}.jsonl")), t)?;
-    }
-    if let Some(p) = patch {
-        std::fs::write(dir.join(format!("patches/{key}{tag}.diff")), p)?;
-    }
-    Ok(())
 }

@@ -1,0 +1,100 @@
+//! The run folder's layout: the name of every file and folder `report` writes there,
+//! shared by the writers (all in this module's parent) and every reader (resume,
+//! compare, the page, audit, collect, the benchmarks), so a name is spelled once; and
+//! the folder's format version, which run.json carries and readers check.
+//!
+//! ```text
+//! <out>/<run-id>/
+//!   run.json            RUN_JSON        what the run was and how it ended; format_version
+//!   results.csv         RESULTS_CSV     one row per task (report::results)
+//!   superseded.csv      SUPERSEDED_CSV  rows a resume replaced (same columns)
+//!   summary.csv         SUMMARY_CSV     per variant
+//!   report.html         REPORT_HTML     the page (written by `page`, a view of the rest)
+//!   report-transcripts/ REPORT_TRANSCRIPTS  the page's transcript chunks
+//!   transcripts/<key>.jsonl              transcript_rel / transcript_path
+//!   patches/<key>.diff                   patch_rel / patch_path
+//!   .lock               LOCK            held by the run (run/folder.rs)
+//!   .collected, .worker COLLECTED_MARKER, WORKER_MARKER  what wrote the folder
+//! ```
+
+use std::path::{Path, PathBuf};
+
+/// One row per task: `report::results`.
+pub const RESULTS_CSV: &str = "results.csv";
+/// The rows a resume replaced, and a shared run's attempts that lost their task.
+pub const SUPERSEDED_CSV: &str = "superseded.csv";
+/// What the run was: `report::run_json`.
+pub const RUN_JSON: &str = "run.json";
+/// Per variant figures: `report::variants`.
+pub const SUMMARY_CSV: &str = "summary.csv";
+/// The page of the run (`page`).
+pub const REPORT_HTML: &str = "report.html";
+/// The folder beside the page that holds a big run's transcripts, one script per chunk.
+pub const REPORT_TRANSCRIPTS: &str = "report-transcripts";
+/// One JSONL file per task run, named by its key.
+pub const TRANSCRIPTS: &str = "transcripts";
+/// One diff per task run with a repository.
+pub const PATCHES: &str = "patches";
+/// The lock a run holds on its folder.
+pub const LOCK: &str = ".lock";
+/// Marks a folder `collect` wrote from a shared run's queue.
+pub const COLLECTED_MARKER: &str = ".collected";
+/// Marks one worker's share of a shared run.
+pub const WORKER_MARKER: &str = ".worker";
+/// The folders a task's work lives in (workspaces, shadow git folders, private temp
+/// folders), one sub-folder per key; the repository code writes them, a resume clears
+/// a re-run task's, the reporter drops the empty ones at the end.
+pub const WORK_FOLDERS: [&str; 3] = ["workspaces", "git", "tmp"];
+/// The pristine checkouts tasks' workspaces are made from.
+pub const PRISTINE: &str = "pristine";
+
+/// The run folder's format: run.json's `format_version`, covering every file of the
+/// folder (results.csv's columns, run.json's keys, the transcripts' layout). Raised
+/// when a file changes in a way an older agentbatch would misread; a folder of a newer
+/// format is refused by its readers, an older one (a run.json without the key is 0) is
+/// read. Adding a results.csv column at the end, or a run.json key, is not such a
+/// change: readers take columns and keys by name and skip those they do not know.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// A task's transcript, relative to the run folder (as results.csv names it).
+pub fn transcript_rel(key: &str) -> String {
+    format!("{TRANSCRIPTS}/{key}.jsonl")
+}
+
+/// A task's transcript in run folder `dir`.
+pub fn transcript_path(dir: &Path, key: &str) -> PathBuf {
+    dir.join(transcript_rel(key))
+}
+
+/// A task's patch, relative to the run folder (as results.csv names it).
+pub fn patch_rel(key: &str) -> String {
+    format!("{PATCHES}/{key}.diff")
+}
+
+/// A task's patch in run folder `dir`.
+pub fn patch_path(dir: &Path, key: &str) -> PathBuf {
+    dir.join(patch_rel(key))
+}
+
+/// The folder format of run folder `dir` when its run.json names one newer than this
+/// agentbatch reads (None otherwise, a missing or unreadable run.json included: its
+/// own reader says what is wrong with it).
+pub(crate) fn newer_format(dir: &Path) -> Option<u32> {
+    #[derive(serde::Deserialize)]
+    struct Head {
+        #[serde(default)]
+        format_version: u32,
+    }
+    let bytes = std::fs::read(dir.join(RUN_JSON)).ok()?;
+    let head: Head = serde_json::from_slice(&bytes).ok()?;
+    (head.format_version > FORMAT_VERSION).then_some(head.format_version)
+}
+
+/// What a reader says of a file in a folder of a newer format.
+pub(crate) fn newer_format_message(file: &Path, found: u32) -> String {
+    format!(
+        "{}: written by a newer agentbatch (run folder format {found}; agentbatch {} reads formats up to {FORMAT_VERSION}): use a newer agentbatch to read this run",
+        file.display(),
+        crate::VERSION
+    )
+}
