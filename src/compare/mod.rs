@@ -87,6 +87,9 @@ pub enum CompareError {
         line: u64,
         detail: String,
     },
+    /// A run folder written by a newer agentbatch.
+    #[error("{0}")]
+    NewerFormat(String),
     #[error("run id \"{run_id}\" is in both {} and {}: give each run once", first.display(), second.display())]
     SameRun {
         run_id: String,

@@ -101,6 +101,7 @@ pub(crate) fn parse(
             CompareError::MissingColumn { path, column }
         }
         ResultsError::BadRow { path, line, detail } => CompareError::BadRow { path, line, detail },
+        e @ ResultsError::Newer { .. } => CompareError::NewerFormat(e.to_string()),
     })?;
     warnings.extend(file.cut_off);
     let rows = file

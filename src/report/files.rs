@@ -79,7 +79,7 @@ pub fn patch_path(dir: &Path, key: &str) -> PathBuf {
 /// The folder format of run folder `dir` when its run.json names one newer than this
 /// agentbatch reads (None otherwise, a missing or unreadable run.json included: its
 /// own reader says what is wrong with it).
-pub(crate) fn newer_format(dir: &Path) -> Option<u32> {
+pub fn newer_format(dir: &Path) -> Option<u32> {
     #[derive(serde::Deserialize)]
     struct Head {
         #[serde(default)]
@@ -91,7 +91,7 @@ pub(crate) fn newer_format(dir: &Path) -> Option<u32> {
 }
 
 /// What a reader says of a file in a folder of a newer format.
-pub(crate) fn newer_format_message(file: &Path, found: u32) -> String {
+pub fn newer_format_message(file: &Path, found: u32) -> String {
     format!(
         "{}: written by a newer agentbatch (run folder format {found}; agentbatch {} reads formats up to {FORMAT_VERSION}): use a newer agentbatch to read this run",
         file.display(),

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
+use super::files::{newer_format_message, FORMAT_VERSION};
 use super::ReportError;
 
 /// run.json. Keys are written in this order; the ones a run has not reached yet (the
@@ -17,6 +18,11 @@ use super::ReportError;
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub(crate) struct RunJson {
+    /// The run folder's format ([`FORMAT_VERSION`]): written as this agentbatch's, read
+    /// as written (0 when absent: a folder from before versions). A reader refuses a
+    /// newer one.
+    #[serde(default, serialize_with = "this_format")]
+    pub format_version: u32,
     pub agentbatch_version: String,
     pub run_id: String,
     pub job_file: String,
@@ -55,6 +61,12 @@ pub(crate) struct RunJson {
     /// be the biggest thing in memory). Last, so the head reads first.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tasks: Option<Box<RawValue>>,
+}
+
+/// A run.json is written in the format of the agentbatch that writes it, whatever it
+/// was read as: the folder is now of that format.
+fn this_format<S: serde::Serializer>(_: &u32, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u32(FORMAT_VERSION)
 }
 
 /// What one resume found and did. Money is written as decimal strings, never floats.
@@ -103,6 +115,9 @@ pub enum RunJsonError {
         path: PathBuf,
         source: serde_json::Error,
     },
+    /// Written by a newer agentbatch, in a format this one does not know.
+    #[error("{}", newer_format_message(path, *found))]
+    Newer { path: PathBuf, found: u32 },
 }
 
 impl RunJson {
@@ -112,10 +127,17 @@ impl RunJson {
             path: path.to_path_buf(),
             source,
         })?;
-        serde_json::from_str(&text).map_err(|source| RunJsonError::Parse {
+        let run: RunJson = serde_json::from_str(&text).map_err(|source| RunJsonError::Parse {
             path: path.to_path_buf(),
             source,
-        })
+        })?;
+        if run.format_version > FORMAT_VERSION {
+            return Err(RunJsonError::Newer {
+                path: path.to_path_buf(),
+                found: run.format_version,
+            });
+        }
+        Ok(run)
     }
 
     /// Writes `path` atomically: a temp file beside it, then a rename, so a crash
@@ -145,6 +167,7 @@ mod tests {
     #[test]
     fn a_run_json_round_trips_key_for_key_in_order() {
         let text = r#"{
+  "format_version": 1,
   "agentbatch_version": "0.1.0",
   "run_id": "r",
   "job_file": "job.yaml",
@@ -219,6 +242,7 @@ mod tests {
         assert_eq!(
             keys,
             [
+                "format_version",
                 "agentbatch_version",
                 "run_id",
                 "job_file",
@@ -240,6 +264,23 @@ mod tests {
         std::fs::write(&path, "{}").unwrap();
         let r = RunJson::read(&path).unwrap();
         assert!(r.resumes.is_empty() && r.run_id.is_empty());
+        assert_eq!(r.format_version, 0, "a run.json from before versions");
+        // Read as written, written as this agentbatch's format.
+        let text = serde_json::to_string(&r).unwrap();
+        assert!(text.starts_with(&format!("{{\"format_version\":{FORMAT_VERSION},")));
+        std::fs::write(&path, format!("{{\"format_version\": {FORMAT_VERSION}}}")).unwrap();
+        assert_eq!(RunJson::read(&path).unwrap().format_version, FORMAT_VERSION);
+        std::fs::write(
+            &path,
+            format!("{{\"format_version\": {}}}", FORMAT_VERSION + 1),
+        )
+        .unwrap();
+        let e = RunJson::read(&path).unwrap_err().to_string();
+        assert!(
+            e.contains("run.json: written by a newer agentbatch")
+                && e.contains("use a newer agentbatch"),
+            "{e}"
+        );
         std::fs::write(&path, "{").unwrap();
         let e = RunJson::read(&path).unwrap_err().to_string();
         assert!(e.contains("run.json: not valid JSON"), "{e}");

@@ -227,6 +227,17 @@ pub async fn run(plan: crate::job::Plan, opts: RunOptions) -> Result<RunOutcome,
                     r.dir.display()
                 )));
             }
+            // A newer agentbatch's folder is left as it is: batch recovery would
+            // write to it before the resume reads it.
+            if let Some(found) = crate::report::files::newer_format(&r.dir) {
+                return Err(RunError::Invalid(format!(
+                    "--resume {}",
+                    crate::report::files::newer_format_message(
+                        &r.dir.join(crate::report::files::RUN_JSON),
+                        found
+                    )
+                )));
+            }
             // Locked before the folder is read, and held until the run ends.
             let lock = folder::lock_run_dir(&r.dir)?;
             let run_id = r

@@ -190,12 +190,24 @@ pub fn collect(
             dir.display()
         )));
     }
-    crate::report::write_collected(&dir, &queued.header, &done, &apart)?;
+    if let Some(found) = files::newer_format(&dir) {
+        return Err(RunError::Invalid(files::newer_format_message(
+            &dir.join(files::RUN_JSON),
+            found,
+        )));
+    }
     let mut run_json: RunJson = serde_json::from_value(queued.run_json.clone()).map_err(|e| {
         RunError::Invalid(format!(
             "the queued run.json of {run_id} cannot be read: {e}"
         ))
     })?;
+    if run_json.format_version > files::FORMAT_VERSION {
+        return Err(RunError::Invalid(files::newer_format_message(
+            Path::new(&format!("the queued run.json of {run_id}")),
+            run_json.format_version,
+        )));
+    }
+    crate::report::write_collected(&dir, &queued.header, &done, &apart)?;
     run_json.status = Some(
         if progress.finished() {
             "finished"

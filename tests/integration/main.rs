@@ -13,6 +13,7 @@ mod conformance;
 mod context;
 mod docs;
 mod faults;
+mod folder_format;
 mod govern;
 mod hostile;
 mod instructions;

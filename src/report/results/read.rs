@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use super::{axis_column, BadValue, ResultRow, AXIS_PREFIX};
+use crate::report::files::{newer_format, newer_format_message};
 
 /// A results-format file could not be read back.
 #[derive(Debug, thiserror::Error)]
@@ -25,6 +26,9 @@ pub enum ResultsError {
         line: u64,
         detail: String,
     },
+    /// The run folder it is in was written by a newer agentbatch (its run.json says so).
+    #[error("{}", newer_format_message(path, *found))]
+    Newer { path: PathBuf, found: u32 },
 }
 
 /// A results-format file read back: its header, its rows, and what was left out.
@@ -66,6 +70,14 @@ pub(crate) fn parse_results(
     required: &[&'static str],
     filled: &[&'static str],
 ) -> Result<ResultsFile, ResultsError> {
+    // The folder's format is in run.json beside the file (none beside a file given on
+    // its own: it is read by column name, as any).
+    if let Some(found) = path.parent().and_then(newer_format) {
+        return Err(ResultsError::Newer {
+            path: path.to_path_buf(),
+            found,
+        });
+    }
     let bad_row = |line: u64, detail: String| ResultsError::BadRow {
         path: path.to_path_buf(),
         line,
