@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{axis_column, BadValue, ResultRow, AXIS_PREFIX};
+use super::{axis_column, Column, ResultRow, AXIS_PREFIX, TABLE};
 use crate::report::files::{newer_format, newer_format_message};
 
 /// A results-format file could not be read back.
@@ -111,6 +111,26 @@ pub(crate) fn parse_results(
         }
     }
 
+    // Each field's column, found once: unknown ones (the axes, a newer agentbatch's)
+    // are skipped; a known one named twice makes every row unreadable.
+    let columns: Vec<Option<&Column>> = header
+        .iter()
+        .map(|h| TABLE.iter().find(|c| c.name == h))
+        .collect();
+    let twice = columns.iter().enumerate().find_map(|(i, c)| {
+        let c = (*c)?;
+        columns[..i]
+            .iter()
+            .any(|o| o.is_some_and(|o| o.name == c.name))
+            .then_some(c.name)
+    });
+    let fields = Fields {
+        header: &header,
+        columns: &columns,
+        twice,
+        axes: &axes,
+        filled,
+    };
     let records: Vec<_> = records.collect();
     let cut_short = !bytes.ends_with(b"\n");
     let last = records.len().saturating_sub(1);
@@ -120,7 +140,7 @@ pub(crate) fn parse_results(
         let (line, parsed) = match record {
             Ok(r) => {
                 let line = r.position().map_or(0, |p| p.line());
-                (line, parse_row(&header, &axes, filled, r, line))
+                (line, fields.row(r, line))
             }
             Err(e) => (e.position().map_or(0, |p| p.line()), Err(e.to_string())),
         };
@@ -149,49 +169,57 @@ pub(crate) fn parse_results(
     })
 }
 
-/// One record as a row, or what is wrong with it.
-fn parse_row(
-    header: &csv::StringRecord,
-    axes: &[String],
-    filled: &[&'static str],
-    record: csv::StringRecord,
-    line: u64,
-) -> Result<ResultRow, String> {
-    if record.len() != header.len() {
-        return Err(format!(
-            "{} fields where the header has {}",
-            record.len(),
-            header.len()
-        ));
-    }
-    for &name in filled {
-        if let Some(i) = header.iter().position(|h| h == name) {
-            if record[i].is_empty() {
-                return Err(format!("{name} is empty"));
-            }
+/// How a file's fields are read: its header, each field's column, and what every row
+/// must have.
+struct Fields<'a> {
+    header: &'a csv::StringRecord,
+    columns: &'a [Option<&'static Column>],
+    /// A column the header names twice.
+    twice: Option<&'static str>,
+    axes: &'a [String],
+    filled: &'a [&'static str],
+}
+
+impl Fields<'_> {
+    /// One record as a row, or what is wrong with it. Fields are read in header order
+    /// and the first bad one, named with its column, stops the row.
+    fn row(&self, record: csv::StringRecord, line: u64) -> Result<ResultRow, String> {
+        let header = self.header;
+        if record.len() != header.len() {
+            return Err(format!(
+                "{} fields where the header has {}",
+                record.len(),
+                header.len()
+            ));
         }
-    }
-    let mut row: ResultRow = record
-        .deserialize(Some(header))
-        .map_err(|e| match e.kind() {
-            csv::ErrorKind::Deserialize { err, .. } => match err.kind() {
-                csv::DeserializeErrorKind::Message(m) => {
-                    BadValue::name_column(m, header, &record).unwrap_or_else(|| m.clone())
+        for &name in self.filled {
+            if let Some(i) = header.iter().position(|h| h == name) {
+                if record[i].is_empty() {
+                    return Err(format!("{name} is empty"));
                 }
-                _ => err.to_string(),
-            },
-            _ => e.to_string(),
-        })?;
-    for axis in axes {
-        if let Some(i) = header.iter().position(|h| h == axis_column(axis)) {
-            if !record[i].is_empty() {
-                row.axes.insert(axis.clone(), record[i].to_string());
             }
         }
+        if let Some(name) = self.twice {
+            return Err(format!("duplicate field `{name}`"));
+        }
+        let mut row = ResultRow::default();
+        for (column, text) in self.columns.iter().zip(record.iter()) {
+            if let Some(c) = column {
+                (c.read)(&mut row, text)
+                    .map_err(|()| format!("{} \"{text}\" {}", c.name, c.bad))?;
+            }
+        }
+        for axis in self.axes {
+            if let Some(i) = header.iter().position(|h| h == axis_column(axis)) {
+                if !record[i].is_empty() {
+                    row.axes.insert(axis.clone(), record[i].to_string());
+                }
+            }
+        }
+        row.fields = record;
+        row.line = line;
+        Ok(row)
     }
-    row.fields = record;
-    row.line = line;
-    Ok(row)
 }
 
 #[cfg(test)]
@@ -263,6 +291,24 @@ mod tests {
             .contains("cost_usd \"abc\" is not a decimal number"));
         let e = parse("task_id,outcome\n,pass\nb,pass\n").unwrap_err();
         assert!(e.to_string().ends_with(":2: task_id is empty"), "{e}");
+    }
+
+    /// Every typed column names itself when its value is bad, whatever its kind: the
+    /// lists of decimal columns once left out cache_saved_usd and batch_saved_usd.
+    #[test]
+    fn a_bad_value_in_any_typed_column_names_the_column() {
+        for (column, value, what) in [
+            ("cache_saved_usd", "x", "is not a decimal number"),
+            ("batch_saved_usd", "1.2.3", "is not a decimal number"),
+            ("cost_usd", "$1", "is not a decimal number"),
+            ("ttft_ms", "-1", "is not a whole number"),
+            ("check_exit_code", "1.5", "is not a whole number"),
+            ("epoch", "0", "is not a whole number from 1"),
+        ] {
+            let text = format!("task_id,outcome,{column}\na,pass,{value}\nb,pass,\n");
+            let e = parse(&text).unwrap_err().to_string();
+            assert_eq!(e, format!("r/results.csv:2: {column} \"{value}\" {what}"));
+        }
     }
 
     #[test]
