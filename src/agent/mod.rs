@@ -8,6 +8,8 @@ mod mcp;
 mod repeats;
 mod repo;
 mod request;
+mod result;
+mod steps;
 pub(crate) mod stop;
 mod window;
 mod workspace;
@@ -29,8 +31,10 @@ use crate::model::{HttpError, ModelError, ToolCall, ToolResult};
 use crate::tools::mcp::{McpHub, TaskServers};
 use crate::tools::{Registry, ToolContext, Toolset};
 use crate::vocab::log::{TaskLog, TaskResult};
-use crate::vocab::stop::{Outcome, Stop, StopReason};
+use crate::vocab::stop::{Stop, StopReason};
 use crate::vocab::transcript::{ImageInfo, ToolOutcome, TranscriptEvent, Usd};
+pub use result::task_result;
+use steps::{after_loop, outcome_of, task_start, tool_context};
 use stop::{after_response, check_turn_and_clock, Next};
 
 /// What every loop of a run shares.
@@ -267,17 +271,7 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
     let base_tools = env
         .registry
         .toolset(&spec.tools, spec.toolset.policy.clone());
-    log.emit(TranscriptEvent::TaskStart {
-        task: spec.id.clone(),
-        provider: spec.provider.name.clone(),
-        model: spec.model.clone(),
-        max_tokens: spec.max_tokens,
-        tools: base_tools.names(),
-        toolset: spec.toolset.name.clone(),
-        policy: spec.toolset.rules.clone(),
-        limits: serde_json::to_value(&spec.limits).unwrap_or_default(),
-        repo: serde_json::to_value(&spec.repo).unwrap_or_default(),
-    });
+    log.emit(task_start(spec, &base_tools));
     let prepared = match &spec.repo {
         Some(repo) => {
             repo::prepare(spec, repo, &env.work_dir, &log, &env.cancel, &env.pristines).await
@@ -294,17 +288,7 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
                 Err(stop) => (base_tools.clone(), TaskServers::default(), Some(stop)),
             }
         };
-    let ctx = ToolContext {
-        workspace,
-        seen_at: prepared
-            .sandbox
-            .as_ref()
-            .and_then(|s| s.seen_at().map(std::path::Path::to_path_buf)),
-        sandbox: prepared.sandbox.clone(),
-        bash: spec.toolset.bash,
-        network: spec.sandbox.network,
-        cancel: env.cancel.clone(),
-    };
+    let ctx = tool_context(spec, env, &prepared, workspace);
     // The time limit covers the loop; setup and check have their own timeouts.
     let loop_start = Instant::now();
     let deadline = loop_start
@@ -325,45 +309,9 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
         refused_too_long: false,
         summaries: window::Summaries::default(),
     };
-    let stop = if let Some(failed) = prepared.failed.clone().or(mcp_failed) {
-        failed
-    } else {
-        match endpoint(spec, env.sim_base.as_deref(), &env.run_id) {
-            Err(e) => Stop::new(StopReason::ProviderError, e),
-            Ok(ep) => {
-                let pool = env.batchers.for_task(
-                    spec,
-                    &ep,
-                    &env.client,
-                    (env.sim_base.as_deref(), &env.run_id),
-                );
-                match Conversation::new(
-                    env.client.clone(),
-                    ep,
-                    params(spec, &lp.toolset),
-                    &spec.prompt,
-                ) {
-                    Err(e) => Stop::new(StopReason::ProviderError, e),
-                    Ok(mut conv) => match pool {
-                        Err(e) => Stop::new(StopReason::ProviderError, e),
-                        Ok(pool) => {
-                            let paid = env
-                                .replays
-                                .lock()
-                                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                                .remove(&spec.id);
-                            if let Some(paid) = paid {
-                                conv.replay(paid);
-                            }
-                            if let Some(pool) = pool {
-                                conv.use_batches(pool, crate::model::batch::tag_for(&spec.id));
-                            }
-                            lp.drive(&mut conv).await
-                        }
-                    },
-                }
-            }
-        }
+    let stop = match prepared.failed.clone().or(mcp_failed) {
+        Some(failed) => failed,
+        None => converse(&mut lp).await,
     };
     let Loop { meter, tally, .. } = lp;
     // The task's own MCP servers stop before the check runs.
@@ -373,22 +321,7 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
         detail: stop.detail.clone(),
     });
     let (check, patch, kept, sandbox_level) = match &spec.repo {
-        Some(repo) => {
-            let patch = repo::patch(&prepared, &log).await;
-            let check = repo::check(spec, repo, &prepared, &stop, &log, &env.cancel).await;
-            let level = prepared
-                .sandbox
-                .as_ref()
-                .map(|s| s.level.clone())
-                .unwrap_or_default();
-            let level = match prepared.workspace.as_ref() {
-                Some(w) => format!("{level}; {} workspace", w.kind.name()),
-                None => level,
-            };
-            let outcome = outcome_of(&stop, check.as_ref());
-            let kept = repo::cleanup(repo, prepared, outcome, &log, &env.pristines).await;
-            (check, patch, kept, level)
-        }
+        Some(repo) => after_loop(spec, env, repo, prepared, &stop, &log).await,
         None => (None, None, None, String::new()),
     };
     if let Some(p) = patch {
@@ -408,18 +341,7 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
         check_exit_code: check.as_ref().and_then(|c| c.exit_code),
     });
     let result = TaskResult {
-        task_id: spec.task.clone(),
-        key: spec.id.clone(),
-        variant: spec.variant.clone(),
-        axes: spec.axes.clone(),
-        epoch: spec.epoch,
-        provider: spec.provider.name.clone(),
-        protocol: spec.provider.protocol.to_string(),
-        model: spec.model.clone(),
-        team: spec.team_name().map(str::to_string),
         outcome,
-        stop_reason: stop.reason,
-        stop_detail: stop.detail,
         turns: meter.turns,
         tool_calls: tally.tool_calls,
         tool_errors: tally.tool_errors,
@@ -442,19 +364,51 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
         denied_calls: tally.denied_calls,
         sandbox: sandbox_level,
         workspace: kept,
-        started_at,
         finished_at: Utc::now(),
+        ..task_result(spec, stop.reason, stop.detail, started_at)
     };
     log.finished(result.clone());
     result
 }
 
-/// The verdict: the check's when one ran, else what the stop reason implies.
-fn outcome_of(stop: &Stop, check: Option<&repo::CheckResult>) -> Outcome {
-    match check {
-        Some(c) if c.passed => Outcome::Pass,
-        Some(_) => Outcome::Fail,
-        None => stop.reason.unchecked_outcome(),
+/// Opens the task's conversation with its provider and drives the loop to its stop.
+async fn converse(lp: &mut Loop<'_>) -> Stop {
+    let (spec, env) = (lp.spec, lp.env);
+    match endpoint(spec, env.sim_base.as_deref(), &env.run_id) {
+        Err(e) => Stop::new(StopReason::ProviderError, e),
+        Ok(ep) => {
+            let pool = env.batchers.for_task(
+                spec,
+                &ep,
+                &env.client,
+                (env.sim_base.as_deref(), &env.run_id),
+            );
+            match Conversation::new(
+                env.client.clone(),
+                ep,
+                params(spec, &lp.toolset),
+                &spec.prompt,
+            ) {
+                Err(e) => Stop::new(StopReason::ProviderError, e),
+                Ok(mut conv) => match pool {
+                    Err(e) => Stop::new(StopReason::ProviderError, e),
+                    Ok(pool) => {
+                        let paid = env
+                            .replays
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .remove(&spec.id);
+                        if let Some(paid) = paid {
+                            conv.replay(paid);
+                        }
+                        if let Some(pool) = pool {
+                            conv.use_batches(pool, crate::model::batch::tag_for(&spec.id));
+                        }
+                        lp.drive(&mut conv).await
+                    }
+                },
+            }
+        }
     }
 }
 

@@ -10,9 +10,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::{run_task, smallest_first_request, AgentEnv};
+use crate::agent::{run_task, smallest_first_request, task_result, AgentEnv};
 use crate::job::{Plan, TaskSpec};
-use crate::model::Usage;
 use crate::vocab::log::{Event, TaskResult};
 use crate::vocab::stop::StopReason;
 
@@ -150,66 +149,20 @@ pub(super) fn crashed(spec: &TaskSpec, e: tokio::task::JoinError) -> TaskResult 
     } else {
         format!("ended: {e}")
     };
-    let mut row = unrun(
-        spec,
-        &format!(
-            "internal error (a bug in agentbatch, please report it): the task {why}; its cost is what its transcript records"
-        ),
+    let detail = format!(
+        "internal error (a bug in agentbatch, please report it): the task {why}; its cost is what its transcript records"
     );
-    row.stop_reason = StopReason::InternalError;
-    row.outcome = StopReason::InternalError.unchecked_outcome();
-    // The reporter fills in what the transcript says it spent.
-    row.cost_usd = spec.price.as_ref().map(|_| Default::default());
-    row
+    TaskResult {
+        // The reporter fills in what the transcript says it spent.
+        cost_usd: spec.price.as_ref().map(|_| Default::default()),
+        ..task_result(spec, StopReason::InternalError, detail, Utc::now())
+    }
 }
 
 /// The row of a task that was never started: nothing spent.
 fn skipped(spec: &TaskSpec, reason: StopReason, detail: String) -> TaskResult {
-    let mut row = unrun(spec, &detail);
-    row.stop_reason = reason;
-    row.outcome = reason.unchecked_outcome();
-    row.cost_usd = spec.price.as_ref().map(|_| Default::default());
-    row
-}
-
-/// The row of a task that did not run to its own end (its cost unknown unless set).
-fn unrun(spec: &TaskSpec, detail: &str) -> TaskResult {
-    let now = Utc::now();
     TaskResult {
-        task_id: spec.task.clone(),
-        key: spec.id.clone(),
-        variant: spec.variant.clone(),
-        axes: spec.axes.clone(),
-        epoch: spec.epoch,
-        provider: spec.provider.name.clone(),
-        protocol: spec.provider.protocol.to_string(),
-        model: spec.model.clone(),
-        team: spec.team_name().map(str::to_string),
-        outcome: StopReason::Cancelled.unchecked_outcome(),
-        stop_reason: StopReason::Cancelled,
-        stop_detail: detail.to_string(),
-        turns: 0,
-        tool_calls: 0,
-        tool_errors: 0,
-        usage: Usage::default(),
-        usage_estimated_turns: 0,
-        compactions: 0,
-        ttft_ms: None,
-        cost_usd: None,
-        cache_saved_usd: None,
-        batched_turns: 0,
-        batch_saved_usd: None,
-        wall_ms: 0,
-        model_ms: 0,
-        tool_ms: 0,
-        retries: 0,
-        rate_wait_ms: 0,
-        check_exit_code: None,
-        check_ms: None,
-        denied_calls: 0,
-        sandbox: String::new(),
-        workspace: None,
-        started_at: now,
-        finished_at: now,
+        cost_usd: spec.price.as_ref().map(|_| Default::default()),
+        ..task_result(spec, reason, detail, Utc::now())
     }
 }
