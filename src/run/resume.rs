@@ -150,26 +150,7 @@ pub(super) fn prepare(
 ) -> Result<Resumed, RunError> {
     let dir = &opts.dir;
     let run_json_path = dir.join(files::RUN_JSON);
-    let run_json = RunJson::read(&run_json_path).map_err(|e| match e {
-        RunJsonError::Read { path, source } => invalid(format!(
-            "--resume {}: cannot read {}: {source} (give the folder of a run: <out>/<run-id>)",
-            dir.display(),
-            path.display()
-        )),
-        e => invalid(e.to_string()),
-    })?;
-    let new_job = serde_json::to_value(&plan.job).unwrap_or(Value::Null);
-    let diffs = job_differences(&run_json.job, &new_job);
-    if !diffs.is_empty() && !opts.force {
-        let shown: Vec<&String> = diffs.iter().take(20).collect();
-        return Err(invalid(format!(
-            "the job changed since {} started ({} difference(s)):\n  {}{}\nresume with --force to run the remaining tasks under the new job anyway, or start a new run",
-            dir.display(),
-            diffs.len(),
-            shown.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n  "),
-            if diffs.len() > 20 { "\n  ..." } else { "" }
-        )));
-    }
+    let run_json = read_run_json(opts, plan)?;
     let run_id = Some(run_json.run_id.clone())
         .filter(|id| !id.is_empty())
         .or_else(|| dir.file_name().map(|n| n.to_string_lossy().into_owned()))
@@ -183,21 +164,8 @@ pub(super) fn prepare(
     // Earlier resumes: the rows they replaced (a row also still in results.csv, left by
     // a resume cut off between the two files, is counted there), and what killed tasks
     // had spent then.
-    let superseded_path = dir.join(files::SUPERSEDED_CSV);
-    let mut already_superseded: HashSet<Vec<String>> = HashSet::new();
-    if superseded_path.exists() {
-        let (old, _) = read_rows(&superseded_path, header)?;
-        for row in old {
-            if !current.contains(&row.verbatim()) {
-                let cost = row.cost_usd.unwrap_or_default();
-                spent_run += cost;
-                if !row.team.is_empty() {
-                    *spent_teams.entry(row.team.clone()).or_default() += cost;
-                }
-            }
-            already_superseded.insert(row.verbatim());
-        }
-    }
+    let already_superseded =
+        read_superseded(dir, header, &current, &mut spent_run, &mut spent_teams)?;
     for r in &run_json.resumes {
         spent_run += r.killed_spent_usd;
         for (team, d) in &r.killed_spent_by_team {
@@ -285,6 +253,61 @@ pub(super) fn prepare(
             superseded: superseded_new,
         },
     })
+}
+
+/// Reads the earlier run's run.json and refuses a job that changed since, unless
+/// forced.
+fn read_run_json(opts: &ResumeOptions, plan: &Plan) -> Result<RunJson, RunError> {
+    let dir = &opts.dir;
+    let run_json = RunJson::read(&dir.join(files::RUN_JSON)).map_err(|e| match e {
+        RunJsonError::Read { path, source } => invalid(format!(
+            "--resume {}: cannot read {}: {source} (give the folder of a run: <out>/<run-id>)",
+            dir.display(),
+            path.display()
+        )),
+        e => invalid(e.to_string()),
+    })?;
+    let new_job = serde_json::to_value(&plan.job).unwrap_or(Value::Null);
+    let diffs = job_differences(&run_json.job, &new_job);
+    if !diffs.is_empty() && !opts.force {
+        let shown: Vec<&String> = diffs.iter().take(20).collect();
+        return Err(invalid(format!(
+            "the job changed since {} started ({} difference(s)):\n  {}{}\nresume with --force to run the remaining tasks under the new job anyway, or start a new run",
+            dir.display(),
+            diffs.len(),
+            shown.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n  "),
+            if diffs.len() > 20 { "\n  ..." } else { "" }
+        )));
+    }
+    Ok(run_json)
+}
+
+/// The rows earlier resumes replaced (superseded.csv), as keys; what they spent is
+/// added to `spent_run` and `spent_teams`, unless a row is also still in results.csv
+/// (`current`: left by a resume cut off between the two files), which counts it.
+fn read_superseded(
+    dir: &Path,
+    header: &[String],
+    current: &HashSet<Vec<String>>,
+    spent_run: &mut Decimal,
+    spent_teams: &mut HashMap<String, Decimal>,
+) -> Result<HashSet<Vec<String>>, RunError> {
+    let superseded_path = dir.join(files::SUPERSEDED_CSV);
+    let mut already_superseded: HashSet<Vec<String>> = HashSet::new();
+    if superseded_path.exists() {
+        let (old, _) = read_rows(&superseded_path, header)?;
+        for row in old {
+            if !current.contains(&row.verbatim()) {
+                let cost = row.cost_usd.unwrap_or_default();
+                *spent_run += cost;
+                if !row.team.is_empty() {
+                    *spent_teams.entry(row.team.clone()).or_default() += cost;
+                }
+            }
+            already_superseded.insert(row.verbatim());
+        }
+    }
+    Ok(already_superseded)
 }
 
 impl Resumed {

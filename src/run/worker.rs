@@ -14,7 +14,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::feed::{cannot_start, crashed};
-use super::queue::{Ended, Queue};
+use super::queue::{Claimed, Ended, Queue};
 use crate::agent::{run_task, AgentEnv};
 use crate::job::TaskSpec;
 use crate::report::Finished;
@@ -90,35 +90,8 @@ pub(super) async fn feed_from_queue(
     let tx = &logs.tx;
     let by_key: HashMap<String, TaskSpec> = tasks.into_iter().map(|t| (t.id.clone(), t)).collect();
     let slots = Arc::new(Semaphore::new(concurrency.max(1)));
-    // A team's concurrency holds within this worker (each worker keeps its own).
-    let team_slots: HashMap<String, Arc<Semaphore>> = plan
-        .teams
-        .values()
-        .filter_map(|t| {
-            t.concurrency
-                .map(|c| (t.name.clone(), Arc::new(Semaphore::new(c))))
-        })
-        .collect();
-    // The leases of the tasks this worker runs, and its reservations in the ledger: both
-    // run out a lease after the last heartbeat of a worker that died.
-    let heartbeat = {
-        let (work, ledger) = (work.clone(), env.ledger.clone());
-        tokio::spawn(async move {
-            let every = (work.lease / 3).max(Duration::from_millis(200));
-            loop {
-                tokio::time::sleep(every).await;
-                if let Some(Err(e)) = work
-                    .blocking(|w| w.queue.heartbeat(&w.worker, w.running(), w.lease))
-                    .await
-                {
-                    eprintln!("agentbatch worker: cannot extend the leases: {e}");
-                }
-                if let Err(e) = ledger.renew().await {
-                    eprintln!("agentbatch worker: cannot renew this worker's reservations in the ledger (other workers stop waiting for them a lease from now): {e}");
-                }
-            }
-        })
-    };
+    let team_slots = team_slots(plan);
+    let heartbeat = heartbeat(work, env);
     let mut set = JoinSet::new();
     let mut running: HashMap<tokio::task::Id, TaskSpec> = HashMap::new();
     let send = |row| {
@@ -173,10 +146,7 @@ pub(super) async fn feed_from_queue(
         };
         // Interrupted while the claim was on its way: the task goes back untouched.
         if drain.is_cancelled() {
-            let (key, attempt) = (claimed.key.clone(), claimed.attempt);
-            let _ = work
-                .blocking(move |w| w.queue.unclaim(&key, &w.worker, attempt))
-                .await;
+            give_back(work, &claimed).await;
             break;
         }
         work.attempts
@@ -190,10 +160,7 @@ pub(super) async fn feed_from_queue(
                 "agentbatch worker: task {} is queued but not in this worker's plan; it goes back to the queue and this worker stops",
                 claimed.key
             );
-            let (key, attempt) = (claimed.key.clone(), claimed.attempt);
-            let _ = work
-                .blocking(move |w| w.queue.unclaim(&key, &w.worker, attempt))
-                .await;
+            give_back(work, &claimed).await;
             break;
         };
         if let Some(row) = cannot_start(env, &spec).await {
@@ -221,6 +188,47 @@ pub(super) async fn feed_from_queue(
         }
     }
     heartbeat.abort();
+}
+
+/// The leases of the tasks this worker runs, and its reservations in the ledger: both
+/// run out a lease after the last heartbeat of a worker that died.
+fn heartbeat(work: &Arc<QueueWork>, env: &AgentEnv) -> tokio::task::JoinHandle<()> {
+    let (work, ledger) = (work.clone(), env.ledger.clone());
+    tokio::spawn(async move {
+        let every = (work.lease / 3).max(Duration::from_millis(200));
+        loop {
+            tokio::time::sleep(every).await;
+            if let Some(Err(e)) = work
+                .blocking(|w| w.queue.heartbeat(&w.worker, w.running(), w.lease))
+                .await
+            {
+                eprintln!("agentbatch worker: cannot extend the leases: {e}");
+            }
+            if let Err(e) = ledger.renew().await {
+                eprintln!("agentbatch worker: cannot renew this worker's reservations in the ledger (other workers stop waiting for them a lease from now): {e}");
+            }
+        }
+    })
+}
+
+/// The concurrency of each team that has one: it holds within this worker (each worker
+/// keeps its own).
+fn team_slots(plan: &crate::job::Plan) -> HashMap<String, Arc<Semaphore>> {
+    plan.teams
+        .values()
+        .filter_map(|t| {
+            t.concurrency
+                .map(|c| (t.name.clone(), Arc::new(Semaphore::new(c))))
+        })
+        .collect()
+}
+
+/// Gives a claimed task back to the queue, untouched.
+async fn give_back(work: &Arc<QueueWork>, claimed: &Claimed) {
+    let (key, attempt) = (claimed.key.clone(), claimed.attempt);
+    let _ = work
+        .blocking(move |w| w.queue.unclaim(&key, &w.worker, attempt))
+        .await;
 }
 
 /// Sends each written row, with its transcript and patch, to the queue: the task is
