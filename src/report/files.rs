@@ -86,8 +86,23 @@ pub fn newer_format(dir: &Path) -> Option<u32> {
         format_version: u32,
     }
     let bytes = std::fs::read(dir.join(RUN_JSON)).ok()?;
-    let head: Head = serde_json::from_slice(&bytes).ok()?;
-    (head.format_version > FORMAT_VERSION).then_some(head.format_version)
+    let found = match written_first(&bytes) {
+        Some(v) => v,
+        // A run.json from before versions (or edited by hand): the whole of it is read.
+        None => serde_json::from_slice::<Head>(&bytes).ok()?.format_version,
+    };
+    (found > FORMAT_VERSION).then_some(found)
+}
+
+/// The version as `RunJson` writes it, its first key: found without parsing the rest
+/// (the resolved plan makes a big run's run.json megabytes long).
+fn written_first(bytes: &[u8]) -> Option<u32> {
+    let rest = bytes.strip_prefix(b"{\n  \"format_version\": ")?;
+    let end = rest.iter().position(|b| !b.is_ascii_digit())?;
+    if rest.get(end) != Some(&b',') && rest.get(end) != Some(&b'\n') {
+        return None;
+    }
+    std::str::from_utf8(&rest[..end]).ok()?.parse().ok()
 }
 
 /// What a reader says of a file in a folder of a newer format.
@@ -97,4 +112,34 @@ pub fn newer_format_message(file: &Path, found: u32) -> String {
         file.display(),
         crate::VERSION
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_version_is_read_from_the_head_or_from_the_whole_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |text: &str| std::fs::write(dir.path().join(RUN_JSON), text).unwrap();
+        assert_eq!(newer_format(dir.path()), None, "no run.json");
+        write("{\n  \"format_version\": 1,\n  \"run_id\": \"r\"\n}\n");
+        assert_eq!(newer_format(dir.path()), None);
+        write("{\n  \"format_version\": 12,\n  \"run_id\": \"r\"\n}\n");
+        assert_eq!(newer_format(dir.path()), Some(12));
+        write("{\"run_id\": \"r\", \"format_version\": 9}");
+        assert_eq!(newer_format(dir.path()), Some(9), "a key elsewhere");
+        write("{\"run_id\": \"r\"}");
+        assert_eq!(
+            newer_format(dir.path()),
+            None,
+            "a folder from before versions"
+        );
+        write("{");
+        assert_eq!(
+            newer_format(dir.path()),
+            None,
+            "its own reader says what is wrong"
+        );
+    }
 }
