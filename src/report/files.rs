@@ -85,11 +85,19 @@ pub fn newer_format(dir: &Path) -> Option<u32> {
         #[serde(default)]
         format_version: u32,
     }
-    let bytes = std::fs::read(dir.join(RUN_JSON)).ok()?;
-    let found = match written_first(&bytes) {
+    use std::io::Read as _;
+    let path = dir.join(RUN_JSON);
+    let mut head = Vec::with_capacity(64);
+    std::fs::File::open(&path)
+        .and_then(|f| f.take(64).read_to_end(&mut head))
+        .ok()?;
+    let found = match written_first(&head) {
         Some(v) => v,
         // A run.json from before versions (or edited by hand): the whole of it is read.
-        None => serde_json::from_slice::<Head>(&bytes).ok()?.format_version,
+        None => {
+            let bytes = std::fs::read(&path).ok()?;
+            serde_json::from_slice::<Head>(&bytes).ok()?.format_version
+        }
     };
     (found > FORMAT_VERSION).then_some(found)
 }
