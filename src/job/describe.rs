@@ -7,8 +7,8 @@ use rust_decimal::Decimal;
 
 use super::schema::{KeepWorkspaces, WorkspaceMethod};
 use super::{Plan, ProviderKind, TaskSpec};
-use crate::model::Protocol;
 use crate::vocab::limits::{Period, RateLimits};
+use crate::vocab::protocol::Dialect;
 
 fn or_dash<T: ToString>(v: Option<T>) -> String {
     v.map_or_else(|| "-".to_string(), |v| v.to_string())
@@ -79,10 +79,10 @@ pub fn describe(plan: &Plan) -> String {
                 format!(", key from ${v}{optional}")
             })
             .unwrap_or_default();
-        let dialect = match p.protocol {
-            Protocol::Anthropic => format!("anthropic-version {}", p.anthropic_version),
-            Protocol::OpenaiChat => format!("output limit as {}", p.max_tokens_field),
-            Protocol::OpenaiResponses => "stateless (store: false)".to_string(),
+        let dialect = match p.protocol.facts().dialect {
+            Dialect::Version => format!("anthropic-version {}", p.anthropic_version),
+            Dialect::OutputLimitField => format!("output limit as {}", p.max_tokens_field),
+            Dialect::Stateless => "stateless (store: false)".to_string(),
         };
         let _ = writeln!(
             s,
@@ -371,20 +371,20 @@ fn describe_context(c: &crate::vocab::context::ContextPolicy) -> String {
 /// billed at under it (what its worst cases are priced at).
 fn describe_cache(t: &TaskSpec) -> String {
     use crate::vocab::cache::CacheTtl;
-    use crate::vocab::protocol::Protocol;
     if !t.cache.is_on() {
         return "off".into();
     }
-    let how = match t.provider.protocol {
-        Protocol::Anthropic if !t.cache.marks_prefix() => match t.cache.ttl {
+    let runner_marks = t.provider.protocol.facts().marks_cache;
+    let how = match runner_marks {
+        true if !t.cache.marks_prefix() => match t.cache.ttl {
             CacheTtl::FiveMinutes => "on, one breakpoint on the newest message, 5-minute entries",
             CacheTtl::OneHour => "on, one breakpoint on the newest message, 1-hour entries",
         },
-        Protocol::Anthropic => match t.cache.ttl {
+        true => match t.cache.ttl {
             CacheTtl::FiveMinutes => "on, breakpoints placed by the runner, 5-minute entries",
             CacheTtl::OneHour => "on, breakpoints placed by the runner, 1-hour entries",
         },
-        Protocol::OpenaiResponses | Protocol::OpenaiChat => match t.cache.retention {
+        false => match t.cache.retention {
             None => "on (automatic), a prompt_cache_key per task",
             Some(crate::vocab::cache::CacheRetention::InMemory) => {
                 "on (automatic), a prompt_cache_key per task, in-memory retention"

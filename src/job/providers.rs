@@ -78,7 +78,7 @@ fn resolve_provider(
                     Protocol::ALL.map(Protocol::as_str).join(", ")
                 ),
             );
-            Protocol::Anthropic
+            Protocol::DEFAULT
         }
     };
     let simulated = match (f.simulator, builtin) {
@@ -140,7 +140,7 @@ fn resolve_provider(
         ("stream_options", stream_options.is_some()),
     ];
     for (field, set) in anthropic_only {
-        if set && protocol != Protocol::Anthropic {
+        if set && !protocol.facts().takes_anthropic_version {
             cx.err(
                 &at(field),
                 format!("applies to the anthropic protocol only, not {protocol}"),
@@ -148,9 +148,11 @@ fn resolve_provider(
         }
     }
     for (field, set) in openai_only {
+        let facts = protocol.facts();
         let applies = match field {
-            "max_tokens_field" | "stream_options" => protocol == Protocol::OpenaiChat,
-            _ => protocol != Protocol::Anthropic,
+            "max_tokens_field" => facts.takes_max_tokens_field,
+            "stream_options" => facts.takes_stream_options,
+            _ => facts.takes_parallel_tool_calls,
         };
         if set && !applies {
             cx.err(
@@ -233,7 +235,7 @@ fn resolve_provider(
         cache,
         batch,
         parallel_tool_calls: match parallel_tool_calls {
-            _ if protocol == Protocol::Anthropic => None,
+            _ if !protocol.facts().takes_parallel_tool_calls => None,
             Some(ParallelToolCalls::Send(v)) => Some(v),
             Some(ParallelToolCalls::Omit(_)) => None,
             None => Some(true),

@@ -5,16 +5,17 @@
 use reqwest::header::HeaderMap;
 use reqwest::Client;
 use serde_json::value::RawValue;
-use serde_json::{json, Map, Value};
+use serde_json::Value;
 
 use super::endpoint::Endpoint;
 use super::http::Post;
-use super::opening::{body, cacheable_tools, declarations, first_message};
+use super::opening::{body, cacheable_tools, first_message};
+use super::protocol::{wire, AnswerEdits, Entries, Wire};
 use super::{
-    anthropic, chat, clamped, responses, Bounds, ModelError, Parsed, Protocol, Reported, SendError,
-    ToolResult, Turn, Usage, WireError,
+    clamped, len_of, Bounds, ModelError, Params, Parsed, Protocol, Reported, SendError, ToolResult,
+    Turn, Usage, WireError,
 };
-use crate::vocab::cache::{cache_reads_count_toward_itpm, rate_counted_input, Caching};
+use crate::vocab::cache::{cache_reads_count_toward_itpm, rate_counted_input};
 use crate::vocab::limits::TokenCount;
 use crate::vocab::log::TaskLog;
 use crate::vocab::transcript::{RequestParams, TranscriptEvent};
@@ -25,28 +26,14 @@ pub(super) const FIRST_REQUEST_OVERHEAD: u64 = 1024;
 /// Framing tokens allowed per later request on top of the bytes appended.
 const TURN_OVERHEAD: u64 = 64;
 
-/// Request fields besides the conversation, fixed for the whole task.
-#[derive(Debug, Clone, Default)]
-pub struct Params {
-    pub model: String,
-    pub system: Option<String>,
-    /// Tool declarations in neutral form: `{name, description, input_schema}`.
-    pub tools: Vec<Value>,
-    /// Optional fields sent only when a job sets them, under their wire names
-    /// (temperature, top_p, thinking, reasoning, parallel_tool_calls, ...).
-    pub extra: Map<String, Value>,
-    /// Prompt caching. Anthropic: the runner places the breakpoints (see
-    /// [`Conversation::cache_marks`]); OpenAI caches on its own and the agent sends a
-    /// `prompt_cache_key` in `extra`.
-    pub cache: Caching,
-}
-
 /// One task's conversation with a provider, in that provider's wire protocol. A
 /// clone asks for a summary without touching the history it summarizes.
 #[derive(Clone)]
 pub struct Conversation {
     client: Client,
     pub(super) endpoint: Endpoint,
+    /// What the endpoint's protocol does.
+    pub(super) wire: &'static dyn Wire,
     headers: HeaderMap,
     params: Params,
     /// The tool declarations in the protocol's shape.
@@ -104,10 +91,6 @@ pub fn body_hash(body: &[u8]) -> String {
     format!("{:032x}-{}", xxhash_rust::xxh3::xxh3_128(body), body.len())
 }
 
-pub(super) fn len_of(v: &impl serde::Serialize) -> u64 {
-    serde_json::to_vec(v).map_or(0, |b| b.len() as u64)
-}
-
 impl Conversation {
     pub fn new(
         client: Client,
@@ -116,10 +99,12 @@ impl Conversation {
         prompt: &str,
     ) -> Result<Self, String> {
         let headers = endpoint.headers()?;
-        let tools = declarations(endpoint.protocol, &params.tools);
-        let (tools_bytes, marked_tools) = cacheable_tools(endpoint.protocol, &params, &tools);
+        let wire = wire(endpoint.protocol);
+        let tools = wire.declarations(&params.tools);
+        let (tools_bytes, marked_tools) = cacheable_tools(wire, &params, &tools);
         Ok(Conversation {
-            history: vec![first_message(endpoint.protocol, prompt, &params, &tools)],
+            history: vec![first_message(wire, prompt, &params, &tools)],
+            wire,
             encoded: Vec::new(),
             client,
             headers,
@@ -173,12 +158,12 @@ impl Conversation {
             )
             .collect();
         body(
-            self.endpoint.protocol,
+            self.wire,
             &self.endpoint.max_tokens_field,
             &self.params,
             marks.system.as_ref(),
             self.marked_tools.as_deref().unwrap_or(&self.tools),
-            &marked,
+            Entries::Values(&marked),
             max_tokens,
         )
     }
@@ -194,7 +179,7 @@ impl Conversation {
     /// in the request: the history holds none, so replay is verbatim apart from them.
     fn cache_marks(&self) -> CacheMarks {
         let mut marks = CacheMarks::default();
-        if self.endpoint.protocol != Protocol::Anthropic || !self.params.cache.is_on() {
+        if !self.endpoint.protocol.facts().marks_cache || !self.params.cache.is_on() {
             return marks;
         }
         let marker = self.params.cache.marker();
@@ -229,7 +214,7 @@ impl Conversation {
             if let Some(m) = self
                 .history
                 .get(i)
-                .and_then(|m| anthropic::marked(m, &marker))
+                .and_then(|m| self.wire.mark_message(m, &marker))
             {
                 marks.messages.push((i, m));
             }
@@ -267,12 +252,12 @@ impl Conversation {
             })
             .collect();
         body(
-            self.endpoint.protocol,
+            self.wire,
             &self.endpoint.max_tokens_field,
             &self.params,
             marks.system.as_ref(),
             self.marked_tools.as_deref().unwrap_or(&self.tools),
-            &entries,
+            Entries::Encoded(&entries),
             max_tokens,
         )
     }
@@ -285,22 +270,25 @@ impl Conversation {
         params: &Params,
         prompt: &str,
     ) -> u64 {
-        let tools = declarations(protocol, &params.tools);
-        let history = [first_message(protocol, prompt, params, &tools)];
+        let wire = wire(protocol);
+        let tools = wire.declarations(&params.tools);
+        let history = [std::borrow::Cow::Owned(first_message(
+            wire, prompt, params, &tools,
+        ))];
         // Markers add bytes, never tokens; the bound counts them anyway.
         let marker = params.cache.marker();
-        let anthropic_cache = protocol == Protocol::Anthropic && params.cache.is_on();
-        let tools = match anthropic_cache {
-            true => anthropic::marked_tools(&tools, &marker).unwrap_or(tools),
+        let marks = protocol.facts().marks_cache && params.cache.is_on();
+        let tools = match marks {
+            true => wire.mark_tools(&tools, &marker).unwrap_or(tools),
             false => tools,
         };
         let bytes = body(
-            protocol,
+            wire,
             max_tokens_field,
             params,
-            anthropic_cache.then_some(&marker),
+            marks.then_some(&marker),
             &tools,
-            &history,
+            Entries::Values(&history),
             u32::MAX,
         )
         .len() as u64;
@@ -328,7 +316,7 @@ impl Conversation {
     /// worked out for the budgets (on a first request it encodes the whole body).
     pub fn estimate_rate_tokens(&self, whole: u64) -> u64 {
         let cache = &self.params.cache;
-        let reads_free = self.endpoint.protocol == Protocol::Anthropic
+        let reads_free = self.endpoint.protocol.facts().itpm_skips_cache_reads
             && cache.is_on()
             && !cache_reads_count_toward_itpm(&self.params.model);
         match self.answered_at {
@@ -374,7 +362,7 @@ impl Conversation {
             system: self.params.system.clone(),
             tools: Value::Array(self.tools.clone()),
             extra: Value::Object(self.params.extra.clone()),
-            anthropic_version: (self.endpoint.protocol == Protocol::Anthropic)
+            anthropic_version: (self.endpoint.protocol.facts().takes_anthropic_version)
                 .then(|| self.endpoint.anthropic_version.clone()),
         });
         let body_hash = body_hash(&body);
@@ -465,11 +453,7 @@ impl Conversation {
             ttft_ms: reply.ttft_ms,
             replayed,
         });
-        let parsed = match self.endpoint.protocol {
-            Protocol::Anthropic => anthropic::parse(&raw),
-            Protocol::OpenaiResponses => responses::parse(&raw),
-            Protocol::OpenaiChat => chat::parse(&raw, turn),
-        };
+        let parsed = self.wire.parse(&raw, turn);
         let Parsed {
             items,
             calls,
@@ -531,12 +515,13 @@ impl Conversation {
             .cache_read_tokens
             .saturating_add(usage.cache_write_tokens);
         self.answered_at = Some(std::time::Instant::now());
-        let appended = items.len();
+        let from = self.history.len();
+        let edits = self.wire.answer_edits(&raw, &items);
         self.history.extend(items);
-        let context_edits = match self.endpoint.protocol {
-            Protocol::Anthropic => anthropic::applied_edits(&raw),
-            Protocol::OpenaiResponses => self.after_server_compaction(appended),
-            Protocol::OpenaiChat => None,
+        let context_edits = match edits {
+            AnswerEdits::None => None,
+            AnswerEdits::Cleared(edits) => Some(edits),
+            AnswerEdits::CompactedAt(at) => self.after_server_compaction(from + at),
         };
         // The answer is in the response event; the next request event lists only what
         // comes after it.
@@ -555,11 +540,11 @@ impl Conversation {
     }
 
     /// A tool-call id of `calls` that the answer or the history already has. Chat
-    /// Completions is exempt: its adapter renames a repeat within an answer, and
-    /// compatible servers that number calls per turn (`call_0` every time) accept
-    /// their own ids again in later turns.
+    /// Completions is exempt (`Facts::unique_call_ids`): its adapter renames a repeat
+    /// within an answer, and compatible servers that number calls per turn (`call_0`
+    /// every time) accept their own ids again in later turns.
     fn repeated_call_id(&self, calls: &[super::ToolCall]) -> Option<String> {
-        if self.endpoint.protocol == Protocol::OpenaiChat {
+        if !self.endpoint.protocol.facts().unique_call_ids {
             return None;
         }
         let mut seen = std::collections::HashSet::new();
@@ -573,11 +558,7 @@ impl Conversation {
     /// where text is allowed). Returns false when the history ends with the model's own
     /// turn (a paused turn is sent back as it is).
     pub fn append_user_text(&mut self, text: &str) -> bool {
-        let added = match self.endpoint.protocol {
-            Protocol::Anthropic => anthropic::append_user_text(&mut self.history, text),
-            Protocol::OpenaiResponses => responses::append_user_text(&mut self.history, text),
-            Protocol::OpenaiChat => chat::append_user_text(&mut self.history, text),
-        };
+        let added = self.wire.append_user_text(&mut self.history, text);
         // The last entry may have changed in place: encode it again.
         self.encoded
             .truncate(self.history.len().saturating_sub(1).min(self.encoded.len()));
@@ -592,8 +573,8 @@ impl Conversation {
 
     /// Declares a new set of tools (an MCP server's list changed).
     pub fn set_tools(&mut self, neutral: Vec<Value>) {
-        let tools = declarations(self.endpoint.protocol, &neutral);
-        let (bytes, marked) = cacheable_tools(self.endpoint.protocol, &self.params, &tools);
+        let tools = self.wire.declarations(&neutral);
+        let (bytes, marked) = cacheable_tools(self.wire, &self.params, &tools);
         // The next prompt is larger by the new declarations, at most.
         self.bytes_since = self.bytes_since.saturating_add(bytes);
         (self.tools_bytes, self.marked_tools) = (bytes, marked);
@@ -607,10 +588,7 @@ impl Conversation {
         if self.tools.is_empty() {
             return;
         }
-        let none = match self.endpoint.protocol {
-            Protocol::Anthropic => json!({"type": "none"}),
-            Protocol::OpenaiResponses | Protocol::OpenaiChat => json!("none"),
-        };
+        let none = self.wire.tool_choice_none();
         self.params.extra.insert("tool_choice".into(), none);
     }
 
@@ -618,11 +596,7 @@ impl Conversation {
     /// wants it (one user message of tool_result blocks, function_call_output items, or
     /// tool messages).
     pub fn push_results(&mut self, results: &[ToolResult]) {
-        let items = match self.endpoint.protocol {
-            Protocol::Anthropic => anthropic::results(results),
-            Protocol::OpenaiResponses => responses::results(results),
-            Protocol::OpenaiChat => chat::results(results),
-        };
+        let items = self.wire.results(results);
         self.bytes_since = self.bytes_since.saturating_add(len_of(&items));
         self.history.extend(items);
     }
@@ -632,6 +606,7 @@ impl Conversation {
 mod tests {
     use super::*;
     use reqwest::Url;
+    use serde_json::json;
     use std::time::Duration;
 
     fn conversation(protocol: Protocol) -> Conversation {
@@ -658,11 +633,7 @@ mod tests {
 
     #[test]
     fn the_encoded_history_sends_exactly_what_the_values_would() {
-        for protocol in [
-            Protocol::Anthropic,
-            Protocol::OpenaiResponses,
-            Protocol::OpenaiChat,
-        ] {
+        for protocol in Protocol::ALL {
             let mut c = conversation(protocol);
             assert_eq!(c.encoded_body(100), c.body(100), "{protocol}");
             let result = |id: &str| ToolResult {

@@ -2,90 +2,18 @@
 //! non-streaming API would have returned, so the protocol parsers and the history see
 //! no difference; what can go wrong on the way (an error event inside the 200, a stream
 //! cut before its final event, a stall) is a [`Failure`] like any other, so retries and
-//! charging stay the agent loop's. The per-protocol assemblers live in `stream/`.
-
-mod chat;
-mod messages;
-mod responses;
+//! charging stay the agent loop's. Each protocol's assembler is in its folder of `protocol/`.
 
 use std::time::Duration;
 
 use eventsource_stream::{EventStreamError, Eventsource};
 use futures::StreamExt;
 use reqwest::header::CONTENT_TYPE;
-use serde_json::Value;
 
 use super::http::{open, post_once, read_whole, too_large, transport_failure, Opened, Post};
+use super::protocol::events::{Broken, Step};
+use super::protocol::wire;
 use super::{Failure, HttpError, Protocol, Reply};
-
-/// What one event did to the answer being assembled.
-#[derive(Debug, PartialEq)]
-enum Step {
-    /// Nothing the caller needs to know (a start, a ping, an unknown event).
-    More,
-    /// The first or a later piece of content (text, thinking, tool arguments): the
-    /// first one marks the time to first token.
-    Content,
-    /// The final event: the assembled body.
-    Done(Value),
-}
-
-/// Why the events make no answer.
-#[derive(Debug, PartialEq)]
-enum Broken {
-    /// The server reported an error inside the stream.
-    Error { error_type: String, message: String },
-    /// The events are not what the protocol sends.
-    Malformed(String),
-}
-
-impl From<String> for Broken {
-    fn from(s: String) -> Self {
-        Broken::Malformed(s)
-    }
-}
-
-impl From<&str> for Broken {
-    fn from(s: &str) -> Self {
-        Broken::Malformed(s.to_string())
-    }
-}
-
-/// One protocol's answer under construction.
-enum Assembler {
-    Messages(messages::Message),
-    Responses(responses::Response),
-    Chat(chat::Completion),
-}
-
-impl Assembler {
-    fn new(protocol: Protocol) -> Assembler {
-        match protocol {
-            Protocol::Anthropic => Assembler::Messages(Default::default()),
-            Protocol::OpenaiResponses => Assembler::Responses(Default::default()),
-            Protocol::OpenaiChat => Assembler::Chat(Default::default()),
-        }
-    }
-
-    /// Takes one event: its SSE name (empty when it has none) and its data.
-    fn feed(&mut self, name: &str, data: &str) -> Result<Step, Broken> {
-        match self {
-            Assembler::Messages(m) => m.feed(name, data),
-            Assembler::Responses(r) => r.feed(name, data),
-            Assembler::Chat(c) => c.feed(data),
-        }
-    }
-}
-
-/// Parses an event's data as JSON.
-fn json(data: &str) -> Result<Value, Broken> {
-    serde_json::from_str(data).map_err(|e| {
-        Broken::Malformed(format!(
-            "an event's data is not JSON ({e}): {}",
-            crate::text::prefix(data, 200)
-        ))
-    })
-}
 
 /// Error types and codes, in either vendor's words, that a later attempt may not meet:
 /// the same as the retryable status codes (overloaded, server error, rate limit,
@@ -102,24 +30,6 @@ fn retryable_error(error_type: &str) -> bool {
             | "internal_error"
             | "service_unavailable"
     )
-}
-
-/// The type and message of an error object, `{type|code, message}`.
-fn error_of(e: &Value) -> Broken {
-    let error_type = e["type"]
-        .as_str()
-        .filter(|t| *t != "error")
-        .or_else(|| e["code"].as_str())
-        .unwrap_or("unknown_error")
-        .to_string();
-    let message = e["message"].as_str().map_or_else(
-        || "(no message)".to_string(),
-        |m| crate::text::prefix(m, 1_000),
-    );
-    Broken::Error {
-        error_type,
-        message,
-    }
 }
 
 /// What stops reading the body before the final event.
@@ -200,7 +110,7 @@ async fn read_events(
         }
     });
     let mut events = Box::pin(chunks.eventsource());
-    let mut assembler = Assembler::new(protocol);
+    let mut assembler = wire(protocol).assembler();
     let mut ttft_ms = None;
     // A failure after the 200: the request reached the model and may be billed.
     let lost = |error: HttpError, retryable: bool| Failure {

@@ -21,11 +21,6 @@ pub use send::send;
 pub use wire::{BatchApi, CallError};
 use wire::{Ended, State};
 
-/// The most bytes of request bodies in one batch: nine tenths of Anthropic's 256 MB
-/// and OpenAI's 200 MB file, leaving room for the envelope.
-const MAX_ANTHROPIC_BYTES: usize = 230 * 1024 * 1024;
-const MAX_OPENAI_BYTES: usize = 180 * 1024 * 1024;
-
 /// What became of one request sent in a batch.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
@@ -183,10 +178,7 @@ async fn pool(
 ) {
     // A request that would take a batch past the provider's size limit opens the next.
     let mut carried: Option<Pending> = None;
-    let most_bytes = match api.protocol {
-        crate::model::Protocol::Anthropic => MAX_ANTHROPIC_BYTES,
-        _ => MAX_OPENAI_BYTES,
-    };
+    let most_bytes = api.protocol.facts().batch_max_bytes;
     loop {
         let first = match carried.take() {
             Some(p) => p,

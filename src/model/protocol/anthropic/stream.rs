@@ -9,11 +9,11 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
-use super::{error_of, json, Broken, Step};
+use crate::model::protocol::events::{error_of, json, Broken, Step};
 
 /// A message under construction.
 #[derive(Default)]
-pub(in crate::model) struct Message {
+pub struct Message {
     message: Option<Map<String, Value>>,
     blocks: BTreeMap<u64, Block>,
 }
@@ -37,7 +37,7 @@ fn append(block: &mut Map<String, Value>, field: &str, piece: &str) {
 }
 
 impl Message {
-    pub(super) fn feed(&mut self, name: &str, data: &str) -> Result<Step, Broken> {
+    pub(in crate::model) fn feed(&mut self, name: &str, data: &str) -> Result<Step, Broken> {
         let v = json(data)?;
         let kind = v.get("type").and_then(Value::as_str).unwrap_or(name);
         let index = || {
@@ -296,7 +296,7 @@ mod tests {
             "usage": {"input_tokens": 812, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 2048, "output_tokens": 95}});
         // Byte for byte: the blocks' fields in the API's order.
         assert_eq!(body.to_string(), expected.to_string());
-        let parsed = crate::model::anthropic::parse(&body).unwrap();
+        let parsed = super::super::messages::parse(&body).unwrap();
         assert_eq!(parsed.calls.len(), 2);
         assert_eq!(parsed.usage.unwrap().usage.output_tokens, 95);
     }
