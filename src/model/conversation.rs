@@ -8,17 +8,11 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::endpoint::Endpoint;
-use super::http::Post;
 use super::opening::{body, cacheable_tools, first_message};
-use super::protocol::{wire, AnswerEdits, Entries, Wire};
-use super::{
-    clamped, len_of, Bounds, ModelError, Params, Parsed, Protocol, Reported, SendError, ToolResult,
-    Turn, Usage, WireError,
-};
+use super::protocol::{wire, Entries, Wire};
+use super::{len_of, Params, Protocol, ToolResult, Usage};
 use crate::vocab::cache::{cache_reads_count_toward_itpm, rate_counted_input};
 use crate::vocab::limits::TokenCount;
-use crate::vocab::log::TaskLog;
-use crate::vocab::transcript::{RequestParams, TranscriptEvent};
 
 /// Tokens the API adds to a request for its tool-use instructions and message framing;
 /// added to the first request's estimate so that it stays an upper bound.
@@ -30,14 +24,14 @@ const TURN_OVERHEAD: u64 = 64;
 /// clone asks for a summary without touching the history it summarizes.
 #[derive(Clone)]
 pub struct Conversation {
-    client: Client,
+    pub(super) client: Client,
     pub(super) endpoint: Endpoint,
     /// What the endpoint's protocol does.
     pub(super) wire: &'static dyn Wire,
-    headers: HeaderMap,
-    params: Params,
+    pub(super) headers: HeaderMap,
+    pub(super) params: Params,
     /// The tool declarations in the protocol's shape.
-    tools: Vec<Value>,
+    pub(super) tools: Vec<Value>,
     /// The native history: messages (Anthropic, Chat) or input items (Responses).
     pub(super) history: Vec<Value>,
     /// The same entries already encoded, up to the first one not encoded yet: each
@@ -56,10 +50,10 @@ pub struct Conversation {
     /// The tokens the last answered request read from or wrote to the cache (the
     /// prefix the next one reads, Anthropic), and when it was answered.
     pub(super) cached_prefix: u64,
-    answered_at: Option<std::time::Instant>,
+    pub(super) answered_at: Option<std::time::Instant>,
     /// Every tool-call id of the history (Anthropic and Responses refuse a conversation
     /// that has one twice).
-    call_ids: std::collections::HashSet<String>,
+    pub(super) call_ids: std::collections::HashSet<String>,
     /// The newest message of the last request sent, which carried a cache breakpoint:
     /// the next request marks it again, to read what that one wrote.
     pub(super) cached_tail: Option<usize>,
@@ -69,10 +63,10 @@ pub struct Conversation {
     tools_bytes: u64,
     marked_tools: Option<Vec<Value>>,
     /// Batch mode: the provider's pool and this task's tag in its custom_ids.
-    batch: Option<(super::batch::Batcher, String)>,
+    pub(super) batch: Option<(super::batch::Batcher, String)>,
     /// Answers a killed attempt of this task paid for, by the digest of the body they
     /// answered: a request with the same body takes its answer from here.
-    replay: Vec<(String, Value)>,
+    pub(super) replay: Vec<(String, Value)>,
 }
 
 /// The cache breakpoints of one Anthropic request (see [`Conversation::cache_marks`]);
@@ -224,7 +218,7 @@ impl Conversation {
 
     /// The request body from the encoded history, encoding the entries added since
     /// the last request (once each).
-    fn encoded_body(&mut self, max_tokens: u32) -> Vec<u8> {
+    pub(super) fn encoded_body(&mut self, max_tokens: u32) -> Vec<u8> {
         for entry in &self.history[self.encoded.len()..] {
             // Encoding a JSON value cannot fail.
             if let Ok(raw) = serde_json::value::to_raw_value(entry) {
@@ -336,214 +330,11 @@ impl Conversation {
         }
     }
 
-    /// Sends the conversation once and, on success, appends the answer to it. The
-    /// request and the response go to the transcript.
-    pub async fn send(
-        &mut self,
-        max_tokens: u32,
-        log: &TaskLog,
-        turn: u32,
-        attempt: u32,
-    ) -> Result<Turn, SendError> {
-        // What the budgets reserved for: no usage figure of the answer may exceed it.
-        let bounds = Bounds {
-            prompt_tokens: self.estimate_prompt_tokens(),
-            output_tokens: u64::from(max_tokens),
-            one_hour_writes: self.params.cache.one_hour_writes(self.endpoint.protocol),
-        };
-        let within = |r: Reported| clamped(r, &bounds, log, turn, attempt);
-        let body = self.encoded_body(max_tokens);
-        self.cached_tail = self.history.len().checked_sub(1);
-        let sent_bytes = body.len() as u64;
-        let params = (self.logged == 0).then(|| RequestParams {
-            url: self.endpoint.url.as_str().to_string(),
-            protocol: Some(self.endpoint.protocol),
-            model: self.params.model.clone(),
-            system: self.params.system.clone(),
-            tools: Value::Array(self.tools.clone()),
-            extra: Value::Object(self.params.extra.clone()),
-            anthropic_version: (self.endpoint.protocol.facts().takes_anthropic_version)
-                .then(|| self.endpoint.anthropic_version.clone()),
-        });
-        let body_hash = body_hash(&body);
-        log.emit(TranscriptEvent::Request {
-            turn,
-            attempt,
-            max_tokens,
-            bytes: body.len(),
-            message_count: self.history.len(),
-            new_messages: Value::Array(self.history[self.logged..].to_vec()),
-            params,
-            body_hash: Some(body_hash.clone()),
-        });
-        self.logged = self.history.len();
-        let answer = self
-            .replay
-            .iter()
-            .position(|(h, _)| *h == body_hash)
-            .map(|i| self.replay.remove(i).1);
-        let replayed = answer.is_some();
-        let post = Post {
-            client: &self.client,
-            url: &self.endpoint.url,
-            headers: &self.headers,
-            timeout: self.endpoint.timeout,
-            max_body: self.endpoint.max_response_bytes,
-        };
-        let (protocol, idle) = (self.endpoint.protocol, self.endpoint.stream_idle);
-        let reply = match (&self.batch, answer) {
-            (_, Some(answer)) => super::Reply {
-                body: answer.to_string().into_bytes(),
-                request_id: None,
-                ms: 0,
-                rate: Default::default(),
-                ttft_ms: None,
-            },
-            (Some((batcher, tag)), None) => {
-                super::batch::send(batcher, tag, body, log, (turn, attempt)).await?
-            }
-            (None, None) => super::stream::post(&post, body, protocol, idle)
-                .await
-                .map_err(SendError::from)?,
-        };
-        let failed = |error: ModelError, retryable: bool| SendError {
-            error,
-            retryable,
-            server_wait: None,
-            // An answer came back, so the request reached the model.
-            maybe_billed: true,
-            rate_limited: false,
-            rate: reply.rate.clone(),
-            usage: None,
-        };
-        let malformed = |detail: String| {
-            failed(
-                ModelError::Malformed {
-                    detail,
-                    request_id: reply.request_id.clone(),
-                },
-                false,
-            )
-        };
-        let raw: Value = match serde_json::from_slice(&reply.body) {
-            Ok(v) => v,
-            Err(e) => {
-                let text = String::from_utf8_lossy(&reply.body);
-                log.emit(TranscriptEvent::Response {
-                    turn,
-                    request_id: reply.request_id.clone(),
-                    ms: reply.ms,
-                    body: None,
-                    raw_body: Some(text.chars().take(4000).collect()),
-                    ttft_ms: reply.ttft_ms,
-                    replayed,
-                });
-                return Err(malformed(format!(
-                    "the body is not JSON ({e}), {} bytes",
-                    reply.body.len()
-                )));
-            }
-        };
-        log.emit(TranscriptEvent::Response {
-            turn,
-            request_id: reply.request_id.clone(),
-            ms: reply.ms,
-            body: Some(raw.clone()),
-            raw_body: None,
-            ttft_ms: reply.ttft_ms,
-            replayed,
-        });
-        let parsed = self.wire.parse(&raw, turn);
-        let Parsed {
-            items,
-            calls,
-            text,
-            stop,
-            usage,
-        } = parsed.map_err(|e| match e {
-            WireError::Malformed(d) => malformed(d),
-            WireError::Failed {
-                code,
-                message,
-                retryable,
-                usage,
-            } => SendError {
-                // A failed response for the rate limit pauses the provider like a 429.
-                rate_limited: code == "rate_limit_exceeded",
-                usage: usage.map(within),
-                ..failed(
-                    ModelError::Failed {
-                        code,
-                        message,
-                        request_id: reply.request_id.clone(),
-                    },
-                    retryable,
-                )
-            },
-        })?;
-        let answer_bytes = len_of(&items);
-        let usage_estimated = usage.is_none();
-        // Without usage, count a token per byte of what went over the wire (the whole
-        // answer, reasoning fields a server adds included) plus the framing a chat
-        // template adds: never fewer than the real figures.
-        // ... and never above the prompt bound the budgets reserved for this request
-        // (the history has not changed since it was planned).
-        let usage = usage.map(within).unwrap_or_else(|| Usage {
-            input_tokens: sent_bytes
-                .saturating_add(FIRST_REQUEST_OVERHEAD)
-                .min(self.estimate_prompt_tokens()),
-            output_tokens: (reply.body.len() as u64).min(u64::from(max_tokens)),
-            ..Usage::default()
-        });
-        if let Some(id) = self.repeated_call_id(&calls) {
-            // Answered and billed, but the next request would be refused: end here.
-            return Err(SendError {
-                usage: Some(usage),
-                ..malformed(format!(
-                    "the model gave two tool calls the id \"{}\"; the API refuses a conversation with a tool-call id twice, so the task cannot go on",
-                    crate::text::prefix(&id, 100)
-                ))
-            });
-        }
-        self.call_ids.extend(calls.iter().map(|c| c.id.clone()));
-        // A replayed turn can count for more tokens than its bytes (hidden reasoning is
-        // billed in full); its output count bounds that.
-        self.bytes_since = answer_bytes.max(usage.output_tokens);
-        self.last_prompt_tokens = Some(usage.prompt_tokens());
-        (self.last_body_bytes, self.compacted_tokens) = (sent_bytes, 0);
-        self.cached_prefix = usage
-            .cache_read_tokens
-            .saturating_add(usage.cache_write_tokens);
-        self.answered_at = Some(std::time::Instant::now());
-        let from = self.history.len();
-        let edits = self.wire.answer_edits(&raw, &items);
-        self.history.extend(items);
-        let context_edits = match edits {
-            AnswerEdits::None => None,
-            AnswerEdits::Cleared(edits) => Some(edits),
-            AnswerEdits::CompactedAt(at) => self.after_server_compaction(from + at),
-        };
-        // The answer is in the response event; the next request event lists only what
-        // comes after it.
-        self.logged = self.history.len();
-        Ok(Turn {
-            calls,
-            text,
-            stop,
-            usage,
-            rate: reply.rate,
-            usage_estimated,
-            ttft_ms: reply.ttft_ms,
-            context_edits,
-            replayed,
-        })
-    }
-
     /// A tool-call id of `calls` that the answer or the history already has. Chat
     /// Completions is exempt (`Facts::unique_call_ids`): its adapter renames a repeat
     /// within an answer, and compatible servers that number calls per turn (`call_0`
     /// every time) accept their own ids again in later turns.
-    fn repeated_call_id(&self, calls: &[super::ToolCall]) -> Option<String> {
+    pub(super) fn repeated_call_id(&self, calls: &[super::ToolCall]) -> Option<String> {
         if !self.endpoint.protocol.facts().unique_call_ids {
             return None;
         }

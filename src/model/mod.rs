@@ -18,6 +18,7 @@ mod http;
 mod opening;
 mod params;
 pub mod protocol;
+mod send;
 mod stream;
 mod summary;
 

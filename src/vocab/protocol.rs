@@ -56,7 +56,7 @@ pub struct Facts {
     /// when a price leaves them out.
     pub cache_write_rates: (Decimal, Decimal),
     /// The input-tokens-per-minute limit leaves out cache reads (for the models
-    /// [`crate::vocab::cache::cache_reads_count_toward_itpm`] does not name).
+    /// whose limit does not count them, as `cache.rs` says).
     pub itpm_skips_cache_reads: bool,
     /// The most requests one batch of the provider's batch API takes.
     pub batch_max_requests: u32,
