@@ -201,6 +201,38 @@ impl Walked {
 }
 
 /// Reads the events into turns.
+impl Walked {
+    /// The messages the requests after the last response sent (or before any).
+    fn followup(&mut self, turn: u32, line: usize) -> &mut Followup {
+        let target = match self.segments.last_mut() {
+            Some(seg) => &mut seg.next,
+            None => &mut self.before_first,
+        };
+        target.get_or_insert_with(|| Followup {
+            turn,
+            line,
+            messages: Vec::new(),
+        })
+    }
+
+    /// The tool calls of a response body, in the protocol the transcript is in (read
+    /// from the first body when no request said).
+    fn calls_of(&mut self, body: &Value, turn: u32, line: usize) -> Vec<Call> {
+        if self.protocol.is_none() && body.is_object() {
+            self.protocol = answer_protocol(body);
+        }
+        match self.protocol {
+            Some(p) => calls_of(p, body, turn),
+            None => {
+                if body.is_object() {
+                    self.unknown_protocol.get_or_insert(line);
+                }
+                Vec::new()
+            }
+        }
+    }
+}
+
 pub(super) fn walk(events: &[(usize, Value)]) -> Walked {
     let mut w = Walked::default();
     let mut declared: Option<Declared> = None;
@@ -242,15 +274,7 @@ pub(super) fn walk(events: &[(usize, Value)]) -> Walked {
                     }
                 }
                 at_request = declared.clone();
-                let target = match w.segments.last_mut() {
-                    Some(seg) => &mut seg.next,
-                    None => &mut w.before_first,
-                };
-                let f = target.get_or_insert_with(|| Followup {
-                    turn,
-                    line,
-                    messages: Vec::new(),
-                });
+                let f = w.followup(turn, line);
                 if let Value::Array(messages) = new_messages {
                     f.messages.extend(messages.into_iter().map(|m| (line, m)));
                 }
@@ -258,19 +282,7 @@ pub(super) fn walk(events: &[(usize, Value)]) -> Walked {
             TranscriptEvent::Response { turn, body, .. } => {
                 w.settle(&mut pending);
                 let turn = turn_of(turn).unwrap_or(last_turn);
-                let body = body.unwrap_or(Value::Null);
-                if w.protocol.is_none() && body.is_object() {
-                    w.protocol = answer_protocol(&body);
-                }
-                let calls = match w.protocol {
-                    Some(p) => calls_of(p, &body, turn),
-                    None => {
-                        if body.is_object() {
-                            w.unknown_protocol.get_or_insert(line);
-                        }
-                        Vec::new()
-                    }
-                };
+                let calls = w.calls_of(&body.unwrap_or(Value::Null), turn, line);
                 if !calls.is_empty() && at_request.is_none() {
                     w.undeclared_unknown = true;
                 }
