@@ -12,7 +12,7 @@ use super::locate::Seg;
 use super::schema::{ReasoningFields, TaskFields, ThinkingFields, ThinkingKind};
 use super::spec::ProviderSpec;
 use crate::model::Protocol;
-use crate::vocab::protocol::Reasoning;
+use crate::vocab::protocol::{Facts, Reasoning};
 
 const DEFAULT_MAX_TOKENS: u32 = 4096;
 /// The API version that removed sampling parameters.
@@ -71,48 +71,7 @@ pub(super) fn resolve_request_fields(
             );
         }
     }
-    let sampling: [(&str, Option<Value>, bool); 3] = [
-        (
-            "temperature",
-            t.temperature.or(d.temperature).map(|v| json!(v)),
-            t.temperature.is_some(),
-        ),
-        (
-            "top_p",
-            t.top_p.or(d.top_p).map(|v| json!(v)),
-            t.top_p.is_some(),
-        ),
-        (
-            "top_k",
-            t.top_k.or(d.top_k).map(|v| json!(v)),
-            t.top_k.is_some(),
-        ),
-    ];
-    for (name, value, on_task) in sampling {
-        let Some(value) = value else { continue };
-        let at = origin(i, on_task, !on_task, &[name]);
-        // API versions are dates, so a later version compares greater as a string.
-        if facts.takes_anthropic_version && version.as_str() >= NO_SAMPLING_VERSION {
-            cx.err(
-                &at,
-                format!("anthropic-version {NO_SAMPLING_VERSION} refuses {name}: remove it, or set the provider's anthropic_version to 2023-06-01"),
-            );
-        }
-        if !facts.takes_top_k && name == "top_k" {
-            cx.err(&at, "OpenAI protocols have no top_k: remove it");
-        }
-        // OpenAI's temperature goes up to 2 (checked where it is written), Anthropic's
-        // to 1.
-        let most = facts.max_temperature;
-        if name == "temperature" && value.as_f64().is_some_and(|v| v > most && v <= 2.0) {
-            let protocol = facts.name;
-            cx.err(
-                &at,
-                format!("must be between 0 and {most} with the {protocol} protocol"),
-            );
-        }
-        extra.insert(name.to_string(), value);
-    }
+    sampling_fields(i, (t, d), facts, &version, &mut extra, cx);
     if let Some(r) = t.reasoning.as_ref().or(d.reasoning.as_ref()) {
         let at = origin(
             i,
@@ -170,6 +129,60 @@ pub(super) fn resolve_request_fields(
     RequestFields {
         extra,
         thinking_budget,
+    }
+}
+
+/// Checks temperature, top_p and top_k against the protocol (and its API version) and
+/// puts them into the request.
+fn sampling_fields(
+    i: usize,
+    (t, d): (&TaskFields, &TaskFields),
+    facts: &Facts,
+    version: &str,
+    extra: &mut Map<String, Value>,
+    cx: &mut Ctx,
+) {
+    let sampling: [(&str, Option<Value>, bool); 3] = [
+        (
+            "temperature",
+            t.temperature.or(d.temperature).map(|v| json!(v)),
+            t.temperature.is_some(),
+        ),
+        (
+            "top_p",
+            t.top_p.or(d.top_p).map(|v| json!(v)),
+            t.top_p.is_some(),
+        ),
+        (
+            "top_k",
+            t.top_k.or(d.top_k).map(|v| json!(v)),
+            t.top_k.is_some(),
+        ),
+    ];
+    for (name, value, on_task) in sampling {
+        let Some(value) = value else { continue };
+        let at = origin(i, on_task, !on_task, &[name]);
+        // API versions are dates, so a later version compares greater as a string.
+        if facts.takes_anthropic_version && version >= NO_SAMPLING_VERSION {
+            cx.err(
+                &at,
+                format!("anthropic-version {NO_SAMPLING_VERSION} refuses {name}: remove it, or set the provider's anthropic_version to 2023-06-01"),
+            );
+        }
+        if !facts.takes_top_k && name == "top_k" {
+            cx.err(&at, "OpenAI protocols have no top_k: remove it");
+        }
+        // OpenAI's temperature goes up to 2 (checked where it is written), Anthropic's
+        // to 1.
+        let most = facts.max_temperature;
+        if name == "temperature" && value.as_f64().is_some_and(|v| v > most && v <= 2.0) {
+            let protocol = facts.name;
+            cx.err(
+                &at,
+                format!("must be between 0 and {most} with the {protocol} protocol"),
+            );
+        }
+        extra.insert(name.to_string(), value);
     }
 }
 
