@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::conversation::Conversation;
 use super::len_of;
-use super::protocol::Wire;
+use super::protocol::{results_in, Wire};
 use crate::vocab::context::ContextEdits;
 
 /// What replaces a cleared result; also how a cleared one is recognised.
@@ -132,10 +132,7 @@ impl Conversation {
         }
         let per_byte = self.tokens_per_byte();
         let gone: Vec<Value> = self.history.drain(..c).collect();
-        let results = gone
-            .iter()
-            .filter(|e| e["type"] == "function_call_output")
-            .count();
+        let results: usize = gone.iter().map(|e| results_in(self.wire, e)).sum();
         let bytes: u64 = gone.iter().map(len_of).sum();
         self.encoded.drain(..c.min(self.encoded.len()));
         self.cached_tail = None;

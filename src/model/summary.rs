@@ -3,10 +3,9 @@
 //! it reads the cached prefix), and the history that replaces everything but the first
 //! message and the newest turns with that summary. The transcript keeps every original.
 
-use serde_json::Value;
-
 use super::conversation::{Conversation, FIRST_REQUEST_OVERHEAD};
 use super::len_of;
+use super::protocol::results_in;
 use crate::vocab::context::{turn_starts, SUMMARY_HEADING, SUMMARY_REQUEST};
 
 /// What one summary replaced, with the prompt estimates around it.
@@ -19,16 +18,6 @@ pub struct Summarized {
     pub bytes: u64,
     pub tokens_before: u64,
     pub tokens_after: u64,
-}
-
-/// Whether an entry is (or, in an Anthropic user message, holds) a tool result.
-fn results_in(e: &Value) -> usize {
-    if e["type"] == "function_call_output" || e["role"] == "tool" {
-        return 1;
-    }
-    e["content"].as_array().map_or(0, |blocks| {
-        blocks.iter().filter(|b| b["type"] == "tool_result").count()
-    })
 }
 
 impl Conversation {
@@ -81,7 +70,10 @@ impl Conversation {
         let before = self.context_estimate();
         let old_bytes: u64 = self.history.iter().map(len_of).sum();
         let turns = starts.len() - kept;
-        let results = self.history[1..cut].iter().map(results_in).sum();
+        let results = self.history[1..cut]
+            .iter()
+            .map(|e| results_in(self.wire, e))
+            .sum();
         let text = format!("{SUMMARY_HEADING}\n\n{summary}");
         let tail = self.history.split_off(cut);
         self.history.truncate(1);
@@ -130,6 +122,7 @@ impl Conversation {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::Protocol;
     use serde_json::json;
 
     #[test]
@@ -143,7 +136,8 @@ mod tests {
             json!({"role": "user", "content": "go on"}),
         ];
         assert_eq!(turn_starts(&h), vec![1, 3]);
-        assert_eq!(results_in(&h[2]), 1);
+        let wire = crate::model::wire;
+        assert_eq!(results_in(wire(Protocol::Anthropic), &h[2]), 1);
         let r = vec![
             json!({"type": "message", "role": "user", "content": "task"}),
             json!({"type": "reasoning", "encrypted_content": "x"}),
@@ -152,6 +146,6 @@ mod tests {
             json!({"type": "function_call", "call_id": "d"}),
         ];
         assert_eq!(turn_starts(&r), vec![1, 4]);
-        assert_eq!(results_in(&r[3]), 1);
+        assert_eq!(results_in(wire(Protocol::OpenaiResponses), &r[3]), 1);
     }
 }

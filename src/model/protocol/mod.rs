@@ -263,6 +263,13 @@ pub struct Returned {
     pub misplaced: Option<String>,
 }
 
+/// The tool results a history entry is (or, in an Anthropic user message, holds).
+pub(in crate::model) fn results_in(wire: &dyn Wire, entry: &Value) -> usize {
+    let mut n = 0;
+    wire.result_contents(entry, &mut |_, _, _| n += 1);
+    n
+}
+
 /// A string field of a JSON object.
 pub(in crate::model) fn str_of<'a>(v: &'a Value, k: &str) -> Option<&'a str> {
     v.get(k).and_then(Value::as_str)
