@@ -253,6 +253,38 @@ impl std::fmt::Display for Protocol {
 mod tests {
     use super::*;
 
+    /// `Protocol::ALL` is written by hand; the schema is derived from the enum, so a
+    /// variant missing from the list shows here.
+    #[test]
+    fn all_lists_every_variant_of_the_enum() {
+        let schema = serde_json::to_value(schemars::schema_for!(Protocol)).unwrap();
+        let mut named = Vec::new();
+        collect_names(&schema, &mut named);
+        named.sort();
+        let mut listed: Vec<String> = Protocol::ALL.iter().map(|p| p.as_str().into()).collect();
+        listed.sort();
+        assert_eq!(named, listed);
+    }
+
+    /// Every string constant of a schema (`enum` values and `const`s).
+    fn collect_names(v: &serde_json::Value, out: &mut Vec<String>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                for (k, v) in m {
+                    match (k.as_str(), v) {
+                        ("enum", serde_json::Value::Array(values)) => {
+                            out.extend(values.iter().filter_map(|v| v.as_str()).map(str::to_string))
+                        }
+                        ("const", serde_json::Value::String(c)) => out.push(c.clone()),
+                        _ => collect_names(v, out),
+                    }
+                }
+            }
+            serde_json::Value::Array(a) => a.iter().for_each(|v| collect_names(v, out)),
+            _ => {}
+        }
+    }
+
     #[test]
     fn every_protocol_has_its_own_name_path_and_facts() {
         for p in Protocol::ALL {
