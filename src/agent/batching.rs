@@ -6,7 +6,7 @@ use std::sync::Mutex;
 
 use crate::job::{ProviderKind, TaskSpec};
 use crate::model::batch::{BatchApi, Batcher, Settings};
-use crate::model::{Endpoint, Protocol};
+use crate::model::Endpoint;
 
 /// The pools of one run.
 #[derive(Default)]
@@ -74,11 +74,7 @@ pub(crate) fn batch_base(spec: &TaskSpec, sim_base: Option<&str>, run_id: &str) 
     match p.kind {
         ProviderKind::Sim => {
             let root = p.base_url.as_deref().or(sim_base).unwrap_or_default();
-            let v1 = if p.protocol == Protocol::Anthropic {
-                ""
-            } else {
-                "/v1"
-            };
+            let v1 = p.protocol.facts().sim_root;
             format!("{}/r/{run_id}{v1}", root.trim_end_matches('/'))
         }
         ProviderKind::Api => p.base_url.clone().unwrap_or_default(),

@@ -26,7 +26,7 @@ use crate::govern::budget::Meter;
 use crate::govern::ledger::Ledger;
 use crate::govern::rate::Gates;
 use crate::job::{ProviderKind, TaskSpec};
-use crate::model::{Conversation, Endpoint, Params, Protocol};
+use crate::model::{Conversation, Endpoint, Params};
 use crate::model::{HttpError, ModelError, ToolCall, ToolResult};
 use crate::tools::mcp::{McpHub, TaskServers};
 use crate::tools::{Registry, ToolContext, Toolset};
@@ -86,11 +86,7 @@ pub(crate) fn endpoint(
                 "no simulator is running for provider {} (set providers.{}.base_url to an `agentbatch sim` server)",
                 p.name, p.name
             ))?;
-            let v1 = if p.protocol == Protocol::Anthropic {
-                ""
-            } else {
-                "/v1"
-            };
+            let v1 = p.protocol.facts().sim_root;
             (
                 format!(
                     "{}/r/{run_id}/t/{}{v1}",
@@ -118,7 +114,7 @@ pub(crate) fn endpoint(
         url: p.protocol.url(&base)?,
         api_key,
         anthropic_version: p.anthropic_version.clone(),
-        anthropic_beta: (native_context(spec))
+        anthropic_beta: (native_context(spec).is_some())
             .then(|| crate::vocab::context::CONTEXT_MANAGEMENT_BETA.to_string()),
         max_tokens_field: p.max_tokens_field.clone(),
         timeout: p.timeout,
@@ -129,7 +125,7 @@ pub(crate) fn endpoint(
 
 fn params(spec: &TaskSpec, toolset: &Toolset) -> Params {
     let mut extra = spec.extra.clone();
-    if spec.cache.is_on() && spec.provider.protocol != Protocol::Anthropic {
+    if spec.cache.is_on() && !spec.provider.protocol.facts().marks_cache {
         extra
             .entry("prompt_cache_key")
             .or_insert_with(|| prompt_cache_key(spec).into());
@@ -141,15 +137,15 @@ fn params(spec: &TaskSpec, toolset: &Toolset) -> Params {
     }
     if spec.stream {
         extra.insert("stream".into(), true.into());
-        if spec.provider.protocol == Protocol::OpenaiChat && spec.provider.stream_usage {
+        if spec.provider.protocol.facts().takes_stream_options && spec.provider.stream_usage {
             extra.insert(
                 "stream_options".into(),
                 serde_json::json!({"include_usage": true}),
             );
         }
     }
-    if native_context(spec) {
-        extra.insert("context_management".into(), context_edits(spec));
+    if let Some(edits) = native_context(spec) {
+        extra.insert("context_management".into(), edits);
     }
     Params {
         model: spec.model.clone(),
@@ -160,36 +156,15 @@ fn params(spec: &TaskSpec, toolset: &Toolset) -> Params {
     }
 }
 
-/// The task leaves compaction to the provider: Anthropic's context editing, or the
-/// Responses API's server-side compaction.
-fn native_context(spec: &TaskSpec) -> bool {
-    spec.context.strategy == crate::vocab::context::ContextStrategy::Native
-        && spec.provider.protocol != Protocol::OpenaiChat
-}
-
-/// `context_management` for the provider's own compaction, past the task's threshold.
-/// Anthropic: clear old tool results, keeping the newest `keep` and the exempt tools'
-/// results. Responses: compact the whole context into one opaque item.
-fn context_edits(spec: &TaskSpec) -> serde_json::Value {
+/// `context_management` when the task leaves compaction to the provider (Anthropic's
+/// context editing, or the Responses API's server-side compaction), past the task's
+/// threshold; None when it does not, or the provider has none.
+fn native_context(spec: &TaskSpec) -> Option<serde_json::Value> {
     let c = &spec.context;
-    if spec.provider.protocol == Protocol::OpenaiResponses {
-        let mut entry = serde_json::json!({"type": "compaction"});
-        if let Some(t) = c.threshold(spec.max_tokens) {
-            entry["compact_threshold"] = t.max(1).into();
-        }
-        return serde_json::json!([entry]);
+    if c.strategy != crate::vocab::context::ContextStrategy::Native {
+        return None;
     }
-    let mut edit = serde_json::json!({
-        "type": "clear_tool_uses_20250919",
-        "keep": {"type": "tool_uses", "value": c.keep},
-    });
-    if let Some(t) = c.threshold(spec.max_tokens) {
-        edit["trigger"] = serde_json::json!({"type": "input_tokens", "value": t.max(1)});
-    }
-    if !c.exempt.is_empty() {
-        edit["exclude_tools"] = serde_json::json!(c.exempt);
-    }
-    serde_json::json!({ "edits": [edit] })
+    crate::model::wire(spec.provider.protocol).native_context(c, c.threshold(spec.max_tokens))
 }
 
 /// OpenAI's `prompt_cache_key`: one per task and variant, the same in every epoch and
@@ -590,7 +565,7 @@ fn hint(e: &ModelError, spec: &TaskSpec) -> Option<String> {
             status: 400,
             message,
             ..
-        } if spec.provider.protocol == crate::model::Protocol::OpenaiChat
+        } if spec.provider.protocol.facts().takes_max_tokens_field
             && message.contains(&spec.provider.max_tokens_field) =>
         {
             let other = if spec.provider.max_tokens_field == "max_tokens" {

@@ -181,34 +181,7 @@ fn check_segment(out: &mut Out, w: &Walked, seg: &Segment) {
     let mut reported_dup = Vec::new();
     for call in &seg.calls {
         let Some(id) = call.id.as_deref() else {
-            let (severity, said) = if went_on {
-                (Severity::Violation, "yet the conversation went on")
-            } else {
-                (
-                    Severity::Warning,
-                    "it was not run (the task stopped after this response)",
-                )
-            };
-            model_faults(
-                out,
-                turn,
-                seg.line,
-                call,
-                seg.declared.as_ref(),
-                severity,
-                said,
-            );
-            out.add(
-                turn,
-                None,
-                ProblemKind::MalformedCall,
-                severity,
-                seg.line,
-                format!(
-                    "a call to \"{}\" has no id, so no result can be matched to it; {said}",
-                    call.name.as_deref().unwrap_or("?")
-                ),
-            );
+            idless_call(out, seg, call, went_on);
             continue;
         };
         let decisions = by_id.get(id).cloned().unwrap_or_default();
@@ -254,21 +227,7 @@ fn check_segment(out: &mut Out, w: &Walked, seg: &Segment) {
             check_results(out, turn, id, next, &rs);
         }
     }
-    for d in &seg.decisions {
-        let known =
-            d.id.as_deref()
-                .is_some_and(|id| seg.calls.iter().any(|c| c.id.as_deref() == Some(id)));
-        if !known {
-            out.add(
-                turn,
-                d.id.as_deref(),
-                ProblemKind::StrayDecision,
-                Severity::Violation,
-                d.line,
-                format!("the runner recorded a decision on a call that turn {turn}'s response did not make"),
-            );
-        }
-    }
+    stray_decisions(out, seg);
     if let Some(next) = &seg.next {
         let context = format!(
             "turn {}'s request carries a result for an id that turn {turn}'s response never called",
@@ -277,6 +236,57 @@ fn check_segment(out: &mut Out, w: &Walked, seg: &Segment) {
         orphans(out, turn, &returned, &context, |id| {
             seg.calls.iter().any(|c| c.id.as_deref() == Some(id))
         });
+    }
+}
+
+/// A call without an id: no result can be matched to it.
+fn idless_call(out: &mut Out, seg: &Segment, call: &Call, went_on: bool) {
+    let (severity, said) = if went_on {
+        (Severity::Violation, "yet the conversation went on")
+    } else {
+        (
+            Severity::Warning,
+            "it was not run (the task stopped after this response)",
+        )
+    };
+    model_faults(
+        out,
+        seg.turn,
+        seg.line,
+        call,
+        seg.declared.as_ref(),
+        severity,
+        said,
+    );
+    out.add(
+        seg.turn,
+        None,
+        ProblemKind::MalformedCall,
+        severity,
+        seg.line,
+        format!(
+            "a call to \"{}\" has no id, so no result can be matched to it; {said}",
+            call.name.as_deref().unwrap_or("?")
+        ),
+    );
+}
+
+/// Decisions the runner recorded on calls the response did not make.
+fn stray_decisions(out: &mut Out, seg: &Segment) {
+    for d in &seg.decisions {
+        let known =
+            d.id.as_deref()
+                .is_some_and(|id| seg.calls.iter().any(|c| c.id.as_deref() == Some(id)));
+        if !known {
+            out.add(
+                seg.turn,
+                d.id.as_deref(),
+                ProblemKind::StrayDecision,
+                Severity::Violation,
+                d.line,
+                format!("the runner recorded a decision on a call that turn {turn}'s response did not make", turn = seg.turn),
+            );
+        }
     }
 }
 

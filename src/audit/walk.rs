@@ -12,26 +12,13 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 
+use crate::model::protocol::{answer_protocol, wire};
 use crate::model::Protocol;
 use crate::vocab::transcript::{RequestParams, ToolOutcome, TranscriptEvent};
 
-/// Why a call's arguments cannot be used as a tool input.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Args {
-    Object,
-    Bad(String),
-}
-
-/// One tool call of a response, as the runner would read it.
-#[derive(Debug, Clone)]
-pub(super) struct Call {
-    /// The id results must carry: the call's own, or for a Chat Completions call
-    /// without one, the id the runner makes up.
-    pub id: Option<String>,
-    pub id_made_up: bool,
-    pub name: Option<String>,
-    pub args: Args,
-}
+/// Why a call's arguments cannot be used as a tool input; one tool call of a
+/// response and a result found in a request, as each protocol's wire reads them.
+pub(super) use crate::model::protocol::{Args, LoggedCall as Call, Returned};
 
 /// The tool names a request declared.
 #[derive(Debug, Clone)]
@@ -158,187 +145,19 @@ fn protocol_of_params(params: &RequestParams) -> Option<Protocol> {
         return None;
     }
     let path = url.split('?').next().unwrap_or(url);
-    if path.ends_with("/messages") {
-        Some(Protocol::Anthropic)
-    } else if path.ends_with("/responses") {
-        Some(Protocol::OpenaiResponses)
-    } else if path.ends_with("/chat/completions") {
-        Some(Protocol::OpenaiChat)
-    } else {
-        None
-    }
-}
-
-fn protocol_of_body(body: &Value) -> Option<Protocol> {
-    if body.get("choices").is_some() {
-        Some(Protocol::OpenaiChat)
-    } else if body.get("output").is_some() || body["object"] == "response" {
-        Some(Protocol::OpenaiResponses)
-    } else if body.get("content").is_some() || body["type"] == "message" {
-        Some(Protocol::Anthropic)
-    } else {
-        None
-    }
-}
-
-fn kind_of(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
-/// OpenAI arguments, read the way the runner reads them: a JSON string (empty meaning
-/// `{}`), or an object some servers send as it is.
-fn openai_args(raw: Option<&Value>) -> Args {
-    match raw {
-        None | Some(Value::Null) | Some(Value::Object(_)) => Args::Object,
-        Some(Value::String(s)) if s.trim().is_empty() => Args::Object,
-        Some(Value::String(s)) => match serde_json::from_str::<Value>(s) {
-            Ok(Value::Object(_)) => Args::Object,
-            Ok(other) => Args::Bad(format!(
-                "the arguments are {}, not a JSON object",
-                kind_of(&other)
-            )),
-            Err(e) => Args::Bad(format!("the arguments are not valid JSON ({e})")),
-        },
-        Some(other) => Args::Bad(format!(
-            "the arguments are {}, not a JSON string",
-            kind_of(other)
-        )),
-    }
+    Protocol::ALL
+        .into_iter()
+        .find(|p| path.ends_with(p.facts().logged_path_suffix))
 }
 
 /// The tool calls of a response body.
 fn calls_of(protocol: Protocol, body: &Value, turn: u32) -> Vec<Call> {
-    match protocol {
-        Protocol::Anthropic => body["content"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|b| b["type"] == "tool_use")
-            .map(|b| Call {
-                id: str_of(b, "id").map(str::to_string),
-                id_made_up: false,
-                name: str_of(b, "name").map(str::to_string),
-                args: match b.get("input") {
-                    None | Some(Value::Object(_)) => Args::Object,
-                    Some(other) => Args::Bad(format!(
-                        "the input is {}, not a JSON object",
-                        kind_of(other)
-                    )),
-                },
-            })
-            .collect(),
-        Protocol::OpenaiResponses => body["output"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|i| i["type"] == "function_call")
-            .map(|i| Call {
-                id: str_of(i, "call_id").map(str::to_string),
-                id_made_up: false,
-                name: str_of(i, "name").map(str::to_string),
-                args: openai_args(i.get("arguments")),
-            })
-            .collect(),
-        Protocol::OpenaiChat => {
-            let listed: Vec<&Value> = body
-                .pointer("/choices/0/message/tool_calls")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .collect();
-            // The adapter names an id-less or repeated call after its turn and position.
-            let ids = crate::model::chat::call_ids(listed.iter().map(|tc| str_of(tc, "id")), turn);
-            listed
-                .into_iter()
-                .zip(ids)
-                .map(|(tc, (id, made_up))| {
-                    let f = tc.get("function").unwrap_or(&Value::Null);
-                    Call {
-                        id_made_up: made_up,
-                        id: Some(id),
-                        name: str_of(f, "name").map(str::to_string),
-                        args: openai_args(f.get("arguments")),
-                    }
-                })
-                .collect()
-        }
-    }
-}
-
-/// A result found in a request's new messages.
-#[derive(Debug, Clone)]
-pub(super) struct Returned {
-    pub id: Option<String>,
-    pub line: usize,
-    /// Why it is out of place, if it is.
-    pub misplaced: Option<String>,
+    wire(protocol).logged_calls(body, turn)
 }
 
 /// The tool results a followup carries, with where each sits.
 pub(super) fn results_of(protocol: Protocol, messages: &[(usize, Value)]) -> Vec<Returned> {
-    let mut out = Vec::new();
-    for (mi, (line, m)) in messages.iter().enumerate() {
-        match protocol {
-            Protocol::Anthropic => {
-                let mut leading = true;
-                for b in m["content"].as_array().into_iter().flatten() {
-                    if b["type"] != "tool_result" {
-                        leading = false;
-                        continue;
-                    }
-                    let misplaced = if m["role"] != "user" {
-                        Some(format!(
-                            "in a message of role {}, not the user's",
-                            m["role"]
-                        ))
-                    } else if mi > 0 {
-                        Some(format!(
-                            "in message {} of the request's new messages; every result belongs in the first user message after the tool use",
-                            mi + 1
-                        ))
-                    } else if !leading {
-                        Some("after a block that is not a tool_result; the user message must begin with the results".to_string())
-                    } else {
-                        None
-                    };
-                    out.push(Returned {
-                        id: str_of(b, "tool_use_id").map(str::to_string),
-                        line: *line,
-                        misplaced,
-                    });
-                }
-            }
-            Protocol::OpenaiResponses => {
-                if m["type"] == "function_call_output" {
-                    out.push(Returned {
-                        id: str_of(m, "call_id").map(str::to_string),
-                        line: *line,
-                        misplaced: None,
-                    });
-                }
-            }
-            Protocol::OpenaiChat => {
-                if m["role"] == "tool" {
-                    let after_other = messages[..mi].iter().any(|(_, p)| p["role"] != "tool");
-                    out.push(Returned {
-                        id: str_of(m, "tool_call_id").map(str::to_string),
-                        line: *line,
-                        misplaced: after_other.then(|| {
-                            "after a message that is not a tool message; tool messages must directly follow the assistant message with the calls".to_string()
-                        }),
-                    });
-                }
-            }
-        }
-    }
-    out
+    wire(protocol).logged_results(messages)
 }
 
 fn decision_of(line: usize, id: &str, outcome: &ToolOutcome) -> Decision {
@@ -382,6 +201,38 @@ impl Walked {
 }
 
 /// Reads the events into turns.
+impl Walked {
+    /// The messages the requests after the last response sent (or before any).
+    fn followup(&mut self, turn: u32, line: usize) -> &mut Followup {
+        let target = match self.segments.last_mut() {
+            Some(seg) => &mut seg.next,
+            None => &mut self.before_first,
+        };
+        target.get_or_insert_with(|| Followup {
+            turn,
+            line,
+            messages: Vec::new(),
+        })
+    }
+
+    /// The tool calls of a response body, in the protocol the transcript is in (read
+    /// from the first body when no request said).
+    fn calls_of(&mut self, body: &Value, turn: u32, line: usize) -> Vec<Call> {
+        if self.protocol.is_none() && body.is_object() {
+            self.protocol = answer_protocol(body);
+        }
+        match self.protocol {
+            Some(p) => calls_of(p, body, turn),
+            None => {
+                if body.is_object() {
+                    self.unknown_protocol.get_or_insert(line);
+                }
+                Vec::new()
+            }
+        }
+    }
+}
+
 pub(super) fn walk(events: &[(usize, Value)]) -> Walked {
     let mut w = Walked::default();
     let mut declared: Option<Declared> = None;
@@ -423,15 +274,7 @@ pub(super) fn walk(events: &[(usize, Value)]) -> Walked {
                     }
                 }
                 at_request = declared.clone();
-                let target = match w.segments.last_mut() {
-                    Some(seg) => &mut seg.next,
-                    None => &mut w.before_first,
-                };
-                let f = target.get_or_insert_with(|| Followup {
-                    turn,
-                    line,
-                    messages: Vec::new(),
-                });
+                let f = w.followup(turn, line);
                 if let Value::Array(messages) = new_messages {
                     f.messages.extend(messages.into_iter().map(|m| (line, m)));
                 }
@@ -439,19 +282,7 @@ pub(super) fn walk(events: &[(usize, Value)]) -> Walked {
             TranscriptEvent::Response { turn, body, .. } => {
                 w.settle(&mut pending);
                 let turn = turn_of(turn).unwrap_or(last_turn);
-                let body = body.unwrap_or(Value::Null);
-                if w.protocol.is_none() && body.is_object() {
-                    w.protocol = protocol_of_body(&body);
-                }
-                let calls = match w.protocol {
-                    Some(p) => calls_of(p, &body, turn),
-                    None => {
-                        if body.is_object() {
-                            w.unknown_protocol.get_or_insert(line);
-                        }
-                        Vec::new()
-                    }
-                };
+                let calls = w.calls_of(&body.unwrap_or(Value::Null), turn, line);
                 if !calls.is_empty() && at_request.is_none() {
                     w.undeclared_unknown = true;
                 }

@@ -62,10 +62,10 @@ pub(super) fn resolve_batch(
         }
         None => HumanDuration(MAX_WAIT),
     };
-    let most = match provider.map(|p| p.protocol) {
-        Some(Protocol::Anthropic) | None => 100_000,
-        Some(Protocol::OpenaiResponses | Protocol::OpenaiChat) => 50_000,
-    };
+    let most = provider
+        .map_or(Protocol::DEFAULT, |p| p.protocol)
+        .facts()
+        .batch_max_requests;
     let max_requests = match first(&layers, |b| b.max_requests) {
         Some((n, layer)) => {
             if n == 0 || n > most {

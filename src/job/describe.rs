@@ -7,8 +7,8 @@ use rust_decimal::Decimal;
 
 use super::schema::{KeepWorkspaces, WorkspaceMethod};
 use super::{Plan, ProviderKind, TaskSpec};
-use crate::model::Protocol;
 use crate::vocab::limits::{Period, RateLimits};
+use crate::vocab::protocol::Dialect;
 
 fn or_dash<T: ToString>(v: Option<T>) -> String {
     v.map_or_else(|| "-".to_string(), |v| v.to_string())
@@ -46,6 +46,21 @@ pub fn describe(plan: &Plan) -> String {
             let _ = writeln!(s, "  variant {v}");
         }
     }
+    describe_providers(plan, &mut s);
+    let _ = writeln!(s, "tasks:");
+    for t in &plan.tasks {
+        describe_task(t, &mut s);
+    }
+    describe_caps(plan, &mut s);
+    for w in price_warnings(plan) {
+        let _ = writeln!(s, "warning: {w}");
+    }
+    s
+}
+
+/// Each provider the tasks use: where it is, its key, its dialect, its retries and
+/// rate limits.
+fn describe_providers(plan: &Plan, s: &mut String) {
     let used: BTreeSet<&str> = plan
         .tasks
         .iter()
@@ -79,10 +94,10 @@ pub fn describe(plan: &Plan) -> String {
                 format!(", key from ${v}{optional}")
             })
             .unwrap_or_default();
-        let dialect = match p.protocol {
-            Protocol::Anthropic => format!("anthropic-version {}", p.anthropic_version),
-            Protocol::OpenaiChat => format!("output limit as {}", p.max_tokens_field),
-            Protocol::OpenaiResponses => "stateless (store: false)".to_string(),
+        let dialect = match p.protocol.facts().dialect {
+            Dialect::Version => format!("anthropic-version {}", p.anthropic_version),
+            Dialect::OutputLimitField => format!("output limit as {}", p.max_tokens_field),
+            Dialect::Stateless => "stateless (store: false)".to_string(),
         };
         let _ = writeln!(
             s,
@@ -94,92 +109,88 @@ pub fn describe(plan: &Plan) -> String {
             rates(&p.rate)
         );
     }
-    let _ = writeln!(s, "tasks:");
-    for t in &plan.tasks {
-        let l = &t.limits;
-        let price = t.price.as_ref().map_or("no price".to_string(), |p| {
-            format!(
-                "${}/${} per Mtok",
-                p.input.normalize(),
-                p.output.normalize()
-            )
+}
+
+/// One task: its model, limits, caching, streaming, batching, context and repository.
+fn describe_task(t: &TaskSpec, s: &mut String) {
+    let l = &t.limits;
+    let price = t.price.as_ref().map_or("no price".to_string(), |p| {
+        format!(
+            "${}/${} per Mtok",
+            p.input.normalize(),
+            p.output.normalize()
+        )
+    });
+    let _ = writeln!(
+        s,
+        "  {}: {} {} ({price}){}, max_tokens {}, tools [{}]\n      limits: max_turns {}, time_limit {}, max_input_tokens {}, max_output_tokens {}, max_cost_usd {}, max_repeats {}",
+        t.id,
+        t.provider.name,
+        t.model,
+        t.team_name().map(|n| format!(", team {n}")).unwrap_or_default(),
+        t.max_tokens,
+        t.tools.join(", "),
+        l.max_turns,
+        humantime::format_duration(l.time_limit),
+        or_dash(l.max_input_tokens),
+        or_dash(l.max_output_tokens),
+        or_dash(l.max_cost_usd.map(|c| c.normalize())),
+        l.max_repeats.map_or("off".to_string(), |n| n.to_string()),
+    );
+    let _ = writeln!(s, "      cache: {}", describe_cache(t));
+    let stream = if t.stream {
+        format!(
+            "yes (SSE), cut when idle for {}",
+            humantime::format_duration(t.provider.stream_idle_timeout)
+        )
+    } else {
+        "no (whole answers)".to_string()
+    };
+    let _ = writeln!(s, "      stream: {stream}");
+    if let Some(b) = &t.batch {
+        let rate = t.price.as_ref().map_or("no price".to_string(), |p| {
+            format!("{}x the standard rates", p.batch_rate.normalize())
         });
         let _ = writeln!(
             s,
-            "  {}: {} {} ({price}){}, max_tokens {}, tools [{}]\n      limits: max_turns {}, time_limit {}, max_input_tokens {}, max_output_tokens {}, max_cost_usd {}, max_repeats {}",
-            t.id,
-            t.provider.name,
-            t.model,
-            t.team_name().map(|n| format!(", team {n}")).unwrap_or_default(),
-            t.max_tokens,
-            t.tools.join(", "),
-            l.max_turns,
-            humantime::format_duration(l.time_limit),
-            or_dash(l.max_input_tokens),
-            or_dash(l.max_output_tokens),
-            or_dash(l.max_cost_usd.map(|c| c.normalize())),
-            l.max_repeats.map_or("off".to_string(), |n| n.to_string()),
+            "      batch: on, through the provider's batch API ({rate}); a batch gathers {} of requests (at most {}), cancelled after {}",
+            humantime::format_duration(b.window.0),
+            b.max_requests,
+            humantime::format_duration(b.max_wait.0)
         );
-        let _ = writeln!(s, "      cache: {}", describe_cache(t));
-        let stream = if t.stream {
-            format!(
-                "yes (SSE), cut when idle for {}",
-                humantime::format_duration(t.provider.stream_idle_timeout)
-            )
-        } else {
-            "no (whole answers)".to_string()
-        };
-        let _ = writeln!(s, "      stream: {stream}");
-        if let Some(b) = &t.batch {
-            let rate = t.price.as_ref().map_or("no price".to_string(), |p| {
-                format!("{}x the standard rates", p.batch_rate.normalize())
-            });
-            let _ = writeln!(
-                s,
-                "      batch: on, through the provider's batch API ({rate}); a batch gathers {} of requests (at most {}), cancelled after {}",
-                humantime::format_duration(b.window.0),
-                b.max_requests,
-                humantime::format_duration(b.max_wait.0)
-            );
-        }
-        let _ = writeln!(s, "      context: {}", describe_context(&t.context));
-        if let Some(r) = &t.repo {
-            let _ = writeln!(
-                s,
-                "      repo: {}{}, toolset {}, check {}, keep_workspaces {}, workspaces {}",
-                r.path.display(),
-                r.git_ref
-                    .as_ref()
-                    .map(|g| format!(" at {g}"))
-                    .unwrap_or_default(),
-                t.toolset.name.as_deref().unwrap_or("(tools list)"),
-                r.check
-                    .as_deref()
-                    .map_or("none".to_string(), |c| format!("`{c}`")),
-                match r.keep_workspaces {
-                    KeepWorkspaces::Always => "always",
-                    KeepWorkspaces::OnFailure => "on_failure",
-                    KeepWorkspaces::Never => "never",
-                },
-                match r.workspaces {
-                    WorkspaceMethod::Overlay =>
-                        "overlay (a copy-on-write layer over one pristine checkout)",
-                    WorkspaceMethod::Reflink =>
-                        "reflink (a copy sharing the pristine checkout's blocks; the run folder must be on btrfs or XFS)",
-                    WorkspaceMethod::Copy => "copy (a full copy of the pristine checkout)",
-                    WorkspaceMethod::Auto if crate::tools::layer::available() =>
-                        "auto: overlay (a copy-on-write layer over one pristine checkout), else reflink where the run folder's filesystem has reflinks, else copy",
-                    WorkspaceMethod::Auto =>
-                        "auto: reflink where the run folder's filesystem has reflinks, else copy (no overlay in this process)",
-                }
-            );
-        }
     }
-    describe_caps(plan, &mut s);
-    for w in price_warnings(plan) {
-        let _ = writeln!(s, "warning: {w}");
+    let _ = writeln!(s, "      context: {}", describe_context(&t.context));
+    if let Some(r) = &t.repo {
+        let _ = writeln!(
+            s,
+            "      repo: {}{}, toolset {}, check {}, keep_workspaces {}, workspaces {}",
+            r.path.display(),
+            r.git_ref
+                .as_ref()
+                .map(|g| format!(" at {g}"))
+                .unwrap_or_default(),
+            t.toolset.name.as_deref().unwrap_or("(tools list)"),
+            r.check
+                .as_deref()
+                .map_or("none".to_string(), |c| format!("`{c}`")),
+            match r.keep_workspaces {
+                KeepWorkspaces::Always => "always",
+                KeepWorkspaces::OnFailure => "on_failure",
+                KeepWorkspaces::Never => "never",
+            },
+            match r.workspaces {
+                WorkspaceMethod::Overlay =>
+                    "overlay (a copy-on-write layer over one pristine checkout)",
+                WorkspaceMethod::Reflink =>
+                    "reflink (a copy sharing the pristine checkout's blocks; the run folder must be on btrfs or XFS)",
+                WorkspaceMethod::Copy => "copy (a full copy of the pristine checkout)",
+                WorkspaceMethod::Auto if crate::tools::layer::available() =>
+                    "auto: overlay (a copy-on-write layer over one pristine checkout), else reflink where the run folder's filesystem has reflinks, else copy",
+                WorkspaceMethod::Auto =>
+                    "auto: reflink where the run folder's filesystem has reflinks, else copy (no overlay in this process)",
+            }
+        );
     }
-    s
 }
 
 /// Prices that look like typos: a cache read dearer than the input it replaces (30
@@ -371,20 +382,20 @@ fn describe_context(c: &crate::vocab::context::ContextPolicy) -> String {
 /// billed at under it (what its worst cases are priced at).
 fn describe_cache(t: &TaskSpec) -> String {
     use crate::vocab::cache::CacheTtl;
-    use crate::vocab::protocol::Protocol;
     if !t.cache.is_on() {
         return "off".into();
     }
-    let how = match t.provider.protocol {
-        Protocol::Anthropic if !t.cache.marks_prefix() => match t.cache.ttl {
+    let runner_marks = t.provider.protocol.facts().marks_cache;
+    let how = match runner_marks {
+        true if !t.cache.marks_prefix() => match t.cache.ttl {
             CacheTtl::FiveMinutes => "on, one breakpoint on the newest message, 5-minute entries",
             CacheTtl::OneHour => "on, one breakpoint on the newest message, 1-hour entries",
         },
-        Protocol::Anthropic => match t.cache.ttl {
+        true => match t.cache.ttl {
             CacheTtl::FiveMinutes => "on, breakpoints placed by the runner, 5-minute entries",
             CacheTtl::OneHour => "on, breakpoints placed by the runner, 1-hour entries",
         },
-        Protocol::OpenaiResponses | Protocol::OpenaiChat => match t.cache.retention {
+        false => match t.cache.retention {
             None => "on (automatic), a prompt_cache_key per task",
             Some(crate::vocab::cache::CacheRetention::InMemory) => {
                 "on (automatic), a prompt_cache_key per task, in-memory retention"

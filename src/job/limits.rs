@@ -52,7 +52,7 @@ pub(super) fn resolve_price(
     team: Option<&TeamSpec>,
     cx: &mut Ctx,
 ) -> Option<Price> {
-    let price = price::lookup_for(&job.pricing, model, protocol.unwrap_or(Protocol::Anthropic));
+    let price = price::lookup_for(&job.pricing, model, protocol.unwrap_or(Protocol::DEFAULT));
     let cost_cap = if l.max_cost_usd.is_some() {
         Some("limits.max_cost_usd")
     } else if team.is_some_and(|t| t.max_cost_usd.is_some() || t.cap.is_some()) {

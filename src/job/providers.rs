@@ -13,6 +13,7 @@ use super::locate::Seg;
 use super::schema::{
     JobFile, MaxTokensField, ParallelToolCalls, ProviderFields, StreamOptions, TaskFields,
 };
+use super::schema_providers::ServerLimitFields;
 use super::spec::{ProviderKind, ProviderSpec};
 use crate::model::Protocol;
 use crate::vocab::bounds;
@@ -56,15 +57,9 @@ pub(super) fn resolve_providers(
     out
 }
 
-/// One provider, `f` as written (empty for a built-in one the job does not mention).
-/// `limited_sims` collects the simulated providers with `server_limits`, of which
-/// there may be one.
-fn resolve_provider(
-    name: &str,
-    f: ProviderFields,
-    limited_sims: &mut Vec<String>,
-    cx: &mut Ctx,
-) -> ProviderSpec {
+/// The protocol and the kind of a provider (a built-in one has both, a job's provider
+/// names its protocol and may say it is a simulator).
+fn protocol_and_kind(name: &str, f: &ProviderFields, cx: &mut Ctx) -> (Protocol, ProviderKind) {
     let at = |field: &str| vec![key("providers"), key(name), key(field)];
     let builtin = BUILTIN_PROVIDERS.iter().find(|(n, _, _)| *n == name);
     let protocol = match (f.protocol, builtin) {
@@ -78,7 +73,7 @@ fn resolve_provider(
                     Protocol::ALL.map(Protocol::as_str).join(", ")
                 ),
             );
-            Protocol::Anthropic
+            Protocol::DEFAULT
         }
     };
     let simulated = match (f.simulator, builtin) {
@@ -101,6 +96,53 @@ fn resolve_provider(
     if kind == ProviderKind::Sim && f.api_key_env.is_some() {
         cx.err(&at("api_key_env"), "the simulator needs no API key");
     }
+    (protocol, kind)
+}
+
+/// Refuses the provider fields its protocol does not take.
+fn fields_that_apply(name: &str, protocol: Protocol, f: &ProviderFields, cx: &mut Ctx) {
+    let at = |field: &str| vec![key("providers"), key(name), key(field)];
+    let anthropic_only: [(&str, bool); 1] = [("anthropic_version", f.anthropic_version.is_some())];
+    let openai_only = [
+        ("max_tokens_field", f.max_tokens_field.is_some()),
+        ("parallel_tool_calls", f.parallel_tool_calls.is_some()),
+        ("stream_options", f.stream_options.is_some()),
+    ];
+    for (field, set) in anthropic_only {
+        if set && !protocol.facts().takes_anthropic_version {
+            cx.err(
+                &at(field),
+                format!("applies to the anthropic protocol only, not {protocol}"),
+            );
+        }
+    }
+    for (field, set) in openai_only {
+        let facts = protocol.facts();
+        let applies = match field {
+            "max_tokens_field" => facts.takes_max_tokens_field,
+            "stream_options" => facts.takes_stream_options,
+            _ => facts.takes_parallel_tool_calls,
+        };
+        if set && !applies {
+            cx.err(
+                &at(field),
+                format!("does not apply to the {protocol} protocol"),
+            );
+        }
+    }
+}
+
+/// One provider, `f` as written (empty for a built-in one the job does not mention).
+/// `limited_sims` collects the simulated providers with `server_limits`, of which
+/// there may be one.
+fn resolve_provider(
+    name: &str,
+    f: ProviderFields,
+    limited_sims: &mut Vec<String>,
+    cx: &mut Ctx,
+) -> ProviderSpec {
+    let at = |field: &str| vec![key("providers"), key(name), key(field)];
+    let (protocol, kind) = protocol_and_kind(name, &f, cx);
     let base_url = match (&f.base_url, kind) {
         (Some(u), _) => Some(u.clone()),
         (None, ProviderKind::Api) => Some(protocol.default_base_url().to_string()),
@@ -111,6 +153,7 @@ fn resolve_provider(
             cx.err(&at("base_url"), e);
         }
     }
+    fields_that_apply(name, protocol, &f, cx);
     let ProviderFields {
         anthropic_version,
         timeout,
@@ -133,63 +176,18 @@ fn resolve_provider(
         server_limits,
         ..
     } = f;
-    let anthropic_only: [(&str, bool); 1] = [("anthropic_version", anthropic_version.is_some())];
-    let openai_only = [
-        ("max_tokens_field", max_tokens_field.is_some()),
-        ("parallel_tool_calls", parallel_tool_calls.is_some()),
-        ("stream_options", stream_options.is_some()),
-    ];
-    for (field, set) in anthropic_only {
-        if set && protocol != Protocol::Anthropic {
-            cx.err(
-                &at(field),
-                format!("applies to the anthropic protocol only, not {protocol}"),
-            );
-        }
-    }
-    for (field, set) in openai_only {
-        let applies = match field {
-            "max_tokens_field" | "stream_options" => protocol == Protocol::OpenaiChat,
-            _ => protocol != Protocol::Anthropic,
-        };
-        if set && !applies {
-            cx.err(
-                &at(field),
-                format!("does not apply to the {protocol} protocol"),
-            );
-        }
-    }
     if api_key_optional.is_some() && kind == ProviderKind::Sim {
         cx.err(&at("api_key_optional"), "the simulator needs no API key");
     }
     let base = vec![key("providers"), key(name)];
     let rate = rate_limits(cx, &base, rpm, itpm, otpm, burst);
-    let server_limits = server_limits.map(|s| {
-        if kind != ProviderKind::Sim {
-            cx.err(
-                &at("server_limits"),
-                "only a simulated provider (providers.sim, or one with `simulator: true`) has server limits",
-            );
-        } else if base_url.is_some() {
-            cx.err(
-                &at("server_limits"),
-                "apply only to the simulator a run starts; start a standalone one with `agentbatch sim --rpm N --itpm N --otpm N`",
-            );
-        }
-        limited_sims.push(name.to_string());
-        let mut at = base.clone();
-        at.push(key("server_limits"));
-        rate_limits(cx, &at, s.rpm, s.itpm, s.otpm, s.burst)
-    });
-    if limited_sims.len() > 1 {
-        cx.err(
-            &at("server_limits"),
-            format!(
-                "the run's simulator has one set of limits, already given by providers.{}",
-                limited_sims[0]
-            ),
-        );
-    }
+    let server_limits = resolve_server_limits(
+        name,
+        (kind, base_url.is_some()),
+        server_limits,
+        limited_sims,
+        cx,
+    );
     if let Some(v) = anthropic_version.as_deref() {
         let header_safe = !v.trim().is_empty() && v.bytes().all(|b| b.is_ascii_graphic());
         if !header_safe {
@@ -233,7 +231,7 @@ fn resolve_provider(
         cache,
         batch,
         parallel_tool_calls: match parallel_tool_calls {
-            _ if protocol == Protocol::Anthropic => None,
+            _ if !protocol.facts().takes_parallel_tool_calls => None,
             Some(ParallelToolCalls::Send(v)) => Some(v),
             Some(ParallelToolCalls::Omit(_)) => None,
             None => Some(true),
@@ -248,6 +246,45 @@ fn resolve_provider(
         rate,
         server_limits,
     }
+}
+
+/// A simulated provider's `server_limits`, of which a run has one set.
+fn resolve_server_limits(
+    name: &str,
+    (kind, has_base_url): (ProviderKind, bool),
+    server_limits: Option<ServerLimitFields>,
+    limited_sims: &mut Vec<String>,
+    cx: &mut Ctx,
+) -> Option<RateLimits> {
+    let at = |field: &str| vec![key("providers"), key(name), key(field)];
+    let base = vec![key("providers"), key(name)];
+    let limits = server_limits.map(|s| {
+        if kind != ProviderKind::Sim {
+            cx.err(
+                &at("server_limits"),
+                "only a simulated provider (providers.sim, or one with `simulator: true`) has server limits",
+            );
+        } else if has_base_url {
+            cx.err(
+                &at("server_limits"),
+                "apply only to the simulator a run starts; start a standalone one with `agentbatch sim --rpm N --itpm N --otpm N`",
+            );
+        }
+        limited_sims.push(name.to_string());
+        let mut at = base.clone();
+        at.push(key("server_limits"));
+        rate_limits(cx, &at, s.rpm, s.itpm, s.otpm, s.burst)
+    });
+    if limited_sims.len() > 1 {
+        cx.err(
+            &at("server_limits"),
+            format!(
+                "the run's simulator has one set of limits, already given by providers.{}",
+                limited_sims[0]
+            ),
+        );
+    }
+    limits
 }
 
 /// Checks and resolves per-minute limits set at `at`.

@@ -12,6 +12,7 @@ use super::locate::Seg;
 use super::schema::{ReasoningFields, TaskFields, ThinkingFields, ThinkingKind};
 use super::spec::ProviderSpec;
 use crate::model::Protocol;
+use crate::vocab::protocol::{Facts, Reasoning};
 
 const DEFAULT_MAX_TOKENS: u32 = 4096;
 /// The API version that removed sampling parameters.
@@ -51,62 +52,26 @@ pub(super) fn resolve_request_fields(
 ) -> RequestFields {
     let protocol = provider.map(|p| p.protocol);
     let mut extra = Map::new();
-    let anthropic = protocol.is_none_or(|p| p == Protocol::Anthropic);
+    let facts = protocol.unwrap_or(Protocol::DEFAULT).facts();
     let version = provider
-        .filter(|_| anthropic)
+        .filter(|_| facts.takes_anthropic_version)
         .map(|p| p.anthropic_version.clone())
         .unwrap_or_default();
-    if protocol == Some(Protocol::OpenaiResponses) {
-        // The Responses API refuses max_output_tokens below 16.
-        if max_tokens < 16 {
-            cx.err(max_tokens_at, "openai-responses needs at least 16");
+    // The Responses API refuses max_output_tokens below 16.
+    if let Some(least) = protocol.and_then(|p| p.facts().min_output_tokens) {
+        let name = facts.name;
+        if max_tokens < least {
+            cx.err(max_tokens_at, format!("{name} needs at least {least}"));
         }
-        if min_max_tokens < 16 {
+        if min_max_tokens < least {
             let at = limit_origin(i, t, d, "min_max_tokens", |l| l.min_max_tokens.is_some());
             cx.err(
                 &at,
-                "openai-responses needs at least 16 (its smallest max_output_tokens)",
+                format!("{name} needs at least {least} (its smallest max_output_tokens)"),
             );
         }
     }
-    let sampling: [(&str, Option<Value>, bool); 3] = [
-        (
-            "temperature",
-            t.temperature.or(d.temperature).map(|v| json!(v)),
-            t.temperature.is_some(),
-        ),
-        (
-            "top_p",
-            t.top_p.or(d.top_p).map(|v| json!(v)),
-            t.top_p.is_some(),
-        ),
-        (
-            "top_k",
-            t.top_k.or(d.top_k).map(|v| json!(v)),
-            t.top_k.is_some(),
-        ),
-    ];
-    for (name, value, on_task) in sampling {
-        let Some(value) = value else { continue };
-        let at = origin(i, on_task, !on_task, &[name]);
-        // API versions are dates, so a later version compares greater as a string.
-        if anthropic && version.as_str() >= NO_SAMPLING_VERSION {
-            cx.err(
-                &at,
-                format!("anthropic-version {NO_SAMPLING_VERSION} refuses {name}: remove it, or set the provider's anthropic_version to 2023-06-01"),
-            );
-        }
-        if !anthropic && name == "top_k" {
-            cx.err(&at, "OpenAI protocols have no top_k: remove it");
-        }
-        // OpenAI's temperature goes up to 2 (checked where it is written), Anthropic's
-        // to 1.
-        if anthropic && name == "temperature" && value.as_f64().is_some_and(|v| v > 1.0 && v <= 2.0)
-        {
-            cx.err(&at, "must be between 0 and 1 with the anthropic protocol");
-        }
-        extra.insert(name.to_string(), value);
-    }
+    sampling_fields(i, (t, d), facts, &version, &mut extra, cx);
     if let Some(r) = t.reasoning.as_ref().or(d.reasoning.as_ref()) {
         let at = origin(
             i,
@@ -149,7 +114,7 @@ pub(super) fn resolve_request_fields(
             }
         }
     }
-    if let (Some(_), false) = (&thinking, anthropic) {
+    if let (Some(_), false) = (&thinking, facts.takes_thinking) {
         cx.err(
             &origin(i, t.thinking.is_some(), d.thinking.is_some(), &["thinking"]),
             "thinking is an Anthropic setting: for OpenAI reasoning models use `reasoning: {effort: ..., summary: ...}`",
@@ -164,6 +129,60 @@ pub(super) fn resolve_request_fields(
     RequestFields {
         extra,
         thinking_budget,
+    }
+}
+
+/// Checks temperature, top_p and top_k against the protocol (and its API version) and
+/// puts them into the request.
+fn sampling_fields(
+    i: usize,
+    (t, d): (&TaskFields, &TaskFields),
+    facts: &Facts,
+    version: &str,
+    extra: &mut Map<String, Value>,
+    cx: &mut Ctx,
+) {
+    let sampling: [(&str, Option<Value>, bool); 3] = [
+        (
+            "temperature",
+            t.temperature.or(d.temperature).map(|v| json!(v)),
+            t.temperature.is_some(),
+        ),
+        (
+            "top_p",
+            t.top_p.or(d.top_p).map(|v| json!(v)),
+            t.top_p.is_some(),
+        ),
+        (
+            "top_k",
+            t.top_k.or(d.top_k).map(|v| json!(v)),
+            t.top_k.is_some(),
+        ),
+    ];
+    for (name, value, on_task) in sampling {
+        let Some(value) = value else { continue };
+        let at = origin(i, on_task, !on_task, &[name]);
+        // API versions are dates, so a later version compares greater as a string.
+        if facts.takes_anthropic_version && version >= NO_SAMPLING_VERSION {
+            cx.err(
+                &at,
+                format!("anthropic-version {NO_SAMPLING_VERSION} refuses {name}: remove it, or set the provider's anthropic_version to 2023-06-01"),
+            );
+        }
+        if !facts.takes_top_k && name == "top_k" {
+            cx.err(&at, "OpenAI protocols have no top_k: remove it");
+        }
+        // OpenAI's temperature goes up to 2 (checked where it is written), Anthropic's
+        // to 1.
+        let most = facts.max_temperature;
+        if name == "temperature" && value.as_f64().is_some_and(|v| v > most && v <= 2.0) {
+            let protocol = facts.name;
+            cx.err(
+                &at,
+                format!("must be between 0 and {most} with the {protocol} protocol"),
+            );
+        }
+        extra.insert(name.to_string(), value);
     }
 }
 
@@ -182,14 +201,14 @@ fn reasoning_fields(
         p.push(key(field));
         cx.err(&p, msg);
     };
-    match protocol {
-        Some(Protocol::OpenaiResponses) => {
+    match protocol.map(|p| p.facts().reasoning) {
+        Some(Reasoning::Object) => {
             extra.insert(
                 "reasoning".into(),
                 serde_json::to_value(r).unwrap_or(Value::Null),
             );
         }
-        Some(Protocol::OpenaiChat) => {
+        Some(Reasoning::EffortOnly) => {
             if r.summary.is_some() {
                 sub(
                     "summary",
@@ -200,7 +219,7 @@ fn reasoning_fields(
                 extra.insert("reasoning_effort".into(), json!(e));
             }
         }
-        Some(Protocol::Anthropic) => cx.err(
+        Some(Reasoning::Refused) => cx.err(
             at,
             "reasoning is an OpenAI setting: for Anthropic models use `thinking: {type: enabled, budget_tokens: N}`",
         ),

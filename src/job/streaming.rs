@@ -7,7 +7,6 @@ use super::diagnostics::{place, Layer};
 use super::locate::Seg;
 use super::schema::{StreamMode, TaskFields, ThinkingKind};
 use super::spec::{ProviderKind, ProviderSpec};
-use crate::model::Protocol;
 
 /// The largest max_tokens the Anthropic SDKs send without streaming (PROTOCOLS.md A12):
 /// they expect `3600 s * max_tokens / 128000` of generation, and refuse a whole-answer
@@ -59,8 +58,8 @@ pub(super) fn resolve_stream(
         StreamMode::Never => false,
         StreamMode::Auto => max_tokens > MAX_NON_STREAMING_TOKENS || thinking,
     };
-    let real_anthropic =
-        provider.is_some_and(|p| p.kind == ProviderKind::Api && p.protocol == Protocol::Anthropic);
+    let real_anthropic = provider
+        .is_some_and(|p| p.kind == ProviderKind::Api && p.protocol.facts().long_requests_stream);
     if !stream && real_anthropic && max_tokens > MAX_NON_STREAMING_TOKENS {
         let set_at = if t.stream.is_some() {
             place(i, Some(Layer::Task), &["stream"])

@@ -34,7 +34,7 @@ pub(super) fn resolve_context(
     let at = first(&layers, |c| c.at);
     let keep = first(&layers, |c| c.keep);
     let strategy = first(&layers, |c| c.strategy).unwrap_or_default();
-    if strategy == ContextStrategy::Native && protocol == Some(Protocol::OpenaiChat) {
+    if strategy == ContextStrategy::Native && protocol.is_some_and(|p| !p.facts().native_context) {
         cx.err(
             &at_field("strategy", pick(|c| c.strategy.is_some())),
             "native is the provider's own context management (Anthropic's context editing, the Responses API's compaction), and Chat Completions has none: use auto, clear_tool_results or summarize",

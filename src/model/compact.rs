@@ -5,8 +5,9 @@
 
 use serde_json::Value;
 
-use super::conversation::{len_of, Conversation};
-use super::Protocol;
+use super::conversation::Conversation;
+use super::len_of;
+use super::protocol::{results_in, Wire};
 use crate::vocab::context::ContextEdits;
 
 /// What replaces a cleared result; also how a cleared one is recognised.
@@ -77,9 +78,9 @@ impl Conversation {
     /// Clears every tool result but the newest `keep` and those of `exempt` tools.
     /// None when nothing was left to clear.
     pub fn clear_tool_results(&mut self, keep: usize, exempt: &[String]) -> Option<Cleared> {
-        let protocol = self.endpoint.protocol;
-        let names = tool_names(protocol, &self.history);
-        let mut slots = result_slots(protocol, &self.history, &names);
+        let wire = self.wire;
+        let names = tool_names(wire, &self.history);
+        let mut slots = result_slots(wire, &self.history, &names);
         let keep_from = slots.len().saturating_sub(keep);
         slots.truncate(keep_from);
         slots.retain(|s| !exempt.contains(&s.tool));
@@ -94,7 +95,8 @@ impl Conversation {
             if s.bytes <= note.len() as u64 {
                 continue;
             }
-            let Some(target) = result_value(protocol, &mut self.history, s) else {
+            let target = self.history.get_mut(s.entry);
+            let Some(target) = target.and_then(|e| wire.result_content_mut(e, s.block)) else {
                 continue;
             };
             *target = Value::String(note.clone());
@@ -120,27 +122,17 @@ impl Conversation {
         })
     }
 
-    /// After an answer that opens with a `compaction` item (the Responses API's
-    /// server-side compaction), the items before the newest such item are not sent
-    /// again: the item stands for them (the API's guide allows dropping them). What
-    /// went, for the compaction event; None when the answer (its `new` items, the
-    /// history's last) compacted nothing. Only the answer is searched: this runs on
-    /// every Responses turn.
-    pub(super) fn after_server_compaction(&mut self, new: usize) -> Option<ContextEdits> {
-        let from = self.history.len().saturating_sub(new);
-        let c = from
-            + self.history[from..]
-                .iter()
-                .rposition(|e| e["type"] == "compaction")?;
+    /// After an answer with a `compaction` item at `c` in the history (the Responses
+    /// API's server-side compaction), the items before it are not sent again: the
+    /// item stands for them (the API's guide allows dropping them). What went, for the
+    /// compaction event; None when nothing was before it.
+    pub(super) fn after_server_compaction(&mut self, c: usize) -> Option<ContextEdits> {
         if c == 0 {
             return None;
         }
         let per_byte = self.tokens_per_byte();
         let gone: Vec<Value> = self.history.drain(..c).collect();
-        let results = gone
-            .iter()
-            .filter(|e| e["type"] == "function_call_output")
-            .count();
+        let results: usize = gone.iter().map(|e| results_in(self.wire, e)).sum();
         let bytes: u64 = gone.iter().map(len_of).sum();
         self.encoded.drain(..c.min(self.encoded.len()));
         self.cached_tail = None;
@@ -156,7 +148,7 @@ impl Conversation {
 }
 
 /// Tool names by call id, from the assistant turns.
-fn tool_names(protocol: Protocol, history: &[Value]) -> std::collections::HashMap<String, String> {
+fn tool_names(wire: &dyn Wire, history: &[Value]) -> std::collections::HashMap<String, String> {
     let mut names = std::collections::HashMap::new();
     let mut add = |id: &Value, name: &Value| {
         if let (Some(i), Some(n)) = (id.as_str(), name.as_str()) {
@@ -164,37 +156,18 @@ fn tool_names(protocol: Protocol, history: &[Value]) -> std::collections::HashMa
         }
     };
     for e in history {
-        match protocol {
-            Protocol::Anthropic => {
-                for b in e["content"].as_array().into_iter().flatten() {
-                    if b["type"] == "tool_use" {
-                        add(&b["id"], &b["name"]);
-                    }
-                }
-            }
-            Protocol::OpenaiResponses => {
-                if e["type"] == "function_call" {
-                    add(&e["call_id"], &e["name"]);
-                }
-            }
-            Protocol::OpenaiChat => {
-                for c in e["tool_calls"].as_array().into_iter().flatten() {
-                    add(&c["id"], &c["function"]["name"]);
-                }
-            }
-        }
+        wire.call_names(e, &mut add);
     }
     names
 }
 
 /// Every tool result not cleared yet, oldest first.
 fn result_slots(
-    protocol: Protocol,
+    wire: &dyn Wire,
     history: &[Value],
     names: &std::collections::HashMap<String, String>,
 ) -> Vec<Slot> {
     let mut out = Vec::new();
-    let size = |v: &Value| len_of(v);
     let cleared = |v: &Value| v.as_str().is_some_and(|s| s.starts_with(CLEARED));
     let name = |id: &Value| {
         id.as_str()
@@ -203,58 +176,16 @@ fn result_slots(
             .unwrap_or_default()
     };
     for (entry, e) in history.iter().enumerate() {
-        match protocol {
-            Protocol::Anthropic => {
-                for (block, b) in e["content"].as_array().into_iter().flatten().enumerate() {
-                    if b["type"] == "tool_result" && !cleared(&b["content"]) {
-                        out.push(Slot {
-                            entry,
-                            block: Some(block),
-                            tool: name(&b["tool_use_id"]),
-                            bytes: size(&b["content"]),
-                        });
-                    }
-                }
+        wire.result_contents(e, &mut |block, id, content| {
+            if !cleared(content) {
+                out.push(Slot {
+                    entry,
+                    block,
+                    tool: name(id),
+                    bytes: len_of(content),
+                });
             }
-            Protocol::OpenaiResponses => {
-                if e["type"] == "function_call_output" && !cleared(&e["output"]) {
-                    out.push(Slot {
-                        entry,
-                        block: None,
-                        tool: name(&e["call_id"]),
-                        bytes: size(&e["output"]),
-                    });
-                }
-            }
-            Protocol::OpenaiChat => {
-                if e["role"] == "tool" && !cleared(&e["content"]) {
-                    out.push(Slot {
-                        entry,
-                        block: None,
-                        tool: name(&e["tool_call_id"]),
-                        bytes: size(&e["content"]),
-                    });
-                }
-            }
-        }
+        });
     }
     out
-}
-
-/// The value that holds a slot's result text.
-fn result_value<'a>(
-    protocol: Protocol,
-    history: &'a mut [Value],
-    s: &Slot,
-) -> Option<&'a mut Value> {
-    let e = history.get_mut(s.entry)?;
-    match protocol {
-        Protocol::Anthropic => e
-            .get_mut("content")?
-            .as_array_mut()?
-            .get_mut(s.block?)?
-            .get_mut("content"),
-        Protocol::OpenaiResponses => e.get_mut("output"),
-        Protocol::OpenaiChat => e.get_mut("content"),
-    }
 }

@@ -5,19 +5,14 @@
 use reqwest::header::HeaderMap;
 use reqwest::Client;
 use serde_json::value::RawValue;
-use serde_json::{json, Map, Value};
+use serde_json::Value;
 
 use super::endpoint::Endpoint;
-use super::http::Post;
-use super::opening::{body, cacheable_tools, declarations, first_message};
-use super::{
-    anthropic, chat, clamped, responses, Bounds, ModelError, Parsed, Protocol, Reported, SendError,
-    ToolResult, Turn, Usage, WireError,
-};
-use crate::vocab::cache::{cache_reads_count_toward_itpm, rate_counted_input, Caching};
+use super::opening::{body, cacheable_tools, first_message};
+use super::protocol::{wire, Entries, Wire};
+use super::{len_of, Params, Protocol, ToolResult, Usage};
+use crate::vocab::cache::{cache_reads_count_toward_itpm, rate_counted_input};
 use crate::vocab::limits::TokenCount;
-use crate::vocab::log::TaskLog;
-use crate::vocab::transcript::{RequestParams, TranscriptEvent};
 
 /// Tokens the API adds to a request for its tool-use instructions and message framing;
 /// added to the first request's estimate so that it stays an upper bound.
@@ -25,32 +20,18 @@ pub(super) const FIRST_REQUEST_OVERHEAD: u64 = 1024;
 /// Framing tokens allowed per later request on top of the bytes appended.
 const TURN_OVERHEAD: u64 = 64;
 
-/// Request fields besides the conversation, fixed for the whole task.
-#[derive(Debug, Clone, Default)]
-pub struct Params {
-    pub model: String,
-    pub system: Option<String>,
-    /// Tool declarations in neutral form: `{name, description, input_schema}`.
-    pub tools: Vec<Value>,
-    /// Optional fields sent only when a job sets them, under their wire names
-    /// (temperature, top_p, thinking, reasoning, parallel_tool_calls, ...).
-    pub extra: Map<String, Value>,
-    /// Prompt caching. Anthropic: the runner places the breakpoints (see
-    /// [`Conversation::cache_marks`]); OpenAI caches on its own and the agent sends a
-    /// `prompt_cache_key` in `extra`.
-    pub cache: Caching,
-}
-
 /// One task's conversation with a provider, in that provider's wire protocol. A
 /// clone asks for a summary without touching the history it summarizes.
 #[derive(Clone)]
 pub struct Conversation {
-    client: Client,
+    pub(super) client: Client,
     pub(super) endpoint: Endpoint,
-    headers: HeaderMap,
-    params: Params,
+    /// What the endpoint's protocol does.
+    pub(super) wire: &'static dyn Wire,
+    pub(super) headers: HeaderMap,
+    pub(super) params: Params,
     /// The tool declarations in the protocol's shape.
-    tools: Vec<Value>,
+    pub(super) tools: Vec<Value>,
     /// The native history: messages (Anthropic, Chat) or input items (Responses).
     pub(super) history: Vec<Value>,
     /// The same entries already encoded, up to the first one not encoded yet: each
@@ -69,10 +50,10 @@ pub struct Conversation {
     /// The tokens the last answered request read from or wrote to the cache (the
     /// prefix the next one reads, Anthropic), and when it was answered.
     pub(super) cached_prefix: u64,
-    answered_at: Option<std::time::Instant>,
+    pub(super) answered_at: Option<std::time::Instant>,
     /// Every tool-call id of the history (Anthropic and Responses refuse a conversation
     /// that has one twice).
-    call_ids: std::collections::HashSet<String>,
+    pub(super) call_ids: std::collections::HashSet<String>,
     /// The newest message of the last request sent, which carried a cache breakpoint:
     /// the next request marks it again, to read what that one wrote.
     pub(super) cached_tail: Option<usize>,
@@ -82,10 +63,10 @@ pub struct Conversation {
     tools_bytes: u64,
     marked_tools: Option<Vec<Value>>,
     /// Batch mode: the provider's pool and this task's tag in its custom_ids.
-    batch: Option<(super::batch::Batcher, String)>,
+    pub(super) batch: Option<(super::batch::Batcher, String)>,
     /// Answers a killed attempt of this task paid for, by the digest of the body they
     /// answered: a request with the same body takes its answer from here.
-    replay: Vec<(String, Value)>,
+    pub(super) replay: Vec<(String, Value)>,
 }
 
 /// The cache breakpoints of one Anthropic request (see [`Conversation::cache_marks`]);
@@ -104,10 +85,6 @@ pub fn body_hash(body: &[u8]) -> String {
     format!("{:032x}-{}", xxhash_rust::xxh3::xxh3_128(body), body.len())
 }
 
-pub(super) fn len_of(v: &impl serde::Serialize) -> u64 {
-    serde_json::to_vec(v).map_or(0, |b| b.len() as u64)
-}
-
 impl Conversation {
     pub fn new(
         client: Client,
@@ -116,10 +93,12 @@ impl Conversation {
         prompt: &str,
     ) -> Result<Self, String> {
         let headers = endpoint.headers()?;
-        let tools = declarations(endpoint.protocol, &params.tools);
-        let (tools_bytes, marked_tools) = cacheable_tools(endpoint.protocol, &params, &tools);
+        let wire = wire(endpoint.protocol);
+        let tools = wire.declarations(&params.tools);
+        let (tools_bytes, marked_tools) = cacheable_tools(wire, &params, &tools);
         Ok(Conversation {
-            history: vec![first_message(endpoint.protocol, prompt, &params, &tools)],
+            history: vec![first_message(wire, prompt, &params, &tools)],
+            wire,
             encoded: Vec::new(),
             client,
             headers,
@@ -173,12 +152,12 @@ impl Conversation {
             )
             .collect();
         body(
-            self.endpoint.protocol,
+            self.wire,
             &self.endpoint.max_tokens_field,
             &self.params,
             marks.system.as_ref(),
             self.marked_tools.as_deref().unwrap_or(&self.tools),
-            &marked,
+            Entries::Values(&marked),
             max_tokens,
         )
     }
@@ -194,7 +173,7 @@ impl Conversation {
     /// in the request: the history holds none, so replay is verbatim apart from them.
     fn cache_marks(&self) -> CacheMarks {
         let mut marks = CacheMarks::default();
-        if self.endpoint.protocol != Protocol::Anthropic || !self.params.cache.is_on() {
+        if !self.endpoint.protocol.facts().marks_cache || !self.params.cache.is_on() {
             return marks;
         }
         let marker = self.params.cache.marker();
@@ -229,7 +208,7 @@ impl Conversation {
             if let Some(m) = self
                 .history
                 .get(i)
-                .and_then(|m| anthropic::marked(m, &marker))
+                .and_then(|m| self.wire.mark_message(m, &marker))
             {
                 marks.messages.push((i, m));
             }
@@ -239,7 +218,7 @@ impl Conversation {
 
     /// The request body from the encoded history, encoding the entries added since
     /// the last request (once each).
-    fn encoded_body(&mut self, max_tokens: u32) -> Vec<u8> {
+    pub(super) fn encoded_body(&mut self, max_tokens: u32) -> Vec<u8> {
         for entry in &self.history[self.encoded.len()..] {
             // Encoding a JSON value cannot fail.
             if let Ok(raw) = serde_json::value::to_raw_value(entry) {
@@ -267,12 +246,12 @@ impl Conversation {
             })
             .collect();
         body(
-            self.endpoint.protocol,
+            self.wire,
             &self.endpoint.max_tokens_field,
             &self.params,
             marks.system.as_ref(),
             self.marked_tools.as_deref().unwrap_or(&self.tools),
-            &entries,
+            Entries::Encoded(&entries),
             max_tokens,
         )
     }
@@ -285,22 +264,25 @@ impl Conversation {
         params: &Params,
         prompt: &str,
     ) -> u64 {
-        let tools = declarations(protocol, &params.tools);
-        let history = [first_message(protocol, prompt, params, &tools)];
+        let wire = wire(protocol);
+        let tools = wire.declarations(&params.tools);
+        let history = [std::borrow::Cow::Owned(first_message(
+            wire, prompt, params, &tools,
+        ))];
         // Markers add bytes, never tokens; the bound counts them anyway.
         let marker = params.cache.marker();
-        let anthropic_cache = protocol == Protocol::Anthropic && params.cache.is_on();
-        let tools = match anthropic_cache {
-            true => anthropic::marked_tools(&tools, &marker).unwrap_or(tools),
+        let marks = protocol.facts().marks_cache && params.cache.is_on();
+        let tools = match marks {
+            true => wire.mark_tools(&tools, &marker).unwrap_or(tools),
             false => tools,
         };
         let bytes = body(
-            protocol,
+            wire,
             max_tokens_field,
             params,
-            anthropic_cache.then_some(&marker),
+            marks.then_some(&marker),
             &tools,
-            &history,
+            Entries::Values(&history),
             u32::MAX,
         )
         .len() as u64;
@@ -328,7 +310,7 @@ impl Conversation {
     /// worked out for the budgets (on a first request it encodes the whole body).
     pub fn estimate_rate_tokens(&self, whole: u64) -> u64 {
         let cache = &self.params.cache;
-        let reads_free = self.endpoint.protocol == Protocol::Anthropic
+        let reads_free = self.endpoint.protocol.facts().itpm_skips_cache_reads
             && cache.is_on()
             && !cache_reads_count_toward_itpm(&self.params.model);
         match self.answered_at {
@@ -348,218 +330,12 @@ impl Conversation {
         }
     }
 
-    /// Sends the conversation once and, on success, appends the answer to it. The
-    /// request and the response go to the transcript.
-    pub async fn send(
-        &mut self,
-        max_tokens: u32,
-        log: &TaskLog,
-        turn: u32,
-        attempt: u32,
-    ) -> Result<Turn, SendError> {
-        // What the budgets reserved for: no usage figure of the answer may exceed it.
-        let bounds = Bounds {
-            prompt_tokens: self.estimate_prompt_tokens(),
-            output_tokens: u64::from(max_tokens),
-            one_hour_writes: self.params.cache.one_hour_writes(self.endpoint.protocol),
-        };
-        let within = |r: Reported| clamped(r, &bounds, log, turn, attempt);
-        let body = self.encoded_body(max_tokens);
-        self.cached_tail = self.history.len().checked_sub(1);
-        let sent_bytes = body.len() as u64;
-        let params = (self.logged == 0).then(|| RequestParams {
-            url: self.endpoint.url.as_str().to_string(),
-            protocol: Some(self.endpoint.protocol),
-            model: self.params.model.clone(),
-            system: self.params.system.clone(),
-            tools: Value::Array(self.tools.clone()),
-            extra: Value::Object(self.params.extra.clone()),
-            anthropic_version: (self.endpoint.protocol == Protocol::Anthropic)
-                .then(|| self.endpoint.anthropic_version.clone()),
-        });
-        let body_hash = body_hash(&body);
-        log.emit(TranscriptEvent::Request {
-            turn,
-            attempt,
-            max_tokens,
-            bytes: body.len(),
-            message_count: self.history.len(),
-            new_messages: Value::Array(self.history[self.logged..].to_vec()),
-            params,
-            body_hash: Some(body_hash.clone()),
-        });
-        self.logged = self.history.len();
-        let answer = self
-            .replay
-            .iter()
-            .position(|(h, _)| *h == body_hash)
-            .map(|i| self.replay.remove(i).1);
-        let replayed = answer.is_some();
-        let post = Post {
-            client: &self.client,
-            url: &self.endpoint.url,
-            headers: &self.headers,
-            timeout: self.endpoint.timeout,
-            max_body: self.endpoint.max_response_bytes,
-        };
-        let (protocol, idle) = (self.endpoint.protocol, self.endpoint.stream_idle);
-        let reply = match (&self.batch, answer) {
-            (_, Some(answer)) => super::Reply {
-                body: answer.to_string().into_bytes(),
-                request_id: None,
-                ms: 0,
-                rate: Default::default(),
-                ttft_ms: None,
-            },
-            (Some((batcher, tag)), None) => {
-                super::batch::send(batcher, tag, body, log, (turn, attempt)).await?
-            }
-            (None, None) => super::stream::post(&post, body, protocol, idle)
-                .await
-                .map_err(SendError::from)?,
-        };
-        let failed = |error: ModelError, retryable: bool| SendError {
-            error,
-            retryable,
-            server_wait: None,
-            // An answer came back, so the request reached the model.
-            maybe_billed: true,
-            rate_limited: false,
-            rate: reply.rate.clone(),
-            usage: None,
-        };
-        let malformed = |detail: String| {
-            failed(
-                ModelError::Malformed {
-                    detail,
-                    request_id: reply.request_id.clone(),
-                },
-                false,
-            )
-        };
-        let raw: Value = match serde_json::from_slice(&reply.body) {
-            Ok(v) => v,
-            Err(e) => {
-                let text = String::from_utf8_lossy(&reply.body);
-                log.emit(TranscriptEvent::Response {
-                    turn,
-                    request_id: reply.request_id.clone(),
-                    ms: reply.ms,
-                    body: None,
-                    raw_body: Some(text.chars().take(4000).collect()),
-                    ttft_ms: reply.ttft_ms,
-                    replayed,
-                });
-                return Err(malformed(format!(
-                    "the body is not JSON ({e}), {} bytes",
-                    reply.body.len()
-                )));
-            }
-        };
-        log.emit(TranscriptEvent::Response {
-            turn,
-            request_id: reply.request_id.clone(),
-            ms: reply.ms,
-            body: Some(raw.clone()),
-            raw_body: None,
-            ttft_ms: reply.ttft_ms,
-            replayed,
-        });
-        let parsed = match self.endpoint.protocol {
-            Protocol::Anthropic => anthropic::parse(&raw),
-            Protocol::OpenaiResponses => responses::parse(&raw),
-            Protocol::OpenaiChat => chat::parse(&raw, turn),
-        };
-        let Parsed {
-            items,
-            calls,
-            text,
-            stop,
-            usage,
-        } = parsed.map_err(|e| match e {
-            WireError::Malformed(d) => malformed(d),
-            WireError::Failed {
-                code,
-                message,
-                retryable,
-                usage,
-            } => SendError {
-                // A failed response for the rate limit pauses the provider like a 429.
-                rate_limited: code == "rate_limit_exceeded",
-                usage: usage.map(within),
-                ..failed(
-                    ModelError::Failed {
-                        code,
-                        message,
-                        request_id: reply.request_id.clone(),
-                    },
-                    retryable,
-                )
-            },
-        })?;
-        let answer_bytes = len_of(&items);
-        let usage_estimated = usage.is_none();
-        // Without usage, count a token per byte of what went over the wire (the whole
-        // answer, reasoning fields a server adds included) plus the framing a chat
-        // template adds: never fewer than the real figures.
-        // ... and never above the prompt bound the budgets reserved for this request
-        // (the history has not changed since it was planned).
-        let usage = usage.map(within).unwrap_or_else(|| Usage {
-            input_tokens: sent_bytes
-                .saturating_add(FIRST_REQUEST_OVERHEAD)
-                .min(self.estimate_prompt_tokens()),
-            output_tokens: (reply.body.len() as u64).min(u64::from(max_tokens)),
-            ..Usage::default()
-        });
-        if let Some(id) = self.repeated_call_id(&calls) {
-            // Answered and billed, but the next request would be refused: end here.
-            return Err(SendError {
-                usage: Some(usage),
-                ..malformed(format!(
-                    "the model gave two tool calls the id \"{}\"; the API refuses a conversation with a tool-call id twice, so the task cannot go on",
-                    crate::text::prefix(&id, 100)
-                ))
-            });
-        }
-        self.call_ids.extend(calls.iter().map(|c| c.id.clone()));
-        // A replayed turn can count for more tokens than its bytes (hidden reasoning is
-        // billed in full); its output count bounds that.
-        self.bytes_since = answer_bytes.max(usage.output_tokens);
-        self.last_prompt_tokens = Some(usage.prompt_tokens());
-        (self.last_body_bytes, self.compacted_tokens) = (sent_bytes, 0);
-        self.cached_prefix = usage
-            .cache_read_tokens
-            .saturating_add(usage.cache_write_tokens);
-        self.answered_at = Some(std::time::Instant::now());
-        let appended = items.len();
-        self.history.extend(items);
-        let context_edits = match self.endpoint.protocol {
-            Protocol::Anthropic => anthropic::applied_edits(&raw),
-            Protocol::OpenaiResponses => self.after_server_compaction(appended),
-            Protocol::OpenaiChat => None,
-        };
-        // The answer is in the response event; the next request event lists only what
-        // comes after it.
-        self.logged = self.history.len();
-        Ok(Turn {
-            calls,
-            text,
-            stop,
-            usage,
-            rate: reply.rate,
-            usage_estimated,
-            ttft_ms: reply.ttft_ms,
-            context_edits,
-            replayed,
-        })
-    }
-
     /// A tool-call id of `calls` that the answer or the history already has. Chat
-    /// Completions is exempt: its adapter renames a repeat within an answer, and
-    /// compatible servers that number calls per turn (`call_0` every time) accept
-    /// their own ids again in later turns.
-    fn repeated_call_id(&self, calls: &[super::ToolCall]) -> Option<String> {
-        if self.endpoint.protocol == Protocol::OpenaiChat {
+    /// Completions is exempt (`Facts::unique_call_ids`): its adapter renames a repeat
+    /// within an answer, and compatible servers that number calls per turn (`call_0`
+    /// every time) accept their own ids again in later turns.
+    pub(super) fn repeated_call_id(&self, calls: &[super::ToolCall]) -> Option<String> {
+        if !self.endpoint.protocol.facts().unique_call_ids {
             return None;
         }
         let mut seen = std::collections::HashSet::new();
@@ -573,11 +349,7 @@ impl Conversation {
     /// where text is allowed). Returns false when the history ends with the model's own
     /// turn (a paused turn is sent back as it is).
     pub fn append_user_text(&mut self, text: &str) -> bool {
-        let added = match self.endpoint.protocol {
-            Protocol::Anthropic => anthropic::append_user_text(&mut self.history, text),
-            Protocol::OpenaiResponses => responses::append_user_text(&mut self.history, text),
-            Protocol::OpenaiChat => chat::append_user_text(&mut self.history, text),
-        };
+        let added = self.wire.append_user_text(&mut self.history, text);
         // The last entry may have changed in place: encode it again.
         self.encoded
             .truncate(self.history.len().saturating_sub(1).min(self.encoded.len()));
@@ -592,8 +364,8 @@ impl Conversation {
 
     /// Declares a new set of tools (an MCP server's list changed).
     pub fn set_tools(&mut self, neutral: Vec<Value>) {
-        let tools = declarations(self.endpoint.protocol, &neutral);
-        let (bytes, marked) = cacheable_tools(self.endpoint.protocol, &self.params, &tools);
+        let tools = self.wire.declarations(&neutral);
+        let (bytes, marked) = cacheable_tools(self.wire, &self.params, &tools);
         // The next prompt is larger by the new declarations, at most.
         self.bytes_since = self.bytes_since.saturating_add(bytes);
         (self.tools_bytes, self.marked_tools) = (bytes, marked);
@@ -607,10 +379,7 @@ impl Conversation {
         if self.tools.is_empty() {
             return;
         }
-        let none = match self.endpoint.protocol {
-            Protocol::Anthropic => json!({"type": "none"}),
-            Protocol::OpenaiResponses | Protocol::OpenaiChat => json!("none"),
-        };
+        let none = self.wire.tool_choice_none();
         self.params.extra.insert("tool_choice".into(), none);
     }
 
@@ -618,11 +387,7 @@ impl Conversation {
     /// wants it (one user message of tool_result blocks, function_call_output items, or
     /// tool messages).
     pub fn push_results(&mut self, results: &[ToolResult]) {
-        let items = match self.endpoint.protocol {
-            Protocol::Anthropic => anthropic::results(results),
-            Protocol::OpenaiResponses => responses::results(results),
-            Protocol::OpenaiChat => chat::results(results),
-        };
+        let items = self.wire.results(results);
         self.bytes_since = self.bytes_since.saturating_add(len_of(&items));
         self.history.extend(items);
     }
@@ -632,6 +397,7 @@ impl Conversation {
 mod tests {
     use super::*;
     use reqwest::Url;
+    use serde_json::json;
     use std::time::Duration;
 
     fn conversation(protocol: Protocol) -> Conversation {
@@ -658,11 +424,7 @@ mod tests {
 
     #[test]
     fn the_encoded_history_sends_exactly_what_the_values_would() {
-        for protocol in [
-            Protocol::Anthropic,
-            Protocol::OpenaiResponses,
-            Protocol::OpenaiChat,
-        ] {
+        for protocol in Protocol::ALL {
             let mut c = conversation(protocol);
             assert_eq!(c.encoded_body(100), c.body(100), "{protocol}");
             let result = |id: &str| ToolResult {

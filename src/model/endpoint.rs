@@ -3,9 +3,10 @@
 
 use std::time::Duration;
 
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
+use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, CONTENT_TYPE};
 use reqwest::Url;
 
+use super::protocol::{wire, Auth};
 use super::Protocol;
 
 /// Where and how to reach a provider's endpoint.
@@ -40,34 +41,13 @@ impl Endpoint {
         if self.stream_idle.is_some() {
             h.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
         }
-        let secret = |v: String| {
-            HeaderValue::from_str(&v)
-                .map(|mut v| {
-                    v.set_sensitive(true);
-                    v
-                })
-                .map_err(|_| "the API key contains characters not allowed in a header".to_string())
+        let auth = Auth {
+            api_key: self.api_key.as_deref(),
+            anthropic_version: &self.anthropic_version,
+            anthropic_beta: self.anthropic_beta.as_deref(),
         };
-        match self.protocol {
-            Protocol::Anthropic => {
-                let version = HeaderValue::from_str(&self.anthropic_version).map_err(|_| {
-                    format!("invalid anthropic_version \"{}\"", self.anthropic_version)
-                })?;
-                h.insert(HeaderName::from_static("anthropic-version"), version);
-                if let Some(beta) = &self.anthropic_beta {
-                    let beta = HeaderValue::from_str(beta)
-                        .map_err(|_| format!("invalid anthropic-beta \"{beta}\""))?;
-                    h.insert(HeaderName::from_static("anthropic-beta"), beta);
-                }
-                if let Some(key) = &self.api_key {
-                    h.insert(HeaderName::from_static("x-api-key"), secret(key.clone())?);
-                }
-            }
-            Protocol::OpenaiResponses | Protocol::OpenaiChat => {
-                if let Some(key) = &self.api_key {
-                    h.insert(AUTHORIZATION, secret(format!("Bearer {key}"))?);
-                }
-            }
+        for (name, value) in wire(self.protocol).headers(&auth)? {
+            h.insert(name, value);
         }
         Ok(h)
     }

@@ -3,20 +3,22 @@
 //! neutral view: the tool calls, the text, the stop signal and the usage.
 //!
 //! `conversation.rs` holds what every protocol shares (the history, sending, the
-//! transcript events, prompt-size estimates); `anthropic.rs`, `responses.rs` and
-//! `chat.rs` hold what differs (request bodies, parsing answers, returning results);
-//! `stream.rs` turns a streamed answer into the body those parsers read.
+//! transcript events, prompt-size estimates); `protocol/` holds what differs, one
+//! folder per protocol family behind the `protocol::Wire` trait (request bodies,
+//! reading answers whole and streamed, returning results, caching markers, batch
+//! shapes, compaction); `stream.rs` reads a streamed answer off the wire for the
+//! protocol's assembler.
 
-pub(crate) mod anthropic;
 pub(crate) mod backoff;
 pub mod batch;
-pub(crate) mod chat;
 mod compact;
 mod conversation;
 mod endpoint;
 mod http;
 mod opening;
-pub(crate) mod responses;
+mod params;
+pub mod protocol;
+mod send;
 mod stream;
 mod summary;
 
@@ -27,21 +29,23 @@ pub use crate::vocab::protocol::Protocol;
 pub(crate) use crate::vocab::usage::{openai_usage, OpenAiFields};
 pub use crate::vocab::usage::{Bounds, Clamp, Reported, Usage};
 pub use compact::{Cleared, MAX_BYTES_PER_TOKEN};
-pub use conversation::{Conversation, Params};
+pub use conversation::Conversation;
 pub use endpoint::Endpoint;
 pub use http::{client, needs_tls, parse_go_duration, Failure, HttpError, RateHeaders, Reply};
+pub use params::Params;
+pub use protocol::{wire, Wire};
 pub use summary::Summarized;
 
 /// The usage an answer of `protocol` reports (None when it is not an answer, or has no
 /// usage): what a batch result found again on resume was billed for, before the
 /// request's bounds (`Reported::within`).
 pub fn usage_of(protocol: Protocol, body: &Value) -> Option<Reported> {
-    let parsed = match protocol {
-        Protocol::Anthropic => anthropic::parse(body),
-        Protocol::OpenaiResponses => responses::parse(body),
-        Protocol::OpenaiChat => chat::parse(body, 0),
-    };
-    parsed.ok()?.usage
+    wire(protocol).parse(body, 0).ok()?.usage
+}
+
+/// The encoded size of a value in bytes.
+pub(crate) fn len_of(v: &impl serde::Serialize) -> u64 {
+    serde_json::to_vec(v).map_or(0, |b| b.len() as u64)
 }
 
 /// An answer's usage within its request's bounds (`Reported::within`); what was read
@@ -213,26 +217,6 @@ pub struct Parsed {
     /// None when the answer carried no usage; with the figures read differently from
     /// what the provider sent.
     pub usage: Option<Reported>,
-}
-
-/// Reads a tool call's arguments written as a JSON string (both OpenAI protocols). An
-/// empty string is an empty object; some servers send an object instead of a string.
-pub fn parse_arguments(raw: Option<&Value>) -> (Value, Option<String>) {
-    match raw {
-        None | Some(Value::Null) => (Value::Object(Default::default()), None),
-        Some(Value::String(s)) if s.trim().is_empty() => (Value::Object(Default::default()), None),
-        Some(Value::String(s)) => match serde_json::from_str::<Value>(s) {
-            Ok(v) => (v, None),
-            Err(e) => {
-                let shown: String = s.chars().take(200).collect();
-                (
-                    Value::String(s.clone()),
-                    Some(format!("the arguments are not valid JSON ({e}): {shown}")),
-                )
-            }
-        },
-        Some(other) => (other.clone(), None),
-    }
 }
 
 /// A request that produced no turn, with what the loop needs to decide next.

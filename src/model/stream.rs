@@ -2,90 +2,18 @@
 //! non-streaming API would have returned, so the protocol parsers and the history see
 //! no difference; what can go wrong on the way (an error event inside the 200, a stream
 //! cut before its final event, a stall) is a [`Failure`] like any other, so retries and
-//! charging stay the agent loop's. The per-protocol assemblers live in `stream/`.
-
-mod chat;
-mod messages;
-mod responses;
+//! charging stay the agent loop's. Each protocol's assembler is in its folder of `protocol/`.
 
 use std::time::Duration;
 
 use eventsource_stream::{EventStreamError, Eventsource};
 use futures::StreamExt;
 use reqwest::header::CONTENT_TYPE;
-use serde_json::Value;
 
 use super::http::{open, post_once, read_whole, too_large, transport_failure, Opened, Post};
-use super::{Failure, HttpError, Protocol, Reply};
-
-/// What one event did to the answer being assembled.
-#[derive(Debug, PartialEq)]
-enum Step {
-    /// Nothing the caller needs to know (a start, a ping, an unknown event).
-    More,
-    /// The first or a later piece of content (text, thinking, tool arguments): the
-    /// first one marks the time to first token.
-    Content,
-    /// The final event: the assembled body.
-    Done(Value),
-}
-
-/// Why the events make no answer.
-#[derive(Debug, PartialEq)]
-enum Broken {
-    /// The server reported an error inside the stream.
-    Error { error_type: String, message: String },
-    /// The events are not what the protocol sends.
-    Malformed(String),
-}
-
-impl From<String> for Broken {
-    fn from(s: String) -> Self {
-        Broken::Malformed(s)
-    }
-}
-
-impl From<&str> for Broken {
-    fn from(s: &str) -> Self {
-        Broken::Malformed(s.to_string())
-    }
-}
-
-/// One protocol's answer under construction.
-enum Assembler {
-    Messages(messages::Message),
-    Responses(responses::Response),
-    Chat(chat::Completion),
-}
-
-impl Assembler {
-    fn new(protocol: Protocol) -> Assembler {
-        match protocol {
-            Protocol::Anthropic => Assembler::Messages(Default::default()),
-            Protocol::OpenaiResponses => Assembler::Responses(Default::default()),
-            Protocol::OpenaiChat => Assembler::Chat(Default::default()),
-        }
-    }
-
-    /// Takes one event: its SSE name (empty when it has none) and its data.
-    fn feed(&mut self, name: &str, data: &str) -> Result<Step, Broken> {
-        match self {
-            Assembler::Messages(m) => m.feed(name, data),
-            Assembler::Responses(r) => r.feed(name, data),
-            Assembler::Chat(c) => c.feed(data),
-        }
-    }
-}
-
-/// Parses an event's data as JSON.
-fn json(data: &str) -> Result<Value, Broken> {
-    serde_json::from_str(data).map_err(|e| {
-        Broken::Malformed(format!(
-            "an event's data is not JSON ({e}): {}",
-            crate::text::prefix(data, 200)
-        ))
-    })
-}
+use super::protocol::events::{Broken, Step};
+use super::protocol::wire;
+use super::{Failure, HttpError, Protocol, RateHeaders, Reply};
 
 /// Error types and codes, in either vendor's words, that a later attempt may not meet:
 /// the same as the retryable status codes (overloaded, server error, rate limit,
@@ -102,24 +30,6 @@ fn retryable_error(error_type: &str) -> bool {
             | "internal_error"
             | "service_unavailable"
     )
-}
-
-/// The type and message of an error object, `{type|code, message}`.
-fn error_of(e: &Value) -> Broken {
-    let error_type = e["type"]
-        .as_str()
-        .filter(|t| *t != "error")
-        .or_else(|| e["code"].as_str())
-        .unwrap_or("unknown_error")
-        .to_string();
-    let message = e["message"].as_str().map_or_else(
-        || "(no message)".to_string(),
-        |m| crate::text::prefix(m, 1_000),
-    );
-    Broken::Error {
-        error_type,
-        message,
-    }
 }
 
 /// What stops reading the body before the final event.
@@ -171,53 +81,11 @@ async fn read_events(
     // Set once the body has ended: an event completed only by its end may have been
     // cut anywhere inside (its data line, a character), so it cannot fail as malformed.
     let body_ended = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let ended_flag = body_ended.clone();
-    // The body's chunks, each within `idle` of the last and all within `limit`.
-    let chunks = futures::stream::unfold((resp, 0u64, false), move |(mut resp, read, over)| {
-        let ended_flag = ended_flag.clone();
-        async move {
-            if over {
-                return None;
-            }
-            let mut ended = false;
-            let next = match tokio::time::timeout(idle, resp.chunk()).await {
-                Err(_) => Err(BodyError::Idle),
-                Ok(Err(e)) => Err(BodyError::Transport(e)),
-                // The end of the body closes what the parser holds as an event (the
-                // final one may come without its blank line), but that event may be
-                // cut: `body_ended` says so to whatever reads it.
-                Ok(Ok(None)) => {
-                    ended = true;
-                    ended_flag.store(true, std::sync::atomic::Ordering::SeqCst);
-                    Ok(Into::into(&b"\n\n"[..]))
-                }
-                Ok(Ok(Some(c))) if read + c.len() as u64 > limit => Err(BodyError::TooLarge),
-                Ok(Ok(Some(c))) => Ok(c),
-            };
-            let read = read + next.as_ref().map_or(0, |c| c.len() as u64);
-            let over = next.is_err() || ended;
-            Some((next, (resp, read, over)))
-        }
-    });
+    let chunks = chunks(resp, limit, idle, body_ended.clone());
     let mut events = Box::pin(chunks.eventsource());
-    let mut assembler = Assembler::new(protocol);
+    let mut assembler = wire(protocol).assembler();
     let mut ttft_ms = None;
-    // A failure after the 200: the request reached the model and may be billed.
-    let lost = |error: HttpError, retryable: bool| Failure {
-        error,
-        retryable,
-        server_wait: None,
-        maybe_billed: true,
-        rate: rate.clone(),
-    };
-    // A failure to read the event the body's end completed: the body was cut inside
-    // it, a cut like any other (retried, and charged as maybe billed).
-    let cut_inside = |detail: String| {
-        lost(
-            HttpError::StreamCut(format!("the body ended inside an event: {detail}")),
-            true,
-        )
-    };
+    let lost = |error: HttpError, retryable: bool| lost(&rate, error, retryable);
     let ended = || body_ended.load(std::sync::atomic::Ordering::SeqCst);
     loop {
         let event = match events.next().await {
@@ -227,31 +95,8 @@ async fn read_events(
                     true,
                 ))
             }
-            Some(Err(EventStreamError::Transport(BodyError::Idle))) => {
-                return Err(lost(HttpError::StreamIdle(idle), true))
-            }
-            Some(Err(EventStreamError::Transport(BodyError::TooLarge))) => {
-                return Err(too_large(limit, &rate))
-            }
-            Some(Err(EventStreamError::Transport(BodyError::Transport(e)))) => {
-                let f = transport_failure(&e, post.timeout);
-                let error = match f.error {
-                    HttpError::Transport(detail) => HttpError::StreamCut(detail),
-                    other => other,
-                };
-                return Err(lost(error, true));
-            }
-            Some(Err(EventStreamError::Utf8(e))) if ended() => {
-                return Err(cut_inside(format!("not UTF-8: {e}")))
-            }
-            Some(Err(EventStreamError::Utf8(e))) => {
-                return Err(lost(HttpError::BadStream(format!("not UTF-8: {e}")), false))
-            }
-            Some(Err(EventStreamError::Parser(e))) if ended() => {
-                return Err(cut_inside(e.to_string()))
-            }
-            Some(Err(EventStreamError::Parser(e))) => {
-                return Err(lost(HttpError::BadStream(e.to_string()), false))
+            Some(Err(e)) => {
+                return Err(read_failure(e, ended(), (post.timeout, limit, idle), &rate))
             }
             Some(Ok(event)) => event,
         };
@@ -283,11 +128,97 @@ async fn read_events(
                     retryable_error(&error_type),
                 ))
             }
-            Err(Broken::Malformed(detail)) if ended() => return Err(cut_inside(detail)),
+            Err(Broken::Malformed(detail)) if ended() => return Err(cut_inside(&rate, detail)),
             Err(Broken::Malformed(detail)) => {
                 return Err(lost(HttpError::BadStream(detail), false))
             }
         }
+    }
+}
+
+/// The body's chunks, each within `idle` of the last and all within `limit`; sets
+/// `ended_flag` when the body has ended.
+fn chunks(
+    resp: reqwest::Response,
+    limit: u64,
+    idle: Duration,
+    ended_flag: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> impl futures::Stream<Item = Result<impl AsRef<[u8]>, BodyError>> {
+    futures::stream::unfold((resp, 0u64, false), move |(mut resp, read, over)| {
+        let ended_flag = ended_flag.clone();
+        async move {
+            if over {
+                return None;
+            }
+            let mut ended = false;
+            let next = match tokio::time::timeout(idle, resp.chunk()).await {
+                Err(_) => Err(BodyError::Idle),
+                Ok(Err(e)) => Err(BodyError::Transport(e)),
+                // The end of the body closes what the parser holds as an event (the
+                // final one may come without its blank line), but that event may be
+                // cut: `body_ended` says so to whatever reads it.
+                Ok(Ok(None)) => {
+                    ended = true;
+                    ended_flag.store(true, std::sync::atomic::Ordering::SeqCst);
+                    Ok(Into::into(&b"\n\n"[..]))
+                }
+                Ok(Ok(Some(c))) if read + c.len() as u64 > limit => Err(BodyError::TooLarge),
+                Ok(Ok(Some(c))) => Ok(c),
+            };
+            let read = read + next.as_ref().map_or(0, |c| c.len() as u64);
+            let over = next.is_err() || ended;
+            Some((next, (resp, read, over)))
+        }
+    })
+}
+
+/// A failure after the 200: the request reached the model and may be billed.
+fn lost(rate: &RateHeaders, error: HttpError, retryable: bool) -> Failure {
+    Failure {
+        error,
+        retryable,
+        server_wait: None,
+        maybe_billed: true,
+        rate: rate.clone(),
+    }
+}
+
+/// A failure to read the event the body's end completed: the body was cut inside it, a
+/// cut like any other (retried, and charged as maybe billed).
+fn cut_inside(rate: &RateHeaders, detail: String) -> Failure {
+    lost(
+        rate,
+        HttpError::StreamCut(format!("the body ended inside an event: {detail}")),
+        true,
+    )
+}
+
+/// What a failure to read the next event means: `ended`, the body has ended (so an
+/// event it completed may have been cut anywhere inside); the request's timeout, body
+/// limit and idle timeout.
+fn read_failure(
+    e: EventStreamError<BodyError>,
+    ended: bool,
+    (timeout, limit, idle): (Duration, u64, Duration),
+    rate: &RateHeaders,
+) -> Failure {
+    let lost = |error: HttpError, retryable: bool| lost(rate, error, retryable);
+    let cut_inside = |detail: String| cut_inside(rate, detail);
+    match e {
+        EventStreamError::Transport(BodyError::Idle) => lost(HttpError::StreamIdle(idle), true),
+        EventStreamError::Transport(BodyError::TooLarge) => too_large(limit, rate),
+        EventStreamError::Transport(BodyError::Transport(e)) => {
+            let f = transport_failure(&e, timeout);
+            let error = match f.error {
+                HttpError::Transport(detail) => HttpError::StreamCut(detail),
+                other => other,
+            };
+            lost(error, true)
+        }
+        EventStreamError::Utf8(e) if ended => cut_inside(format!("not UTF-8: {e}")),
+        EventStreamError::Utf8(e) => lost(HttpError::BadStream(format!("not UTF-8: {e}")), false),
+        EventStreamError::Parser(e) if ended => cut_inside(e.to_string()),
+        EventStreamError::Parser(e) => lost(HttpError::BadStream(e.to_string()), false),
     }
 }
 

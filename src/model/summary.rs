@@ -3,10 +3,9 @@
 //! it reads the cached prefix), and the history that replaces everything but the first
 //! message and the newest turns with that summary. The transcript keeps every original.
 
-use serde_json::{json, Value};
-
-use super::conversation::{len_of, Conversation, FIRST_REQUEST_OVERHEAD};
-use super::Protocol;
+use super::conversation::{Conversation, FIRST_REQUEST_OVERHEAD};
+use super::len_of;
+use super::protocol::results_in;
 use crate::vocab::context::{turn_starts, SUMMARY_HEADING, SUMMARY_REQUEST};
 
 /// What one summary replaced, with the prompt estimates around it.
@@ -19,23 +18,6 @@ pub struct Summarized {
     pub bytes: u64,
     pub tokens_before: u64,
     pub tokens_after: u64,
-}
-
-/// Whether an entry is (or, in an Anthropic user message, holds) a tool result.
-fn results_in(e: &Value) -> usize {
-    if e["type"] == "function_call_output" || e["role"] == "tool" {
-        return 1;
-    }
-    e["content"].as_array().map_or(0, |blocks| {
-        blocks.iter().filter(|b| b["type"] == "tool_result").count()
-    })
-}
-
-/// Whether an Anthropic content block is a summary the runner placed.
-fn is_summary(block: &Value) -> bool {
-    block["text"]
-        .as_str()
-        .is_some_and(|t| t.starts_with(SUMMARY_HEADING))
 }
 
 impl Conversation {
@@ -58,19 +40,11 @@ impl Conversation {
         let whole = self.body(u32::MAX).len() as u64;
         // Each entry after the first, and the comma before it.
         let rest: u64 = self.history.iter().skip(1).map(|e| len_of(e) + 1).sum();
-        let earlier: u64 = match self.endpoint.protocol {
-            Protocol::Anthropic => self.history.first().map_or(0, |f| {
-                f["content"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter(|b| is_summary(b))
-                    .map(|b| len_of(b) + 1)
-                    .sum()
-            }),
-            // There an earlier summary is an entry of its own, counted in `rest`.
-            Protocol::OpenaiResponses | Protocol::OpenaiChat => 0,
-        };
+        // Where an earlier summary is an entry of its own, it is counted in `rest`.
+        let earlier = self
+            .history
+            .first()
+            .map_or(0, |f| self.wire.summary_inside_first(f));
         let bytes = whole.saturating_sub(rest).saturating_sub(earlier);
         (bytes as f64 * self.tokens_per_byte()) as u64
     }
@@ -96,30 +70,18 @@ impl Conversation {
         let before = self.context_estimate();
         let old_bytes: u64 = self.history.iter().map(len_of).sum();
         let turns = starts.len() - kept;
-        let results = self.history[1..cut].iter().map(results_in).sum();
+        let results = self.history[1..cut]
+            .iter()
+            .map(|e| results_in(self.wire, e))
+            .sum();
         let text = format!("{SUMMARY_HEADING}\n\n{summary}");
         let tail = self.history.split_off(cut);
         self.history.truncate(1);
-        match self.endpoint.protocol {
-            Protocol::Anthropic => {
-                let first = &mut self.history[0]["content"];
-                let mut blocks = match first.take() {
-                    Value::Array(b) => b,
-                    other => vec![json!({"type": "text", "text": other})],
-                };
-                // An earlier summary gives way to this one.
-                blocks.retain(|b| !is_summary(b));
-                blocks.push(json!({"type": "text", "text": text}));
-                *first = Value::Array(blocks);
-            }
-            Protocol::OpenaiResponses => self
-                .history
-                .push(json!({"type": "message", "role": "user", "content": text})),
-            Protocol::OpenaiChat => self.history.push(json!({"role": "user", "content": text})),
-        }
+        let text_bytes = text.len() as u64;
+        self.wire.place_summary(&mut self.history, text);
         self.history.extend(tail);
         let new_bytes: u64 = self.history.iter().map(len_of).sum();
-        self.rebase_after_summary(asked, (text.len() as u64).saturating_add(64));
+        self.rebase_after_summary(asked, text_bytes.saturating_add(64));
         Some(Summarized {
             turns,
             results,
@@ -160,6 +122,8 @@ impl Conversation {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::Protocol;
+    use serde_json::json;
 
     #[test]
     fn turns_start_after_client_entries() {
@@ -172,7 +136,8 @@ mod tests {
             json!({"role": "user", "content": "go on"}),
         ];
         assert_eq!(turn_starts(&h), vec![1, 3]);
-        assert_eq!(results_in(&h[2]), 1);
+        let wire = crate::model::wire;
+        assert_eq!(results_in(wire(Protocol::Anthropic), &h[2]), 1);
         let r = vec![
             json!({"type": "message", "role": "user", "content": "task"}),
             json!({"type": "reasoning", "encrypted_content": "x"}),
@@ -181,6 +146,6 @@ mod tests {
             json!({"type": "function_call", "call_id": "d"}),
         ];
         assert_eq!(turn_starts(&r), vec![1, 4]);
-        assert_eq!(results_in(&r[3]), 1);
+        assert_eq!(results_in(wire(Protocol::OpenaiResponses), &r[3]), 1);
     }
 }

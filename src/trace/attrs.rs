@@ -10,10 +10,7 @@ use crate::vocab::usage::Usage;
 /// `gen_ai.provider.name`: the well-known value of the API a protocol speaks (the
 /// conventions' flavour discriminator; `server.address` says who actually answered).
 pub(super) fn provider_name(protocol: Protocol) -> &'static str {
-    match protocol {
-        Protocol::Anthropic => "anthropic",
-        Protocol::OpenaiResponses | Protocol::OpenaiChat => "openai",
-    }
+    protocol.facts().telemetry_name
 }
 
 /// An amount of money as an attribute: a decimal string, never a float.
@@ -94,24 +91,9 @@ pub(super) fn answer(body: &serde_json::Value) -> Vec<KeyValue> {
 /// The model's output in an answer's body, as the provider wrote it (Messages: the
 /// assistant message; Responses: `output`; Chat: each choice's message).
 pub(super) fn output_messages(protocol: Protocol, body: &serde_json::Value) -> String {
-    let out = match protocol {
-        Protocol::Anthropic => serde_json::json!([{
-            "role": body.get("role").cloned().unwrap_or("assistant".into()),
-            "content": body.get("content").cloned().unwrap_or_default(),
-        }]),
-        Protocol::OpenaiResponses => body.get("output").cloned().unwrap_or_default(),
-        Protocol::OpenaiChat => serde_json::Value::Array(
-            body.get("choices")
-                .and_then(|c| c.as_array())
-                .map(|cs| {
-                    cs.iter()
-                        .filter_map(|c| c.get("message").cloned())
-                        .collect()
-                })
-                .unwrap_or_default(),
-        ),
-    };
-    out.to_string()
+    crate::model::wire(protocol)
+        .output_messages(body)
+        .to_string()
 }
 
 /// `error.type` of a failed model request: the HTTP status, the provider's error code,

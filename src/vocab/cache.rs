@@ -98,7 +98,7 @@ impl Caching {
     /// at 2x the input rate (OpenAI has no such entries): worst cases price them, and
     /// an answer that reports them otherwise is read as 5-minute writes.
     pub fn one_hour_writes(&self, protocol: Protocol) -> bool {
-        self.is_on() && self.ttl == CacheTtl::OneHour && protocol == Protocol::Anthropic
+        self.is_on() && self.ttl == CacheTtl::OneHour && protocol.facts().one_hour_cache
     }
 
     /// Anthropic's `cache_control` marker for this setting.
@@ -143,11 +143,11 @@ pub fn cache_reads_count_toward_itpm(model: &str) -> bool {
 /// limit counts: Anthropic counts uncached input and cache writes (and reads for the
 /// models above), OpenAI the whole prompt, cached tokens included.
 pub fn rate_counted_input(protocol: Protocol, model: &str, usage: &Usage) -> u64 {
-    match protocol {
-        Protocol::Anthropic if !cache_reads_count_toward_itpm(model) => usage
+    match protocol.facts().itpm_skips_cache_reads && !cache_reads_count_toward_itpm(model) {
+        true => usage
             .prompt_tokens()
             .saturating_sub(usage.cache_read_tokens),
-        _ => usage.prompt_tokens(),
+        false => usage.prompt_tokens(),
     }
 }
 

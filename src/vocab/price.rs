@@ -119,10 +119,7 @@ impl Price {
         let input = input.0;
         // Anthropic bills cache writes at 1.25x (5 minutes) or 2x (1 hour) the input
         // rate; OpenAI bills them as plain input unless a model publishes a write price.
-        let (write, write_1h) = match protocol {
-            Protocol::Anthropic => (Decimal::new(125, 2), Decimal::TWO),
-            Protocol::OpenaiResponses | Protocol::OpenaiChat => (Decimal::ONE, Decimal::ONE),
-        };
+        let (write, write_1h) = protocol.facts().cache_write_rates;
         Price {
             input,
             output: output.0,
@@ -327,7 +324,7 @@ pub fn builtin_as_of() -> &'static str {
 
 /// Looks up a model's price (as used over Anthropic's protocol): see `lookup_for`.
 pub fn lookup(job_prices: &BTreeMap<String, PriceFields>, model: &str) -> Option<Price> {
-    lookup_for(job_prices, model, Protocol::Anthropic)
+    lookup_for(job_prices, model, Protocol::DEFAULT)
 }
 
 /// Looks up a model's price: the job's table first, then the built-in one. Dated ids

@@ -21,11 +21,6 @@ pub use send::send;
 pub use wire::{BatchApi, CallError};
 use wire::{Ended, State};
 
-/// The most bytes of request bodies in one batch: nine tenths of Anthropic's 256 MB
-/// and OpenAI's 200 MB file, leaving room for the envelope.
-const MAX_ANTHROPIC_BYTES: usize = 230 * 1024 * 1024;
-const MAX_OPENAI_BYTES: usize = 180 * 1024 * 1024;
-
 /// What became of one request sent in a batch.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
@@ -183,10 +178,7 @@ async fn pool(
 ) {
     // A request that would take a batch past the provider's size limit opens the next.
     let mut carried: Option<Pending> = None;
-    let most_bytes = match api.protocol {
-        crate::model::Protocol::Anthropic => MAX_ANTHROPIC_BYTES,
-        _ => MAX_OPENAI_BYTES,
-    };
+    let most_bytes = api.protocol.facts().batch_max_bytes;
     loop {
         let first = match carried.take() {
             Some(p) => p,
@@ -225,6 +217,23 @@ async fn pool(
     }
 }
 
+/// The loops waiting for a batch's answers, by custom_id.
+type Waiting = HashMap<String, oneshot::Sender<(String, Outcome)>>;
+
+/// Answers every waiting loop with the same failure of batch `id`.
+fn fail_all(waiting: Waiting, id: &str, message: String, (maybe_sent, retryable): (bool, bool)) {
+    for (_, done) in waiting {
+        let _ = done.send((
+            id.to_string(),
+            Outcome::Failed {
+                message: message.clone(),
+                maybe_sent,
+                retryable,
+            },
+        ));
+    }
+}
+
 /// Sends one batch, polls it until it ends (cancelling it past `max_wait`, or when no
 /// loop waits for it any more), and answers each request.
 async fn watch(api: Arc<BatchApi>, settings: Settings, items: Vec<Pending>, calls: Arc<Calls>) {
@@ -232,31 +241,37 @@ async fn watch(api: Arc<BatchApi>, settings: Settings, items: Vec<Pending>, call
         .iter()
         .map(|p| (p.custom_id.clone(), p.body.clone()))
         .collect();
-    let mut waiting: HashMap<String, oneshot::Sender<(String, Outcome)>> = HashMap::new();
+    let mut waiting: Waiting = HashMap::new();
     let mut joined = Vec::new();
     for p in items {
         joined.push(p.joined);
         waiting.insert(p.custom_id, p.done);
     }
-    let fail_all = |waiting: HashMap<String, oneshot::Sender<(String, Outcome)>>,
-                    id: &str,
-                    message: String,
-                    (maybe_sent, retryable): (bool, bool)| {
-        for (_, done) in waiting {
-            let _ = done.send((
-                id.to_string(),
-                Outcome::Failed {
-                    message: message.clone(),
-                    maybe_sent,
-                    retryable,
-                },
-            ));
-        }
+    let Some((id, waiting)) = create(&api, &bodies, waiting).await else {
+        return;
     };
-    // Readying (an upload) may be repeated; the create itself only after a refusal,
-    // which created nothing: after a failure that may have reached the provider, a
-    // second create could make a second batch, billed too.
-    let prepared = match with_retries(|| api.prepare(&bodies)).await {
+    calls.batches.fetch_add(1, Ordering::Relaxed);
+    calls
+        .requests
+        .fetch_add(bodies.len() as u64, Ordering::Relaxed);
+    for j in joined {
+        let _ = j.send(id.clone());
+    }
+    if let Some((ended, waiting)) = follow(&api, &settings, &id, waiting, &calls).await {
+        deliver(&api, &id, &ended, waiting).await;
+    }
+}
+
+/// Readies and creates the batch; its id, or None when every loop was answered with
+/// the failure. Readying (an upload) may be repeated; the create itself only after a
+/// refusal, which created nothing: after a failure that may have reached the provider,
+/// a second create could make a second batch, billed too.
+async fn create(
+    api: &BatchApi,
+    bodies: &[(String, Value)],
+    waiting: Waiting,
+) -> Option<(String, Waiting)> {
+    let prepared = match with_retries(|| api.prepare(bodies)).await {
         Ok(p) => p,
         Err(e) => {
             // Nothing is created, or billed, by an upload alone.
@@ -266,11 +281,11 @@ async fn watch(api: Arc<BatchApi>, settings: Settings, items: Vec<Pending>, call
                 format!("the batch's requests could not be uploaded: {e}"),
                 (false, e.retryable),
             );
-            return;
+            return None;
         }
     };
-    let id = match create_once(&api, &prepared).await {
-        Ok(id) => id,
+    match create_once(api, &prepared).await {
+        Ok(id) => Some((id, waiting)),
         Err(e) => {
             let maybe_sent = !e.refused();
             let hint = match e.status {
@@ -285,21 +300,25 @@ async fn watch(api: Arc<BatchApi>, settings: Settings, items: Vec<Pending>, call
                 format!("the batch was not created: {e}{hint}"),
                 (maybe_sent, e.retryable),
             );
-            return;
+            None
         }
-    };
-    calls.batches.fetch_add(1, Ordering::Relaxed);
-    calls
-        .requests
-        .fetch_add(bodies.len() as u64, Ordering::Relaxed);
-    for j in joined {
-        let _ = j.send(id.clone());
     }
+}
+
+/// Polls batch `id` until it ends; None when it failed, could not be followed (every
+/// loop was answered with that) or no loop waits for it any more.
+async fn follow(
+    api: &BatchApi,
+    settings: &Settings,
+    id: &str,
+    mut waiting: Waiting,
+    calls: &Calls,
+) -> Option<(Ended, Waiting)> {
     let created = Instant::now();
     let deadline = tokio::time::Instant::now() + settings.max_wait;
     let mut delay = settings.poll_first;
     let mut cancelled = false;
-    let ended = loop {
+    loop {
         // Wake at the next poll, when max_wait passes (not at the poll after it: polls
         // back off to a minute apart), or as soon as no loop waits for the batch.
         let all_gone = futures::future::join_all(waiting.values_mut().map(|s| s.closed()));
@@ -313,40 +332,39 @@ async fn watch(api: Arc<BatchApi>, settings: Settings, items: Vec<Pending>, call
         let abandoned = waiting.values().all(oneshot::Sender::is_closed);
         if !cancelled && (abandoned || created.elapsed() >= settings.max_wait) {
             // Best effort: a batch that cannot be cancelled ends on its own.
-            cancelled = with_retries(|| api.cancel(&id)).await.is_ok();
+            cancelled = with_retries(|| api.cancel(id)).await.is_ok();
             if abandoned {
-                return;
+                return None;
             }
             // A cancelled batch ends within moments: poll for its end from the start.
             delay = settings.poll_first;
         }
         calls.polls.fetch_add(1, Ordering::Relaxed);
-        match with_retries(|| api.poll(&id)).await {
+        match with_retries(|| api.poll(id)).await {
             Ok(State::Running) => {}
-            Ok(State::Ended(e)) => break e,
+            Ok(State::Ended(e)) => return Some((e, waiting)),
             Ok(State::Failed(why)) => {
                 fail_all(
                     waiting,
-                    &id,
+                    id,
                     format!("batch {id} failed: {why}"),
                     (false, false),
                 );
-                return;
+                return None;
             }
             Err(e) => {
                 // Best effort: a batch left running would be billed beside the retries.
-                let _ = api.cancel(&id).await;
+                let _ = api.cancel(id).await;
                 fail_all(
                     waiting,
-                    &id,
+                    id,
                     format!("batch {id} could not be followed: {e}"),
                     (true, true),
                 );
-                return;
+                return None;
             }
         }
-    };
-    deliver(&api, &id, &ended, waiting).await;
+    }
 }
 
 async fn deliver(

@@ -11,12 +11,15 @@ use serde_json::{json, Value};
 
 use super::Outcome;
 use crate::model::backoff::status_is_retryable;
+use crate::model::protocol::{wire, BatchKind};
 use crate::model::Protocol;
 
 /// Where a provider's batch API is and how to reach it.
 #[derive(Debug, Clone)]
 pub struct BatchApi {
     pub protocol: Protocol,
+    /// Which of the providers' batch APIs it is.
+    pub kind: BatchKind,
     pub client: Client,
     /// The provider's headers (key, version), as for its synchronous requests.
     pub headers: HeaderMap,
@@ -96,10 +99,10 @@ impl BatchApi {
         base: &str,
     ) -> Result<BatchApi, String> {
         let base = base.trim_end_matches('/');
-        let (root, path) = match endpoint.protocol {
-            Protocol::Anthropic => (format!("{base}/v1/messages/batches"), ""),
-            Protocol::OpenaiResponses => (base.to_string(), "/v1/responses"),
-            Protocol::OpenaiChat => (base.to_string(), "/v1/chat/completions"),
+        let kind = wire(endpoint.protocol).batch();
+        let (root, path) = match kind {
+            BatchKind::MessageBatches => (format!("{base}/v1/messages/batches"), ""),
+            BatchKind::UploadedFile { endpoint } => (base.to_string(), endpoint),
         };
         let root = Url::parse(&root).map_err(|e| format!("invalid base_url \"{base}\": {e}"))?;
         let mut headers = endpoint.headers()?;
@@ -109,6 +112,7 @@ impl BatchApi {
         headers.remove(reqwest::header::ACCEPT);
         Ok(BatchApi {
             protocol: endpoint.protocol,
+            kind,
             client,
             headers,
             root,
@@ -131,15 +135,15 @@ impl BatchApi {
     /// sent in the create call itself; OpenAI's are uploaded as a JSONL file first
     /// (an upload can be repeated safely: an unused file costs nothing).
     pub async fn prepare(&self, items: &[(String, Value)]) -> Result<Prepared, CallError> {
-        match self.protocol {
-            Protocol::Anthropic => {
+        match self.kind {
+            BatchKind::MessageBatches => {
                 let requests: Vec<Value> = items
                     .iter()
                     .map(|(id, body)| json!({"custom_id": id, "params": body}))
                     .collect();
                 Ok(Prepared::Body(json!({ "requests": requests })))
             }
-            Protocol::OpenaiResponses | Protocol::OpenaiChat => {
+            BatchKind::UploadedFile { .. } => {
                 let mut jsonl = Vec::new();
                 for (id, body) in items {
                     let line = json!({"custom_id": id, "method": "POST", "url": self.endpoint, "body": body});
@@ -169,9 +173,9 @@ impl BatchApi {
     /// have reached the provider: a second batch would be billed too.
     pub async fn create(&self, prepared: &Prepared) -> Result<String, CallError> {
         let Prepared::Body(body) = prepared;
-        let url = match self.protocol {
-            Protocol::Anthropic => self.root.clone(),
-            _ => self.url("batches")?,
+        let url = match self.kind {
+            BatchKind::MessageBatches => self.root.clone(),
+            BatchKind::UploadedFile { .. } => self.url("batches")?,
         };
         let batch = self.send(self.client.post(url).json(body)).await?;
         text(&batch, "id")
@@ -179,8 +183,8 @@ impl BatchApi {
 
     /// Where the batch stands.
     pub async fn poll(&self, id: &str) -> Result<State, CallError> {
-        match self.protocol {
-            Protocol::Anthropic => {
+        match self.kind {
+            BatchKind::MessageBatches => {
                 let b = self.send(self.client.get(self.url(id)?)).await?;
                 if b.get("processing_status").and_then(Value::as_str) != Some("ended") {
                     return Ok(State::Running);
@@ -191,7 +195,7 @@ impl BatchApi {
                 }?;
                 Ok(State::Ended(Ended::Results(results)))
             }
-            Protocol::OpenaiResponses | Protocol::OpenaiChat => {
+            BatchKind::UploadedFile { .. } => {
                 let b = self
                     .send(self.client.get(self.url(&format!("batches/{id}"))?))
                     .await?;
@@ -281,9 +285,9 @@ impl BatchApi {
 
     /// Asks the provider to stop the batch: what it has not processed is not billed.
     pub async fn cancel(&self, id: &str) -> Result<(), CallError> {
-        let url = match self.protocol {
-            Protocol::Anthropic => self.url(&format!("{id}/cancel"))?,
-            _ => self.url(&format!("batches/{id}/cancel"))?,
+        let url = match self.kind {
+            BatchKind::MessageBatches => self.url(&format!("{id}/cancel"))?,
+            BatchKind::UploadedFile { .. } => self.url(&format!("batches/{id}/cancel"))?,
         };
         match self.send(self.client.post(url)).await {
             Ok(_) => Ok(()),

@@ -9,11 +9,11 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
-use super::{error_of, json, Broken, Step};
+use crate::model::protocol::events::{error_of, json, Broken, Step};
 
 /// A message under construction.
 #[derive(Default)]
-pub(in crate::model) struct Message {
+pub struct Message {
     message: Option<Map<String, Value>>,
     blocks: BTreeMap<u64, Block>,
 }
@@ -37,7 +37,7 @@ fn append(block: &mut Map<String, Value>, field: &str, piece: &str) {
 }
 
 impl Message {
-    pub(super) fn feed(&mut self, name: &str, data: &str) -> Result<Step, Broken> {
+    pub(in crate::model) fn feed(&mut self, name: &str, data: &str) -> Result<Step, Broken> {
         let v = json(data)?;
         let kind = v.get("type").and_then(Value::as_str).unwrap_or(name);
         let index = || {
@@ -73,113 +73,118 @@ impl Message {
                 );
                 Ok(Step::More)
             }
-            "content_block_delta" => {
-                let i = index()?;
-                let block = self
-                    .blocks
-                    .get_mut(&i)
-                    .ok_or_else(|| format!("a delta for content block {i}, which never started"))?;
-                if block.stopped {
-                    return Err(format!("a delta for content block {i} after it stopped").into());
-                }
-                let delta = v.get("delta").unwrap_or(&Value::Null);
-                let text = |f: &str| delta.get(f).and_then(Value::as_str).unwrap_or_default();
-                match delta.get("type").and_then(Value::as_str) {
-                    Some("text_delta") => append(&mut block.value, "text", text("text")),
-                    Some("thinking_delta") => {
-                        append(&mut block.value, "thinking", text("thinking"))
-                    }
-                    Some("signature_delta") => {
-                        append(&mut block.value, "signature", text("signature"))
-                    }
-                    Some("input_json_delta") => block
-                        .input_json
-                        .get_or_insert_with(String::new)
-                        .push_str(text("partial_json")),
-                    Some("citations_delta") => {
-                        let citation = delta.get("citation").cloned().unwrap_or(Value::Null);
-                        match block.value.get_mut("citations") {
-                            Some(Value::Array(list)) => list.push(citation),
-                            _ => {
-                                block
-                                    .value
-                                    .insert("citations".into(), Value::Array(vec![citation]));
-                            }
-                        }
-                    }
-                    // A delta type this version does not know: forward compatibility.
-                    _ => {}
-                }
-                Ok(Step::Content)
-            }
-            "content_block_stop" => {
-                let i = index()?;
-                let block = self
-                    .blocks
-                    .get_mut(&i)
-                    .ok_or_else(|| format!("content block {i} stopped without starting"))?;
-                if let Some(raw) = block.input_json.take() {
-                    let input = if raw.trim().is_empty() {
-                        Value::Object(Map::new())
-                    } else {
-                        serde_json::from_str(&raw).map_err(|e| {
-                            format!(
-                                "content block {i}'s input is not JSON ({e}): {}",
-                                crate::text::prefix(&raw, 200)
-                            )
-                        })?
-                    };
-                    block.value.insert("input".into(), input);
-                }
-                block.stopped = true;
-                Ok(Step::More)
-            }
-            "message_delta" => {
-                let m = self
-                    .message
-                    .as_mut()
-                    .ok_or("message_delta before message_start")?;
-                if let Some(delta) = v.get("delta").and_then(Value::as_object) {
-                    for (k, val) in delta {
-                        m.insert(k.clone(), val.clone());
-                    }
-                }
-                // Cumulative counts: the last value of each wins; absent or null ones
-                // keep what message_start said.
-                if let Some(usage) = v.get("usage").and_then(Value::as_object) {
-                    let merged = m
-                        .entry("usage")
-                        .or_insert_with(|| Value::Object(Map::new()));
-                    if !merged.is_object() {
-                        *merged = Value::Object(Map::new());
-                    }
-                    if let Some(merged) = merged.as_object_mut() {
-                        for (k, val) in usage.iter().filter(|(_, val)| !val.is_null()) {
-                            merged.insert(k.clone(), val.clone());
-                        }
-                    }
-                }
-                Ok(Step::More)
-            }
-            "message_stop" => {
-                let mut m = self
-                    .message
-                    .take()
-                    .ok_or("message_stop without message_start")?;
-                let mut content = Vec::with_capacity(self.blocks.len());
-                for (i, b) in std::mem::take(&mut self.blocks) {
-                    if !b.stopped {
-                        return Err(format!("content block {i} never stopped").into());
-                    }
-                    content.push(Value::Object(b.value));
-                }
-                m.insert("content".into(), Value::Array(content));
-                Ok(Step::Done(Value::Object(m)))
-            }
+            "content_block_delta" => self.block_delta(index()?, &v),
+            "content_block_stop" => self.block_stop(index()?),
+            "message_delta" => self.message_delta(&v),
+            "message_stop" => self.message_stop(),
             "error" => Err(error_of(v.get("error").unwrap_or(&v))),
             // ping, and events this version does not know.
             _ => Ok(Step::More),
         }
+    }
+    /// A piece of a block: text, thinking, a signature, tool input JSON, a citation.
+    fn block_delta(&mut self, i: u64, v: &Value) -> Result<Step, Broken> {
+        let block = self
+            .blocks
+            .get_mut(&i)
+            .ok_or_else(|| format!("a delta for content block {i}, which never started"))?;
+        if block.stopped {
+            return Err(format!("a delta for content block {i} after it stopped").into());
+        }
+        let delta = v.get("delta").unwrap_or(&Value::Null);
+        let text = |f: &str| delta.get(f).and_then(Value::as_str).unwrap_or_default();
+        match delta.get("type").and_then(Value::as_str) {
+            Some("text_delta") => append(&mut block.value, "text", text("text")),
+            Some("thinking_delta") => append(&mut block.value, "thinking", text("thinking")),
+            Some("signature_delta") => append(&mut block.value, "signature", text("signature")),
+            Some("input_json_delta") => block
+                .input_json
+                .get_or_insert_with(String::new)
+                .push_str(text("partial_json")),
+            Some("citations_delta") => {
+                let citation = delta.get("citation").cloned().unwrap_or(Value::Null);
+                match block.value.get_mut("citations") {
+                    Some(Value::Array(list)) => list.push(citation),
+                    _ => {
+                        block
+                            .value
+                            .insert("citations".into(), Value::Array(vec![citation]));
+                    }
+                }
+            }
+            // A delta type this version does not know: forward compatibility.
+            _ => {}
+        }
+        Ok(Step::Content)
+    }
+
+    /// A block is complete: its tool input JSON is parsed once, here.
+    fn block_stop(&mut self, i: u64) -> Result<Step, Broken> {
+        let block = self
+            .blocks
+            .get_mut(&i)
+            .ok_or_else(|| format!("content block {i} stopped without starting"))?;
+        if let Some(raw) = block.input_json.take() {
+            let input = if raw.trim().is_empty() {
+                Value::Object(Map::new())
+            } else {
+                serde_json::from_str(&raw).map_err(|e| {
+                    format!(
+                        "content block {i}'s input is not JSON ({e}): {}",
+                        crate::text::prefix(&raw, 200)
+                    )
+                })?
+            };
+            block.value.insert("input".into(), input);
+        }
+        block.stopped = true;
+        Ok(Step::More)
+    }
+
+    /// The stop fields and the cumulative usage.
+    fn message_delta(&mut self, v: &Value) -> Result<Step, Broken> {
+        let m = self
+            .message
+            .as_mut()
+            .ok_or("message_delta before message_start")?;
+        if let Some(delta) = v.get("delta").and_then(Value::as_object) {
+            for (k, val) in delta {
+                m.insert(k.clone(), val.clone());
+            }
+        }
+        // Cumulative counts: the last value of each wins; absent or null ones
+        // keep what message_start said.
+        if let Some(usage) = v.get("usage").and_then(Value::as_object) {
+            let merged = m
+                .entry("usage")
+                .or_insert_with(|| Value::Object(Map::new()));
+            if !merged.is_object() {
+                *merged = Value::Object(Map::new());
+            }
+            if let Some(merged) = merged.as_object_mut() {
+                for (k, val) in usage.iter().filter(|(_, val)| !val.is_null()) {
+                    merged.insert(k.clone(), val.clone());
+                }
+            }
+        }
+        Ok(Step::More)
+    }
+
+    /// The end: the message with its blocks in index order.
+    fn message_stop(&mut self) -> Result<Step, Broken> {
+        let mut m = self
+            .message
+            .take()
+            .ok_or("message_stop without message_start")?;
+        let mut content = Vec::with_capacity(self.blocks.len());
+        for (i, b) in std::mem::take(&mut self.blocks) {
+            if !b.stopped {
+                return Err(format!("content block {i} never stopped").into());
+            }
+            content.push(Value::Object(b.value));
+        }
+        m.insert("content".into(), Value::Array(content));
+        Ok(Step::Done(Value::Object(m)))
     }
 }
 
@@ -296,7 +301,7 @@ mod tests {
             "usage": {"input_tokens": 812, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 2048, "output_tokens": 95}});
         // Byte for byte: the blocks' fields in the API's order.
         assert_eq!(body.to_string(), expected.to_string());
-        let parsed = crate::model::anthropic::parse(&body).unwrap();
+        let parsed = super::super::messages::parse(&body).unwrap();
         assert_eq!(parsed.calls.len(), 2);
         assert_eq!(parsed.usage.unwrap().usage.output_tokens, 95);
     }

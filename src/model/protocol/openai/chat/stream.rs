@@ -9,11 +9,11 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Value};
 
-use super::{error_of, json, Broken, Step};
+use crate::model::protocol::events::{error_of, json, Broken, Step};
 
 /// A completion under construction.
 #[derive(Default)]
-pub(in crate::model) struct Completion {
+pub struct Completion {
     /// The first chunk's fields besides `choices` and `usage` (id, created, model...).
     head: Option<Map<String, Value>>,
     choices: BTreeMap<u64, Choice>,
@@ -42,7 +42,7 @@ struct Call {
 const CONTENT_FIELDS: [&str; 4] = ["content", "reasoning_content", "reasoning", "refusal"];
 
 impl Completion {
-    pub(super) fn feed(&mut self, data: &str) -> Result<Step, Broken> {
+    pub(in crate::model) fn feed(&mut self, data: &str) -> Result<Step, Broken> {
         if data.trim() == "[DONE]" {
             return self.finish().map(Step::Done);
         }
@@ -268,7 +268,7 @@ mod tests {
                 "finish_reason": "tool_calls"}],
             "usage": {"prompt_tokens": 900, "completion_tokens": 40, "total_tokens": 940}});
         assert_eq!(body.to_string(), expected.to_string());
-        let parsed = crate::model::chat::parse(&body, 1).unwrap();
+        let parsed = crate::model::protocol::openai::chat::messages::parse(&body, 1).unwrap();
         assert_eq!(parsed.calls[0].input, json!({"path": "a\u{e9}"}));
         assert_eq!(parsed.usage.unwrap().usage.output_tokens, 40);
     }
@@ -291,7 +291,7 @@ mod tests {
         assert_eq!(body["choices"][0]["message"]["content"], "Hello \u{1f600}");
         assert_eq!(body["choices"][0]["finish_reason"], "stop");
         assert!(body.get("usage").is_none());
-        let parsed = crate::model::chat::parse(&body, 1).unwrap();
+        let parsed = crate::model::protocol::openai::chat::messages::parse(&body, 1).unwrap();
         assert!(parsed.usage.is_none());
         assert_eq!(parsed.stop, crate::model::ModelStop::EndTurn);
     }
@@ -339,7 +339,7 @@ mod tests {
         let Step::Done(body) = run(&chunks).unwrap() else {
             panic!()
         };
-        let parsed = crate::model::chat::parse(&body, 1).unwrap();
+        let parsed = crate::model::protocol::openai::chat::messages::parse(&body, 1).unwrap();
         let got: Vec<(String, Value)> = parsed
             .calls
             .iter()

@@ -8,16 +8,16 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::{error_of, json, Broken, Step};
+use crate::model::protocol::events::{error_of, json, Broken, Step};
 
 /// A response under construction: the finished output items, by output index.
 #[derive(Default)]
-pub(in crate::model) struct Response {
+pub struct Response {
     items: BTreeMap<u64, Value>,
 }
 
 impl Response {
-    pub(super) fn feed(&mut self, name: &str, data: &str) -> Result<Step, Broken> {
+    pub(in crate::model) fn feed(&mut self, name: &str, data: &str) -> Result<Step, Broken> {
         let mut v = json(data)?;
         let kind = v
             .get("type")
@@ -99,7 +99,7 @@ mod tests {
             panic!()
         };
         assert_eq!(body.to_string(), done.to_string());
-        let parsed = crate::model::responses::parse(&body).unwrap();
+        let parsed = crate::model::protocol::openai::responses::items::parse(&body).unwrap();
         assert_eq!((parsed.calls.len(), parsed.text.as_str()), (1, "h\u{e9}"));
     }
 
@@ -128,7 +128,9 @@ mod tests {
             panic!()
         };
         assert_eq!(
-            crate::model::responses::parse(&body).unwrap().stop,
+            crate::model::protocol::openai::responses::items::parse(&body)
+                .unwrap()
+                .stop,
             crate::model::ModelStop::MaxTokens
         );
         let mut failed = final_response("failed", json!([]));
@@ -141,7 +143,7 @@ mod tests {
             panic!()
         };
         assert!(matches!(
-            crate::model::responses::parse(&body),
+            crate::model::protocol::openai::responses::items::parse(&body),
             Err(crate::model::WireError::Failed {
                 retryable: true,
                 ..

@@ -6,7 +6,7 @@
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
-use super::{ModelStop, Params, Parsed, ToolCall, ToolResult, Usage, WireError};
+use crate::model::{ModelStop, Params, Parsed, ToolCall, ToolResult, Usage, WireError};
 use crate::vocab::usage::{Figures, Reported};
 
 /// The system prompt: a string, or one text block when it carries a cache marker.

@@ -8,9 +8,10 @@
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
-use super::{
-    openai_usage, parse_arguments, ModelStop, OpenAiFields, Params, Parsed, Reported, ToolCall,
-    ToolResult, WireError,
+use crate::model::protocol::openai::parse_arguments;
+use crate::model::{
+    openai_usage, ModelStop, OpenAiFields, Params, Parsed, Reported, ToolCall, ToolResult,
+    WireError,
 };
 
 #[derive(Serialize)]
