@@ -16,9 +16,9 @@ use opentelemetry_sdk::trace::{SdkTracer, Span};
 use super::attrs;
 use super::export::Counters;
 use crate::job::TaskSpec;
+use crate::vocab::log::EventSink;
 use crate::vocab::log::TaskResult;
 use crate::vocab::protocol::Protocol;
-use crate::vocab::sink::EventSink;
 use crate::vocab::stop::Outcome;
 use crate::vocab::transcript::{ToolOutcome, TranscriptEvent};
 
