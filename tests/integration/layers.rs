@@ -16,7 +16,8 @@ const LAYERS: &[&[&str]] = &[
     &["agent", "report", "trace"],
     &["audit", "compare", "page"],
     &["run"],
-    &["commands", "bench"],
+    &["bench"],
+    &["commands"],
 ];
 
 fn layer_of(module: &str) -> Option<usize> {
@@ -785,7 +786,6 @@ const LONG_FNS: &[(&str, &str, &str)] = &[
     ("agent/request.rs", "request", "SPLIT-WIP"),
     ("bench/load.rs", "run_load_with", "SPLIT-WIP"),
     ("job/matrix.rs", "variants", "SPLIT-WIP"),
-    ("main.rs", "main", "SPLIT-WIP"),
     ("page/transcript.rs", "add", "SPLIT-WIP"),
     ("page/transcript.rs", "event_note", "SPLIT-WIP"),
     ("tools/mcp/client.rs", "start", "SPLIT-WIP"),
