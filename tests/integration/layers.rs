@@ -789,7 +789,6 @@ const LONG_FNS: &[(&str, &str, &str)] = &[
     ("page/transcript.rs", "add", "SPLIT-WIP"),
     ("page/transcript.rs", "event_note", "SPLIT-WIP"),
     ("tools/mcp/client.rs", "start", "SPLIT-WIP"),
-    ("trace/task.rs", "on_event", "SPLIT-WIP"),
 ];
 
 /// Each function of src over `max` lines (test code left out): file, name, lines.
