@@ -20,7 +20,7 @@ use crate::vocab::log::EventSink;
 use crate::vocab::log::TaskResult;
 use crate::vocab::protocol::Protocol;
 use crate::vocab::stop::Outcome;
-use crate::vocab::transcript::{ToolOutcome, TranscriptEvent};
+use crate::vocab::transcript::{ToolOutcome, TranscriptEvent, Usd};
 
 /// What every task of the run shares.
 pub(super) struct RunInfo {
@@ -238,53 +238,11 @@ impl TaskTrace {
                 }
             }
             E::Response { .. } => self.on_response(state, at, event),
-            E::Settle {
-                usage,
-                usage_estimated,
-                cost_usd,
-                ..
-            } => {
-                if let Some(chat) = &mut state.chat {
-                    chat.span.set_attributes(attrs::usage(usage));
-                    if *usage_estimated {
-                        chat.span
-                            .set_attribute(KeyValue::new("agentbatch.usage_estimated", true));
-                    }
-                    if let Some(c) = cost_usd {
-                        chat.span
-                            .set_attribute(attrs::usd("agentbatch.cost_usd", c.0));
-                    }
-                }
-            }
+            E::Settle { .. } => Self::on_settle(state, event),
             E::AttemptFailed { .. } => Self::on_attempt_failed(state, at, event),
-            E::RequestAborted { charged_usd, .. } => {
-                if let Some(mut chat) = state.chat.take() {
-                    chat.span
-                        .set_attribute(KeyValue::new("error.type", "cancelled"));
-                    if let Some(c) = charged_usd {
-                        chat.span
-                            .set_attribute(attrs::usd("agentbatch.charged_usd", c.0));
-                    }
-                    chat.span.set_status(Status::error(
-                        "cut off in flight by the task's deadline or the run's cancellation",
-                    ));
-                    chat.span.end_with_timestamp(at);
-                }
-            }
+            E::RequestAborted { charged_usd, .. } => Self::on_aborted(state, at, charged_usd),
             E::ToolCall { .. } => self.on_tool_call(state, at, event),
-            E::ToolResult {
-                id, name, outcome, ..
-            } => {
-                let Some(i) = state.tools.iter().position(|(t, _)| t == id) else {
-                    return;
-                };
-                let (_, mut span) = state.tools.remove(i);
-                let declared = state.declared.as_ref();
-                let undeclared = declared.is_some_and(|d| !d.iter().any(|n| n == name));
-                let limit = self.run.content.then_some(self.run.value_limit);
-                tool_outcome(&mut span, outcome, limit, undeclared);
-                span.end_with_timestamp(at);
-            }
+            E::ToolResult { .. } => self.on_tool_result(state, at, event),
             E::Compaction {
                 strategy,
                 tokens_before,
@@ -459,6 +417,67 @@ impl TaskTrace {
         if let Some(u) = first_use {
             chat.span.set_attributes(attrs::replayed_usage(&u));
         }
+    }
+
+    /// What the attempt's answer used and cost, on its `chat` span.
+    fn on_settle(state: &mut State, event: &TranscriptEvent) {
+        let TranscriptEvent::Settle {
+            usage,
+            usage_estimated,
+            cost_usd,
+            ..
+        } = event
+        else {
+            return;
+        };
+        let Some(chat) = &mut state.chat else {
+            return;
+        };
+        chat.span.set_attributes(attrs::usage(usage));
+        if *usage_estimated {
+            chat.span
+                .set_attribute(KeyValue::new("agentbatch.usage_estimated", true));
+        }
+        if let Some(c) = cost_usd {
+            chat.span
+                .set_attribute(attrs::usd("agentbatch.cost_usd", c.0));
+        }
+    }
+
+    /// A request cut off in flight: its `chat` span ends as cancelled.
+    fn on_aborted(state: &mut State, at: SystemTime, charged_usd: &Option<Usd>) {
+        let Some(mut chat) = state.chat.take() else {
+            return;
+        };
+        chat.span
+            .set_attribute(KeyValue::new("error.type", "cancelled"));
+        if let Some(c) = charged_usd {
+            chat.span
+                .set_attribute(attrs::usd("agentbatch.charged_usd", c.0));
+        }
+        chat.span.set_status(Status::error(
+            "cut off in flight by the task's deadline or the run's cancellation",
+        ));
+        chat.span.end_with_timestamp(at);
+    }
+
+    /// A tool call's result: its `execute_tool` span ends with the outcome.
+    fn on_tool_result(&self, state: &mut State, at: SystemTime, event: &TranscriptEvent) {
+        let TranscriptEvent::ToolResult {
+            id, name, outcome, ..
+        } = event
+        else {
+            return;
+        };
+        let Some(i) = state.tools.iter().position(|(t, _)| t == id) else {
+            return;
+        };
+        let (_, mut span) = state.tools.remove(i);
+        let declared = state.declared.as_ref();
+        let undeclared = declared.is_some_and(|d| !d.iter().any(|n| n == name));
+        let limit = self.run.content.then_some(self.run.value_limit);
+        tool_outcome(&mut span, outcome, limit, undeclared);
+        span.end_with_timestamp(at);
     }
 
     /// A failed attempt: its `chat` span ends as an error, with what the failure meant.

@@ -783,7 +783,6 @@ const LONG_FNS: &[(&str, &str, &str)] = &[
         "answer",
         "split on branch a29-sim (issue 29)",
     ),
-    ("agent/request.rs", "request", "SPLIT-WIP"),
     ("bench/load.rs", "run_load_with", "SPLIT-WIP"),
     ("job/matrix.rs", "variants", "SPLIT-WIP"),
     ("page/transcript.rs", "add", "SPLIT-WIP"),
