@@ -785,8 +785,6 @@ const LONG_FNS: &[(&str, &str, &str)] = &[
     ),
     ("bench/load.rs", "run_load_with", "SPLIT-WIP"),
     ("job/matrix.rs", "variants", "SPLIT-WIP"),
-    ("page/transcript.rs", "add", "SPLIT-WIP"),
-    ("page/transcript.rs", "event_note", "SPLIT-WIP"),
     ("tools/mcp/client.rs", "start", "SPLIT-WIP"),
 ];
 
