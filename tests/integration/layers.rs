@@ -783,7 +783,6 @@ const LONG_FNS: &[(&str, &str, &str)] = &[
         "answer",
         "split on branch a29-sim (issue 29)",
     ),
-    ("bench/load.rs", "run_load_with", "SPLIT-WIP"),
     ("job/matrix.rs", "variants", "SPLIT-WIP"),
     ("tools/mcp/client.rs", "start", "SPLIT-WIP"),
 ];
