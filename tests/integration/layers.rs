@@ -783,7 +783,6 @@ const LONG_FNS: &[(&str, &str, &str)] = &[
         "answer",
         "split on branch a29-sim (issue 29)",
     ),
-    ("job/matrix.rs", "variants", "SPLIT-WIP"),
 ];
 
 /// Each function of src over `max` lines (test code left out): file, name, lines.
