@@ -230,8 +230,9 @@ fn code_only(text: &str) -> String {
                 blank(&mut out, ch);
             }
             i = j + 1;
-        } else if c[i] == '\'' && !prev_ident {
-            // A character literal ('x', '\n', '\''), not a lifetime or a label ('a).
+        } else if c[i] == '\'' && (!prev_ident || (c[i - 1] == 'b' && (i < 2 || !ident(c[i - 2]))))
+        {
+            // A character literal ('x', '\n', '\'', b'"'), not a lifetime or a label ('a).
             let end = if c.get(i + 1) == Some(&'\\') {
                 let mut j = i + 3;
                 while j < c.len() && c[j] != '\'' {
@@ -875,7 +876,8 @@ fn no_function_grows_past_the_length_the_architecture_allows() {
 fn the_length_check_counts_a_function_to_its_closing_brace() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path();
-    let body = |n: usize| "    let _ = \"}\"; // }\n".repeat(n);
+    let body =
+        |n: usize| "    let _ = (\"}\", b'\"', '{', b'}', '\\'', r#\"}\"#); // }\n".repeat(n);
     std::fs::write(
         src.join("a.rs"),
         format!(
