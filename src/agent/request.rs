@@ -7,12 +7,12 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 
-use super::{guarded, hint, interrupted, Loop};
+use super::{guarded, hint, interrupted, Interrupt, Loop};
 use crate::govern::budget::{floor, plan_request, RequestPlan};
 use crate::govern::ledger::{Need, Reservation};
 use crate::model::backoff::{jitter, retry_delay};
 use crate::model::Conversation;
-use crate::model::{RateHeaders, Turn, Usage};
+use crate::model::{RateHeaders, SendError, Turn, Usage};
 use crate::vocab::limits::TokenCount;
 use crate::vocab::stop::{Stop, StopReason};
 use crate::vocab::transcript::{TranscriptEvent, Usd};
@@ -20,6 +20,43 @@ use rust_decimal::Decimal;
 
 /// How long past a task's deadline its reservation may still count as in flight.
 const IN_FLIGHT_MARGIN: Duration = Duration::from_secs(60);
+
+/// The attempts of one turn so far, by kind: each kind counts against its own retry
+/// budget, and each attempt of a turn gets its own number.
+#[derive(Default)]
+struct Attempts {
+    /// Failed with an error other than the rate limit.
+    errors: u32,
+    /// Rate limited.
+    limited: u32,
+    /// Refused as too long, then compacted.
+    refits: u32,
+}
+
+impl Attempts {
+    /// The number of the next attempt.
+    fn next(&self) -> u32 {
+        self.errors + self.limited + self.refits + 1
+    }
+}
+
+/// What an attempt holds before it is sent: its plan against the task's budgets, its
+/// reservation in the shared pools, and the tokens the rate gates took for it.
+struct Reserved {
+    plan: RequestPlan,
+    held: Option<Reservation>,
+    paced: TokenCount,
+}
+
+/// A failed attempt, its money accounted for: what it was, and what its stop detail
+/// says was spent.
+struct Failed {
+    turn: u32,
+    attempt: u32,
+    /// A worst case counted as spent.
+    charged: Option<Decimal>,
+    spent_note: String,
+}
 
 impl Loop<'_> {
     /// Sends one model request, retrying retryable failures. Every attempt is planned
@@ -31,52 +68,12 @@ impl Loop<'_> {
         conv: &mut Conversation,
         max_tokens: u32,
     ) -> Result<Turn, Stop> {
-        let price = self.spec.price.as_ref();
         let turn_no = self.meter.turns + 1;
-        // Attempts that failed, were rate limited, or were refused as too long (then
-        // compacted): each attempt of a turn gets its own number.
-        let (mut errors, mut limited, mut refits) = (0u32, 0u32, 0u32);
+        let mut tries = Attempts::default();
         loop {
-            let attempt = errors + limited + refits + 1;
-            let bound = conv.estimate_prompt_tokens();
-            let mut plan = plan_request(
-                &self.spec.limits,
-                &self.meter,
-                price,
-                max_tokens,
-                bound,
-                self.spec.thinking_budget,
-            )?;
-            // No request leaves that cannot fit the window (nothing is reserved yet).
-            if let Err(o) = self.check_fits(conv, plan.max_tokens) {
-                return Err(self.no_room(&o));
-            }
-            let held = self.hold_shared(&mut plan).await?;
-            // What the rate gates take: the tokens the provider's limits will count.
-            let paced = TokenCount {
-                input: conv.estimate_rate_tokens(bound),
-                output: u64::from(plan.max_tokens),
-            };
-            if attempt == 1 {
-                self.meter.turns = turn_no;
-            }
-            // Written out before the send: a resume after kill -9 counts this
-            // reservation from the transcript.
-            self.log
-                .emit_written(TranscriptEvent::Reserve {
-                    turn: turn_no,
-                    attempt,
-                    max_tokens: plan.max_tokens,
-                    prompt_tokens_upper_bound: plan.prompt_tokens,
-                    paced_input_tokens: Some(paced.input),
-                    reserved_usd: plan.reserved_usd.map(Usd),
-                    spent_usd: Usd(self.meter.cost),
-                })
-                .await;
-            if let Err(stop) = self.admit(paced).await {
-                self.give_back(held, false).await;
-                return Err(stop);
-            }
+            let attempt = tries.next();
+            let Reserved { plan, held, paced } =
+                self.reserve(conv, max_tokens, turn_no, attempt).await?;
             let sent_at = Instant::now();
             let sent = guarded(
                 conv.send(plan.max_tokens, self.log, turn_no, attempt),
@@ -88,200 +85,330 @@ impl Loop<'_> {
             self.tally.model += took;
             self.tally.longest_request = self.tally.longest_request.max(took);
             let failure = match sent {
-                Err(interrupt) => {
-                    // Cut off in flight: it may still be billed, so it counts whole.
-                    let charged = self.meter.charge_unsettled(&plan);
-                    self.give_back(held, true).await;
-                    self.log.emit(TranscriptEvent::RequestAborted {
-                        turn: turn_no,
-                        charged_usd: charged.map(Usd),
-                    });
-                    let mut stop =
-                        interrupted(interrupt, "during a model request", &self.spec.limits);
-                    if let Some(c) = charged {
-                        stop.detail.push_str(&format!(
-                            "; its reservation of ${} is counted as spent",
-                            c.normalize()
-                        ));
-                    }
-                    return Err(stop);
-                }
+                Err(interrupt) => return Err(self.aborted(interrupt, &plan, held, turn_no).await),
                 Ok(Ok(turn)) => {
-                    self.tally.ttfts.extend(turn.ttft_ms);
-                    if turn.replayed {
-                        // Paid for by the killed attempt, and counted there.
-                        self.correct_gates(paced, None);
-                        self.settle(&Usage::default(), false, &plan, held, turn_no)
-                            .await;
-                        self.tally.replayed_turns += 1;
-                        return Ok(turn);
-                    }
-                    self.correct_gates(paced, Some(conv.rate_counted(&turn.usage)));
-                    let cost = self
-                        .settle(&turn.usage, turn.usage_estimated, &plan, held, turn_no)
-                        .await;
-                    if self.spec.batch.is_some() {
-                        self.tally.batched_turns += 1;
-                        if let (Some(c), Some(p)) = (cost, &self.spec.price) {
-                            self.tally.batch_saved += p.standard_cost_of(c) - c;
-                        }
-                    }
-                    self.note_rate_headers(&turn.rate);
-                    return Ok(turn);
+                    return Ok(self.answered(conv, turn, paced, &plan, held, turn_no).await)
                 }
                 Ok(Err(f)) => f,
             };
-            // A request refused for the rate limit or as too long counted nothing; one
-            // that failed after saying what it used counted that; any other failure
-            // keeps its whole charge.
-            match &failure.usage {
-                Some(u) => self.correct_gates(paced, Some(conv.rate_counted(u))),
-                None if failure.rate_limited || failure.error.is_context_overflow() => {
-                    self.correct_gates(paced, None)
-                }
-                None => {}
-            }
-            // `charged`: a worst case counted as spent (logged below); `billed`: the cost
-            // of a failed answer that said what it used (logged by its settle event).
-            let (charged, billed) = match (failure.usage, failure.maybe_billed) {
-                // A failed answer that says what it used is billed that, not the
-                // worst case.
-                (Some(usage), _) => (None, self.settle(&usage, false, &plan, held, turn_no).await),
-                (None, true) => {
-                    let charged = self.meter.charge_unsettled(&plan);
-                    self.give_back(held, true).await;
-                    (charged, None)
-                }
-                (None, false) => {
-                    self.give_back(held, false).await;
-                    (None, None)
-                }
-            };
-            let spent_note = match (charged, billed) {
-                (Some(c), _) => format!("; ${} reserved for it is counted as spent", c.normalize()),
-                (None, Some(b)) => format!("; billed ${} at the usage it reported", b.normalize()),
-                (None, None) => String::new(),
-            };
+            let (charged, spent_note) = self
+                .account_failure(conv, &failure, paced, &plan, held, turn_no)
+                .await;
             self.note_rate_headers(&failure.rate);
             if failure.error.is_context_overflow() {
                 // Not billed; compact and send again, or stop if nothing is left to
                 // compact.
-                match self.refit(conv, turn_no) {
-                    Ok(true) => {
-                        refits += 1;
-                        continue;
-                    }
-                    Ok(false) => {
-                        return Err(Stop::new(
-                            StopReason::ContextWindow,
-                            match self.refused_too_long {
-                                // The loop asks for a summary next.
-                                true => failure.error.to_string(),
-                                false => format!("{}; nothing was left to clear", failure.error),
-                            },
-                        ));
-                    }
-                    Err(mut stop) => {
-                        stop.detail = format!("{} ({})", failure.error, stop.detail);
-                        return Err(stop);
-                    }
-                }
-            }
-            if failure.rate_limited {
-                // A 429 that says when to come back is the rate limit: it pauses the
-                // whole provider and retries on its own budget. One without any wait (a
-                // spend cap, a quota) rarely recovers: it counts against max_retries.
-                let signalled =
-                    failure.server_wait.is_some() || failure.rate.pause(Utc::now()).is_some();
-                let (used, budget) = if signalled {
-                    (limited, self.spec.provider.max_rate_limit_retries)
-                } else {
-                    (errors + limited, self.spec.provider.max_retries)
-                };
-                let give_up = !failure.retryable || used >= budget;
-                let wait = match failure.server_wait {
-                    // the SDKs' rule: honour 0-60 s, else back off
-                    Some(_) => retry_delay(limited, failure.server_wait, jitter()),
-                    None => failure
-                        .rate
-                        .pause(Utc::now())
-                        .unwrap_or_else(|| retry_delay(used, None, jitter())),
-                };
-                // A batch item's 429 is the batch API's own limit: the synchronous
-                // gate, which batched requests skip, is left alone, and this task alone
-                // waits before its next batch.
-                let batched = self.spec.batch.is_some();
-                let waits = (!give_up).then_some(wait.as_millis() as u64);
-                self.log.emit(TranscriptEvent::AttemptFailed {
-                    turn: turn_no,
-                    attempt,
-                    error: failure.error.to_string(),
-                    retryable: !give_up,
-                    rate_limited: Some(true),
-                    charged_usd: charged.map(Usd),
-                    provider_paused_ms: (!batched).then_some(waits),
-                    retry_in_ms: batched.then_some(waits),
-                });
-                if give_up {
-                    let why = if !failure.retryable {
-                        "the provider says not to retry (x-should-retry: false, or OpenAI's insufficient_quota): a spend limit or an exhausted quota, most likely; waiting will not help: add credit or raise the account's spend limit".to_string()
-                    } else {
-                        format!(
-                            "still rate limited after {used} retries; raise providers.{}.max_rate_limit_retries or lower the rate",
-                            self.spec.provider.name
-                        )
-                    };
-                    return Err(Stop::new(
-                        StopReason::RateLimited,
-                        format!("{} ({why}){spent_note}", failure.error),
-                    ));
-                }
-                if batched {
-                    self.wait_to_retry(wait).await?;
-                } else if let (Some(g), Some(until)) = (
-                    // Everyone on this provider waits, not just this task; the next
-                    // admit waits out the pause.
-                    self.env.gates.provider(&self.spec.provider.name),
-                    Instant::now().checked_add(wait),
-                ) {
-                    g.pause_until(until);
-                }
-                if signalled {
-                    limited += 1;
-                } else {
-                    errors += 1;
-                }
-                self.tally.retries += 1;
+                self.refit_after(conv, &failure, turn_no)?;
+                tries.refits += 1;
                 continue;
             }
-            let give_up = !failure.retryable || errors >= self.spec.provider.max_retries;
-            let wait = retry_delay(errors, failure.server_wait, jitter());
-            self.log.emit(TranscriptEvent::AttemptFailed {
+            let failed = Failed {
                 turn: turn_no,
                 attempt,
-                error: failure.error.to_string(),
-                retryable: failure.retryable,
-                rate_limited: None,
-                charged_usd: charged.map(Usd),
-                provider_paused_ms: None,
-                retry_in_ms: Some((!give_up).then_some(wait.as_millis() as u64)),
-            });
-            if give_up {
-                let mut detail = failure.error.to_string();
-                if let Some(h) = hint(&failure.error, self.spec) {
-                    detail.push_str(&format!(" ({h})"));
-                }
-                let retries = errors + limited;
-                if retries > 0 {
-                    detail.push_str(&format!(" (after {retries} retries)"));
-                }
-                detail.push_str(&spent_note);
-                return Err(Stop::new(StopReason::ProviderError, detail));
+                charged,
+                spent_note,
+            };
+            if failure.rate_limited {
+                self.after_rate_limit(&failure, &failed, &mut tries).await?;
+            } else {
+                self.after_error(&failure, &failed, &mut tries).await?;
             }
-            self.wait_to_retry(wait).await?;
-            errors += 1;
-            self.tally.retries += 1;
         }
+    }
+
+    /// Plans attempt `attempt` of turn `turn_no` against the task's budgets and the
+    /// window, holds it in the shared pools, writes the reservation to the transcript
+    /// and passes the rate gates.
+    async fn reserve(
+        &mut self,
+        conv: &Conversation,
+        max_tokens: u32,
+        turn_no: u32,
+        attempt: u32,
+    ) -> Result<Reserved, Stop> {
+        let bound = conv.estimate_prompt_tokens();
+        let mut plan = plan_request(
+            &self.spec.limits,
+            &self.meter,
+            self.spec.price.as_ref(),
+            max_tokens,
+            bound,
+            self.spec.thinking_budget,
+        )?;
+        // No request leaves that cannot fit the window (nothing is reserved yet).
+        if let Err(o) = self.check_fits(conv, plan.max_tokens) {
+            return Err(self.no_room(&o));
+        }
+        let held = self.hold_shared(&mut plan).await?;
+        // What the rate gates take: the tokens the provider's limits will count.
+        let paced = TokenCount {
+            input: conv.estimate_rate_tokens(bound),
+            output: u64::from(plan.max_tokens),
+        };
+        if attempt == 1 {
+            self.meter.turns = turn_no;
+        }
+        // Written out before the send: a resume after kill -9 counts this
+        // reservation from the transcript.
+        self.log
+            .emit_written(TranscriptEvent::Reserve {
+                turn: turn_no,
+                attempt,
+                max_tokens: plan.max_tokens,
+                prompt_tokens_upper_bound: plan.prompt_tokens,
+                paced_input_tokens: Some(paced.input),
+                reserved_usd: plan.reserved_usd.map(Usd),
+                spent_usd: Usd(self.meter.cost),
+            })
+            .await;
+        if let Err(stop) = self.admit(paced).await {
+            self.give_back(held, false).await;
+            return Err(stop);
+        }
+        Ok(Reserved { plan, held, paced })
+    }
+
+    /// A request cut off in flight by the deadline or the run's cancel: it may still be
+    /// billed, so it counts whole. The stop.
+    async fn aborted(
+        &mut self,
+        interrupt: Interrupt,
+        plan: &RequestPlan,
+        held: Option<Reservation>,
+        turn_no: u32,
+    ) -> Stop {
+        let charged = self.meter.charge_unsettled(plan);
+        self.give_back(held, true).await;
+        self.log.emit(TranscriptEvent::RequestAborted {
+            turn: turn_no,
+            charged_usd: charged.map(Usd),
+        });
+        let mut stop = interrupted(interrupt, "during a model request", &self.spec.limits);
+        if let Some(c) = charged {
+            stop.detail.push_str(&format!(
+                "; its reservation of ${} is counted as spent",
+                c.normalize()
+            ));
+        }
+        stop
+    }
+
+    /// An answer: the gates corrected to what the provider counted, the reservation
+    /// settled at what it used (at $0 for an answer replayed from a killed attempt,
+    /// which paid for it and counted it).
+    async fn answered(
+        &mut self,
+        conv: &Conversation,
+        turn: Turn,
+        paced: TokenCount,
+        plan: &RequestPlan,
+        held: Option<Reservation>,
+        turn_no: u32,
+    ) -> Turn {
+        self.tally.ttfts.extend(turn.ttft_ms);
+        if turn.replayed {
+            // Paid for by the killed attempt, and counted there.
+            self.correct_gates(paced, None);
+            self.settle(&Usage::default(), false, plan, held, turn_no)
+                .await;
+            self.tally.replayed_turns += 1;
+            return turn;
+        }
+        self.correct_gates(paced, Some(conv.rate_counted(&turn.usage)));
+        let cost = self
+            .settle(&turn.usage, turn.usage_estimated, plan, held, turn_no)
+            .await;
+        if self.spec.batch.is_some() {
+            self.tally.batched_turns += 1;
+            if let (Some(c), Some(p)) = (cost, &self.spec.price) {
+                self.tally.batch_saved += p.standard_cost_of(c) - c;
+            }
+        }
+        self.note_rate_headers(&turn.rate);
+        turn
+    }
+
+    /// The money and the gates of a failed attempt: what it is charged or billed, and the
+    /// note a stop's detail says it with.
+    async fn account_failure(
+        &mut self,
+        conv: &Conversation,
+        failure: &SendError,
+        paced: TokenCount,
+        plan: &RequestPlan,
+        held: Option<Reservation>,
+        turn_no: u32,
+    ) -> (Option<Decimal>, String) {
+        // A request refused for the rate limit or as too long counted nothing; one
+        // that failed after saying what it used counted that; any other failure
+        // keeps its whole charge.
+        match &failure.usage {
+            Some(u) => self.correct_gates(paced, Some(conv.rate_counted(u))),
+            None if failure.rate_limited || failure.error.is_context_overflow() => {
+                self.correct_gates(paced, None)
+            }
+            None => {}
+        }
+        // `charged`: a worst case counted as spent (logged by the caller); `billed`: the
+        // cost of a failed answer that said what it used (logged by its settle event).
+        let (charged, billed) = match (&failure.usage, failure.maybe_billed) {
+            // A failed answer that says what it used is billed that, not the
+            // worst case.
+            (Some(usage), _) => (None, self.settle(usage, false, plan, held, turn_no).await),
+            (None, true) => {
+                let charged = self.meter.charge_unsettled(plan);
+                self.give_back(held, true).await;
+                (charged, None)
+            }
+            (None, false) => {
+                self.give_back(held, false).await;
+                (None, None)
+            }
+        };
+        let spent_note = match (charged, billed) {
+            (Some(c), _) => format!("; ${} reserved for it is counted as spent", c.normalize()),
+            (None, Some(b)) => format!("; billed ${} at the usage it reported", b.normalize()),
+            (None, None) => String::new(),
+        };
+        (charged, spent_note)
+    }
+
+    /// After a refusal as too long: Ok when compaction made room to send again, else
+    /// the stop.
+    fn refit_after(
+        &mut self,
+        conv: &mut Conversation,
+        failure: &SendError,
+        turn_no: u32,
+    ) -> Result<(), Stop> {
+        match self.refit(conv, turn_no) {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(Stop::new(
+                StopReason::ContextWindow,
+                match self.refused_too_long {
+                    // The loop asks for a summary next.
+                    true => failure.error.to_string(),
+                    false => format!("{}; nothing was left to clear", failure.error),
+                },
+            )),
+            Err(mut stop) => {
+                stop.detail = format!("{} ({})", failure.error, stop.detail);
+                Err(stop)
+            }
+        }
+    }
+
+    /// After a 429: Ok when the next attempt may go (the provider paused, or this task
+    /// waited), else the stop.
+    async fn after_rate_limit(
+        &mut self,
+        failure: &SendError,
+        failed: &Failed,
+        tries: &mut Attempts,
+    ) -> Result<(), Stop> {
+        // A 429 that says when to come back is the rate limit: it pauses the
+        // whole provider and retries on its own budget. One without any wait (a
+        // spend cap, a quota) rarely recovers: it counts against max_retries.
+        let signalled = failure.server_wait.is_some() || failure.rate.pause(Utc::now()).is_some();
+        let (used, budget) = if signalled {
+            (tries.limited, self.spec.provider.max_rate_limit_retries)
+        } else {
+            (tries.errors + tries.limited, self.spec.provider.max_retries)
+        };
+        let give_up = !failure.retryable || used >= budget;
+        let wait = match failure.server_wait {
+            // the SDKs' rule: honour 0-60 s, else back off
+            Some(_) => retry_delay(tries.limited, failure.server_wait, jitter()),
+            None => failure
+                .rate
+                .pause(Utc::now())
+                .unwrap_or_else(|| retry_delay(used, None, jitter())),
+        };
+        // A batch item's 429 is the batch API's own limit: the synchronous
+        // gate, which batched requests skip, is left alone, and this task alone
+        // waits before its next batch.
+        let batched = self.spec.batch.is_some();
+        let waits = (!give_up).then_some(wait.as_millis() as u64);
+        self.log.emit(TranscriptEvent::AttemptFailed {
+            turn: failed.turn,
+            attempt: failed.attempt,
+            error: failure.error.to_string(),
+            retryable: !give_up,
+            rate_limited: Some(true),
+            charged_usd: failed.charged.map(Usd),
+            provider_paused_ms: (!batched).then_some(waits),
+            retry_in_ms: batched.then_some(waits),
+        });
+        if give_up {
+            let why = if !failure.retryable {
+                "the provider says not to retry (x-should-retry: false, or OpenAI's insufficient_quota): a spend limit or an exhausted quota, most likely; waiting will not help: add credit or raise the account's spend limit".to_string()
+            } else {
+                format!(
+                    "still rate limited after {used} retries; raise providers.{}.max_rate_limit_retries or lower the rate",
+                    self.spec.provider.name
+                )
+            };
+            return Err(Stop::new(
+                StopReason::RateLimited,
+                format!("{} ({why}){}", failure.error, failed.spent_note),
+            ));
+        }
+        if batched {
+            self.wait_to_retry(wait).await?;
+        } else if let (Some(g), Some(until)) = (
+            // Everyone on this provider waits, not just this task; the next
+            // admit waits out the pause.
+            self.env.gates.provider(&self.spec.provider.name),
+            Instant::now().checked_add(wait),
+        ) {
+            g.pause_until(until);
+        }
+        if signalled {
+            tries.limited += 1;
+        } else {
+            tries.errors += 1;
+        }
+        self.tally.retries += 1;
+        Ok(())
+    }
+
+    /// After any other failure: Ok once the backoff is waited out and another attempt
+    /// may go, else the stop.
+    async fn after_error(
+        &mut self,
+        failure: &SendError,
+        failed: &Failed,
+        tries: &mut Attempts,
+    ) -> Result<(), Stop> {
+        let errors = tries.errors;
+        let give_up = !failure.retryable || errors >= self.spec.provider.max_retries;
+        let wait = retry_delay(errors, failure.server_wait, jitter());
+        self.log.emit(TranscriptEvent::AttemptFailed {
+            turn: failed.turn,
+            attempt: failed.attempt,
+            error: failure.error.to_string(),
+            retryable: failure.retryable,
+            rate_limited: None,
+            charged_usd: failed.charged.map(Usd),
+            provider_paused_ms: None,
+            retry_in_ms: Some((!give_up).then_some(wait.as_millis() as u64)),
+        });
+        if give_up {
+            let mut detail = failure.error.to_string();
+            if let Some(h) = hint(&failure.error, self.spec) {
+                detail.push_str(&format!(" ({h})"));
+            }
+            let retries = errors + tries.limited;
+            if retries > 0 {
+                detail.push_str(&format!(" (after {retries} retries)"));
+            }
+            detail.push_str(&failed.spent_note);
+            return Err(Stop::new(StopReason::ProviderError, detail));
+        }
+        self.wait_to_retry(wait).await?;
+        tries.errors += 1;
+        self.tally.retries += 1;
+        Ok(())
     }
 
     /// Waits before the next attempt; the task's deadline or the run's cancel ends the

@@ -283,52 +283,9 @@ pub(super) async fn run_load_with(
     out: &Path,
     runner: &dyn Fn(&Path, &Path) -> Command,
 ) -> anyhow::Result<LoadReport> {
-    let dir = bench_dir(out, load.name);
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let dir = dir.canonicalize()?;
-    let repo = if load.tool_output > 0 {
-        let r = dir.join("repo");
-        std::fs::create_dir_all(&r)?;
-        let line =
-            "0123456789abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ quick brown fox\n";
-        let text: String = line.repeat(load.tool_output / line.len() + 1);
-        std::fs::write(r.join("data.txt"), &text[..load.tool_output])?;
-        Some(r)
-    } else {
-        None
-    };
-    let job = dir.join("job.yaml");
-    std::fs::write(&job, load.job("http://127.0.0.1:1", repo.as_deref()))?;
+    let (dir, job, repo) = prepare(load, out)?;
     let exe = std::env::current_exe().context("cannot find the agentbatch binary")?;
-
-    let mut sim = Command::new(&exe)
-        .args(["sim", "--port", "0", "--no-request-bodies", "--job"])
-        .arg(&job)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .context("cannot start the simulator process")?;
-    let stdout = sim.stdout.take().context("no simulator output")?;
-    let mut lines = BufReader::new(stdout);
-    let mut first = String::new();
-    tokio::time::timeout(Duration::from_secs(120), lines.read_line(&mut first))
-        .await
-        .context("the simulator did not start within 2 minutes")??;
-    // Keep reading what it prints: a closed pipe would end the simulator mid-run.
-    tokio::spawn(async move {
-        let mut sink = String::new();
-        while matches!(lines.read_line(&mut sink).await, Ok(n) if n > 0) {
-            sink.clear();
-        }
-    });
-    let Some(url) = first
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .map(str::to_string)
-    else {
-        bail!("unexpected simulator output: {first}");
-    };
+    let (mut sim, url) = start_sim(&exe, &job).await?;
     std::fs::write(&job, load.job(&url, repo.as_deref()))?;
 
     let children_before = children_cpu_s();
@@ -367,51 +324,160 @@ pub(super) async fn run_load_with(
         });
     let res = run_json.resources.unwrap_or(Value::Null);
     let f = |k: &str| res[k].as_f64().unwrap_or(0.0);
-    let results = crate::report::read_results(
-        &run_dir.join(crate::report::files::RESULTS_CSV),
-        &[
-            "turns",
-            "stop_reason",
-            "wall_ms",
-            "transcript",
-            "stop_detail",
-        ],
-        &[],
-    )?;
-    let mut other_stops: Vec<(String, String, usize)> = Vec::new();
-    let expected_stop = if repo.is_some() {
-        "max_turns"
-    } else {
-        "completed"
-    };
-    let (mut turns, mut completed, mut walls) = (0u64, 0usize, Vec::new());
-    let (mut usd, mut compactions) = (rust_decimal::Decimal::ZERO, 0u64);
-    let mut sample = None;
-    for rec in &results.rows {
-        turns += rec.turns.unwrap_or(0);
-        usd += rec.cost_usd.unwrap_or_default();
-        compactions += rec.compactions.unwrap_or(0);
-        if rec.stop_reason == expected_stop || rec.stop_reason == "completed" {
-            completed += 1;
-        } else {
-            let (stop, detail) = (rec.stop_reason.clone(), rec.stop_detail.clone());
-            match other_stops
-                .iter_mut()
-                .find(|(s, d, _)| *s == stop && *d == detail)
-            {
-                Some(o) => o.2 += 1,
-                None => other_stops.push((stop, detail, 1)),
-            }
-        }
-        walls.push(rec.wall_ms.unwrap_or(0));
-        sample.get_or_insert_with(|| rec.transcript.clone());
-    }
-    walls.sort_unstable();
+    let tally = Tally::of(&run_dir, repo.is_some())?;
+    let walls = &tally.walls;
     let p99 = walls
         .get((walls.len() * 99 / 100).min(walls.len().saturating_sub(1)))
         .copied()
         .unwrap_or(0);
-    let mean_request_kb = sample
+    let mean_request_kb = mean_request_kb(&run_dir, tally.sample);
+    Ok(LoadReport {
+        load: load.clone(),
+        wall,
+        turns: tally.turns,
+        completed: tally.completed,
+        runner_cpu_s,
+        after_tasks_ms,
+        runner_rss_mb: f("max_rss_mb"),
+        sim_cpu_s,
+        max_task_s: walls.last().copied().unwrap_or(0) as f64 / 1000.0,
+        p99_task_s: p99 as f64 / 1000.0,
+        mean_request_kb,
+        other_stops: tally.other_stops,
+        usd_per_task: tally.usd / rust_decimal::Decimal::from(tally.rows.max(1) as u64),
+        compactions: tally.compactions,
+        dir: run_dir,
+    })
+}
+
+/// The workload's folder under `out`, its job file (pointing nowhere yet: the simulator's
+/// port is not known) and, for tool output of a size, the repository its tool reads.
+fn prepare(load: &Load, out: &Path) -> anyhow::Result<(PathBuf, PathBuf, Option<PathBuf>)> {
+    let dir = bench_dir(out, load.name);
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let dir = dir.canonicalize()?;
+    let repo = if load.tool_output > 0 {
+        let r = dir.join("repo");
+        std::fs::create_dir_all(&r)?;
+        let line =
+            "0123456789abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ quick brown fox\n";
+        let text: String = line.repeat(load.tool_output / line.len() + 1);
+        std::fs::write(r.join("data.txt"), &text[..load.tool_output])?;
+        Some(r)
+    } else {
+        None
+    };
+    let job = dir.join("job.yaml");
+    std::fs::write(&job, load.job("http://127.0.0.1:1", repo.as_deref()))?;
+    Ok((dir, job, repo))
+}
+
+/// Starts the simulator as a process of its own with the job's scripts; it and the URL
+/// it serves.
+async fn start_sim(exe: &Path, job: &Path) -> anyhow::Result<(tokio::process::Child, String)> {
+    let mut sim = Command::new(exe)
+        .args(["sim", "--port", "0", "--no-request-bodies", "--job"])
+        .arg(job)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .context("cannot start the simulator process")?;
+    let stdout = sim.stdout.take().context("no simulator output")?;
+    let mut lines = BufReader::new(stdout);
+    let mut first = String::new();
+    tokio::time::timeout(Duration::from_secs(120), lines.read_line(&mut first))
+        .await
+        .context("the simulator did not start within 2 minutes")??;
+    // Keep reading what it prints: a closed pipe would end the simulator mid-run.
+    tokio::spawn(async move {
+        let mut sink = String::new();
+        while matches!(lines.read_line(&mut sink).await, Ok(n) if n > 0) {
+            sink.clear();
+        }
+    });
+    let Some(url) = first
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .map(str::to_string)
+    else {
+        bail!("unexpected simulator output: {first}");
+    };
+    Ok((sim, url))
+}
+
+/// What the run's rows add up to.
+struct Tally {
+    rows: usize,
+    turns: u64,
+    /// Tasks that stopped as the workload expects.
+    completed: usize,
+    /// Each task's wall time, sorted.
+    walls: Vec<u64>,
+    usd: rust_decimal::Decimal,
+    compactions: u64,
+    /// The first task's transcript.
+    sample: Option<String>,
+    /// Any other stop: reason, detail, how many tasks.
+    other_stops: Vec<(String, String, usize)>,
+}
+
+impl Tally {
+    /// Reads the run's results.csv; a workload with a repository expects its tasks to
+    /// stop at max_turns.
+    fn of(run_dir: &Path, with_repo: bool) -> anyhow::Result<Tally> {
+        let results = crate::report::read_results(
+            &run_dir.join(crate::report::files::RESULTS_CSV),
+            &[
+                "turns",
+                "stop_reason",
+                "wall_ms",
+                "transcript",
+                "stop_detail",
+            ],
+            &[],
+        )?;
+        let mut other_stops: Vec<(String, String, usize)> = Vec::new();
+        let expected_stop = if with_repo { "max_turns" } else { "completed" };
+        let (mut turns, mut completed, mut walls) = (0u64, 0usize, Vec::new());
+        let (mut usd, mut compactions) = (rust_decimal::Decimal::ZERO, 0u64);
+        let mut sample = None;
+        for rec in &results.rows {
+            turns += rec.turns.unwrap_or(0);
+            usd += rec.cost_usd.unwrap_or_default();
+            compactions += rec.compactions.unwrap_or(0);
+            if rec.stop_reason == expected_stop || rec.stop_reason == "completed" {
+                completed += 1;
+            } else {
+                let (stop, detail) = (rec.stop_reason.clone(), rec.stop_detail.clone());
+                match other_stops
+                    .iter_mut()
+                    .find(|(s, d, _)| *s == stop && *d == detail)
+                {
+                    Some(o) => o.2 += 1,
+                    None => other_stops.push((stop, detail, 1)),
+                }
+            }
+            walls.push(rec.wall_ms.unwrap_or(0));
+            sample.get_or_insert_with(|| rec.transcript.clone());
+        }
+        walls.sort_unstable();
+        Ok(Tally {
+            rows: results.rows.len(),
+            turns,
+            completed,
+            walls,
+            usd,
+            compactions,
+            sample,
+            other_stops,
+        })
+    }
+}
+
+/// The mean size of the requests of the `sample` transcript, in KB.
+fn mean_request_kb(run_dir: &Path, sample: Option<String>) -> f64 {
+    sample
         .and_then(|t| std::fs::read_to_string(run_dir.join(t)).ok())
         .map(|text| {
             let sizes: Vec<f64> = text
@@ -422,24 +488,7 @@ pub(super) async fn run_load_with(
                 .collect();
             sizes.iter().sum::<f64>() / sizes.len().max(1) as f64 / 1024.0
         })
-        .unwrap_or(0.0);
-    Ok(LoadReport {
-        load: load.clone(),
-        wall,
-        turns,
-        completed,
-        runner_cpu_s,
-        after_tasks_ms,
-        runner_rss_mb: f("max_rss_mb"),
-        sim_cpu_s,
-        max_task_s: walls.last().copied().unwrap_or(0) as f64 / 1000.0,
-        p99_task_s: p99 as f64 / 1000.0,
-        mean_request_kb,
-        other_stops,
-        usd_per_task: usd / rust_decimal::Decimal::from(results.rows.len().max(1) as u64),
-        compactions,
-        dir: run_dir,
-    })
+        .unwrap_or(0.0)
 }
 
 /// The window the W3 compaction runs work under: 200 turns of 2 KB results are about

@@ -3,7 +3,8 @@
 //! lists its tools and calls each with sample arguments (`agentbatch mcp-check`, which
 //! the MCP conformance suite drives).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -143,6 +144,88 @@ pub async fn check_server(target: &str, call_timeout: Duration) -> Result<(), St
         return Err(format!("{failures} call(s) got no answer"));
     }
     Ok(())
+}
+
+/// `agentbatch mcp-check`: [`check_server`], its failure on stderr; the exit code.
+pub async fn mcp_check(target: &str, timeout: Duration) -> ExitCode {
+    match check_server(target, timeout).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("agentbatch mcp-check: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `agentbatch tools`: lists every tool set's tools (the ones the job's tasks use, or
+/// the one named), with MCP servers started for real; a `{workspace}` is an empty
+/// temporary folder. The exit code.
+pub async fn tools(job: &Path, only: Option<&str>, schemas: bool) -> ExitCode {
+    let registry = Registry::builtin();
+    let plan = match super::run::load(job, &registry, None) {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
+    let mut sets: Vec<&ToolsetSpec> = Vec::new();
+    for t in &plan.tasks {
+        if !sets.iter().any(|s| std::ptr::eq(*s, &*t.toolset)) {
+            sets.push(&t.toolset);
+        }
+    }
+    if let Some(name) = only {
+        sets.retain(|s| s.name.as_deref() == Some(name));
+        if sets.is_empty() {
+            eprintln!(
+                "agentbatch tools: no task of {} uses a tool set named {name}",
+                job.display()
+            );
+            return ExitCode::from(2);
+        }
+    }
+    let scratch = match tempfile_dir() {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("agentbatch tools: cannot make a temporary folder: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let mut failed = false;
+    for set in sets {
+        let name = set.name.as_deref().unwrap_or("(the tasks' tools list)");
+        println!("tool set {name}:");
+        match list_toolset(set, &registry, Some(&scratch)).await {
+            Ok(tools) => {
+                for t in tools {
+                    let first_line = t.description.lines().next().unwrap_or_default();
+                    println!("  {}  [{}]  {first_line}", t.name, t.source);
+                    if schemas {
+                        println!("      schema: {}", t.schema);
+                    }
+                }
+            }
+            Err(e) => {
+                failed = true;
+                println!("  error: {e}");
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+    if failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// A fresh empty folder under the system's temp folder.
+fn tempfile_dir() -> std::io::Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!(
+        "agentbatch-tools-{}-{}",
+        std::process::id(),
+        chrono::Utc::now().timestamp_nanos_opt().unwrap_or_default()
+    ));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ pub fn report(team: Option<&str>, path: &Path, json: bool) -> u8 {
         return 2;
     }
     let rows =
-        match crate::govern::store::open(path).and_then(|s| s.report(team, chrono::Utc::now())) {
+        match crate::govern::open_store(path).and_then(|s| s.report(team, chrono::Utc::now())) {
             Ok(rows) => rows,
             Err(e) => {
                 eprintln!("agentbatch ledger: {e}");

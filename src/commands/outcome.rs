@@ -1,6 +1,8 @@
 //! What a finished run (or a worker's share of one) prints, and the exit code it
 //! gives: 0 finished, 1 broken or a task hit a bug, 2 invalid input, 130 interrupted.
 
+use std::process::ExitCode;
+
 use crate::run::{RunError, RunOutcome};
 use crate::text::clip_quotes;
 
@@ -52,6 +54,18 @@ pub fn report(result: Result<RunOutcome, RunError>) -> u8 {
                 _ => eprintln!("agentbatch: the run failed: {msg}"),
             }
             e.exit_code()
+        }
+    }
+}
+
+/// The exit code of a command that ends in an error or not (`sim`, `bench`): 1 with the
+/// error on stderr, after `agentbatch <cmd>: `.
+pub fn exit_code(cmd: &str, r: anyhow::Result<()>) -> ExitCode {
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("agentbatch {cmd}: {}", clip_quotes(&format!("{e:#}")));
+            ExitCode::from(1)
         }
     }
 }

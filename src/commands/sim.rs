@@ -3,7 +3,9 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 
@@ -11,6 +13,75 @@ use crate::job;
 use crate::sim::{BatchSettings, Sim};
 use crate::tools::Registry;
 use crate::vocab::limits::RateLimits;
+use crate::vocab::values::parse_duration;
+
+/// The arguments of `agentbatch sim`.
+#[derive(clap::Args)]
+pub struct SimArgs {
+    #[arg(long, default_value_t = 8787)]
+    port: u16,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// Register the scripts of this job's sim tasks, each under /t/<task id>.
+    #[arg(long, value_name = "JOB.yaml")]
+    job: Option<PathBuf>,
+    /// Play this script for POST /v1/messages.
+    #[arg(long, value_name = "SCRIPT.yaml")]
+    script: Option<PathBuf>,
+    /// Refuse more than N requests per minute (429 with retry-after).
+    #[arg(long, value_name = "N")]
+    rpm: Option<u32>,
+    /// Refuse more than N input tokens per minute.
+    #[arg(long, value_name = "N")]
+    itpm: Option<u32>,
+    /// Refuse more than N output tokens (max_tokens) per minute.
+    #[arg(long, value_name = "N")]
+    otpm: Option<u32>,
+    /// Burst allowance of those limits.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    burst: Duration,
+    /// Keep only each request's metadata in GET /_sim/requests, not its body (for
+    /// long benchmark runs, which would otherwise hold every body sent).
+    #[arg(long)]
+    no_request_bodies: bool,
+    /// Batch APIs: time from a batch's creation to its first item's result.
+    #[arg(long, default_value = "200ms", value_parser = humantime::parse_duration)]
+    batch_delay: Duration,
+    /// Batch APIs: time between one item's result and the next (a batch seen part done).
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    batch_spread: Duration,
+    /// Batch APIs: time from creation after which unprocessed items expire.
+    #[arg(long, default_value = "24h", value_parser = parse_duration)]
+    batch_expire_after: Duration,
+}
+
+/// Serves the simulator as `args` ask; the exit code.
+pub async fn command(args: SimArgs) -> ExitCode {
+    let limits = RateLimits {
+        rpm: args.rpm,
+        itpm: args.itpm,
+        otpm: args.otpm,
+        burst: args.burst,
+    };
+    let batches = BatchSettings {
+        delay: args.batch_delay,
+        spread: args.batch_spread,
+        expire_after: args.batch_expire_after,
+        ..BatchSettings::default()
+    };
+    let served = serve(SimOptions {
+        port: args.port,
+        host: args.host,
+        job: args.job,
+        script: args.script,
+        limits,
+        batches,
+        keep_bodies: !args.no_request_bodies,
+    })
+    .await;
+    super::outcome::exit_code("sim", served)
+}
 
 /// What `agentbatch sim` was asked for.
 pub struct SimOptions {

@@ -138,17 +138,6 @@ pub trait CapStore: Send + Sync {
     fn report(&self, team: Option<&str>, now: DateTime<Utc>) -> Result<Vec<PeriodRow>, StoreError>;
 }
 
-/// Opens the ledger `location` names: a PostgreSQL database for a `postgres://` URL,
-/// else a SQLite file. Blocking.
-pub fn open(location: &Path) -> Result<std::sync::Arc<dyn CapStore>, StoreError> {
-    match location.to_str() {
-        Some(url) if crate::vocab::values::is_postgres_url(url) => {
-            Ok(std::sync::Arc::new(super::pg_store::PgStore::open(url)?))
-        }
-        _ => Ok(std::sync::Arc::new(SqliteStore::open(location)?)),
-    }
-}
-
 /// The period a moment falls in, as stored: `day:2026-11-29`, `week:2026-W48`,
 /// `month:2026-11` (UTC; ISO weeks start on Monday).
 pub fn period_key(period: Period, at: DateTime<Utc>) -> String {

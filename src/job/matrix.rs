@@ -111,12 +111,68 @@ pub(super) fn variants(
     defaults: &Value,
     parsed: &TaskFields,
 ) -> Result<Vec<Variant>, Vec<MatrixError>> {
-    let mut errors = Vec::new();
-    let err = |axis: &str, index: Option<usize>, message: String| MatrixError {
+    let errors = check_axes(matrix);
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    // The defaults as written in the file (re-encoding the parsed fields would not
+    // always read back the same).
+    let base = match defaults {
+        Value::Null => Value::Mapping(Mapping::new()),
+        v => v.clone(),
+    };
+    if matrix.is_empty() {
+        return Ok(vec![Variant {
+            defaults: parsed.clone(),
+            ..Variant::default()
+        }]);
+    }
+    let axes: Vec<(&String, &Vec<Value>)> = matrix.iter().collect();
+    let total = axes
+        .iter()
+        .try_fold(1usize, |n, (_, v)| n.checked_mul(v.len()))
+        .filter(|n| *n as u64 <= bounds::VARIANTS);
+    let Some(total) = total else {
+        let sizes: Vec<String> = axes.iter().map(|(_, v)| v.len().to_string()).collect();
+        return Err(vec![matrix_error(
+            axes[0].0,
+            None,
+            format!(
+                "the matrix has {} combinations: at most {} variants in one job",
+                sizes.join(" x "),
+                bounds::VARIANTS
+            ),
+        )]);
+    };
+    let mut out = Vec::with_capacity(total);
+    // An axis value that does not fit its field is reported once, not once per variant.
+    let mut bad: BTreeMap<(String, usize), String> = BTreeMap::new();
+    for n in 0..total {
+        out.extend(variant(n, &axes, matrix, &base, &mut bad));
+    }
+    if !bad.is_empty() {
+        return Err(bad
+            .into_iter()
+            .map(|((axis, i), m)| matrix_error(&axis, Some(i), m))
+            .collect());
+    }
+    unique_slugs(&mut out);
+    Ok(out)
+}
+
+fn matrix_error(axis: &str, index: Option<usize>, message: String) -> MatrixError {
+    MatrixError {
         axis: axis.to_string(),
         index,
         message,
-    };
+    }
+}
+
+/// What is wrong with the axes themselves: a path that is not one, `id`, no values, a
+/// value twice.
+fn check_axes(matrix: &BTreeMap<String, Vec<Value>>) -> Vec<MatrixError> {
+    let mut errors = Vec::new();
+    let err = matrix_error;
     for (axis, values) in matrix {
         let path = path_of(axis);
         if path.iter().any(|s| s.is_empty()) {
@@ -149,92 +205,63 @@ pub(super) fn variants(
             }
         }
     }
-    if !errors.is_empty() {
-        return Err(errors);
+    errors
+}
+
+/// Variant number `n` of the grid (the last axis varies fastest): `base` with its
+/// values set. None when its fields do not read; a value that does not fit its field
+/// alone goes into `bad`.
+fn variant(
+    n: usize,
+    axes: &[(&String, &Vec<Value>)],
+    matrix: &BTreeMap<String, Vec<Value>>,
+    base: &Value,
+    bad: &mut BTreeMap<(String, usize), String>,
+) -> Option<Variant> {
+    let mut rest = n;
+    let mut picks = Vec::with_capacity(axes.len());
+    for (axis, values) in axes.iter().rev() {
+        picks.push(((*axis).clone(), rest % values.len()));
+        rest /= values.len();
     }
-    // The defaults as written in the file (re-encoding the parsed fields would not
-    // always read back the same).
-    let base = match defaults {
-        Value::Null => Value::Mapping(Mapping::new()),
-        v => v.clone(),
-    };
-    if matrix.is_empty() {
-        return Ok(vec![Variant {
-            defaults: parsed.clone(),
-            ..Variant::default()
-        }]);
+    picks.reverse();
+    let mut v = base.clone();
+    let mut shown = Vec::with_capacity(picks.len());
+    for (axis, i) in &picks {
+        let value = &matrix[axis][*i];
+        set_path(&mut v, &path_of(axis), value.clone());
+        shown.push((axis.clone(), show(value)));
+        // Checked alone so the message names the one value at fault.
+        let mut alone = base.clone();
+        set_path(&mut alone, &path_of(axis), value.clone());
+        if let Err(e) = read_fields(&alone) {
+            bad.entry((axis.clone(), *i)).or_insert(e);
+        }
     }
-    let axes: Vec<(&String, &Vec<Value>)> = matrix.iter().collect();
-    let total = axes
+    let defaults = read_fields(&v).ok()?;
+    let label = shown
         .iter()
-        .try_fold(1usize, |n, (_, v)| n.checked_mul(v.len()))
-        .filter(|n| *n as u64 <= bounds::VARIANTS);
-    let Some(total) = total else {
-        let sizes: Vec<String> = axes.iter().map(|(_, v)| v.len().to_string()).collect();
-        return Err(vec![err(
-            axes[0].0,
-            None,
-            format!(
-                "the matrix has {} combinations: at most {} variants in one job",
-                sizes.join(" x "),
-                bounds::VARIANTS
-            ),
-        )]);
-    };
-    let mut out = Vec::with_capacity(total);
-    // An axis value that does not fit its field is reported once, not once per variant.
-    let mut bad: BTreeMap<(String, usize), String> = BTreeMap::new();
-    for n in 0..total {
-        let mut rest = n;
-        let mut picks = Vec::with_capacity(axes.len());
-        for (axis, values) in axes.iter().rev() {
-            picks.push(((*axis).clone(), rest % values.len()));
-            rest /= values.len();
-        }
-        picks.reverse();
-        let mut v = base.clone();
-        let mut shown = Vec::with_capacity(picks.len());
-        for (axis, i) in &picks {
-            let value = &matrix[axis][*i];
-            set_path(&mut v, &path_of(axis), value.clone());
-            shown.push((axis.clone(), show(value)));
-            // Checked alone so the message names the one value at fault.
-            let mut alone = base.clone();
-            set_path(&mut alone, &path_of(axis), value.clone());
-            if let Err(e) = read_fields(&alone) {
-                bad.entry((axis.clone(), *i)).or_insert(e);
-            }
-        }
-        let Ok(defaults) = read_fields(&v) else {
-            continue;
-        };
-        let label = shown
+        .map(|(a, v)| format!("{a}={v}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let slug = slug(
+        &shown
             .iter()
-            .map(|(a, v)| format!("{a}={v}"))
+            .map(|(_, v)| v.as_str())
             .collect::<Vec<_>>()
-            .join(",");
-        let slug = slug(
-            &shown
-                .iter()
-                .map(|(_, v)| v.as_str())
-                .collect::<Vec<_>>()
-                .join("-"),
-        );
-        out.push(Variant {
-            label,
-            axes: shown,
-            picks,
-            slug,
-            defaults,
-        });
-    }
-    if !bad.is_empty() {
-        return Err(bad
-            .into_iter()
-            .map(|((axis, i), m)| err(&axis, Some(i), m))
-            .collect());
-    }
-    // Slugs name files: make them unique.
+            .join("-"),
+    );
+    Some(Variant {
+        label,
+        axes: shown,
+        picks,
+        slug,
+        defaults,
+    })
+}
+
+/// Slugs name files: make them unique.
+fn unique_slugs(out: &mut [Variant]) {
     let mut taken = std::collections::HashSet::new();
     for (i, v) in out.iter_mut().enumerate() {
         let base = v.slug.clone();
@@ -245,7 +272,6 @@ pub(super) fn variants(
         }
         taken.insert(v.slug.clone());
     }
-    Ok(out)
 }
 
 /// Task fields from `defaults` with a variant's values set, read as the job file is: as

@@ -16,6 +16,7 @@ mod answer;
 mod charts;
 mod html;
 mod live;
+mod notes;
 mod summary;
 mod table;
 mod transcript;

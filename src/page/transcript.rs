@@ -7,13 +7,12 @@
 use std::io::BufRead;
 use std::path::Path;
 
-use std::borrow::Cow;
-
 use serde::Serialize;
 use serde_json::{json, Value};
 
+use super::notes::{event_note, note, usd, Item};
 use super::{answer, clip, clipped, script_safe_into};
-use crate::vocab::transcript::{CheckOutcome, ToolOutcome, TranscriptEvent};
+use crate::vocab::transcript::{ToolOutcome, TranscriptEvent};
 
 /// A transcript's view being built, event by event: the sections closed so far are
 /// already script-safe JSON text, and so is each item of the open one, so a view holds
@@ -152,17 +151,6 @@ fn declared_names(tools: &Value) -> Vec<String> {
         .collect()
 }
 
-/// What a section shows of one event: a line of text with its kind (for colour), or
-/// an item of its own shape.
-enum Item {
-    Note {
-        name: Cow<'static, str>,
-        cls: &'static str,
-        text: String,
-    },
-    Value(Value),
-}
-
 /// A note as the page reads it, serialized without a tree of values.
 #[derive(Serialize)]
 struct NoteOut<'a> {
@@ -172,18 +160,6 @@ struct NoteOut<'a> {
     text: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     ms: Option<u64>,
-}
-
-fn note(name: impl Into<Cow<'static, str>>, class: &'static str, text: String) -> Item {
-    Item::Note {
-        name: name.into(),
-        cls: class,
-        text,
-    }
-}
-
-fn usd<T: std::fmt::Display>(v: &Option<T>) -> String {
-    v.as_ref().map_or("-".into(), |c| format!("${c}"))
 }
 
 /// A view that says why there is none.
@@ -261,6 +237,20 @@ pub(super) fn view(path: &Path, rel: &str) -> Vec<u8> {
 fn add(s: &mut Sections, event: TranscriptEvent, ms: u64) {
     use TranscriptEvent as E;
     let item = match event {
+        E::TaskStart { .. } | E::McpReady { .. } | E::ToolsChanged { .. } => setup_item(s, event),
+        E::Request { .. } | E::Response { .. } | E::ToolCall { .. } | E::ToolResult { .. } => {
+            turn_item(s, event)
+        }
+        E::Stop { .. } | E::TaskEnd { .. } => end_item(s, event),
+        other => other_item(s, other),
+    };
+    s.push(item, Some(ms));
+}
+
+/// An event that says what the task has (its start, its MCP servers, its tool list).
+fn setup_item(s: &mut Sections, event: TranscriptEvent) -> Item {
+    use TranscriptEvent as E;
+    match event {
         E::TaskStart {
             task,
             provider,
@@ -296,6 +286,14 @@ fn add(s: &mut Sections, event: TranscriptEvent, ms: u64) {
                 format!("tools now: {}", tools.join(", ")),
             )
         }
+        other => other_item(s, other),
+    }
+}
+
+/// An event of a turn: the request, its answer, a tool call and its result.
+fn turn_item(s: &mut Sections, event: TranscriptEvent) -> Item {
+    use TranscriptEvent as E;
+    match event {
         E::Request {
             turn,
             attempt,
@@ -378,6 +376,14 @@ fn add(s: &mut Sections, event: TranscriptEvent, ms: u64) {
                 ),
             }
         }
+        other => other_item(s, other),
+    }
+}
+
+/// The task's stop and its end.
+fn end_item(s: &mut Sections, event: TranscriptEvent) -> Item {
+    use TranscriptEvent as E;
+    match event {
         E::Stop {
             stop_reason,
             detail,
@@ -406,208 +412,13 @@ fn add(s: &mut Sections, event: TranscriptEvent, ms: u64) {
                 ),
             )
         }
-        other => {
-            let (turn, item) = event_note(other);
-            s.at(turn, false);
-            item
-        }
-    };
-    s.push(item, Some(ms));
-}
-
-/// Every other event as a line of text with its kind (for colour) and its turn, if it
-/// names one.
-fn event_note(event: TranscriptEvent) -> (u32, Item) {
-    use TranscriptEvent as E;
-    match event {
-        E::AttemptFailed {
-            turn,
-            attempt,
-            error,
-            rate_limited,
-            retry_in_ms,
-            provider_paused_ms,
-            ..
-        } => {
-            let rate = rate_limited.unwrap_or(false);
-            let next = match (retry_in_ms.or(provider_paused_ms), rate) {
-                (Some(Some(ms)), _) => format!("; retried after {ms} ms"),
-                (Some(None), _) => "; not retried".into(),
-                _ => String::new(),
-            };
-            let cls = if rate { "rate" } else { "error" };
-            let text = format!("attempt {attempt} failed: {error}{next}");
-            (turn, note("attempt_failed", cls, text))
-        }
-        E::RatePause { ms, reason } => (
-            0,
-            note("rate_pause", "rate", format!("paused {ms} ms: {reason}")),
-        ),
-        E::BudgetWait { reason } => (0, note("budget_wait", "budget", reason)),
-        E::BudgetGranted { waited_ms } => (
-            0,
-            note("budget_granted", "budget", format!("waited {waited_ms} ms")),
-        ),
-        E::BudgetStop {
-            pool,
-            cap_usd,
-            spent_usd,
-            left_usd,
-            ..
-        } => (
-            0,
-            note(
-                "budget_stop",
-                "budget",
-                format!("pool {pool}: cap ${} spent ${} left ${}", cap_usd, spent_usd, left_usd),
-            ),
-        ),
-        E::Reserve {
-            turn,
-            attempt,
-            reserved_usd,
-            spent_usd,
-            ..
-        } => (
-            turn,
-            note(
-                "reserve",
-                "budget",
-                format!(
-                    "attempt {attempt}: reserved {} (spent so far ${})",
-                    usd(&reserved_usd),
-                    spent_usd
-                ),
-            ),
-        ),
-        E::Settle {
-            turn,
-            usage,
-            cost_usd,
-            spent_usd,
-            ..
-        } => (
-            turn,
-            note(
-                "settle",
-                "budget",
-                format!(
-                    "tokens in {} out {} (cache read {}); cost {}; spent ${}",
-                    usage.input_tokens,
-                    usage.output_tokens,
-                    usage.cache_read_tokens,
-                    usd(&cost_usd),
-                    spent_usd
-                ),
-            ),
-        ),
-        E::WrapUp { why, .. } => (0, note("wrap_up", "budget", format!("last request, tools off: {why}"))),
-        E::Compaction {
-            turn,
-            strategy,
-            cleared_results,
-            tokens_before,
-            tokens_after,
-            ..
-        } => (
-            turn,
-            note(
-                "compaction",
-                "compaction",
-                format!("{strategy}: cleared {cleared_results} result(s); prompt ~{tokens_before} -> ~{tokens_after} tokens"),
-            ),
-        ),
-        E::RepeatWarning { turn, tools, times, .. } => (
-            turn,
-            note("repeat_warning", "error", format!("{} repeated {times} times: warned", tools.join(", "))),
-        ),
-        E::RepeatStop { turn, tools, times, .. } => (
-            turn,
-            note("repeat_stop", "error", format!("{} repeated {times} times after the warning", tools.join(", "))),
-        ),
-        E::RequestAborted { turn, charged_usd } => (
-            turn,
-            note("request_aborted", "error", format!("cut off in flight; charged {}", usd(&charged_usd))),
-        ),
-        E::ReservationExceeded { turn, cost_usd, reserved_usd, .. } => (
-            turn,
-            note(
-                "reservation_exceeded",
-                "error",
-                format!("billed {} over the reservation {}", usd(&cost_usd), usd(&reserved_usd)),
-            ),
-        ),
-        E::UsageClamped { turn, clamps, .. } => (
-            turn,
-            note(
-                "usage_clamped",
-                "error",
-                clamps
-                    .iter()
-                    .map(|c| format!("{} reported {}, {} used: {}", c.field, c.reported, c.used, c.why))
-                    .collect::<Vec<_>>()
-                    .join("; "),
-            ),
-        ),
-        E::LedgerError { error } => (0, note("ledger_error", "error", error)),
-        E::BatchJoined { turn, batch_id, .. } => (turn, note("batch_joined", "setup", format!("batch {batch_id}"))),
-        E::BatchRecovered { turn, batch_id, result, cost_usd, .. } => (
-            turn,
-            note("batch_recovered", "setup", format!("batch {batch_id}: {result}, billed ${}", cost_usd)),
-        ),
-        E::Workspace { source, method, .. } => (
-            0,
-            note("workspace", "setup", format!("{source} ({})", method.unwrap_or_default())),
-        ),
-        E::Sandbox { level, network_for_bash, seen_at } => (
-            0,
-            note(
-                "sandbox",
-                "setup",
-                format!(
-                    "{level}; network for bash: {network_for_bash}{}",
-                    seen_at.map(|at| format!("; commands see the workspace at {at}")).unwrap_or_default()
-                ),
-            ),
-        ),
-        E::Setup { command, exit_code, output, .. } => (
-            0,
-            note("setup", "setup", format!("{command} -> exit {exit_code:?}\n{output}")),
-        ),
-        E::McpNote { note: n } => (0, note("mcp_note", "setup", n)),
-        E::McpStderr { server, line, .. } => (0, note("mcp_stderr", "setup", format!("{server}: {}", line.unwrap_or_default()))),
-        E::Patch { files, bytes, .. } => (0, note("patch", "end", format!("{} file(s), {bytes} bytes: {}", files.len(), files.join(", ")))),
-        E::PatchError { error } => (0, note("patch_error", "error", error)),
-        E::Check { command, outcome } => (0, note("check", "end", check_text(&command, outcome))),
-        E::WorkspaceEnd { kept, .. } => (0, note("workspace_end", "end", kept.map_or("removed".into(), |k| format!("kept at {k}")))),
-        // Handled by `add`; listed so a new event is a compile error here.
-        E::TaskStart { .. }
-        | E::McpReady { .. }
-        | E::ToolsChanged { .. }
-        | E::Request { .. }
-        | E::Response { .. }
-        | E::ToolCall { .. }
-        | E::ToolResult { .. }
-        | E::Stop { .. }
-        | E::TaskEnd { .. } => (0, Item::Value(json!({ "k": "ev" }))),
+        other => other_item(s, other),
     }
 }
 
-fn check_text(command: &str, outcome: CheckOutcome) -> String {
-    match outcome {
-        CheckOutcome::Cancelled { .. } => format!("{command}: cancelled"),
-        CheckOutcome::Failed { error } => format!("{command}: could not start: {error}"),
-        CheckOutcome::Ran {
-            exit_code,
-            passed,
-            timed_out,
-            output,
-            ..
-        } => format!(
-            "{command} -> exit {} ({}{})\n{output}",
-            exit_code.map_or("-".into(), |c| c.to_string()),
-            if passed { "passed" } else { "failed" },
-            if timed_out { ", timed out" } else { "" }
-        ),
-    }
+/// Any other event: a note, in the section of the turn it names.
+fn other_item(s: &mut Sections, event: TranscriptEvent) -> Item {
+    let (turn, item) = event_note(event);
+    s.at(turn, false);
+    item
 }

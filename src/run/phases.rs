@@ -178,7 +178,7 @@ impl Run {
                 }
                 None => PathBuf::from(&work.url),
             };
-            return crate::govern::store::open(&path)
+            return crate::govern::open_store(&path)
                 .map(Some)
                 .map_err(RunError::Ledger);
         }
@@ -191,7 +191,7 @@ impl Run {
             .clone()
             .or_else(|| self.plan.ledger_path.clone())
             .unwrap_or_else(|| self.out_dir.join("ledger.sqlite"));
-        crate::govern::store::open(&path)
+        crate::govern::open_store(&path)
             .map(Some)
             .map_err(RunError::Ledger)
     }

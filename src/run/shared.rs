@@ -276,7 +276,7 @@ fn killed_with_workers(
     run_id: &str,
     dir: &Path,
 ) -> Result<Option<WorkersKilled>, String> {
-    let store = crate::govern::store::open(ledger).map_err(|e| e.to_string())?;
+    let store = crate::govern::open_store(ledger).map_err(|e| e.to_string())?;
     let charges = store.run_charges(run_id).map_err(|e| e.to_string())?;
     if charges.is_empty() {
         return Ok(None);

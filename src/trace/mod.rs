@@ -4,7 +4,7 @@
 //!
 //! It sits beside `agent` and `report` and uses neither: each task's
 //! [`crate::vocab::log::TaskLog`] hands its typed events to a [`task::TaskTrace`]
-//! (a [`crate::vocab::sink::EventSink`]) that `run` attaches, so the loop is the same
+//! (a [`crate::vocab::log::EventSink`]) that `run` attaches, so the loop is the same
 //! with and without traces, and spans start and end when the events were emitted.
 //! Spans go through a bounded queue to an export thread: a collector that is down or
 //! slow costs dropped spans (counted and reported), never a slower loop.
@@ -18,7 +18,8 @@ use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
 use opentelemetry_sdk::Resource;
 
 use crate::job::TaskSpec;
-use crate::vocab::sink::{EventSink, TelemetryCounts};
+use crate::vocab::log::EventSink;
+use crate::vocab::sink::TelemetryCounts;
 
 mod attrs;
 mod config;

@@ -16,11 +16,11 @@ use opentelemetry_sdk::trace::{SdkTracer, Span};
 use super::attrs;
 use super::export::Counters;
 use crate::job::TaskSpec;
+use crate::vocab::log::EventSink;
 use crate::vocab::log::TaskResult;
 use crate::vocab::protocol::Protocol;
-use crate::vocab::sink::EventSink;
 use crate::vocab::stop::Outcome;
-use crate::vocab::transcript::{ToolOutcome, TranscriptEvent};
+use crate::vocab::transcript::{ToolOutcome, TranscriptEvent, Usd};
 
 /// What every task of the run shares.
 pub(super) struct RunInfo {
@@ -204,292 +204,75 @@ impl TaskTrace {
         ) {
             Self::close_chat(state, at);
         }
-        // Contents when asked for, each cut to the limit.
-        let limit = self.run.value_limit;
-        let content = self.run.content;
-        let clip = |v: String| attrs::clip(v, limit);
         match event {
             E::Reserve { .. } => state.reserved_at = Some(at),
-            E::BudgetWait { reason } => {
-                let root = self.root(state, at).span();
-                root.add_event_with_timestamp(
-                    "agentbatch.budget_wait",
-                    at,
-                    vec![KeyValue::new("agentbatch.reason", reason.clone())],
-                );
-            }
+            E::BudgetWait { reason } => self.task_event(
+                state,
+                at,
+                "agentbatch.budget_wait",
+                vec![KeyValue::new("agentbatch.reason", reason.clone())],
+            ),
             E::BudgetGranted { waited_ms } => {
                 state.budget_wait_ms += waited_ms;
-                let root = self.root(state, at).span();
-                root.add_event_with_timestamp(
-                    "agentbatch.budget_granted",
+                self.task_event(
+                    state,
                     at,
+                    "agentbatch.budget_granted",
                     vec![KeyValue::new("agentbatch.waited_ms", ms(*waited_ms))],
                 );
             }
-            E::RatePause { ms: pause, reason } => {
-                let root = self.root(state, at).span();
-                root.add_event_with_timestamp(
-                    "agentbatch.rate_pause",
-                    at,
-                    vec![
-                        KeyValue::new("agentbatch.pause_ms", ms(*pause)),
-                        KeyValue::new("agentbatch.reason", reason.clone()),
-                    ],
-                );
-            }
-            E::Request {
-                turn,
-                attempt,
-                max_tokens,
-                new_messages,
-                params,
-                ..
-            } => {
-                if let Some(p) = params {
-                    state.server = server(&p.url);
-                    state.stream = p.extra.get("stream").and_then(|s| s.as_bool()) == Some(true);
-                    state.declared = Some(attrs::tool_names(&p.tools));
-                }
-                let mut a = self.common.clone();
-                a.extend(state.server.iter().cloned());
-                a.extend([
-                    KeyValue::new("gen_ai.operation.name", "chat"),
-                    KeyValue::new("gen_ai.request.max_tokens", i64::from(*max_tokens)),
-                    KeyValue::new("agentbatch.turn", i64::from(*turn)),
-                    KeyValue::new("agentbatch.attempt", i64::from(*attempt)),
-                ]);
-                if state.stream {
-                    a.push(KeyValue::new("gen_ai.request.stream", true));
-                }
-                if let Some(reserved) = state.reserved_at.take() {
-                    let waited = at.duration_since(reserved).unwrap_or_default();
-                    a.push(KeyValue::new(
-                        "agentbatch.rate_wait_ms",
-                        ms(waited.as_millis() as u64),
-                    ));
-                }
-                if state.budget_wait_ms > 0 {
-                    a.push(KeyValue::new(
-                        "agentbatch.budget_wait_ms",
-                        ms(std::mem::take(&mut state.budget_wait_ms)),
-                    ));
-                }
-                if content {
-                    a.push(KeyValue::new(
-                        "gen_ai.input.messages",
-                        clip(new_messages.to_string()),
-                    ));
-                    if let Some(system) = params.as_ref().and_then(|p| p.system.as_ref()) {
-                        a.push(KeyValue::new(
-                            "gen_ai.system_instructions",
-                            clip(
-                                serde_json::json!([{"type": "text", "content": system}])
-                                    .to_string(),
-                            ),
-                        ));
-                    }
-                    if let Some(p) = params {
-                        a.push(KeyValue::new(
-                            "gen_ai.tool.definitions",
-                            clip(p.tools.to_string()),
-                        ));
-                    }
-                }
-                let builder = self
-                    .tracer
-                    .span_builder(format!("chat {}", self.model))
-                    .with_kind(SpanKind::Client)
-                    .with_start_time(at)
-                    .with_attributes(a);
-                let root = self.root(state, at).clone();
-                state.pending = Some((builder, root));
-            }
+            E::RatePause { ms: pause, reason } => self.task_event(
+                state,
+                at,
+                "agentbatch.rate_pause",
+                vec![
+                    KeyValue::new("agentbatch.pause_ms", ms(*pause)),
+                    KeyValue::new("agentbatch.reason", reason.clone()),
+                ],
+            ),
+            E::Request { .. } => self.on_request(state, at, event),
             E::BatchJoined { batch_id, .. } => {
                 if let Some(chat) = &mut state.chat {
                     chat.span
                         .set_attribute(KeyValue::new("agentbatch.batch_id", batch_id.clone()));
                 }
             }
-            E::Response {
-                request_id,
-                body,
-                ttft_ms,
-                replayed,
-                ..
-            } => {
-                if let Some(chat) = &mut state.chat {
-                    chat.answered_at = Some(at);
-                    if let Some(body) = body {
-                        chat.span.set_attributes(attrs::answer(body));
-                        if content {
-                            chat.span.set_attribute(KeyValue::new(
-                                "gen_ai.output.messages",
-                                clip(attrs::output_messages(self.protocol, body)),
-                            ));
-                        }
-                    }
-                    if let Some(id) = request_id {
-                        chat.span
-                            .set_attribute(KeyValue::new("agentbatch.request_id", id.clone()));
-                    }
-                    if let Some(t) = ttft_ms {
-                        chat.span.set_attribute(KeyValue::new(
-                            "gen_ai.response.time_to_first_chunk",
-                            *t as f64 / 1000.0,
-                        ));
-                    }
-                    // Settled at $0 with no tokens now: what the answer used when the
-                    // killed attempt paid for it.
-                    let first_use = body
-                        .as_ref()
-                        .filter(|_| *replayed)
-                        .and_then(|b| crate::model::usage_of(self.protocol, b))
-                        .map(|r| r.usage);
-                    if let Some(u) = first_use {
-                        chat.span.set_attributes(attrs::replayed_usage(&u));
-                    }
-                }
-            }
-            E::Settle {
-                usage,
-                usage_estimated,
-                cost_usd,
-                ..
-            } => {
-                if let Some(chat) = &mut state.chat {
-                    chat.span.set_attributes(attrs::usage(usage));
-                    if *usage_estimated {
-                        chat.span
-                            .set_attribute(KeyValue::new("agentbatch.usage_estimated", true));
-                    }
-                    if let Some(c) = cost_usd {
-                        chat.span
-                            .set_attribute(attrs::usd("agentbatch.cost_usd", c.0));
-                    }
-                }
-            }
-            E::AttemptFailed {
-                error,
-                retryable,
-                rate_limited,
-                charged_usd,
-                provider_paused_ms,
-                retry_in_ms,
-                ..
-            } => {
-                if let Some(mut chat) = state.chat.take() {
-                    let s = &mut chat.span;
-                    s.set_attributes([
-                        KeyValue::new("error.type", attrs::request_error_type(error)),
-                        KeyValue::new("agentbatch.retried", *retryable),
-                    ]);
-                    if *rate_limited == Some(true) {
-                        s.set_attribute(KeyValue::new("agentbatch.rate_limited", true));
-                    }
-                    if let Some(c) = charged_usd {
-                        s.set_attribute(attrs::usd("agentbatch.charged_usd", c.0));
-                    }
-                    if let Some(Some(p)) = provider_paused_ms {
-                        s.set_attribute(KeyValue::new("agentbatch.provider_paused_ms", ms(*p)));
-                    }
-                    if let Some(Some(r)) = retry_in_ms {
-                        s.set_attribute(KeyValue::new("agentbatch.retry_in_ms", ms(*r)));
-                    }
-                    s.set_status(Status::error(crate::text::prefix(error, 300)));
-                    s.end_with_timestamp(chat.answered_at.unwrap_or(at));
-                }
-            }
-            E::RequestAborted { charged_usd, .. } => {
-                if let Some(mut chat) = state.chat.take() {
-                    chat.span
-                        .set_attribute(KeyValue::new("error.type", "cancelled"));
-                    if let Some(c) = charged_usd {
-                        chat.span
-                            .set_attribute(attrs::usd("agentbatch.charged_usd", c.0));
-                    }
-                    chat.span.set_status(Status::error(
-                        "cut off in flight by the task's deadline or the run's cancellation",
-                    ));
-                    chat.span.end_with_timestamp(at);
-                }
-            }
-            E::ToolCall {
-                turn,
-                id,
-                name,
-                input,
-            } => {
-                let mut a = vec![
-                    KeyValue::new("gen_ai.operation.name", "execute_tool"),
-                    KeyValue::new("gen_ai.tool.name", name.clone()),
-                    KeyValue::new("gen_ai.tool.call.id", id.clone()),
-                    KeyValue::new("gen_ai.tool.type", "function"),
-                    KeyValue::new("gen_ai.conversation.id", self.conversation.clone()),
-                    KeyValue::new("agentbatch.turn", i64::from(*turn)),
-                ];
-                if content {
-                    a.push(KeyValue::new(
-                        "gen_ai.tool.call.arguments",
-                        clip(input.to_string()),
-                    ));
-                }
-                let builder = self
-                    .tracer
-                    .span_builder(format!("execute_tool {name}"))
-                    .with_kind(SpanKind::Internal)
-                    .with_start_time(at)
-                    .with_attributes(a);
-                let root = self.root(state, at).clone();
-                let span = self.start(builder, &root);
-                state.tools.push((id.clone(), span));
-            }
-            E::ToolResult {
-                id, name, outcome, ..
-            } => {
-                let Some(i) = state.tools.iter().position(|(t, _)| t == id) else {
-                    return;
-                };
-                let (_, mut span) = state.tools.remove(i);
-                let declared = state.declared.as_ref();
-                let undeclared = declared.is_some_and(|d| !d.iter().any(|n| n == name));
-                tool_outcome(&mut span, outcome, content.then_some(limit), undeclared);
-                span.end_with_timestamp(at);
-            }
+            E::Response { .. } => self.on_response(state, at, event),
+            E::Settle { .. } => Self::on_settle(state, event),
+            E::AttemptFailed { .. } => Self::on_attempt_failed(state, at, event),
+            E::RequestAborted { charged_usd, .. } => Self::on_aborted(state, at, charged_usd),
+            E::ToolCall { .. } => self.on_tool_call(state, at, event),
+            E::ToolResult { .. } => self.on_tool_result(state, at, event),
             E::Compaction {
                 strategy,
                 tokens_before,
                 tokens_after,
                 ..
-            } => {
-                let root = self.root(state, at).span();
-                root.add_event_with_timestamp(
-                    "agentbatch.compaction",
-                    at,
-                    vec![
-                        KeyValue::new("agentbatch.strategy", strategy.clone()),
-                        KeyValue::new("agentbatch.tokens_before", ms(*tokens_before)),
-                        KeyValue::new("agentbatch.tokens_after", ms(*tokens_after)),
-                    ],
-                );
-            }
-            E::WrapUp { why, .. } => {
-                let root = self.root(state, at).span();
-                root.add_event_with_timestamp(
-                    "agentbatch.wrap_up",
-                    at,
-                    vec![KeyValue::new("agentbatch.reason", why.clone())],
-                );
-            }
+            } => self.task_event(
+                state,
+                at,
+                "agentbatch.compaction",
+                vec![
+                    KeyValue::new("agentbatch.strategy", strategy.clone()),
+                    KeyValue::new("agentbatch.tokens_before", ms(*tokens_before)),
+                    KeyValue::new("agentbatch.tokens_after", ms(*tokens_after)),
+                ],
+            ),
+            E::WrapUp { why, .. } => self.task_event(
+                state,
+                at,
+                "agentbatch.wrap_up",
+                vec![KeyValue::new("agentbatch.reason", why.clone())],
+            ),
             E::RepeatWarning { times, .. } | E::RepeatStop { times, .. } => {
                 let name = match event {
                     E::RepeatStop { .. } => "agentbatch.repeat_stop",
                     _ => "agentbatch.repeat_warning",
                 };
-                let root = self.root(state, at).span();
-                root.add_event_with_timestamp(
-                    name,
+                self.task_event(
+                    state,
                     at,
+                    name,
                     vec![KeyValue::new("agentbatch.times", i64::from(*times))],
                 );
             }
@@ -497,6 +280,278 @@ impl TaskTrace {
                 self.root(state, at);
             }
         }
+    }
+
+    /// An event on the task's span (a wait, a pause, a compaction), which starts it if it
+    /// has not started yet.
+    fn task_event(
+        &self,
+        state: &mut State,
+        at: SystemTime,
+        name: &'static str,
+        attributes: Vec<KeyValue>,
+    ) {
+        let root = self.root(state, at).span();
+        root.add_event_with_timestamp(name, at, attributes);
+    }
+
+    /// A content attribute's value, cut to the run's limit.
+    fn clip(&self, v: String) -> String {
+        attrs::clip(v, self.run.value_limit)
+    }
+
+    /// A request sent: its `chat` span is built now and started at the next event, which
+    /// says whether it went out or its answer is replayed.
+    fn on_request(&self, state: &mut State, at: SystemTime, event: &TranscriptEvent) {
+        let TranscriptEvent::Request {
+            turn,
+            attempt,
+            max_tokens,
+            new_messages,
+            params,
+            ..
+        } = event
+        else {
+            return;
+        };
+        let params = params.as_ref();
+        if let Some(p) = params {
+            state.server = server(&p.url);
+            state.stream = p.extra.get("stream").and_then(|s| s.as_bool()) == Some(true);
+            state.declared = Some(attrs::tool_names(&p.tools));
+        }
+        let mut a = self.common.clone();
+        a.extend(state.server.iter().cloned());
+        a.extend([
+            KeyValue::new("gen_ai.operation.name", "chat"),
+            KeyValue::new("gen_ai.request.max_tokens", i64::from(*max_tokens)),
+            KeyValue::new("agentbatch.turn", i64::from(*turn)),
+            KeyValue::new("agentbatch.attempt", i64::from(*attempt)),
+        ]);
+        if state.stream {
+            a.push(KeyValue::new("gen_ai.request.stream", true));
+        }
+        if let Some(reserved) = state.reserved_at.take() {
+            let waited = at.duration_since(reserved).unwrap_or_default();
+            a.push(KeyValue::new(
+                "agentbatch.rate_wait_ms",
+                ms(waited.as_millis() as u64),
+            ));
+        }
+        if state.budget_wait_ms > 0 {
+            a.push(KeyValue::new(
+                "agentbatch.budget_wait_ms",
+                ms(std::mem::take(&mut state.budget_wait_ms)),
+            ));
+        }
+        if self.run.content {
+            a.push(KeyValue::new(
+                "gen_ai.input.messages",
+                self.clip(new_messages.to_string()),
+            ));
+            if let Some(system) = params.and_then(|p| p.system.as_ref()) {
+                a.push(KeyValue::new(
+                    "gen_ai.system_instructions",
+                    self.clip(serde_json::json!([{"type": "text", "content": system}]).to_string()),
+                ));
+            }
+            if let Some(p) = params {
+                a.push(KeyValue::new(
+                    "gen_ai.tool.definitions",
+                    self.clip(p.tools.to_string()),
+                ));
+            }
+        }
+        let builder = self
+            .tracer
+            .span_builder(format!("chat {}", self.model))
+            .with_kind(SpanKind::Client)
+            .with_start_time(at)
+            .with_attributes(a);
+        let root = self.root(state, at).clone();
+        state.pending = Some((builder, root));
+    }
+
+    /// An answer to the request in flight: what it says, on its `chat` span.
+    fn on_response(&self, state: &mut State, at: SystemTime, event: &TranscriptEvent) {
+        let TranscriptEvent::Response {
+            request_id,
+            body,
+            ttft_ms,
+            replayed,
+            ..
+        } = event
+        else {
+            return;
+        };
+        let Some(chat) = &mut state.chat else {
+            return;
+        };
+        chat.answered_at = Some(at);
+        if let Some(body) = body {
+            chat.span.set_attributes(attrs::answer(body));
+            if self.run.content {
+                chat.span.set_attribute(KeyValue::new(
+                    "gen_ai.output.messages",
+                    self.clip(attrs::output_messages(self.protocol, body)),
+                ));
+            }
+        }
+        if let Some(id) = request_id {
+            chat.span
+                .set_attribute(KeyValue::new("agentbatch.request_id", id.clone()));
+        }
+        if let Some(t) = ttft_ms {
+            chat.span.set_attribute(KeyValue::new(
+                "gen_ai.response.time_to_first_chunk",
+                *t as f64 / 1000.0,
+            ));
+        }
+        // Settled at $0 with no tokens now: what the answer used when the
+        // killed attempt paid for it.
+        let first_use = body
+            .as_ref()
+            .filter(|_| *replayed)
+            .and_then(|b| crate::model::usage_of(self.protocol, b))
+            .map(|r| r.usage);
+        if let Some(u) = first_use {
+            chat.span.set_attributes(attrs::replayed_usage(&u));
+        }
+    }
+
+    /// What the attempt's answer used and cost, on its `chat` span.
+    fn on_settle(state: &mut State, event: &TranscriptEvent) {
+        let TranscriptEvent::Settle {
+            usage,
+            usage_estimated,
+            cost_usd,
+            ..
+        } = event
+        else {
+            return;
+        };
+        let Some(chat) = &mut state.chat else {
+            return;
+        };
+        chat.span.set_attributes(attrs::usage(usage));
+        if *usage_estimated {
+            chat.span
+                .set_attribute(KeyValue::new("agentbatch.usage_estimated", true));
+        }
+        if let Some(c) = cost_usd {
+            chat.span
+                .set_attribute(attrs::usd("agentbatch.cost_usd", c.0));
+        }
+    }
+
+    /// A request cut off in flight: its `chat` span ends as cancelled.
+    fn on_aborted(state: &mut State, at: SystemTime, charged_usd: &Option<Usd>) {
+        let Some(mut chat) = state.chat.take() else {
+            return;
+        };
+        chat.span
+            .set_attribute(KeyValue::new("error.type", "cancelled"));
+        if let Some(c) = charged_usd {
+            chat.span
+                .set_attribute(attrs::usd("agentbatch.charged_usd", c.0));
+        }
+        chat.span.set_status(Status::error(
+            "cut off in flight by the task's deadline or the run's cancellation",
+        ));
+        chat.span.end_with_timestamp(at);
+    }
+
+    /// A tool call's result: its `execute_tool` span ends with the outcome.
+    fn on_tool_result(&self, state: &mut State, at: SystemTime, event: &TranscriptEvent) {
+        let TranscriptEvent::ToolResult {
+            id, name, outcome, ..
+        } = event
+        else {
+            return;
+        };
+        let Some(i) = state.tools.iter().position(|(t, _)| t == id) else {
+            return;
+        };
+        let (_, mut span) = state.tools.remove(i);
+        let declared = state.declared.as_ref();
+        let undeclared = declared.is_some_and(|d| !d.iter().any(|n| n == name));
+        let limit = self.run.content.then_some(self.run.value_limit);
+        tool_outcome(&mut span, outcome, limit, undeclared);
+        span.end_with_timestamp(at);
+    }
+
+    /// A failed attempt: its `chat` span ends as an error, with what the failure meant.
+    fn on_attempt_failed(state: &mut State, at: SystemTime, event: &TranscriptEvent) {
+        let TranscriptEvent::AttemptFailed {
+            error,
+            retryable,
+            rate_limited,
+            charged_usd,
+            provider_paused_ms,
+            retry_in_ms,
+            ..
+        } = event
+        else {
+            return;
+        };
+        let Some(mut chat) = state.chat.take() else {
+            return;
+        };
+        let s = &mut chat.span;
+        s.set_attributes([
+            KeyValue::new("error.type", attrs::request_error_type(error)),
+            KeyValue::new("agentbatch.retried", *retryable),
+        ]);
+        if *rate_limited == Some(true) {
+            s.set_attribute(KeyValue::new("agentbatch.rate_limited", true));
+        }
+        if let Some(c) = charged_usd {
+            s.set_attribute(attrs::usd("agentbatch.charged_usd", c.0));
+        }
+        if let Some(Some(p)) = provider_paused_ms {
+            s.set_attribute(KeyValue::new("agentbatch.provider_paused_ms", ms(*p)));
+        }
+        if let Some(Some(r)) = retry_in_ms {
+            s.set_attribute(KeyValue::new("agentbatch.retry_in_ms", ms(*r)));
+        }
+        s.set_status(Status::error(crate::text::prefix(error, 300)));
+        s.end_with_timestamp(chat.answered_at.unwrap_or(at));
+    }
+
+    /// A tool call: its `execute_tool` span starts, ended by the call's result.
+    fn on_tool_call(&self, state: &mut State, at: SystemTime, event: &TranscriptEvent) {
+        let TranscriptEvent::ToolCall {
+            turn,
+            id,
+            name,
+            input,
+        } = event
+        else {
+            return;
+        };
+        let mut a = vec![
+            KeyValue::new("gen_ai.operation.name", "execute_tool"),
+            KeyValue::new("gen_ai.tool.name", name.clone()),
+            KeyValue::new("gen_ai.tool.call.id", id.clone()),
+            KeyValue::new("gen_ai.tool.type", "function"),
+            KeyValue::new("gen_ai.conversation.id", self.conversation.clone()),
+            KeyValue::new("agentbatch.turn", i64::from(*turn)),
+        ];
+        if self.run.content {
+            a.push(KeyValue::new(
+                "gen_ai.tool.call.arguments",
+                self.clip(input.to_string()),
+            ));
+        }
+        let builder = self
+            .tracer
+            .span_builder(format!("execute_tool {name}"))
+            .with_kind(SpanKind::Internal)
+            .with_start_time(at)
+            .with_attributes(a);
+        let root = self.root(state, at).clone();
+        let span = self.start(builder, &root);
+        state.tools.push((id.clone(), span));
     }
 
     /// Ends the task's span with its row's figures.

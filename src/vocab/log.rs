@@ -9,7 +9,6 @@ use rust_decimal::Decimal;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::oneshot;
 
-use crate::vocab::sink::EventSink;
 use crate::vocab::stop::{Outcome, StopReason};
 use crate::vocab::transcript::{TranscriptEvent, TranscriptLine};
 use crate::vocab::usage::Usage;
@@ -131,6 +130,18 @@ impl Stamped {
         self.append_line(&mut out);
         String::from_utf8(out).unwrap_or_default()
     }
+}
+
+/// What else may watch a task's events besides the reporter: each typed event before it
+/// is serialized, and the task's final record. The loop does not know whether one is
+/// attached; the run attaches one (the OpenTelemetry traces of `trace/`) when it is asked
+/// for. Called on the loop's own task, so an implementation must return at once: it may
+/// record and queue, never wait.
+pub trait EventSink: Send + Sync {
+    /// One transcript event, `at` the moment it was emitted.
+    fn event(&self, at: SystemTime, event: &TranscriptEvent);
+    /// The task's row of results.csv: its last event.
+    fn finished(&self, result: &TaskResult);
 }
 
 /// A task's handle for writing its transcript. The channel is unbounded so that logging

@@ -1,23 +1,11 @@
-//! What else may watch a task's events besides the reporter: a [`EventSink`] that
-//! [`super::log::TaskLog`] hands every typed event to, before it is serialized, and the
-//! task's final record. The loop does not know whether one is attached; the run attaches
-//! one (the OpenTelemetry traces of `trace/`) when it is asked for.
-
-use std::time::SystemTime;
+//! What else follows a run's events besides the reporter: the transcripts as the
+//! reporter writes them (the report page's views), and what became of a run's telemetry.
+//! The [`EventSink`](crate::vocab::log::EventSink) a task's log hands its events to is in
+//! `log.rs` beside that log, which calls it.
 
 use serde::Serialize;
 
-use crate::vocab::log::TaskResult;
 use crate::vocab::transcript::TranscriptEvent;
-
-/// Receives a task's events as they happen. Called on the loop's own task, so an
-/// implementation must return at once: it may record and queue, never wait.
-pub trait EventSink: Send + Sync {
-    /// One transcript event, `at` the moment it was emitted.
-    fn event(&self, at: SystemTime, event: &TranscriptEvent);
-    /// The task's row of results.csv: its last event.
-    fn finished(&self, result: &TaskResult);
-}
 
 /// Follows the transcripts as the reporter writes them: each event once its line is in
 /// the file, in the file's order, on the reporter's own thread, then each finished

@@ -16,7 +16,8 @@ const LAYERS: &[&[&str]] = &[
     &["agent", "report", "trace"],
     &["audit", "compare", "page"],
     &["run"],
-    &["commands", "bench"],
+    &["bench"],
+    &["commands"],
 ];
 
 fn layer_of(module: &str) -> Option<usize> {
@@ -158,6 +159,752 @@ fn no_source_file_grows_past_the_size_the_architecture_allows() {
         "split these by concern (or list them in LONG_FILES with the reason in docs/ARCHITECTURE.md):\n{}",
         long.join("\n")
     );
+}
+
+/// A Rust file's code with its comments, strings and character literals blanked out
+/// (newlines kept, so line numbers hold): what is left of braces and paths is code.
+fn code_only(text: &str) -> String {
+    let c: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    let blank = |out: &mut String, ch: char| out.push(if ch == '\n' { '\n' } else { ' ' });
+    let ident = |ch: char| ch.is_alphanumeric() || ch == '_';
+    let mut i = 0;
+    while i < c.len() {
+        let prev_ident = i > 0 && ident(c[i - 1]);
+        if c[i] == '/' && c.get(i + 1) == Some(&'/') {
+            while i < c.len() && c[i] != '\n' {
+                blank(&mut out, c[i]);
+                i += 1;
+            }
+        } else if c[i] == '/' && c.get(i + 1) == Some(&'*') {
+            let mut depth = 0;
+            while i < c.len() {
+                if c[i] == '/' && c.get(i + 1) == Some(&'*') {
+                    depth += 1;
+                    out.push_str("  ");
+                    i += 2;
+                } else if c[i] == '*' && c.get(i + 1) == Some(&'/') {
+                    depth -= 1;
+                    out.push_str("  ");
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    blank(&mut out, c[i]);
+                    i += 1;
+                }
+            }
+        } else if !prev_ident && (c[i] == 'r' || (c[i] == 'b' && c.get(i + 1) == Some(&'r'))) && {
+            let mut j = i + if c[i] == 'b' { 2 } else { 1 };
+            while c.get(j) == Some(&'#') {
+                j += 1;
+            }
+            c.get(j) == Some(&'"')
+        } {
+            // A raw string: r"..", r#".."#, br"..".
+            let mut j = i + if c[i] == 'b' { 2 } else { 1 };
+            let mut hashes = 0;
+            while c[j] == '#' {
+                hashes += 1;
+                j += 1;
+            }
+            j += 1;
+            while j < c.len() {
+                if c[j] == '"' && (1..=hashes).all(|k| c.get(j + k) == Some(&'#')) {
+                    j += 1 + hashes;
+                    break;
+                }
+                j += 1;
+            }
+            for &ch in &c[i..j.min(c.len())] {
+                blank(&mut out, ch);
+            }
+            i = j;
+        } else if c[i] == '"' {
+            let mut j = i + 1;
+            while j < c.len() && c[j] != '"' {
+                j += if c[j] == '\\' { 2 } else { 1 };
+            }
+            for &ch in &c[i..(j + 1).min(c.len())] {
+                blank(&mut out, ch);
+            }
+            i = j + 1;
+        } else if c[i] == '\'' && (!prev_ident || (c[i - 1] == 'b' && (i < 2 || !ident(c[i - 2]))))
+        {
+            // A character literal ('x', '\n', '\'', b'"'), not a lifetime or a label ('a).
+            let end = if c.get(i + 1) == Some(&'\\') {
+                let mut j = i + 3;
+                while j < c.len() && c[j] != '\'' {
+                    j += 1;
+                }
+                Some(j)
+            } else if c.get(i + 2) == Some(&'\'') {
+                Some(i + 2)
+            } else {
+                None
+            };
+            match end {
+                Some(j) => {
+                    for &ch in &c[i..(j + 1).min(c.len())] {
+                        blank(&mut out, ch);
+                    }
+                    i = j + 1;
+                }
+                None => {
+                    out.push('\'');
+                    i += 1;
+                }
+            }
+        } else {
+            out.push(c[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// A token of code: an identifier (or number), `::`, or one punctuation character, with
+/// its line (1-based).
+fn tokens(code: &str) -> Vec<(String, usize)> {
+    let c: Vec<char> = code.chars().collect();
+    let mut out = Vec::new();
+    let mut line = 1;
+    let mut i = 0;
+    while i < c.len() {
+        let ch = c[i];
+        if ch == '\n' {
+            line += 1;
+            i += 1;
+        } else if ch.is_whitespace() {
+            i += 1;
+        } else if ch.is_alphanumeric() || ch == '_' {
+            let start = i;
+            while i < c.len() && (c[i].is_alphanumeric() || c[i] == '_') {
+                i += 1;
+            }
+            out.push((c[start..i].iter().collect(), line));
+        } else if ch == ':' && c.get(i + 1) == Some(&':') {
+            out.push(("::".to_string(), line));
+            i += 2;
+        } else {
+            out.push((ch.to_string(), line));
+            i += 1;
+        }
+    }
+    out
+}
+
+/// For each token, the inline modules it sits in (`mod name { .. }`), and whether one of
+/// them is a `#[cfg(test)]` module.
+fn inline_modules(toks: &[(String, usize)]) -> Vec<(Vec<String>, bool)> {
+    let mut stack: Vec<(String, usize, bool)> = Vec::new();
+    let mut depth = 0usize;
+    let mut out = Vec::with_capacity(toks.len());
+    for (i, (t, _)) in toks.iter().enumerate() {
+        if t == "{" {
+            depth += 1;
+            if i >= 2 && toks[i - 2].0 == "mod" {
+                let test = cfg_test_before(toks, i - 2) || stack.last().is_some_and(|s| s.2);
+                stack.push((toks[i - 1].0.clone(), depth, test));
+            }
+        }
+        out.push((
+            stack.iter().map(|s| s.0.clone()).collect(),
+            stack.last().is_some_and(|s| s.2),
+        ));
+        if t == "}" {
+            if stack.last().is_some_and(|s| s.1 == depth) {
+                stack.pop();
+            }
+            depth = depth.saturating_sub(1);
+        }
+    }
+    out
+}
+
+/// Whether the item starting at token `at` (after `pub` and the like) has `#[cfg(test)]`.
+fn cfg_test_before(toks: &[(String, usize)], at: usize) -> bool {
+    let mut i = at;
+    while i > 0
+        && matches!(
+            toks[i - 1].0.as_str(),
+            "pub" | "crate" | "(" | ")" | "super"
+        )
+    {
+        i -= 1;
+    }
+    while i > 0 && toks[i - 1].0 == "]" {
+        let end = i - 1;
+        let mut j = end;
+        while j > 0 && toks[j].0 != "[" {
+            j -= 1;
+        }
+        if j == 0 || toks[j - 1].0 != "#" {
+            return false;
+        }
+        let attr: String = toks[j + 1..end].iter().map(|t| t.0.as_str()).collect();
+        if attr == "cfg(test)" {
+            return true;
+        }
+        i = j - 1;
+    }
+    false
+}
+
+/// A file of src that holds tests only: `tests.rs`, `*_tests.rs`, or under a `tests/`.
+fn is_test_file(rel: &Path) -> bool {
+    let name = rel.file_name().unwrap().to_string_lossy();
+    name == "tests.rs"
+        || name.ends_with("_tests.rs")
+        || rel.components().any(|c| c.as_os_str() == "tests")
+}
+
+/// The module path of a file of src: `govern/store.rs` is `govern::store`, `sim/batch/
+/// mod.rs` is `sim::batch`.
+fn module_path(rel: &Path) -> Vec<String> {
+    let mut parts: Vec<String> = rel
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().to_string())
+        .collect();
+    let last = parts.pop().unwrap();
+    if last != "mod.rs" {
+        parts.push(last.trim_end_matches(".rs").to_string());
+    }
+    parts
+}
+
+/// The paths a file names from `crate::`, `super::` and `self::` (`use` groups opened,
+/// on any number of lines), each made absolute from the crate root; code of
+/// `#[cfg(test)]` modules left out.
+fn absolute_paths(text: &str, own: &[String]) -> Vec<(Vec<String>, usize)> {
+    let toks = tokens(&code_only(text));
+    let inline = inline_modules(&toks);
+    let mut found = Vec::new();
+    let mut i = 0;
+    while i < toks.len() {
+        let t = toks[i].0.as_str();
+        let starts = matches!(t, "crate" | "super" | "self")
+            && toks.get(i + 1).is_some_and(|n| n.0 == "::")
+            && (i == 0 || !matches!(toks[i - 1].0.as_str(), "::" | "$"));
+        if !starts || inline[i].1 {
+            i += 1;
+            continue;
+        }
+        let mut here: Vec<String> = own.to_vec();
+        here.extend(inline[i].0.iter().cloned());
+        let mut base = match t {
+            "crate" => Vec::new(),
+            _ => here.clone(),
+        };
+        let mut j = i;
+        while toks.get(j).is_some_and(|x| x.0 == "super") {
+            base.pop();
+            j += 2;
+        }
+        if t == "self" || t == "crate" {
+            j += 2;
+        }
+        let line = toks[i].1;
+        i = path_tail(&toks, j, base, line, &mut found);
+    }
+    found
+}
+
+/// Reads the rest of a path from token `at` (segments, `::`, `{ .. }` groups) after
+/// `base`, adding each full path to `found`; returns the token after the path.
+fn path_tail(
+    toks: &[(String, usize)],
+    mut at: usize,
+    mut base: Vec<String>,
+    line: usize,
+    found: &mut Vec<(Vec<String>, usize)>,
+) -> usize {
+    loop {
+        let Some((t, _)) = toks.get(at) else {
+            found.push((base, line));
+            return at;
+        };
+        if t == "{" {
+            at += 1;
+            loop {
+                match toks.get(at).map(|x| x.0.as_str()) {
+                    None => return at,
+                    Some("}") => return at + 1,
+                    Some(",") => at += 1,
+                    Some("self") => {
+                        found.push((base.clone(), line));
+                        at += 1;
+                    }
+                    // `*`, `as alias` and the like end a path: step over them.
+                    Some(_) => at = path_tail(toks, at, base.clone(), line, found).max(at + 1),
+                }
+            }
+        }
+        if t.chars().all(|c| c.is_alphanumeric() || c == '_') && t != "as" {
+            base.push(t.clone());
+            if toks.get(at + 1).is_some_and(|x| x.0 == "::") {
+                at += 2;
+                continue;
+            }
+            found.push((base, line));
+            return at + 1;
+        }
+        found.push((base, line));
+        return at;
+    }
+}
+
+/// The file a module path names: the longest start of it that is a file of `files`.
+fn file_of(path: &[String], files: &[(PathBuf, Vec<String>)]) -> Option<usize> {
+    (1..=path.len())
+        .rev()
+        .find_map(|n| files.iter().position(|(_, m)| m.as_slice() == &path[..n]))
+}
+
+/// Which file of src uses which other file of its own top-level module (test code left
+/// out), as indices into the file list.
+fn file_graph(src: &Path) -> (Vec<String>, Vec<Vec<usize>>) {
+    let mut all = Vec::new();
+    rust_files(src, &mut all);
+    all.sort();
+    let files: Vec<(PathBuf, Vec<String>)> = all
+        .into_iter()
+        .map(|f| f.strip_prefix(src).unwrap().to_path_buf())
+        .filter(|rel| !is_test_file(rel))
+        .map(|rel| {
+            let m = module_path(&rel);
+            (rel, m)
+        })
+        .collect();
+    let mut edges = vec![Vec::new(); files.len()];
+    for (n, (rel, own)) in files.iter().enumerate() {
+        let text = std::fs::read_to_string(src.join(rel)).unwrap();
+        for (path, _) in absolute_paths(&text, own) {
+            if path.first() != own.first() {
+                continue;
+            }
+            if let Some(to) = file_of(&path, &files) {
+                if to != n && !edges[n].contains(&to) {
+                    edges[n].push(to);
+                }
+            }
+        }
+    }
+    let names = files
+        .iter()
+        .map(|(rel, _)| rel.display().to_string())
+        .collect();
+    (names, edges)
+}
+
+/// Each cycle of files: the strongly connected components of more than one file
+/// (Tarjan), each given as its files sorted and one cycle through them, `a -> b -> a`.
+fn file_cycles(src: &Path) -> Vec<(Vec<String>, String)> {
+    let (names, edges) = file_graph(src);
+    struct Tarjan<'a> {
+        edges: &'a [Vec<usize>],
+        index: Vec<Option<usize>>,
+        low: Vec<usize>,
+        on_stack: Vec<bool>,
+        stack: Vec<usize>,
+        next: usize,
+        found: Vec<Vec<usize>>,
+    }
+    impl Tarjan<'_> {
+        fn visit(&mut self, v: usize) {
+            self.index[v] = Some(self.next);
+            self.low[v] = self.next;
+            self.next += 1;
+            self.stack.push(v);
+            self.on_stack[v] = true;
+            for &w in &self.edges[v] {
+                match self.index[w] {
+                    None => {
+                        self.visit(w);
+                        self.low[v] = self.low[v].min(self.low[w]);
+                    }
+                    Some(i) if self.on_stack[w] => self.low[v] = self.low[v].min(i),
+                    Some(_) => {}
+                }
+            }
+            if Some(self.low[v]) == self.index[v] {
+                let mut component = Vec::new();
+                while let Some(w) = self.stack.pop() {
+                    self.on_stack[w] = false;
+                    component.push(w);
+                    if w == v {
+                        break;
+                    }
+                }
+                if component.len() > 1 {
+                    self.found.push(component);
+                }
+            }
+        }
+    }
+    let mut t = Tarjan {
+        edges: &edges,
+        index: vec![None; names.len()],
+        low: vec![0; names.len()],
+        on_stack: vec![false; names.len()],
+        stack: Vec::new(),
+        next: 0,
+        found: Vec::new(),
+    };
+    for v in 0..names.len() {
+        if t.index[v].is_none() {
+            t.visit(v);
+        }
+    }
+    t.found
+        .iter()
+        .map(|component| {
+            let start = *component.iter().min().unwrap();
+            let cycle = cycle_through(start, component, &edges);
+            let mut files: Vec<String> = component.iter().map(|&v| names[v].clone()).collect();
+            files.sort();
+            let shown: Vec<&str> = cycle.iter().map(|&v| names[v].as_str()).collect();
+            (files, format!("{} -> {}", shown.join(" -> "), names[start]))
+        })
+        .collect()
+}
+
+/// One cycle from `start` back to it inside `component` (a breadth-first search for the
+/// shortest way back).
+fn cycle_through(start: usize, component: &[usize], edges: &[Vec<usize>]) -> Vec<usize> {
+    let mut came_from: std::collections::HashMap<usize, usize> = Default::default();
+    let mut queue = std::collections::VecDeque::from([start]);
+    while let Some(v) = queue.pop_front() {
+        for &w in &edges[v] {
+            if !component.contains(&w) {
+                continue;
+            }
+            if w == start {
+                let mut path = vec![v];
+                while let Some(&p) = came_from.get(path.last().unwrap()) {
+                    path.push(p);
+                }
+                path.reverse();
+                return path;
+            }
+            if w != start && !came_from.contains_key(&w) {
+                came_from.insert(w, v);
+                queue.push_back(w);
+            }
+        }
+    }
+    vec![start]
+}
+
+/// Cycles between files of one module that remain, each the files of the cycle and why.
+/// The lead of issue 29 empties this as the branches that remove them are merged.
+const ALLOWED_CYCLES: &[(&[&str], &str)] = &[
+    (
+        &["model/conversation.rs", "model/opening.rs"],
+        "removed on branch a29-wire (issue 29)",
+    ),
+    (
+        &["sim/bounds.rs", "sim/script.rs"],
+        "removed on branch a29-sim (issue 29)",
+    ),
+    (
+        &["sim/batch/files.rs", "sim/batch/openai.rs"],
+        "removed on branch a29-sim (issue 29)",
+    ),
+    (
+        &[
+            "sim/chaos.rs",
+            "sim/check.rs",
+            "sim/responses.rs",
+            "sim/stream.rs",
+            "sim/summary.rs",
+        ],
+        "found by this check (not in issue 29's list of pairs): sim/ is branch a29-sim's",
+    ),
+    (
+        &[
+            "job/context.rs",
+            "job/files.rs",
+            "job/matrix.rs",
+            "job/providers.rs",
+            "job/schema.rs",
+            "job/schema_providers.rs",
+            "job/schema_rules.rs",
+            "job/spec.rs",
+        ],
+        "found by this check (not in issue 29's list of pairs): schema.rs uses \
+         schema_rules.rs, which reads providers.rs's BUILTIN_PROVIDERS, whose resolver \
+         reads the schema (and schema.rs <-> schema_providers.rs); job/ is not branch \
+         a29-split's",
+    ),
+];
+
+/// What is wrong with the file cycles of `src` against `allowed`: each cycle not allowed,
+/// and each allowed cycle that is no longer there.
+fn cycle_problems(src: &Path, allowed: &[(&[&str], &str)]) -> Vec<String> {
+    let cycles = file_cycles(src);
+    let mut problems: Vec<String> = cycles
+        .iter()
+        .filter(|(files, _)| !allowed.iter().any(|(a, _)| a == files))
+        .map(|(files, shown)| {
+            format!("src files use each other: {shown} (all the files of the cycle: {files:?})")
+        })
+        .collect();
+    for (a, _) in allowed {
+        if !cycles.iter().any(|(files, _)| files == a) {
+            problems.push(format!(
+                "ALLOWED_CYCLES lists {a:?}, which is no longer a cycle: remove it"
+            ));
+        }
+    }
+    problems
+}
+
+#[test]
+fn no_two_files_of_a_module_use_each_other() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let problems = cycle_problems(&src, ALLOWED_CYCLES);
+    assert!(
+        problems.is_empty(),
+        "move what both files need down into one of them or into a third file (a file uses \
+         another when it names a crate::, super:: or self:: path of it):\n{}",
+        problems.join("\n")
+    );
+}
+
+#[test]
+fn the_cycle_check_sees_a_cycle_through_three_files_and_groups() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path();
+    std::fs::create_dir_all(src.join("m/inner")).unwrap();
+    std::fs::write(
+        src.join("m/mod.rs"),
+        "pub mod a;\npub mod b;\npub mod inner;\n",
+    )
+    .unwrap();
+    // a -> b through a `use` group over two lines; b -> inner/c through `self`-less
+    // `crate::` paths; c -> a through `super::super`.
+    std::fs::write(src.join("m/a.rs"), "use super::{\n    b::B,\n    inner};\n").unwrap();
+    std::fs::write(src.join("m/b.rs"), "fn f() { crate::m::inner::c::go(); }\n").unwrap();
+    std::fs::write(src.join("m/inner/mod.rs"), "pub mod c;\n").unwrap();
+    std::fs::write(
+        src.join("m/inner/c.rs"),
+        "// super::super::b is a comment\nconst S: &str = \"super::b\";\nuse super::super::a::A;\n",
+    )
+    .unwrap();
+    // Test code and strings do not count: d uses b only in a test module.
+    std::fs::write(
+        src.join("m/d.rs"),
+        "pub fn d() {}\n#[cfg(test)]\nmod tests {\n    use super::super::b::B;\n}\n",
+    )
+    .unwrap();
+    std::fs::write(src.join("m/e.rs"), "use super::d::d;\n").unwrap();
+    let cycles = file_cycles(src);
+    assert_eq!(cycles.len(), 1, "{cycles:#?}");
+    assert_eq!(
+        cycles[0].0,
+        ["m/a.rs", "m/b.rs", "m/inner/c.rs"].map(String::from)
+    );
+    assert_eq!(cycles[0].1, "m/a.rs -> m/b.rs -> m/inner/c.rs -> m/a.rs");
+    let problems = cycle_problems(src, &[(&["m/d.rs", "m/e.rs"], "made up")]);
+    assert_eq!(problems.len(), 2, "{problems:#?}");
+    assert!(problems[0].contains("m/a.rs -> m/b.rs"), "{problems:#?}");
+    assert!(problems[1].contains("no longer a cycle"), "{problems:#?}");
+}
+
+/// The most lines a function of src may have (its `fn` line to its closing brace).
+const MAX_FN_LINES: usize = 120;
+
+/// Functions of src allowed past `MAX_FN_LINES`: file, function, and why. The ones of
+/// issue 29 that other branches split are here until the lead merges them.
+const LONG_FNS: &[(&str, &str, &str)] = &[
+    (
+        "agent/mod.rs",
+        "run_task",
+        "split on branch a29-wire (issue 29)",
+    ),
+    (
+        "audit/checks.rs",
+        "check_segment",
+        "split on branch a29-wire (issue 29)",
+    ),
+    (
+        "audit/walk.rs",
+        "walk",
+        "split on branch a29-wire (issue 29)",
+    ),
+    (
+        "job/describe.rs",
+        "describe",
+        "split on branch a29-wire (issue 29)",
+    ),
+    (
+        "job/providers.rs",
+        "resolve_provider",
+        "split on branch a29-wire (issue 29)",
+    ),
+    (
+        "job/sampling.rs",
+        "resolve_request_fields",
+        "split on branch a29-wire (issue 29)",
+    ),
+    (
+        "model/batch/mod.rs",
+        "watch",
+        "split on branch a29-wire (issue 29)",
+    ),
+    (
+        "model/conversation.rs",
+        "send",
+        "split on branch a29-wire (issue 29)",
+    ),
+    (
+        "model/stream/messages.rs",
+        "feed",
+        "split on branch a29-wire (issue 29)",
+    ),
+    (
+        "model/stream.rs",
+        "read_events",
+        "split on branch a29-wire (issue 29)",
+    ),
+    (
+        "run/resume.rs",
+        "prepare",
+        "split on branch a29-folder (issue 29)",
+    ),
+    (
+        "run/worker.rs",
+        "feed_from_queue",
+        "split on branch a29-folder (issue 29)",
+    ),
+    (
+        "sim/answer.rs",
+        "answer",
+        "split on branch a29-sim (issue 29)",
+    ),
+];
+
+/// Each function of src over `max` lines (test code left out): file, name, lines.
+fn long_functions(src: &Path, max: usize) -> Vec<(String, String, usize)> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    files.sort();
+    let mut found = Vec::new();
+    for file in files {
+        let rel = file.strip_prefix(src).unwrap();
+        if is_test_file(rel) {
+            continue;
+        }
+        let toks = tokens(&code_only(&std::fs::read_to_string(&file).unwrap()));
+        let inline = inline_modules(&toks);
+        for i in 0..toks.len() {
+            if toks[i].0 != "fn" || inline[i].1 {
+                continue;
+            }
+            let Some(name) = toks.get(i + 1).filter(|t| t.0 != "(") else {
+                continue;
+            };
+            // The body: the first `{` outside the signature's brackets, unless a `;`
+            // (a declaration without a body) comes first.
+            let mut depth = 0i32;
+            let mut j = i + 2;
+            let open = loop {
+                match toks.get(j).map(|t| t.0.as_str()) {
+                    None => break None,
+                    Some("(" | "[") => depth += 1,
+                    Some(")" | "]") => depth -= 1,
+                    Some(";") if depth == 0 => break None,
+                    Some("{") if depth == 0 => break Some(j),
+                    _ => {}
+                }
+                j += 1;
+            };
+            let Some(open) = open else { continue };
+            let mut braces = 0usize;
+            let close = (open..toks.len()).find(|&k| {
+                match toks[k].0.as_str() {
+                    "{" => braces += 1,
+                    "}" => braces -= 1,
+                    _ => {}
+                }
+                braces == 0
+            });
+            let Some(close) = close else { continue };
+            let lines = toks[close].1 - toks[i].1 + 1;
+            if lines > max {
+                found.push((rel.display().to_string(), name.0.clone(), lines));
+            }
+        }
+    }
+    found
+}
+
+/// What is wrong with the function lengths of `src` against `allowed`: each long function
+/// not allowed, and each allowed one that is no longer long.
+fn long_fn_problems(src: &Path, allowed: &[(&str, &str, &str)]) -> Vec<String> {
+    let long = long_functions(src, MAX_FN_LINES);
+    let mut problems: Vec<String> = long
+        .iter()
+        .filter(|(f, n, _)| !allowed.iter().any(|(af, an, _)| af == f && an == n))
+        .map(|(f, n, lines)| format!("src/{f}: fn {n} has {lines} lines"))
+        .collect();
+    for (af, an, _) in allowed {
+        if !long.iter().any(|(f, n, _)| af == f && an == n) {
+            problems.push(format!(
+                "LONG_FNS lists src/{af}: fn {an}, which is no longer over {MAX_FN_LINES} lines: remove it"
+            ));
+        }
+    }
+    problems
+}
+
+#[test]
+fn no_function_grows_past_the_length_the_architecture_allows() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let problems = long_fn_problems(&src, LONG_FNS);
+    assert!(
+        problems.is_empty(),
+        "split these into functions of one step each (or list them in LONG_FNS with the \
+         reason beside them):\n{}",
+        problems.join("\n")
+    );
+}
+
+#[test]
+fn the_length_check_counts_a_function_to_its_closing_brace() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path();
+    let body =
+        |n: usize| "    let _ = (\"}\", b'\"', '{', b'}', '\\'', r#\"}\"#); // }\n".repeat(n);
+    std::fs::write(
+        src.join("a.rs"),
+        format!(
+            "trait T {{ fn decl(&self); }}\nfn short() {{\n{}}}\nfn long(f: fn(u8) -> [u8; 2]) {{\n{}}}\n#[cfg(test)]\nmod tests {{\n    fn in_tests() {{\n{}    }}\n}}\n",
+            body(5),
+            body(MAX_FN_LINES - 1),
+            body(MAX_FN_LINES * 2)
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        src.join("tests.rs"),
+        format!("fn t() {{\n{}}}\n", body(200)),
+    )
+    .unwrap();
+    let long = long_functions(src, MAX_FN_LINES);
+    assert_eq!(
+        long,
+        [("a.rs".to_string(), "long".to_string(), MAX_FN_LINES + 1)]
+    );
+    let problems = long_fn_problems(src, &[("a.rs", "short", "made up")]);
+    assert_eq!(problems.len(), 2, "{problems:#?}");
+    assert_eq!(
+        problems[0],
+        format!("src/a.rs: fn long has {} lines", MAX_FN_LINES + 1)
+    );
+    assert!(problems[1].contains("no longer over"), "{problems:#?}");
 }
 
 /// How the run folder's files are named, by their constants in `report::files` and as

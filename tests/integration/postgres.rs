@@ -7,6 +7,7 @@ use std::process::Stdio;
 use std::str::FromStr;
 use std::sync::Arc;
 
+use agentbatch::govern::open_store;
 use agentbatch::govern::store::{self, CapStore, EntryMeta, SqliteStore};
 use chrono::Utc;
 use rust_decimal::Decimal;
@@ -202,7 +203,7 @@ fn postgres_answers_every_ledger_operation_as_the_sqlite_file_does() {
     let dir = tempfile::tempdir().unwrap();
     let sqlite = SqliteStore::open(&dir.path().join("ledger.sqlite")).unwrap();
     let url = fresh_database("same");
-    let pg = store::open(std::path::Path::new(&url)).unwrap();
+    let pg = open_store(std::path::Path::new(&url)).unwrap();
     let (want, got) = (exercise(&sqlite), exercise(pg.as_ref()));
     assert_eq!(got, want);
     assert!(want[0] == "reserved true true false", "{want:?}");
@@ -234,7 +235,7 @@ fn concurrent_writers_never_pass_the_cap_and_settle_exactly() {
     let stores: Vec<Arc<dyn CapStore>> = (0..4)
         .map(|i| {
             let url = format!("{url}?application_name=writer-{i}");
-            store::open(std::path::Path::new(&url)).unwrap()
+            open_store(std::path::Path::new(&url)).unwrap()
         })
         .collect();
     let threads: Vec<_> = stores
@@ -276,11 +277,11 @@ fn concurrent_writers_never_pass_the_cap_and_settle_exactly() {
 #[test]
 fn a_database_of_a_newer_agentbatch_is_refused_and_an_empty_one_made_current() {
     let url = fresh_database("schema");
-    let s = store::open(std::path::Path::new(&url)).unwrap();
+    let s = open_store(std::path::Path::new(&url)).unwrap();
     assert!(s.report(None, Utc::now()).unwrap().is_empty());
     drop(s);
     // Opening again is a no-op; a version from the future is refused by name.
-    store::open(std::path::Path::new(&url)).unwrap();
+    open_store(std::path::Path::new(&url)).unwrap();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -295,7 +296,7 @@ fn a_database_of_a_newer_agentbatch_is_refused_and_an_empty_one_made_current() {
             .await
             .unwrap();
     });
-    let err = store::open(std::path::Path::new(&url))
+    let err = open_store(std::path::Path::new(&url))
         .err()
         .expect("refused")
         .to_string();

@@ -6,7 +6,7 @@
 //! whole group; a stdio server runs under a warden, which also ends it and its children
 //! when the runner dies). A stdio server's stderr is drained line by line to a log.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -116,25 +116,7 @@ impl McpServer {
                 env,
                 cwd,
             } => {
-                let cmd = tokio::process::Command::new(&command).configure(|c| {
-                    c.args(&args);
-                    // Only what a server needs: never the runner's keys.
-                    c.env_clear();
-                    for k in ["PATH", "HOME", "LANG", "TMPDIR", "USER"] {
-                        if let Some(v) = std::env::var_os(k) {
-                            c.env(k, v);
-                        }
-                    }
-                    c.envs(&env);
-                    if let Some((name, value)) = run_dir.map(run_marker) {
-                        c.env(name, value);
-                    }
-                    if let Some(dir) = cwd.as_deref().map(Path::new).or(workspace) {
-                        c.current_dir(dir);
-                    }
-                    // Its own process group, led by the warden: `pgid` below.
-                    die_with_runner(c.as_std_mut());
-                });
+                let cmd = server_command(&command, &args, &env, cwd.as_deref(), workspace, run_dir);
                 let (child, stderr) = TokioChildProcess::builder(cmd)
                     .stderr(Stdio::piped())
                     .spawn()
@@ -164,41 +146,7 @@ impl McpServer {
                 };
                 (service, pgid)
             }
-            Transport::Http { url, headers } => {
-                let mut map = HashMap::new();
-                for (k, v) in &headers {
-                    let name = HeaderName::from_bytes(k.as_bytes())
-                        .map_err(|_| format!("header name \"{k}\" is not valid"))?;
-                    let mut value = HeaderValue::from_str(v)
-                        .map_err(|_| format!("the value of header \"{k}\" is not valid"))?;
-                    value.set_sensitive(true);
-                    map.insert(name, value);
-                }
-                let cfg = StreamableHttpClientTransportConfig::with_uri(url.clone())
-                    .custom_headers(map)
-                    .reinit_on_expired_session(true);
-                // No redirects: the custom headers may carry credentials, and reqwest
-                // forwards them to whatever origin a redirect names.
-                let client = reqwest::Client::builder()
-                    .redirect(reqwest::redirect::Policy::none())
-                    .build()
-                    .map_err(|e| format!("cannot build an HTTP client: {e}"))?;
-                let transport = StreamableHttpClientTransport::with_client(client, cfg);
-                let served = tokio::time::timeout(timeout, handler.serve(transport)).await;
-                let service = match served {
-                    Ok(Ok(s)) => s,
-                    Ok(Err(e)) => {
-                        return Err(format!("cannot initialize an MCP session at {url}: {e}"))
-                    }
-                    Err(_) => {
-                        return Err(format!(
-                            "no MCP session at {url} within {}",
-                            humantime::format_duration(timeout)
-                        ))
-                    }
-                };
-                (service, None)
-            }
+            Transport::Http { url, headers } => (serve_http(&url, &headers, timeout).await?, None),
         };
         let protocol_version = service
             .peer_info()
@@ -364,4 +312,72 @@ async fn kill_group(pgid: Option<i32>) {
         }
     }
     let _ = killpg(group, Signal::SIGKILL);
+}
+
+/// The command that starts a stdio server: only the environment a server needs (never
+/// the runner's keys), the run's marker, in `cwd` or the workspace, its own process
+/// group led by the warden.
+fn server_command(
+    command: &str,
+    args: &[String],
+    env: &BTreeMap<String, String>,
+    cwd: Option<&str>,
+    workspace: Option<&Path>,
+    run_dir: Option<&Path>,
+) -> tokio::process::Command {
+    tokio::process::Command::new(command).configure(|c| {
+        c.args(args);
+        // Only what a server needs: never the runner's keys.
+        c.env_clear();
+        for k in ["PATH", "HOME", "LANG", "TMPDIR", "USER"] {
+            if let Some(v) = std::env::var_os(k) {
+                c.env(k, v);
+            }
+        }
+        c.envs(env);
+        if let Some((name, value)) = run_dir.map(run_marker) {
+            c.env(name, value);
+        }
+        if let Some(dir) = cwd.map(Path::new).or(workspace) {
+            c.current_dir(dir);
+        }
+        // Its own process group, led by the warden: `pgid` below.
+        die_with_runner(c.as_std_mut());
+    })
+}
+
+/// Opens an MCP session over Streamable HTTP at `url`, the headers marked sensitive.
+async fn serve_http(
+    url: &str,
+    headers: &BTreeMap<String, String>,
+    timeout: Duration,
+) -> Result<RunningService<RoleClient, Handler>, String> {
+    let mut map = HashMap::new();
+    for (k, v) in headers {
+        let name = HeaderName::from_bytes(k.as_bytes())
+            .map_err(|_| format!("header name \"{k}\" is not valid"))?;
+        let mut value = HeaderValue::from_str(v)
+            .map_err(|_| format!("the value of header \"{k}\" is not valid"))?;
+        value.set_sensitive(true);
+        map.insert(name, value);
+    }
+    let cfg = StreamableHttpClientTransportConfig::with_uri(url.to_string())
+        .custom_headers(map)
+        .reinit_on_expired_session(true);
+    // No redirects: the custom headers may carry credentials, and reqwest
+    // forwards them to whatever origin a redirect names.
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|e| format!("cannot build an HTTP client: {e}"))?;
+    let transport = StreamableHttpClientTransport::with_client(client, cfg);
+    let served = tokio::time::timeout(timeout, Handler.serve(transport)).await;
+    match served {
+        Ok(Ok(s)) => Ok(s),
+        Ok(Err(e)) => Err(format!("cannot initialize an MCP session at {url}: {e}")),
+        Err(_) => Err(format!(
+            "no MCP session at {url} within {}",
+            humantime::format_duration(timeout)
+        )),
+    }
 }
