@@ -20,6 +20,7 @@ pub(crate) mod schema;
 mod schema_matrix;
 mod schema_providers;
 mod schema_rules;
+mod schema_shared;
 mod schema_toolsets;
 mod scripts;
 pub(crate) mod source;

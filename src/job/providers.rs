@@ -13,7 +13,7 @@ use super::locate::Seg;
 use super::schema::{
     JobFile, MaxTokensField, ParallelToolCalls, ProviderFields, StreamOptions, TaskFields,
 };
-use super::schema_providers::ServerLimitFields;
+use super::schema_providers::{ServerLimitFields, BUILTIN_PROVIDERS};
 use super::spec::{ProviderKind, ProviderSpec};
 use crate::model::Protocol;
 use crate::vocab::bounds;
@@ -28,13 +28,6 @@ const DEFAULT_RESPONSE_BYTES: u64 = 64 << 20;
 /// The default `stream_idle_timeout`: Anthropic pings an idle stream every few seconds,
 /// so two minutes without a byte is a dead connection, not a slow model.
 const DEFAULT_STREAM_IDLE: Duration = Duration::from_secs(120);
-
-/// The built-in providers: (name, protocol, simulated).
-pub(super) const BUILTIN_PROVIDERS: [(&str, Protocol, bool); 3] = [
-    ("sim", Protocol::Anthropic, true),
-    ("anthropic", Protocol::Anthropic, false),
-    ("openai", Protocol::OpenaiResponses, false),
-];
 
 /// Every provider a task may name, by name.
 pub(super) fn resolve_providers(

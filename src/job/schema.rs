@@ -11,10 +11,10 @@ use serde::{Deserialize, Serialize};
 pub use super::schema_providers::{
     MaxTokensField, ParallelToolCalls, ProviderFields, StreamOptions,
 };
+pub use super::schema_shared::{BatchFields, BatchMode, CacheFields, StreamMode};
 pub use super::schema_toolsets::{Decision, McpServerFields, ToolsetFields};
 use crate::sim::script::Script;
 use crate::vocab::bounds::{self, at_most};
-use crate::vocab::cache::{CacheMode, CacheRetention, CacheTtl};
 use crate::vocab::context::ContextStrategy;
 use crate::vocab::limits::{MaxRepeats, Period};
 use crate::vocab::price::PriceFields;
@@ -392,56 +392,6 @@ pub struct LimitFields {
     pub max_repeats: Option<MaxRepeats>,
 }
 
-/// `cache: {mode: auto|last_message|off, ttl: 5m|1h, retention: in_memory|24h}`; each
-/// field falls back to the provider's, then the defaults'. `ttl` is Anthropic's,
-/// `retention` OpenAI's.
-#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-#[schemars(title = "Prompt caching")]
-pub struct CacheFields {
-    /// Whether and how the runner asks for caching (default `auto`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mode: Option<CacheMode>,
-    /// Anthropic: how long a cache entry lives after its last use (default `5m`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ttl: Option<CacheTtl>,
-    /// OpenAI: `prompt_cache_retention`, sent only when set.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub retention: Option<CacheRetention>,
-}
-
-/// `batch: {mode: off|on, window, max_requests, max_wait}`; each field falls back to the
-/// provider's, then the defaults'.
-#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-#[schemars(title = "Batch mode")]
-pub struct BatchFields {
-    /// `on` sends the requests through the provider's batch API (default `off`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mode: Option<BatchMode>,
-    /// How long the first request of a batch waits for others (default 10s).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub window: Option<HumanDuration>,
-    /// The most requests in one batch (default 1000; at most 100000 for Anthropic,
-    /// 50000 for OpenAI).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_requests: Option<u32>,
-    /// How long a batch may take before it is cancelled (default and most: 24h).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_wait: Option<HumanDuration>,
-}
-
-/// Whether a task's requests go through the provider's batch API.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum BatchMode {
-    /// Requests go to the synchronous API (the default).
-    #[default]
-    Off,
-    /// Requests go through the batch API: half price, answers within hours.
-    On,
-}
-
 /// `context: {window, strategy: auto|clear_tool_results|summarize|native|off, at, keep,
 /// exempt}`; each field falls back to the defaults'.
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
@@ -469,20 +419,6 @@ pub struct ContextFields {
     /// Tools whose results are never cleared.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exempt: Option<Vec<String>>,
-}
-
-/// When a task's answers are streamed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum StreamMode {
-    /// When a whole answer could take longer than the API allows (large max_tokens,
-    /// thinking); the default.
-    #[default]
-    Auto,
-    /// Every answer.
-    Always,
-    /// No answer.
-    Never,
 }
 
 /// Reasoning settings of OpenAI reasoning models (`reasoning` in Responses,

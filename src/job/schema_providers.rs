@@ -4,12 +4,21 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::schema::{BatchFields, CacheFields, StreamMode};
+use super::schema_shared::{BatchFields, CacheFields, StreamMode};
 use crate::model::Protocol;
 use crate::vocab::bounds::{self, at_most};
 use crate::vocab::json_schema;
 use crate::vocab::protocol::BASE_URL_PATTERN;
 use crate::vocab::values::{ByteSize, HumanDuration};
+
+/// The built-in providers: (name, protocol, simulated). Here, beside the provider
+/// types, because both the resolver (`providers.rs`) and the schema's rules
+/// (`schema_rules.rs`) read it.
+pub(super) const BUILTIN_PROVIDERS: [(&str, Protocol, bool); 3] = [
+    ("sim", Protocol::Anthropic, true),
+    ("anthropic", Protocol::Anthropic, false),
+    ("openai", Protocol::OpenaiResponses, false),
+];
 
 /// Connection settings of one provider.
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]

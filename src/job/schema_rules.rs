@@ -5,7 +5,7 @@
 
 use serde_json::json;
 
-use super::providers::BUILTIN_PROVIDERS;
+use super::schema_providers::BUILTIN_PROVIDERS;
 use crate::vocab::json_schema;
 use crate::vocab::values::PASSWORD_URL_PATTERN;
 
