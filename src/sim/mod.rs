@@ -30,6 +30,7 @@ mod limits;
 mod respond;
 mod responses;
 pub mod script;
+mod script_check;
 mod stream;
 mod summary;
 mod window;

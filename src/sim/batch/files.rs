@@ -10,8 +10,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 
-use super::openai::openai_error;
-use super::{lock, now_ms, params, Params};
+use super::{lock, now_ms, openai_error, params, Params};
 use crate::model::Protocol;
 use crate::sim::{check_key, SimState};
 

@@ -17,16 +17,16 @@ use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::DefaultBodyLimit;
-use axum::http::{HeaderMap, HeaderValue};
-use axum::response::Response;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, MethodRouter};
-use axum::Router;
+use axum::{Json, Router};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{json, Value};
 use tokio::sync::Notify;
 
-use super::{lock, play, respond, SimState};
+use super::{lock, next_request_id, play, respond, SimState};
 use crate::model::Protocol;
 
 pub(super) use files::File;
@@ -429,6 +429,29 @@ async fn process(state: Arc<SimState>, batch: Arc<Batch>) {
         next += 1;
     }
     finish(&state, &batch, end);
+}
+
+/// An error answer in OpenAI's shape, `{error: {message, type, param, code}}` (an empty
+/// code is sent as null).
+fn openai_error(
+    state: &SimState,
+    status: StatusCode,
+    code: &str,
+    param: Option<&str>,
+    message: &str,
+) -> Response {
+    let ty = if status.is_server_error() {
+        "server_error"
+    } else {
+        "invalid_request_error"
+    };
+    let code = (!code.is_empty()).then_some(code);
+    let body = json!({"error": {"message": message, "type": ty, "param": param, "code": code}});
+    let mut resp = (status, Json(body)).into_response();
+    if let Ok(v) = HeaderValue::from_str(&next_request_id(state)) {
+        resp.headers_mut().insert("x-request-id", v);
+    }
+    resp
 }
 
 /// Plays one item through the synchronous path and keeps what it answered.

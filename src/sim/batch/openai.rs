@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use axum::body::Bytes;
 use axum::extract::{RawQuery, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use chrono::{DateTime, Utc};
@@ -17,40 +17,17 @@ use serde_json::{json, Value};
 use tokio::sync::Notify;
 
 use super::{
-    files, lock, now_ms, params, query_param, request_cancel, start, Api, Batch, BatchSettings,
-    End, Item, Outcome, Params, Phase, Progress,
+    files, lock, now_ms, openai_error, params, query_param, request_cancel, start, Api, Batch,
+    BatchSettings, End, Item, Outcome, Params, Phase, Progress,
 };
 use crate::model::Protocol;
-use crate::sim::{check_headers, check_key, next_request_id, SimState};
+use crate::sim::{check_headers, check_key, SimState};
 
 /// The endpoints the simulator's batches play (the real API has more).
 const ENDPOINTS: &[(&str, Protocol)] = &[
     ("/v1/chat/completions", Protocol::OpenaiChat),
     ("/v1/responses", Protocol::OpenaiResponses),
 ];
-
-/// An error answer in OpenAI's shape, `{error: {message, type, param, code}}` (an empty
-/// code is sent as null).
-pub(super) fn openai_error(
-    state: &SimState,
-    status: StatusCode,
-    code: &str,
-    param: Option<&str>,
-    message: &str,
-) -> Response {
-    let ty = if status.is_server_error() {
-        "server_error"
-    } else {
-        "invalid_request_error"
-    };
-    let code = (!code.is_empty()).then_some(code);
-    let body = json!({"error": {"message": message, "type": ty, "param": param, "code": code}});
-    let mut resp = (status, Json(body)).into_response();
-    if let Ok(v) = HeaderValue::from_str(&next_request_id(state)) {
-        resp.headers_mut().insert("x-request-id", v);
-    }
-    resp
-}
 
 fn invalid_value(state: &SimState, param: &str, value: &str, allowed: &[&str]) -> Response {
     let listed: Vec<String> = allowed.iter().map(|a| format!("'{a}'")).collect();
