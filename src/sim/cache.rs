@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::lock;
+use super::protocol::served;
 use crate::model::Protocol;
 
 /// Most entries one simulator keeps; past it, those closest to expiry go first.
@@ -336,38 +337,21 @@ pub fn check_openai_fields(request: &Value) -> Result<(), String> {
     }
 }
 
-/// The boundaries of an OpenAI prompt (tools, then instructions or messages, then
-/// input items), scoped by protocol, model and `prompt_cache_key`.
-pub fn openai_prefix(protocol: Protocol, request: &Value) -> Vec<Boundary> {
+/// The boundaries of an OpenAI prompt (tools, then the conversation: instructions and
+/// input items, or messages), scoped by the API (`scope`), model and `prompt_cache_key`.
+pub fn openai_prefix<'a>(
+    scope: &str,
+    request: &Value,
+    conversation: impl IntoIterator<Item = &'a Value>,
+) -> Vec<Boundary> {
     let text = |f: &str| request.get(f).and_then(Value::as_str).unwrap_or("");
-    let scope = match protocol {
-        Protocol::OpenaiChat => "openai-chat",
-        _ => "openai-responses",
-    };
     let mut prefix = Prefix::new(&[scope, text("model"), text("prompt_cache_key")]);
-    let items = |f: &str| {
-        request
-            .get(f)
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default()
-    };
-    for t in items("tools") {
-        prefix.push(&t, None);
+    let tools = request.get("tools").and_then(Value::as_array);
+    for t in tools.into_iter().flatten() {
+        prefix.push(t, None);
     }
-    if protocol == Protocol::OpenaiResponses {
-        if let Some(i) = request.get("instructions").filter(|v| !v.is_null()) {
-            prefix.push(i, None);
-        }
-        match request.get("input") {
-            Some(Value::Array(input)) => input.iter().for_each(|it| prefix.push(it, None)),
-            Some(other) => prefix.push(other, None),
-            None => {}
-        }
-    } else {
-        for m in items("messages") {
-            prefix.push(&m, None);
-        }
+    for v in conversation {
+        prefix.push(v, None);
     }
     prefix.out
 }
@@ -394,23 +378,35 @@ impl PromptCache {
     }
 
     fn request(&self, protocol: Protocol, request: &Value, commit: bool) -> CacheUse {
-        match protocol {
-            Protocol::Anthropic => match anthropic_prefix(request) {
-                Ok(b) => {
-                    let model = request.get("model").and_then(Value::as_str).unwrap_or("");
-                    self.anthropic(&b, anthropic_minimum(model), commit)
-                }
-                Err(_) => CacheUse::default(),
-            },
-            _ => {
-                let ttl = if request.get("prompt_cache_retention") == Some(&Value::from("24h")) {
-                    EXTENDED
-                } else {
-                    IN_MEMORY
-                };
-                self.openai(&openai_prefix(protocol, request), ttl, commit)
+        served(protocol).cache_use(self, request, commit)
+    }
+
+    /// Anthropic: what the breakpoints of `request` read and write (nothing for markers
+    /// the API would refuse).
+    pub(super) fn anthropic_request(&self, request: &Value, commit: bool) -> CacheUse {
+        match anthropic_prefix(request) {
+            Ok(b) => {
+                let model = request.get("model").and_then(Value::as_str).unwrap_or("");
+                self.anthropic(&b, anthropic_minimum(model), commit)
             }
+            Err(_) => CacheUse::default(),
         }
+    }
+
+    /// OpenAI: what the prompt's prefix (see [`openai_prefix`]) reads and writes, kept
+    /// as long as `prompt_cache_retention` says.
+    pub(super) fn openai_request(
+        &self,
+        request: &Value,
+        bounds: &[Boundary],
+        commit: bool,
+    ) -> CacheUse {
+        let ttl = if request.get("prompt_cache_retention") == Some(&Value::from("24h")) {
+            EXTENDED
+        } else {
+            IN_MEMORY
+        };
+        self.openai(bounds, ttl, commit)
     }
 
     /// Anthropic: the longest live prefix found at or up to 20 blocks before a

@@ -248,7 +248,11 @@ fn openai_caches_from_1024_tokens_in_steps_of_128() {
     assert_eq!(apply(&short).read, 0, "under 1024 tokens");
     let long = chat(5000, &["q"], None);
     assert_eq!(apply(&long).read, 0, "first time");
-    let prefix = openai_prefix(Protocol::OpenaiChat, &long);
+    let prefix = openai_prefix(
+        "openai-chat",
+        &long,
+        long["messages"].as_array().into_iter().flatten(),
+    );
     let whole = prefix.last().unwrap().tokens;
     let u = apply(&chat(5000, &["q", "another question"], None));
     assert_eq!(u.read, whole / 128 * 128);

@@ -15,12 +15,15 @@
 
 mod inputs;
 mod misbehave;
+
+pub(super) use misbehave::drop_calls;
 mod summaries;
 
 use std::borrow::Cow;
 
 use serde_json::{json, Value};
 
+use super::protocol::served;
 use super::script::{Block, Chaos, Script, ScriptTurn, ToolUseScript, UsageScript};
 use crate::model::Protocol;
 use crate::vocab::values::HumanDuration;
@@ -118,7 +121,7 @@ impl Rng {
     }
 
     /// One of `items`, which callers keep non-empty (constant lists, checked vectors).
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+    pub(super) fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
         &items[self.below(items.len())]
     }
 }
@@ -141,14 +144,7 @@ fn declared(protocol: Protocol, request: &Value) -> Vec<Declared> {
     tools
         .iter()
         .filter_map(|t| {
-            let (name, schema) = match protocol {
-                Protocol::Anthropic => (t.get("name"), t.get("input_schema")),
-                Protocol::OpenaiResponses => (t.get("name"), t.get("parameters")),
-                Protocol::OpenaiChat => (
-                    t.pointer("/function/name"),
-                    t.pointer("/function/parameters"),
-                ),
-            };
+            let (name, schema) = served(protocol).declared_tool(t);
             Some(Declared {
                 name: name?.as_str()?.to_string(),
                 schema: schema?.clone(),
@@ -159,12 +155,7 @@ fn declared(protocol: Protocol, request: &Value) -> Vec<Declared> {
 
 /// Whether the request forbids tool calls (`tool_choice` none).
 fn tools_off(protocol: Protocol, request: &Value) -> bool {
-    match protocol {
-        Protocol::Anthropic => {
-            request.pointer("/tool_choice/type").and_then(Value::as_str) == Some("none")
-        }
-        _ => request.get("tool_choice").and_then(Value::as_str) == Some("none"),
-    }
+    served(protocol).tools_off(request)
 }
 
 /// The turn the chaos model plays for `request` at `step` of conversation `key`.

@@ -17,9 +17,9 @@ use governor::middleware::StateInformationMiddleware;
 use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
 
+use super::protocol::served;
 use crate::bucket::Bucket;
 use crate::model::Protocol;
-use crate::vocab::cache::cache_reads_count_toward_itpm;
 use serde_json::Value;
 
 use super::cache::PromptCache;
@@ -177,17 +177,6 @@ impl ServerLimits {
     }
 }
 
-/// The output limit a request asks for, under each protocol's field name.
-pub fn requested_max_tokens(protocol: Protocol, request: &Value) -> u64 {
-    let field = |f: &str| request.get(f).and_then(Value::as_u64);
-    match protocol {
-        Protocol::Anthropic => field("max_tokens"),
-        Protocol::OpenaiResponses => field("max_output_tokens"),
-        Protocol::OpenaiChat => field("max_completion_tokens").or_else(|| field("max_tokens")),
-    }
-    .unwrap_or(0)
-}
-
 /// The input tokens of a request that the provider's ITPM limit counts on arrival: the
 /// whole prompt, less (Anthropic, on the models that leave them out) what the cache
 /// will read.
@@ -199,66 +188,21 @@ pub fn counted_input(
 ) -> u64 {
     let prompt = (body_len as u64).div_ceil(4);
     let model = request.get("model").and_then(Value::as_str).unwrap_or("");
-    match protocol {
-        Protocol::Anthropic if !cache_reads_count_toward_itpm(model) => {
-            prompt.saturating_sub(cache.peek(protocol, request).read)
-        }
-        _ => prompt,
+    if served(protocol).itpm_skips_cache_reads(model) {
+        prompt.saturating_sub(cache.peek(protocol, request).read)
+    } else {
+        prompt
     }
 }
 
-/// The output tokens an answer reports (None when it reports no usage: the body's
-/// size then stands in).
-pub fn output_tokens(protocol: Protocol, rendered: &Value) -> Option<u64> {
-    let field = match protocol {
-        Protocol::OpenaiChat => "completion_tokens",
-        _ => "output_tokens",
-    };
-    rendered["usage"][field].as_u64()
-}
-
-/// How long to wait, as each vendor says it on a 429: Anthropic whole seconds in
-/// `retry-after`; OpenAI `retry-after-ms` as well.
-pub fn retry_after(protocol: Protocol, wait: Duration) -> Vec<(String, String)> {
+/// `retry-after` in whole seconds (at least 1), as every vendor sends it on a 429.
+pub(super) fn retry_after_secs(wait: Duration) -> (String, String) {
     let secs = wait.as_secs_f64().ceil().max(1.0).to_string();
-    let mut h = vec![("retry-after".to_string(), secs)];
-    if protocol != Protocol::Anthropic {
-        h.push((
-            "retry-after-ms".to_string(),
-            wait.as_millis().max(1).to_string(),
-        ));
-    }
-    h
+    ("retry-after".to_string(), secs)
 }
 
 fn window_headers(protocol: Protocol, w: &Named, remaining: u32, until_full: Duration) -> Headers {
-    let limit = w.per_minute.to_string();
-    match protocol {
-        Protocol::Anthropic => {
-            let p = format!("anthropic-ratelimit-{}", w.name);
-            vec![
-                (format!("{p}-limit"), limit),
-                (format!("{p}-remaining"), remaining.to_string()),
-                (format!("{p}-reset"), reset_time(until_full)),
-            ]
-        }
-        // OpenAI has one tokens window; the simulator reports its input window there.
-        _ => {
-            let name = match w.name {
-                "requests" => "requests",
-                "input-tokens" => "tokens",
-                _ => return Vec::new(),
-            };
-            vec![
-                (format!("x-ratelimit-limit-{name}"), limit),
-                (
-                    format!("x-ratelimit-remaining-{name}"),
-                    remaining.to_string(),
-                ),
-                (format!("x-ratelimit-reset-{name}"), go_duration(until_full)),
-            ]
-        }
-    }
+    served(protocol).window_headers(w.name, w.per_minute, remaining, until_full)
 }
 
 /// An Anthropic reset: the RFC 3339 time the window is full again.

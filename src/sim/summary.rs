@@ -6,6 +6,7 @@
 
 use serde_json::Value;
 
+use super::protocol::served;
 use super::script::{Block, ScriptTurn};
 use crate::model::Protocol;
 use crate::vocab::context::{is_client_entry, turn_starts, SUMMARY_REQUEST};
@@ -15,14 +16,7 @@ const CALLS: &str = " calls=";
 
 /// The request's history: messages, or input items.
 fn entries(protocol: Protocol, request: &Value) -> &[Value] {
-    let key = match protocol {
-        Protocol::OpenaiResponses => "input",
-        Protocol::Anthropic | Protocol::OpenaiChat => "messages",
-    };
-    request
-        .get(key)
-        .and_then(Value::as_array)
-        .map_or(&[], Vec::as_slice)
+    served(protocol).history(request)
 }
 
 /// The texts of an entry: its content string, or its text parts.
@@ -65,12 +59,7 @@ fn call_ids(turn: &[Value]) -> Vec<&str> {
 
 /// Script steps among `entries`, counted the way the protocol counts them.
 fn steps_in(protocol: Protocol, entries: &[Value]) -> usize {
-    match protocol {
-        Protocol::OpenaiResponses => super::responses::runs_in(entries),
-        Protocol::Anthropic | Protocol::OpenaiChat => {
-            entries.iter().filter(|m| m["role"] == "assistant").count()
-        }
-    }
+    served(protocol).steps_in(entries)
 }
 
 /// The script step a request asks for: its model turns, from `base`.

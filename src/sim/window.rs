@@ -5,6 +5,7 @@
 
 use serde_json::{json, Value};
 
+use super::protocol::served;
 use crate::model::Protocol;
 use crate::vocab::context::{context_window, CONTEXT_MANAGEMENT_BETA};
 
@@ -23,16 +24,7 @@ pub fn refusal(
     if prompt.saturating_add(max_tokens) <= window {
         return None;
     }
-    Some(match protocol {
-        Protocol::Anthropic => (
-            format!("prompt is too long: {prompt} tokens > {} maximum", window.saturating_sub(max_tokens)),
-            None,
-        ),
-        _ => (
-            format!("Your input exceeds the context window of this model ({window} tokens, {prompt} in the prompt and {max_tokens} asked for). Please adjust your input and try again."),
-            Some("context_length_exceeded"),
-        ),
-    })
+    Some(served(protocol).too_long(prompt, window, max_tokens))
 }
 
 /// What the simulator cleared for a request with Anthropic's context editing.
@@ -50,7 +42,6 @@ pub struct Edited {
 /// `keep` (default 3) and those of `exclude_tools` are replaced with a placeholder
 /// before the model reads the prompt. Err: a request the API would refuse.
 pub fn context_edits(
-    protocol: Protocol,
     beta: &str,
     request: &Value,
     body_len: usize,
@@ -58,9 +49,6 @@ pub fn context_edits(
     let Some(cm) = request.get("context_management") else {
         return Ok(None);
     };
-    if protocol != Protocol::Anthropic {
-        return Ok(None);
-    }
     if !beta.split(',').any(|b| b.trim() == CONTEXT_MANAGEMENT_BETA) {
         return Err(format!(
             "context_management: Extra inputs are not permitted (it needs the anthropic-beta header {CONTEXT_MANAGEMENT_BETA})"
@@ -204,16 +192,11 @@ mod tests {
     fn context_editing_needs_its_beta_and_clears_all_but_the_kept_and_excluded() {
         let r = request(6);
         let len = serde_json::to_vec(&r).unwrap().len();
-        let e = context_edits(Protocol::Anthropic, "", &r, len).unwrap_err();
+        let e = context_edits("", &r, len).unwrap_err();
         assert!(e.contains("context-management-2025-06-27"), "{e}");
-        let edited = context_edits(
-            Protocol::Anthropic,
-            "other, context-management-2025-06-27",
-            &r,
-            len,
-        )
-        .unwrap()
-        .unwrap();
+        let edited = context_edits("other, context-management-2025-06-27", &r, len)
+            .unwrap()
+            .unwrap();
         // 6 results: the first is excluded, the last 2 kept, 3 cleared.
         assert_eq!(edited.applied["applied_edits"][0]["cleared_tool_uses"], 3);
         assert!(edited.body_len < len - 3 * 3900);
@@ -224,10 +207,8 @@ mod tests {
         // Below the trigger nothing is cleared.
         let small = request(1);
         let len = serde_json::to_vec(&small).unwrap().len();
-        assert!(
-            context_edits(Protocol::Anthropic, CONTEXT_MANAGEMENT_BETA, &small, len)
-                .unwrap()
-                .is_none()
-        );
+        assert!(context_edits(CONTEXT_MANAGEMENT_BETA, &small, len)
+            .unwrap()
+            .is_none());
     }
 }

@@ -26,7 +26,8 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use tokio::sync::Notify;
 
-use super::{lock, next_request_id, play, respond, SimState};
+use super::protocol::served;
+use super::{lock, next_request_id, play, SimState};
 use crate::model::Protocol;
 
 pub(super) use files::File;
@@ -490,10 +491,7 @@ async fn play_item(
         // batch as a server error.
         None => {
             let message = "The simulated server failed while answering this request.";
-            let body = match protocol {
-                Protocol::Anthropic => respond::error_body("api_error", message, &request_id),
-                _ => respond::openai_error_body(500, "api_error", None, message),
-            };
+            let body = served(protocol).error_body(500, "api_error", None, message, &request_id);
             Outcome::Answered {
                 status: 500,
                 body,

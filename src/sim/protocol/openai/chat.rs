@@ -6,10 +6,10 @@
 
 use serde_json::{json, Value};
 
-use super::check::{History, Violation};
-use super::respond::{play, stable_id, Ask, Played};
-use super::script::ScriptTurn;
-use super::SentTurn;
+use crate::sim::protocol::{History, Violation};
+use crate::sim::respond::{play, stable_id, Ask, Played};
+use crate::sim::script::ScriptTurn;
+use crate::sim::SentTurn;
 
 fn messages(request: &Value) -> &[Value] {
     request
@@ -156,8 +156,8 @@ pub fn check_request(body: &Value, history: &dyn History) -> Result<(), Violatio
             }
         }
     }
-    super::cache::check_openai_fields(body)?;
-    super::stream::check_fields(crate::model::Protocol::OpenaiChat, body)?;
+    crate::sim::cache::check_openai_fields(body)?;
+    super::check_stream_fields(true, body)?;
     check_tools(obj.get("tools"))?;
     let msgs = obj
         .get("messages")
@@ -308,7 +308,7 @@ pub fn render(
     request_bytes: usize,
     key: &str,
     step: usize,
-    cache: super::cache::CacheUse,
+    cache: crate::sim::cache::CacheUse,
 ) -> Value {
     let mut ask = ask(request, request_bytes, key, step);
     ask.cache = cache;
@@ -400,7 +400,7 @@ pub fn replayable(sent: &Value) -> Option<SentTurn> {
 mod tests {
     use super::*;
 
-    use crate::sim::check::TestHistory as Map;
+    use crate::sim::protocol::TestHistory as Map;
 
     fn req(messages: Value) -> Value {
         json!({"model": "m", "messages": messages})
