@@ -287,6 +287,7 @@ async fn not_found() -> Response {
 
 /// An error answer: its status, its type (Anthropic's vocabulary, translated for
 /// OpenAI), an OpenAI `code`, and the message.
+#[derive(Debug)]
 struct Refusal {
     status: StatusCode,
     error_type: String,
