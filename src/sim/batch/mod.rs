@@ -6,10 +6,6 @@
 //! batches is the one it would have been without them. The wire facts and their sources
 //! are in docs/batch-apis.md.
 
-mod anthropic;
-mod files;
-mod openai;
-
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -19,7 +15,7 @@ use axum::body::Body;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post, MethodRouter};
+use axum::routing::MethodRouter;
 use axum::{Json, Router};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -30,7 +26,7 @@ use super::protocol::served;
 use super::{lock, next_request_id, play, SimState};
 use crate::model::Protocol;
 
-pub(super) use files::File;
+use super::protocol::File;
 
 /// How the simulator processes batches. The real APIs take minutes to hours; tests want
 /// milliseconds, and sometimes a batch that is seen half done, or one that runs out of
@@ -84,7 +80,7 @@ pub(super) fn expired_response() -> Response {
 
 /// What became of one item.
 #[derive(Debug, Clone)]
-enum Outcome {
+pub(in crate::sim) enum Outcome {
     /// The endpoint's answer: its status, its JSON body and request id.
     Answered {
         status: u16,
@@ -96,17 +92,17 @@ enum Outcome {
 }
 
 #[derive(Debug)]
-struct Item {
-    custom_id: String,
+pub(in crate::sim) struct Item {
+    pub(in crate::sim) custom_id: String,
     /// The request body the item plays.
-    body: Value,
-    outcome: Option<Outcome>,
-    done_ms: Option<u64>,
+    pub(in crate::sim) body: Value,
+    pub(in crate::sim) outcome: Option<Outcome>,
+    pub(in crate::sim) done_ms: Option<u64>,
 }
 
 /// Where a batch is in its life, in the words both APIs share.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
+pub(in crate::sim) enum Phase {
     /// OpenAI only: the input file is being checked.
     Validating,
     /// OpenAI only: the input file was refused (`errors` says why).
@@ -119,7 +115,7 @@ enum Phase {
 
 /// Why a batch ended, for OpenAI's final status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum End {
+pub(in crate::sim) enum End {
     Completed,
     Expired,
     Cancelled,
@@ -127,7 +123,7 @@ enum End {
 
 /// Which API a batch came through.
 #[derive(Debug, Clone)]
-enum Api {
+pub(in crate::sim) enum Api {
     Anthropic,
     OpenAi {
         /// The endpoint's protocol (Responses or Chat Completions).
@@ -151,25 +147,25 @@ pub struct BatchCalls {
 }
 
 #[derive(Debug)]
-struct Progress {
-    items: Vec<Item>,
-    phase: Phase,
-    end: Option<End>,
-    in_progress_at: Option<DateTime<Utc>>,
-    cancel_at: Option<DateTime<Utc>>,
-    finalizing_at: Option<DateTime<Utc>>,
-    ended_at: Option<DateTime<Utc>>,
+pub(in crate::sim) struct Progress {
+    pub(in crate::sim) items: Vec<Item>,
+    pub(in crate::sim) phase: Phase,
+    pub(in crate::sim) end: Option<End>,
+    pub(in crate::sim) in_progress_at: Option<DateTime<Utc>>,
+    pub(in crate::sim) cancel_at: Option<DateTime<Utc>>,
+    pub(in crate::sim) finalizing_at: Option<DateTime<Utc>>,
+    pub(in crate::sim) ended_at: Option<DateTime<Utc>>,
     /// OpenAI: why validation refused the input file.
-    errors: Vec<Value>,
-    output_file_id: Option<String>,
-    error_file_id: Option<String>,
-    calls: BatchCalls,
+    pub(in crate::sim) errors: Vec<Value>,
+    pub(in crate::sim) output_file_id: Option<String>,
+    pub(in crate::sim) error_file_id: Option<String>,
+    pub(in crate::sim) calls: BatchCalls,
 }
 
 impl Progress {
     /// A batch just created: Anthropic's in progress with its items, OpenAI's still to
     /// validate its input file.
-    fn new(items: Vec<Item>, phase: Phase) -> Progress {
+    pub(in crate::sim) fn new(items: Vec<Item>, phase: Phase) -> Progress {
         Progress {
             in_progress_at: (phase == Phase::InProgress).then(Utc::now),
             items,
@@ -188,27 +184,27 @@ impl Progress {
 
 /// One batch, shared by its processing task and the handlers.
 #[derive(Debug)]
-pub(super) struct Batch {
-    id: String,
-    run: String,
-    api: Api,
-    created_at: DateTime<Utc>,
-    created: Instant,
-    created_ms: u64,
+pub(in crate::sim) struct Batch {
+    pub(in crate::sim) id: String,
+    pub(in crate::sim) run: String,
+    pub(in crate::sim) api: Api,
+    pub(in crate::sim) created_at: DateTime<Utc>,
+    pub(in crate::sim) created: Instant,
+    pub(in crate::sim) created_ms: u64,
     /// The create request's headers (credentials, version, betas), which every item is
     /// sent with.
-    headers: HeaderMap,
-    progress: Mutex<Progress>,
+    pub(in crate::sim) headers: HeaderMap,
+    pub(in crate::sim) progress: Mutex<Progress>,
     /// Wakes the processing task when the batch is cancelled.
-    wake: Notify,
+    pub(in crate::sim) wake: Notify,
 }
 
 impl Batch {
-    fn expires_at(&self) -> DateTime<Utc> {
+    pub(in crate::sim) fn expires_at(&self) -> DateTime<Utc> {
         self.created_at + chrono::Duration::hours(24)
     }
 
-    fn protocol(&self) -> Protocol {
+    pub(in crate::sim) fn protocol(&self) -> Protocol {
         match &self.api {
             Api::Anthropic => Protocol::Anthropic,
             Api::OpenAi { protocol, .. } => *protocol,
@@ -218,11 +214,11 @@ impl Batch {
 
 /// The simulator's batches and uploaded files.
 #[derive(Default)]
-pub(super) struct Store {
-    settings: Mutex<BatchSettings>,
-    batches: Mutex<Vec<Arc<Batch>>>,
-    files: Mutex<HashMap<String, Arc<File>>>,
-    ids: AtomicU64,
+pub(in crate::sim) struct Store {
+    pub(in crate::sim) settings: Mutex<BatchSettings>,
+    pub(in crate::sim) batches: Mutex<Vec<Arc<Batch>>>,
+    pub(in crate::sim) files: Mutex<HashMap<String, Arc<File>>>,
+    pub(in crate::sim) ids: AtomicU64,
 }
 
 impl Store {
@@ -230,12 +226,12 @@ impl Store {
         *lock(&self.settings) = s;
     }
 
-    fn settings(&self) -> BatchSettings {
+    pub(in crate::sim) fn settings(&self) -> BatchSettings {
         lock(&self.settings).clone()
     }
 
     /// A fresh id with the API's prefix, e.g. `msgbatch_sim_000001`.
-    fn new_id(&self, prefix: &str) -> String {
+    pub(in crate::sim) fn new_id(&self, prefix: &str) -> String {
         format!(
             "{prefix}{:06}",
             self.ids.fetch_add(1, Ordering::Relaxed) + 1
@@ -244,7 +240,7 @@ impl Store {
 
     /// The batch `id` of `run` (another run's batches are not visible, like its
     /// conversations).
-    fn get(&self, run: &str, id: &str) -> Option<Arc<Batch>> {
+    pub(in crate::sim) fn get(&self, run: &str, id: &str) -> Option<Arc<Batch>> {
         lock(&self.batches)
             .iter()
             .find(|b| b.id == id && b.run == run)
@@ -252,7 +248,7 @@ impl Store {
     }
 
     /// The batches of `run` through `api`, most recent first.
-    fn list(&self, run: &str, anthropic: bool) -> Vec<Arc<Batch>> {
+    pub(in crate::sim) fn list(&self, run: &str, anthropic: bool) -> Vec<Arc<Batch>> {
         lock(&self.batches)
             .iter()
             .rev()
@@ -262,7 +258,7 @@ impl Store {
     }
 
     /// The batch whose output or error file `file_id` is.
-    fn batch_of_file(&self, file_id: &str) -> Option<Arc<Batch>> {
+    pub(in crate::sim) fn batch_of_file(&self, file_id: &str) -> Option<Arc<Batch>> {
         lock(&self.batches)
             .iter()
             .find(|b| {
@@ -323,11 +319,7 @@ impl Store {
                     run: b.run.clone(),
                     protocol: b.protocol(),
                     created_ms: b.created_ms,
-                    status: match b.api {
-                        Api::Anthropic => anthropic::status_word(&p),
-                        Api::OpenAi { .. } => openai::status_word(&p),
-                    }
-                    .to_string(),
+                    status: served(b.protocol()).batch_status(&p).to_string(),
                     items: p
                         .items
                         .iter()
@@ -350,11 +342,11 @@ impl Store {
 }
 
 /// Anthropic's timestamps: RFC 3339 with microseconds, as the API reference shows them.
-fn rfc3339(t: DateTime<Utc>) -> String {
+pub(in crate::sim) fn rfc3339(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
 }
 
-fn now_ms(state: &SimState) -> u64 {
+pub(in crate::sim) fn now_ms(state: &SimState) -> u64 {
     state.started.elapsed().as_millis() as u64
 }
 
@@ -375,7 +367,7 @@ fn item_headers(headers: &HeaderMap) -> HeaderMap {
 }
 
 /// Registers a new batch and starts processing it.
-fn start(state: &Arc<SimState>, batch: Batch) -> Arc<Batch> {
+pub(in crate::sim) fn start(state: &Arc<SimState>, batch: Batch) -> Arc<Batch> {
     let batch = Arc::new(batch);
     lock(&state.batches.batches).push(batch.clone());
     tokio::spawn(process(state.clone(), batch.clone()));
@@ -386,10 +378,8 @@ fn start(state: &Arc<SimState>, batch: Batch) -> Arc<Batch> {
 /// all are done, the batch is cancelled or its time runs out.
 async fn process(state: Arc<SimState>, batch: Arc<Batch>) {
     let settings = state.batches.settings();
-    if let Api::OpenAi { .. } = batch.api {
-        if !openai::validate(&state, &batch, &settings) {
-            return;
-        }
+    if !served(batch.protocol()).batch_validate(&state, &batch, &settings) {
+        return;
     }
     let deadline = batch.created + settings.expire_after;
     let count = lock(&batch.progress).items.len();
@@ -434,7 +424,7 @@ async fn process(state: Arc<SimState>, batch: Arc<Batch>) {
 
 /// An error answer in OpenAI's shape, `{error: {message, type, param, code}}` (an empty
 /// code is sent as null).
-fn openai_error(
+pub(in crate::sim) fn openai_error(
     state: &SimState,
     status: StatusCode,
     code: &str,
@@ -519,13 +509,11 @@ fn finish(state: &SimState, batch: &Batch, end: End) {
     p.end = Some(end);
     p.finalizing_at = Some(now);
     p.ended_at = Some(now);
-    if let Api::OpenAi { .. } = batch.api {
-        openai::write_files(state, batch, &mut p);
-    }
+    served(batch.protocol()).batch_ended(state, batch, &mut p);
 }
 
 /// Cancels a batch still in progress; the processing task ends it.
-fn request_cancel(batch: &Batch, at_ms: u64) {
+pub(in crate::sim) fn request_cancel(batch: &Batch, at_ms: u64) {
     let mut p = lock(&batch.progress);
     p.calls.cancels_ms.push(at_ms);
     if matches!(p.phase, Phase::InProgress | Phase::Validating) {
@@ -536,7 +524,7 @@ fn request_cancel(batch: &Batch, at_ms: u64) {
 }
 
 /// The value of `name` in a query string (ids and numbers only: no decoding needed).
-fn query_param<'a>(query: Option<&'a str>, name: &str) -> Option<&'a str> {
+pub(in crate::sim) fn query_param<'a>(query: Option<&'a str>, name: &str) -> Option<&'a str> {
     query?
         .split('&')
         .filter_map(|kv| kv.split_once('='))
@@ -549,9 +537,9 @@ fn query_param<'a>(query: Option<&'a str>, name: &str) -> Option<&'a str> {
 const MAX_BODY: usize = 512 * 1024 * 1024;
 
 /// The path's parameters: the run (empty on the routes without one) and the id.
-type Params = Option<axum::extract::Path<HashMap<String, String>>>;
+pub(in crate::sim) type Params = Option<axum::extract::Path<HashMap<String, String>>>;
 
-fn params(p: Params) -> (String, String) {
+pub(in crate::sim) fn params(p: Params) -> (String, String) {
     let mut m = p.map(|p| p.0).unwrap_or_default();
     (
         m.remove("run").unwrap_or_default(),
@@ -559,30 +547,20 @@ fn params(p: Params) -> (String, String) {
     )
 }
 
-/// Adds the batch routes under `prefix` ("" or "/r/{run}").
-pub(super) fn routes(app: Router<Arc<SimState>>, prefix: &str) -> Router<Arc<SimState>> {
-    let big = || DefaultBodyLimit::max(MAX_BODY);
-    let at = |path: &str| format!("{prefix}{path}");
-    let big_post = |r: MethodRouter<Arc<SimState>>| r.layer(big());
-    app.route(
-        &at("/v1/messages/batches"),
-        big_post(post(anthropic::create)).get(anthropic::list),
-    )
-    .route(&at("/v1/messages/batches/{id}"), get(anthropic::retrieve))
-    .route(
-        &at("/v1/messages/batches/{id}/results"),
-        get(anthropic::results),
-    )
-    .route(
-        &at("/v1/messages/batches/{id}/cancel"),
-        post(anthropic::cancel),
-    )
-    .route(&at("/v1/files"), big_post(post(files::upload)))
-    .route(&at("/v1/files/{id}"), get(files::retrieve))
-    .route(&at("/v1/files/{id}/content"), get(files::content))
-    .route(&at("/v1/batches"), post(openai::create).get(openai::list))
-    .route(&at("/v1/batches/{id}"), get(openai::retrieve))
-    .route(&at("/v1/batches/{id}/cancel"), post(openai::cancel))
+/// The simulator's router, which each protocol adds its batch routes to.
+pub(in crate::sim) type SimRouter = Router<Arc<SimState>>;
+
+/// Adds every protocol's batch routes under `prefix` ("" or "/r/{run}").
+pub(super) fn routes(mut app: SimRouter, prefix: &str) -> SimRouter {
+    for protocol in Protocol::ALL {
+        app = served(protocol).batch_routes(app, prefix);
+    }
+    app
+}
+
+/// A POST route that reads bodies up to [`MAX_BODY`].
+pub(in crate::sim) fn big_post(r: MethodRouter<Arc<SimState>>) -> MethodRouter<Arc<SimState>> {
+    r.layer(DefaultBodyLimit::max(MAX_BODY))
 }
 
 #[cfg(test)]

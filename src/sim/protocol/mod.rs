@@ -22,14 +22,16 @@ use std::time::Duration;
 use axum::http::HeaderMap;
 use serde_json::{Map, Value};
 
+use super::batch::{Batch, BatchSettings, Progress, SimRouter};
 use super::cache::{CacheUse, PromptCache};
 use super::chaos::Rng;
 use super::script::{Fault, MidStream, ScriptTurn, ToolUseScript};
 use super::stream::{Splitter, Sse};
 use super::window::Edited;
-use super::{Refusal, SentTurn};
+use super::{Refusal, SentTurn, SimState};
 use crate::model::Protocol;
 
+pub(super) use openai::files::File;
 pub(super) use openai::Compacted;
 
 /// What makes the simulator refuse a request with 400 `invalid_request_error`, worded
@@ -207,6 +209,18 @@ pub(super) trait Served: Sync {
     fn chaos_odd_stop(&self, r: &mut Rng, t: &mut ScriptTurn);
     /// A 200 body in the protocol's shape with a part missing.
     fn chaos_shaped_body(&self) -> &'static str;
+
+    // The provider's batch API (its store and processing are shared, in `sim::batch`).
+
+    /// Adds the routes of the protocol's batch API under `prefix` (a batch API that
+    /// serves several protocols is added by one of them).
+    fn batch_routes(&self, app: SimRouter, prefix: &str) -> SimRouter;
+    /// The status the batch API reports for a batch's progress.
+    fn batch_status(&self, p: &Progress) -> &'static str;
+    /// Checks a new batch before its items play (false: the batch failed and ended).
+    fn batch_validate(&self, state: &SimState, batch: &Batch, settings: &BatchSettings) -> bool;
+    /// What the batch API does when a batch has ended (OpenAI: writes its files).
+    fn batch_ended(&self, state: &SimState, batch: &Batch, p: &mut Progress);
 }
 
 /// The one registry of served protocols.

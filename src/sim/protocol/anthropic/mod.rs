@@ -1,26 +1,31 @@
 //! The Anthropic Messages API as the simulator serves it: `check.rs` (the request
-//! checks), `render.rs` (the answer and the error body), `stream.rs` (the answer's
-//! events), `chaos.rs` (the chaos model's odd stops), and here the rest of [`Served`].
+//! checks), `context_edits.rs` (context editing), `render.rs` (the answer and the error body), `stream.rs` (the answer's
+//! events), `chaos.rs` (the chaos model's odd stops), `batch.rs` (Message Batches), and
+//! here the rest of [`Served`].
 
+mod batch;
 mod chaos;
 pub(in crate::sim) mod check;
+mod context_edits;
 pub(in crate::sim) mod render;
 mod stream;
 
 use std::time::Duration;
 
 use axum::http::{HeaderMap, StatusCode};
+use axum::routing::{get, post};
 use serde_json::{json, Map, Value};
 
 use super::{Compacted, Headers, History, Served, Violation};
 use crate::model::Protocol;
+use crate::sim::batch::{big_post, Batch, BatchSettings, Progress, SimRouter};
 use crate::sim::cache::{CacheUse, PromptCache};
 use crate::sim::chaos::Rng;
 use crate::sim::limits::{reset_time, retry_after_secs};
 use crate::sim::script::{Fault, MidStream, ScriptTurn, ToolUseScript};
 use crate::sim::stream::{Splitter, Sse};
-use crate::sim::window::{context_edits, Edited};
-use crate::sim::{contradict, Refusal, SentTurn};
+use crate::sim::window::Edited;
+use crate::sim::{contradict, Refusal, SentTurn, SimState};
 use crate::vocab::cache::cache_reads_count_toward_itpm;
 
 /// The Messages API.
@@ -106,7 +111,7 @@ impl Served for Messages {
         request: &Value,
         body_len: usize,
     ) -> Result<Option<Edited>, String> {
-        context_edits(beta, request, body_len)
+        context_edits::context_edits(beta, request, body_len)
     }
 
     fn compaction(&self, _: &Value, _: usize, _: usize) -> Result<Option<Compacted>, String> {
@@ -254,4 +259,29 @@ impl Served for Messages {
     fn chaos_shaped_body(&self) -> &'static str {
         r#"{"type":"message","role":"assistant","content":[{"type":"text","text":"no usage"}],"stop_reason":"end_turn"}"#
     }
+
+    fn batch_routes(&self, app: SimRouter, prefix: &str) -> SimRouter {
+        let at = |path: &str| format!("{prefix}{path}");
+        app.route(
+            &at("/v1/messages/batches"),
+            big_post(post(batch::create)).get(batch::list),
+        )
+        .route(&at("/v1/messages/batches/{id}"), get(batch::retrieve))
+        .route(
+            &at("/v1/messages/batches/{id}/results"),
+            get(batch::results),
+        )
+        .route(&at("/v1/messages/batches/{id}/cancel"), post(batch::cancel))
+    }
+
+    fn batch_status(&self, p: &Progress) -> &'static str {
+        batch::status_word(p)
+    }
+
+    fn batch_validate(&self, _: &SimState, _: &Batch, _: &BatchSettings) -> bool {
+        // A Message Batch carries its requests: nothing is left to check.
+        true
+    }
+
+    fn batch_ended(&self, _: &SimState, _: &Batch, _: &mut Progress) {}
 }

@@ -1,12 +1,15 @@
 //! The OpenAI protocols as the simulator serves them: Responses (`responses.rs`, its
 //! server-side compaction in `compaction.rs`) and Chat Completions (`chat.rs`), their
-//! streamed events (`stream.rs`), the chaos model's odd stops (`chaos.rs`), the
+//! streamed events (`stream.rs`), the chaos model's odd stops (`chaos.rs`), OpenAI's
+//! Batch and Files APIs (`batch.rs`, `files.rs`), the
 //! [`Served`](super::Served) of each (`served.rs`), and here what both share: the
 //! stream fields' checks, the error body, and the rate-limit headers.
 
+mod batch;
 mod chaos;
 pub(in crate::sim) mod chat;
 mod compaction;
+pub(in crate::sim) mod files;
 pub(in crate::sim) mod responses;
 mod served;
 mod stream;

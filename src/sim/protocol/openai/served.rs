@@ -4,11 +4,13 @@
 use std::time::Duration;
 
 use axum::http::{HeaderMap, StatusCode};
+use axum::routing::{get, post};
 use serde_json::{json, Map, Value};
 
-use super::{chaos, chat, compaction, responses, stream};
+use super::{batch, chaos, chat, compaction, files, responses, stream};
 use super::{Compacted, CHAOS_FAULT_KINDS, CHAOS_ID_PREFIX};
 use crate::model::Protocol;
+use crate::sim::batch::{big_post, Batch, BatchSettings, Progress, SimRouter};
 use crate::sim::cache::{openai_prefix, CacheUse, PromptCache};
 use crate::sim::chaos::Rng;
 use crate::sim::contradict::{self, OpenaiUsage};
@@ -16,7 +18,7 @@ use crate::sim::protocol::{Headers, History, Served, Violation};
 use crate::sim::script::{Fault, MidStream, ScriptTurn, ToolUseScript};
 use crate::sim::stream::{with, Splitter, Sse};
 use crate::sim::window::Edited;
-use crate::sim::{Refusal, SentTurn};
+use crate::sim::{Refusal, SentTurn, SimState};
 
 /// The OpenAI Responses API.
 pub(in crate::sim) struct Responses;
@@ -283,6 +285,29 @@ impl Served for Responses {
     fn chaos_shaped_body(&self) -> &'static str {
         r#"{"object":"response","status":"completed","output":"oops"}"#
     }
+
+    fn batch_routes(&self, app: SimRouter, prefix: &str) -> SimRouter {
+        // OpenAI's Files and Batch APIs serve Chat Completions too; they are added once.
+        let at = |path: &str| format!("{prefix}{path}");
+        app.route(&at("/v1/files"), big_post(post(files::upload)))
+            .route(&at("/v1/files/{id}"), get(files::retrieve))
+            .route(&at("/v1/files/{id}/content"), get(files::content))
+            .route(&at("/v1/batches"), post(batch::create).get(batch::list))
+            .route(&at("/v1/batches/{id}"), get(batch::retrieve))
+            .route(&at("/v1/batches/{id}/cancel"), post(batch::cancel))
+    }
+
+    fn batch_status(&self, p: &Progress) -> &'static str {
+        batch::status_word(p)
+    }
+
+    fn batch_validate(&self, state: &SimState, b: &Batch, settings: &BatchSettings) -> bool {
+        batch::validate(state, b, settings)
+    }
+
+    fn batch_ended(&self, state: &SimState, b: &Batch, p: &mut Progress) {
+        batch::write_files(state, b, p);
+    }
 }
 
 impl Served for Chat {
@@ -472,5 +497,22 @@ impl Served for Chat {
 
     fn chaos_shaped_body(&self) -> &'static str {
         r#"{"object":"chat.completion","choices":[]}"#
+    }
+
+    fn batch_routes(&self, app: SimRouter, _: &str) -> SimRouter {
+        // Its batches go through OpenAI's Batch API, which Responses adds.
+        app
+    }
+
+    fn batch_status(&self, p: &Progress) -> &'static str {
+        batch::status_word(p)
+    }
+
+    fn batch_validate(&self, state: &SimState, b: &Batch, settings: &BatchSettings) -> bool {
+        batch::validate(state, b, settings)
+    }
+
+    fn batch_ended(&self, state: &SimState, b: &Batch, p: &mut Progress) {
+        batch::write_files(state, b, p);
     }
 }

@@ -15,11 +15,11 @@ use chrono::Utc;
 use serde_json::{json, Value};
 use tokio::sync::Notify;
 
-use super::{
+use crate::model::Protocol;
+use crate::sim::batch::{
     now_ms, params, query_param, request_cancel, rfc3339, start, Api, Batch, Item, Outcome, Params,
     Phase, Progress,
 };
-use crate::model::Protocol;
 use crate::sim::{check_headers, check_key, error_response, next_request_id, Refusal, SimState};
 
 /// The custom_id rule of the API (`^[a-zA-Z0-9_-]{1,64}$`).
@@ -204,7 +204,7 @@ pub(super) async fn create(
         wake: Notify::new(),
     };
     let batch = start(&state, batch);
-    let p = super::lock(&batch.progress);
+    let p = crate::sim::lock(&batch.progress);
     Json(object(&batch, &p, &headers)).into_response()
 }
 
@@ -228,7 +228,7 @@ pub(super) async fn retrieve(
         Ok(b) => b,
         Err(resp) => return *resp,
     };
-    let mut p = super::lock(&batch.progress);
+    let mut p = crate::sim::lock(&batch.progress);
     p.calls.polls_ms.push(now_ms(&state));
     Json(object(&batch, &p, &headers)).into_response()
 }
@@ -242,7 +242,7 @@ pub(super) async fn cancel(
         Ok(b) => b,
         Err(resp) => return *resp,
     };
-    if super::lock(&batch.progress).phase == Phase::Ended {
+    if crate::sim::lock(&batch.progress).phase == Phase::Ended {
         return refuse(
             &state,
             &Refusal::bad_request(format!(
@@ -252,7 +252,7 @@ pub(super) async fn cancel(
         );
     }
     request_cancel(&batch, now_ms(&state));
-    let p = super::lock(&batch.progress);
+    let p = crate::sim::lock(&batch.progress);
     Json(object(&batch, &p, &headers)).into_response()
 }
 
@@ -303,7 +303,7 @@ pub(super) async fn results(
         Ok(b) => b,
         Err(resp) => return *resp,
     };
-    let mut p = super::lock(&batch.progress);
+    let mut p = crate::sim::lock(&batch.progress);
     p.calls.results_ms.push(now_ms(&state));
     if p.phase != Phase::Ended {
         let message = format!(
@@ -364,7 +364,7 @@ pub(super) async fn list(
     let page = &all[from..to];
     let data: Vec<Value> = page
         .iter()
-        .map(|b| object(b, &super::lock(&b.progress), &headers))
+        .map(|b| object(b, &crate::sim::lock(&b.progress), &headers))
         .collect();
     Json(json!({
         "data": data,

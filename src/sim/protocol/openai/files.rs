@@ -10,8 +10,9 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 
-use super::{lock, now_ms, openai_error, params, Params};
 use crate::model::Protocol;
+use crate::sim::batch::{now_ms, openai_error, params, Params};
+use crate::sim::lock;
 use crate::sim::{check_key, SimState};
 
 /// The purposes `POST /v1/files` accepts.

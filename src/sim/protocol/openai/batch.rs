@@ -16,12 +16,13 @@ use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 use tokio::sync::Notify;
 
-use super::{
-    files, lock, now_ms, openai_error, params, query_param, request_cancel, start, Api, Batch,
-    BatchSettings, End, Item, Outcome, Params, Phase, Progress,
-};
+use super::files;
 use crate::model::Protocol;
-use crate::sim::{check_headers, check_key, SimState};
+use crate::sim::batch::{
+    now_ms, openai_error, params, query_param, request_cancel, start, Api, Batch, BatchSettings,
+    End, Item, Outcome, Params, Phase, Progress,
+};
+use crate::sim::{check_headers, check_key, lock, SimState};
 
 /// The endpoints the simulator's batches play (the real API has more).
 const ENDPOINTS: &[(&str, Protocol)] = &[
