@@ -296,7 +296,8 @@ impl Answered<'_> {
             None => play_fault(protocol, fault, self.request_id),
             Some(kind) if stream::wanted(&r.request) => {
                 // The answer the stream starts to send, without touching the cache.
-                let rendered = self.rendered(self.state.cache.peek(protocol, &r.request));
+                let rendered =
+                    self.rendered(self.served.cache_use(&self.state.cache, &r.request, false));
                 let body = stream::broken(
                     protocol, fault, kind, &rendered, &r.request, self.key, r.step,
                 );
@@ -318,10 +319,11 @@ impl Answered<'_> {
     /// tokens the rendered answer reports (before any contradiction).
     fn render(&self) -> (Option<Value>, Vec<u8>, Option<Body>, Option<u64>) {
         let (protocol, r, turn) = (self.served.protocol(), self.read, self.turn);
-        let mut rendered = self.rendered(self.state.cache.apply(protocol, &r.request));
+        let mut rendered =
+            self.rendered(self.served.cache_use(&self.state.cache, &r.request, true));
         let used = self.served.output_tokens(&rendered);
         if turn.contradict_usage {
-            super::contradict::usage(protocol, &mut rendered, r.max_tokens);
+            super::protocol::contradict::usage(protocol, &mut rendered, r.max_tokens);
         }
         let streamed = stream::wanted(&r.request)
             .then(|| stream::body(protocol, turn, &rendered, &r.request, self.key, r.step));

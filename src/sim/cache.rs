@@ -16,8 +16,6 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::lock;
-use super::protocol::served;
-use crate::model::Protocol;
 
 /// Most entries one simulator keeps; past it, those closest to expiry go first.
 const MAX_ENTRIES: usize = 20_000;
@@ -364,21 +362,6 @@ impl PromptCache {
     /// Moves this cache's clock forward, so tests can expire entries.
     pub fn advance(&self, by: Duration) {
         lock(&self.store).skew += by;
-    }
-
-    /// Reads and writes the cache for one answered request.
-    pub fn apply(&self, protocol: Protocol, request: &Value) -> CacheUse {
-        self.request(protocol, request, true)
-    }
-
-    /// What [`PromptCache::apply`] would read and write now, changing nothing (the rate
-    /// limits count a request before it is answered).
-    pub fn peek(&self, protocol: Protocol, request: &Value) -> CacheUse {
-        self.request(protocol, request, false)
-    }
-
-    fn request(&self, protocol: Protocol, request: &Value, commit: bool) -> CacheUse {
-        served(protocol).cache_use(self, request, commit)
     }
 
     /// Anthropic: what the breakpoints of `request` read and write (nothing for markers

@@ -1,6 +1,8 @@
 use serde_json::{json, Value};
 
 use super::*;
+use crate::model::Protocol;
+use crate::sim::protocol::served;
 
 /// A Messages request whose system block is `n` bytes of text, with a breakpoint on it
 /// (ttl given or absent), then one user message.
@@ -15,7 +17,7 @@ fn request(model: &str, n: usize, ttl: Option<&str>, question: &str) -> Value {
 }
 
 fn apply(cache: &PromptCache, r: &Value) -> CacheUse {
-    cache.apply(Protocol::Anthropic, r)
+    served(Protocol::Anthropic).cache_use(cache, r, true)
 }
 
 fn system_tokens(r: &Value) -> u64 {
@@ -242,7 +244,7 @@ fn chat(n: usize, extra: &[&str], key: Option<&str>) -> Value {
 #[test]
 fn openai_caches_from_1024_tokens_in_steps_of_128() {
     let cache = PromptCache::default();
-    let apply = |r: &Value| cache.apply(Protocol::OpenaiChat, r);
+    let apply = |r: &Value| served(Protocol::OpenaiChat).cache_use(&cache, r, true);
     let short = chat(3900, &["q"], None);
     apply(&short);
     assert_eq!(apply(&short).read, 0, "under 1024 tokens");

@@ -11,7 +11,6 @@ use std::num::NonZeroU32;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use chrono::{SecondsFormat, Utc};
 use governor::clock::{Clock, DefaultClock};
 use governor::middleware::StateInformationMiddleware;
 use governor::state::{InMemoryState, NotKeyed};
@@ -188,41 +187,16 @@ pub fn counted_input(
 ) -> u64 {
     let prompt = (body_len as u64).div_ceil(4);
     let model = request.get("model").and_then(Value::as_str).unwrap_or("");
-    if served(protocol).itpm_skips_cache_reads(model) {
-        prompt.saturating_sub(cache.peek(protocol, request).read)
+    let served = served(protocol);
+    if served.itpm_skips_cache_reads(model) {
+        prompt.saturating_sub(served.cache_use(cache, request, false).read)
     } else {
         prompt
     }
 }
 
-/// `retry-after` in whole seconds (at least 1), as every vendor sends it on a 429.
-pub(super) fn retry_after_secs(wait: Duration) -> (String, String) {
-    let secs = wait.as_secs_f64().ceil().max(1.0).to_string();
-    ("retry-after".to_string(), secs)
-}
-
 fn window_headers(protocol: Protocol, w: &Named, remaining: u32, until_full: Duration) -> Headers {
     served(protocol).window_headers(w.name, w.per_minute, remaining, until_full)
-}
-
-/// An Anthropic reset: the RFC 3339 time the window is full again.
-pub fn reset_time(until_full: Duration) -> String {
-    let reset = Utc::now() + chrono::Duration::from_std(until_full).unwrap_or_default();
-    reset.to_rfc3339_opts(SecondsFormat::Millis, true)
-}
-
-/// An OpenAI reset: a Go-style duration such as `120ms`, `1.5s` or `6m0s`.
-pub fn go_duration(d: Duration) -> String {
-    let ms = d.as_millis();
-    if ms < 1000 {
-        return format!("{ms}ms");
-    }
-    let secs = d.as_secs_f64();
-    if secs < 60.0 {
-        return format!("{}s", (secs * 1000.0).round() / 1000.0);
-    }
-    let whole = d.as_secs();
-    format!("{}m{}s", whole / 60, whole % 60)
 }
 
 #[cfg(test)]
@@ -279,18 +253,5 @@ mod tests {
         assert!(l.charge(Protocol::Anthropic, 800, 900).is_err());
         let h = l.correct_output(Protocol::Anthropic, 900, 900);
         assert!(remaining(&h, "input-tokens") >= 900, "{h:?}");
-    }
-
-    #[test]
-    fn go_durations_round_trip() {
-        for ms in [0u64, 12, 999, 1000, 1500, 59_999, 60_000, 360_000] {
-            let d = Duration::from_millis(ms);
-            let back = crate::model::parse_go_duration(&go_duration(d)).unwrap();
-            assert!(
-                back.abs_diff(d) <= Duration::from_millis(1),
-                "{ms}: {}",
-                go_duration(d)
-            );
-        }
     }
 }

@@ -21,13 +21,15 @@ mod bounds;
 mod cache;
 pub(crate) mod chaos;
 mod clock;
-mod contradict;
 mod fault;
 mod limits;
+mod marker;
 mod protocol;
 mod respond;
+mod rng;
 pub mod script;
 mod script_check;
+mod sse;
 mod stream;
 mod summary;
 mod window;
@@ -180,8 +182,12 @@ impl Sim {
                     }),
                 );
         }
-        let app = batch::routes(app, "");
-        let app = batch::routes(app, "/r/{run}");
+        // Each protocol's batch API, at the root and under a run.
+        for prefix in ["", "/r/{run}"] {
+            for protocol in Protocol::ALL {
+                app = served(protocol).batch_routes(app, prefix);
+            }
+        }
         let app = app
             .route("/_sim/requests", get(requests))
             .route("/_sim/batches", get(batches))

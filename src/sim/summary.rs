@@ -6,13 +6,11 @@
 
 use serde_json::Value;
 
+use super::marker::{marker, marker_text};
 use super::protocol::served;
 use super::script::{Block, ScriptTurn};
 use crate::model::Protocol;
 use crate::vocab::context::{is_client_entry, turn_starts, SUMMARY_REQUEST};
-
-const MARK: &str = "[agentbatch-sim summary: steps=";
-const CALLS: &str = " calls=";
 
 /// The request's history: messages, or input items.
 fn entries(protocol: Protocol, request: &Value) -> &[Value] {
@@ -76,11 +74,6 @@ pub fn wanted(protocol: Protocol, request: &Value) -> bool {
         .is_some_and(|e| texts(e).last() == Some(&SUMMARY_REQUEST))
 }
 
-/// The marker a summary (or a compaction item) carries.
-pub fn marker_text(steps: usize, calls: &[&str]) -> String {
-    format!("{MARK}{steps}{CALLS}{}]", calls.join(","))
-}
-
 /// The step of the first model turn in the request's history: 0, or after a summary
 /// the step its kept turns began at, or after a compaction item the step it opened.
 pub fn base(protocol: Protocol, request: &Value) -> usize {
@@ -106,15 +99,6 @@ pub fn base(protocol: Protocol, request: &Value) -> usize {
         .find(|&&s| call_ids(&h[s..]) == last)
         .and_then(|&s| steps.checked_sub(1 + steps_in(protocol, &h[..s])))
         .unwrap_or(steps)
-}
-
-/// Reads a marker: the steps a summary covers and the last step's call ids.
-fn marker(text: &str) -> Option<(usize, Vec<&str>)> {
-    let rest = &text[text.find(MARK)? + MARK.len()..];
-    let (steps, rest) = rest.split_once(CALLS)?;
-    let calls = rest.split_once(']')?.0;
-    let calls = calls.split(',').filter(|c| !c.is_empty()).collect();
-    Some((steps.parse().ok()?, calls))
 }
 
 /// The answer to a summary request at `step` (the steps played so far): which tools

@@ -1,7 +1,7 @@
 //! The simulator's context window: a request whose prompt and `max_tokens` pass the
 //! model's window is refused with the API's own error, so compaction is tested against
 //! a server that enforces the limit. What a provider edits before anything counts the
-//! prompt (Anthropic's context editing) is the protocol's ([`Edited`]).
+//! prompt (Anthropic's context editing) is the protocol's (`protocol::Edited`).
 
 use serde_json::Value;
 
@@ -25,13 +25,4 @@ pub fn refusal(
         return None;
     }
     Some(served(protocol).too_long(prompt, window, max_tokens))
-}
-
-/// What the simulator cleared for a request with Anthropic's context editing.
-#[derive(Debug)]
-pub struct Edited {
-    pub request: Value,
-    pub body_len: usize,
-    /// The `context_management` of the answer: `{applied_edits: [...]}`.
-    pub applied: Value,
 }

@@ -22,11 +22,8 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use tokio::sync::Notify;
 
-use super::protocol::served;
 use super::{lock, next_request_id, play, SimState};
 use crate::model::Protocol;
-
-use super::protocol::File;
 
 /// How the simulator processes batches. The real APIs take minutes to hours; tests want
 /// milliseconds, and sometimes a batch that is seen half done, or one that runs out of
@@ -197,6 +194,33 @@ pub(in crate::sim) struct Batch {
     pub(in crate::sim) progress: Mutex<Progress>,
     /// Wakes the processing task when the batch is cancelled.
     pub(in crate::sim) wake: Notify,
+    /// What differs for the batch API it came through.
+    pub(in crate::sim) wire: &'static dyn BatchApi,
+}
+
+/// What a batch API does its own way; each protocol's batch API implements it (in
+/// `sim::protocol`), and a batch keeps the one it came through.
+pub(in crate::sim) trait BatchApi: Sync + std::fmt::Debug {
+    /// The status the API reports for a batch's progress.
+    fn status(&self, p: &Progress) -> &'static str;
+    /// Checks a new batch before its items play (false: the batch failed and ended).
+    fn validate(&self, state: &SimState, batch: &Batch, settings: &BatchSettings) -> bool;
+    /// What the API does when a batch has ended (OpenAI: writes its files).
+    fn ended(&self, state: &SimState, batch: &Batch, p: &mut Progress);
+    /// The body of an item the simulated server failed to answer.
+    fn server_error(&self, message: &str, request_id: &str) -> Value;
+}
+
+/// An uploaded file, or a batch's output or error file (OpenAI's Files API, in
+/// `sim::protocol::openai::files`).
+#[derive(Debug)]
+pub(in crate::sim) struct File {
+    pub(in crate::sim) id: String,
+    pub(in crate::sim) run: String,
+    pub(in crate::sim) filename: String,
+    pub(in crate::sim) purpose: String,
+    pub(in crate::sim) created_at: i64,
+    pub(in crate::sim) content: Vec<u8>,
 }
 
 impl Batch {
@@ -319,7 +343,7 @@ impl Store {
                     run: b.run.clone(),
                     protocol: b.protocol(),
                     created_ms: b.created_ms,
-                    status: served(b.protocol()).batch_status(&p).to_string(),
+                    status: b.wire.status(&p).to_string(),
                     items: p
                         .items
                         .iter()
@@ -378,7 +402,7 @@ pub(in crate::sim) fn start(state: &Arc<SimState>, batch: Batch) -> Arc<Batch> {
 /// all are done, the batch is cancelled or its time runs out.
 async fn process(state: Arc<SimState>, batch: Arc<Batch>) {
     let settings = state.batches.settings();
-    if !served(batch.protocol()).batch_validate(&state, &batch, &settings) {
+    if !batch.wire.validate(&state, &batch, &settings) {
         return;
     }
     let deadline = batch.created + settings.expire_after;
@@ -481,7 +505,7 @@ async fn play_item(
         // batch as a server error.
         None => {
             let message = "The simulated server failed while answering this request.";
-            let body = served(protocol).error_body(500, "api_error", None, message, &request_id);
+            let body = batch.wire.server_error(message, &request_id);
             Outcome::Answered {
                 status: 500,
                 body,
@@ -509,7 +533,7 @@ fn finish(state: &SimState, batch: &Batch, end: End) {
     p.end = Some(end);
     p.finalizing_at = Some(now);
     p.ended_at = Some(now);
-    served(batch.protocol()).batch_ended(state, batch, &mut p);
+    batch.wire.ended(state, batch, &mut p);
 }
 
 /// Cancels a batch still in progress; the processing task ends it.
@@ -549,14 +573,6 @@ pub(in crate::sim) fn params(p: Params) -> (String, String) {
 
 /// The simulator's router, which each protocol adds its batch routes to.
 pub(in crate::sim) type SimRouter = Router<Arc<SimState>>;
-
-/// Adds every protocol's batch routes under `prefix` ("" or "/r/{run}").
-pub(super) fn routes(mut app: SimRouter, prefix: &str) -> SimRouter {
-    for protocol in Protocol::ALL {
-        app = served(protocol).batch_routes(app, prefix);
-    }
-    app
-}
 
 /// A POST route that reads bodies up to [`MAX_BODY`].
 pub(in crate::sim) fn big_post(r: MethodRouter<Arc<SimState>>) -> MethodRouter<Arc<SimState>> {

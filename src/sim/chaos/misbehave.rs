@@ -139,14 +139,6 @@ fn tool_uses(t: &mut ScriptTurn) -> Vec<&mut ToolUseScript> {
         .collect()
 }
 
-/// The turn without its calls (a text in their place when nothing is left).
-pub(in crate::sim) fn drop_calls(t: &mut ScriptTurn) {
-    t.content.retain(|b| !matches!(b, Block::ToolUse(_)));
-    if t.content.is_empty() {
-        t.content.push(Block::Text("Hmm.".into()));
-    }
-}
-
 /// A made-up call id in the protocol's style.
 fn made_id(r: &mut Rng, protocol: Protocol) -> String {
     let prefix = served(protocol).chaos_id_prefix();

@@ -15,6 +15,7 @@
 //! protocol.
 
 pub(super) mod anthropic;
+pub(super) mod contradict;
 pub(super) mod openai;
 
 use std::time::Duration;
@@ -22,16 +23,14 @@ use std::time::Duration;
 use axum::http::HeaderMap;
 use serde_json::{Map, Value};
 
-use super::batch::{Batch, BatchSettings, Progress, SimRouter};
+use super::batch::SimRouter;
 use super::cache::{CacheUse, PromptCache};
-use super::chaos::Rng;
-use super::script::{Fault, MidStream, ScriptTurn, ToolUseScript};
-use super::stream::{Splitter, Sse};
-use super::window::Edited;
-use super::{Refusal, SentTurn, SimState};
+use super::rng::Rng;
+use super::script::{Block, Fault, MidStream, ScriptTurn, ToolUseScript};
+use super::sse::{Splitter, Sse};
+use super::{Refusal, SentTurn};
 use crate::model::Protocol;
 
-pub(super) use openai::files::File;
 pub(super) use openai::Compacted;
 
 /// What makes the simulator refuse a request with 400 `invalid_request_error`, worded
@@ -210,17 +209,36 @@ pub(super) trait Served: Sync {
     /// A 200 body in the protocol's shape with a part missing.
     fn chaos_shaped_body(&self) -> &'static str;
 
-    // The provider's batch API (its store and processing are shared, in `sim::batch`).
+    // The provider's batch API (its store and processing are shared, in `sim::batch`;
+    // what differs per batch API is a `batch::BatchApi` its create handler gives each
+    // batch).
 
     /// Adds the routes of the protocol's batch API under `prefix` (a batch API that
     /// serves several protocols is added by one of them).
     fn batch_routes(&self, app: SimRouter, prefix: &str) -> SimRouter;
-    /// The status the batch API reports for a batch's progress.
-    fn batch_status(&self, p: &Progress) -> &'static str;
-    /// Checks a new batch before its items play (false: the batch failed and ended).
-    fn batch_validate(&self, state: &SimState, batch: &Batch, settings: &BatchSettings) -> bool;
-    /// What the batch API does when a batch has ended (OpenAI: writes its files).
-    fn batch_ended(&self, state: &SimState, batch: &Batch, p: &mut Progress);
+}
+
+/// What the simulator cleared for a request with Anthropic's context editing.
+#[derive(Debug)]
+pub struct Edited {
+    pub request: Value,
+    pub body_len: usize,
+    /// The `context_management` of the answer: `{applied_edits: [...]}`.
+    pub applied: Value,
+}
+
+/// `retry-after` in whole seconds (at least 1), as every vendor sends it on a 429.
+pub(super) fn retry_after_secs(wait: Duration) -> (String, String) {
+    let secs = wait.as_secs_f64().ceil().max(1.0).to_string();
+    ("retry-after".to_string(), secs)
+}
+
+/// The turn without its calls (a text in their place when nothing is left).
+pub(in crate::sim) fn drop_calls(t: &mut ScriptTurn) {
+    t.content.retain(|b| !matches!(b, Block::ToolUse(_)));
+    if t.content.is_empty() {
+        t.content.push(Block::Text("Hmm.".into()));
+    }
 }
 
 /// The one registry of served protocols.

@@ -10,9 +10,9 @@ use serde_json::{json, Value};
 use super::{served, Served, TestHistory};
 use crate::model::Protocol;
 use crate::sim::cache::CacheUse;
-use crate::sim::chaos::Rng;
+use crate::sim::rng::Rng;
 use crate::sim::script::{Block, MidStream, ScriptTurn, ToolUseScript};
-use crate::sim::stream::Splitter;
+use crate::sim::sse::Splitter;
 
 const MAX_TOKENS: u64 = 100;
 

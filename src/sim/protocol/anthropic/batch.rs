@@ -17,8 +17,8 @@ use tokio::sync::Notify;
 
 use crate::model::Protocol;
 use crate::sim::batch::{
-    now_ms, params, query_param, request_cancel, rfc3339, start, Api, Batch, Item, Outcome, Params,
-    Phase, Progress,
+    now_ms, params, query_param, request_cancel, rfc3339, start, Api, Batch, BatchApi,
+    BatchSettings, Item, Outcome, Params, Phase, Progress,
 };
 use crate::sim::{check_headers, check_key, error_response, next_request_id, Refusal, SimState};
 
@@ -34,6 +34,27 @@ pub(super) fn status_word(p: &Progress) -> &'static str {
         Phase::Ended | Phase::Failed => "ended",
         Phase::Canceling => "canceling",
         Phase::Validating | Phase::InProgress => "in_progress",
+    }
+}
+
+/// What Message Batches do their own way.
+#[derive(Debug)]
+pub(in crate::sim) struct MessageBatches;
+
+impl BatchApi for MessageBatches {
+    fn status(&self, p: &Progress) -> &'static str {
+        status_word(p)
+    }
+
+    fn validate(&self, _: &SimState, _: &Batch, _: &BatchSettings) -> bool {
+        // A Message Batch carries its requests: nothing is left to check.
+        true
+    }
+
+    fn ended(&self, _: &SimState, _: &Batch, _: &mut Progress) {}
+
+    fn server_error(&self, message: &str, request_id: &str) -> Value {
+        super::render::error_body("api_error", message, request_id)
     }
 }
 
@@ -202,6 +223,7 @@ pub(super) async fn create(
         headers: headers.clone(),
         progress: Mutex::new(Progress::new(items, Phase::InProgress)),
         wake: Notify::new(),
+        wire: &MessageBatches,
     };
     let batch = start(&state, batch);
     let p = crate::sim::lock(&batch.progress);

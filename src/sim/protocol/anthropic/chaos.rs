@@ -2,7 +2,8 @@
 
 use serde_json::json;
 
-use crate::sim::chaos::{drop_calls, Rng};
+use crate::sim::protocol::drop_calls;
+use crate::sim::rng::Rng;
 use crate::sim::script::ScriptTurn;
 
 /// A stop Messages documents (or an unknown one), sometimes at odds with the content:

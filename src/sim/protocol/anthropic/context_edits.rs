@@ -2,7 +2,7 @@
 
 use serde_json::{json, Value};
 
-use crate::sim::window::Edited;
+use crate::sim::protocol::Edited;
 use crate::vocab::context::CONTEXT_MANAGEMENT_BETA;
 
 /// Anthropic's context editing (`clear_tool_uses_20250919`): once the prompt passes

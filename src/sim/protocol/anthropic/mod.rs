@@ -12,20 +12,21 @@ mod stream;
 
 use std::time::Duration;
 
+use chrono::{SecondsFormat, Utc};
+
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use serde_json::{json, Map, Value};
 
-use super::{Compacted, Headers, History, Served, Violation};
+use super::contradict;
+use super::{retry_after_secs, Compacted, Edited, Headers, History, Served, Violation};
 use crate::model::Protocol;
-use crate::sim::batch::{big_post, Batch, BatchSettings, Progress, SimRouter};
+use crate::sim::batch::{big_post, SimRouter};
 use crate::sim::cache::{CacheUse, PromptCache};
-use crate::sim::chaos::Rng;
-use crate::sim::limits::{reset_time, retry_after_secs};
+use crate::sim::rng::Rng;
 use crate::sim::script::{Fault, MidStream, ScriptTurn, ToolUseScript};
-use crate::sim::stream::{Splitter, Sse};
-use crate::sim::window::Edited;
-use crate::sim::{contradict, Refusal, SentTurn, SimState};
+use crate::sim::sse::{Splitter, Sse};
+use crate::sim::{Refusal, SentTurn};
 use crate::vocab::cache::cache_reads_count_toward_itpm;
 
 /// The Messages API.
@@ -273,15 +274,10 @@ impl Served for Messages {
         )
         .route(&at("/v1/messages/batches/{id}/cancel"), post(batch::cancel))
     }
+}
 
-    fn batch_status(&self, p: &Progress) -> &'static str {
-        batch::status_word(p)
-    }
-
-    fn batch_validate(&self, _: &SimState, _: &Batch, _: &BatchSettings) -> bool {
-        // A Message Batch carries its requests: nothing is left to check.
-        true
-    }
-
-    fn batch_ended(&self, _: &SimState, _: &Batch, _: &mut Progress) {}
+/// An Anthropic reset: the RFC 3339 time the window is full again.
+fn reset_time(until_full: Duration) -> String {
+    let reset = Utc::now() + chrono::Duration::from_std(until_full).unwrap_or_default();
+    reset.to_rfc3339_opts(SecondsFormat::Millis, true)
 }

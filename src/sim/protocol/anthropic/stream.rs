@@ -2,7 +2,7 @@
 
 use serde_json::{json, Value};
 
-use crate::sim::stream::{with, Splitter, Sse};
+use crate::sim::sse::{with, Splitter, Sse};
 
 /// A Messages answer as its events: `message_start` (no content, no stop, the input
 /// side of usage), a `ping`, each block's start, deltas and stop (text and thinking in

@@ -19,8 +19,8 @@ use tokio::sync::Notify;
 use super::files;
 use crate::model::Protocol;
 use crate::sim::batch::{
-    now_ms, openai_error, params, query_param, request_cancel, start, Api, Batch, BatchSettings,
-    End, Item, Outcome, Params, Phase, Progress,
+    now_ms, openai_error, params, query_param, request_cancel, start, Api, Batch, BatchApi,
+    BatchSettings, End, Item, Outcome, Params, Phase, Progress,
 };
 use crate::sim::{check_headers, check_key, lock, SimState};
 
@@ -29,6 +29,28 @@ const ENDPOINTS: &[(&str, Protocol)] = &[
     ("/v1/chat/completions", Protocol::OpenaiChat),
     ("/v1/responses", Protocol::OpenaiResponses),
 ];
+
+/// What OpenAI's Batch API does its own way.
+#[derive(Debug)]
+pub(in crate::sim) struct OpenaiBatches;
+
+impl BatchApi for OpenaiBatches {
+    fn status(&self, p: &Progress) -> &'static str {
+        status_word(p)
+    }
+
+    fn validate(&self, state: &SimState, batch: &Batch, settings: &BatchSettings) -> bool {
+        validate(state, batch, settings)
+    }
+
+    fn ended(&self, state: &SimState, batch: &Batch, p: &mut Progress) {
+        write_files(state, batch, p);
+    }
+
+    fn server_error(&self, message: &str, _: &str) -> Value {
+        super::openai_error_body(500, "api_error", None, message)
+    }
+}
 
 fn invalid_value(state: &SimState, param: &str, value: &str, allowed: &[&str]) -> Response {
     let listed: Vec<String> = allowed.iter().map(|a| format!("'{a}'")).collect();
@@ -187,6 +209,7 @@ pub(super) async fn create(
         headers: headers.clone(),
         progress: Mutex::new(Progress::new(Vec::new(), Phase::Validating)),
         wake: Notify::new(),
+        wire: &OpenaiBatches,
     };
     // The answer shows the batch as created, before validation has had a chance to run.
     let shown = object(&batch, &lock(&batch.progress));

@@ -1,6 +1,7 @@
 //! The chaos model's odd stops for the OpenAI protocols.
 
-use crate::sim::chaos::{drop_calls, Rng};
+use crate::sim::protocol::drop_calls;
+use crate::sim::rng::Rng;
 use crate::sim::script::{ResponseErrorScript, ScriptTurn};
 
 /// A status or stop the Responses API documents (or an unknown one).

@@ -420,14 +420,9 @@ mod tests {
         assert!(e.0.contains("did not have response messages: b"), "{e}");
         let e = check_request(&req(json!([user, ta])), &h).unwrap_err();
         assert!(e.0.contains("role 'tool'"), "{e}");
-        assert_eq!(
-            crate::sim::summary::step(
-                crate::model::Protocol::OpenaiChat,
-                &req(json!([user, asst, ta, tb])),
-                0
-            ),
-            1
-        );
+        let next = req(json!([user, asst, ta, tb]));
+        let served = crate::sim::protocol::served(crate::model::Protocol::OpenaiChat);
+        assert_eq!(served.steps_in(served.history(&next)), 1);
     }
 
     #[test]

@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use super::retry_after_secs;
 use super::Headers;
-use crate::sim::limits::{go_duration, retry_after_secs};
 
 pub(in crate::sim) use compaction::Compacted;
 pub(super) use served::{Chat, Responses};
@@ -58,7 +58,7 @@ pub(in crate::sim) fn check_stream_fields(chat: bool, body: &Value) -> Result<()
             ))
         }
     };
-    if !crate::sim::stream::wanted(body) {
+    if !crate::sim::sse::wanted(body) {
         return Err(
             "The 'stream_options' parameter is only allowed when 'stream' is enabled.".into(),
         );
@@ -173,4 +173,36 @@ fn stream_error_code(fault: &crate::sim::script::Fault) -> &str {
         .as_deref()
         .or(fault.error_type.as_deref())
         .unwrap_or("server_error")
+}
+
+/// An OpenAI reset: a Go-style duration such as `120ms`, `1.5s` or `6m0s`.
+pub(super) fn go_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1000 {
+        return format!("{ms}ms");
+    }
+    let secs = d.as_secs_f64();
+    if secs < 60.0 {
+        return format!("{}s", (secs * 1000.0).round() / 1000.0);
+    }
+    let whole = d.as_secs();
+    format!("{}m{}s", whole / 60, whole % 60)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_durations_round_trip() {
+        for ms in [0u64, 12, 999, 1000, 1500, 59_999, 60_000, 360_000] {
+            let d = Duration::from_millis(ms);
+            let back = crate::model::parse_go_duration(&go_duration(d)).unwrap();
+            assert!(
+                back.abs_diff(d) <= Duration::from_millis(1),
+                "{ms}: {}",
+                go_duration(d)
+            );
+        }
+    }
 }

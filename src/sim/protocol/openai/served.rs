@@ -10,15 +10,14 @@ use serde_json::{json, Map, Value};
 use super::{batch, chaos, chat, compaction, files, responses, stream};
 use super::{Compacted, CHAOS_FAULT_KINDS, CHAOS_ID_PREFIX};
 use crate::model::Protocol;
-use crate::sim::batch::{big_post, Batch, BatchSettings, Progress, SimRouter};
+use crate::sim::batch::{big_post, SimRouter};
 use crate::sim::cache::{openai_prefix, CacheUse, PromptCache};
-use crate::sim::chaos::Rng;
-use crate::sim::contradict::{self, OpenaiUsage};
-use crate::sim::protocol::{Headers, History, Served, Violation};
+use crate::sim::protocol::contradict::{self, OpenaiUsage};
+use crate::sim::protocol::{Edited, Headers, History, Served, Violation};
+use crate::sim::rng::Rng;
 use crate::sim::script::{Fault, MidStream, ScriptTurn, ToolUseScript};
-use crate::sim::stream::{with, Splitter, Sse};
-use crate::sim::window::Edited;
-use crate::sim::{Refusal, SentTurn, SimState};
+use crate::sim::sse::{with, Splitter, Sse};
+use crate::sim::{Refusal, SentTurn};
 
 /// The OpenAI Responses API.
 pub(in crate::sim) struct Responses;
@@ -296,18 +295,6 @@ impl Served for Responses {
             .route(&at("/v1/batches/{id}"), get(batch::retrieve))
             .route(&at("/v1/batches/{id}/cancel"), post(batch::cancel))
     }
-
-    fn batch_status(&self, p: &Progress) -> &'static str {
-        batch::status_word(p)
-    }
-
-    fn batch_validate(&self, state: &SimState, b: &Batch, settings: &BatchSettings) -> bool {
-        batch::validate(state, b, settings)
-    }
-
-    fn batch_ended(&self, state: &SimState, b: &Batch, p: &mut Progress) {
-        batch::write_files(state, b, p);
-    }
 }
 
 impl Served for Chat {
@@ -502,17 +489,5 @@ impl Served for Chat {
     fn batch_routes(&self, app: SimRouter, _: &str) -> SimRouter {
         // Its batches go through OpenAI's Batch API, which Responses adds.
         app
-    }
-
-    fn batch_status(&self, p: &Progress) -> &'static str {
-        batch::status_word(p)
-    }
-
-    fn batch_validate(&self, state: &SimState, b: &Batch, settings: &BatchSettings) -> bool {
-        batch::validate(state, b, settings)
-    }
-
-    fn batch_ended(&self, state: &SimState, b: &Batch, p: &mut Progress) {
-        batch::write_files(state, b, p);
     }
 }

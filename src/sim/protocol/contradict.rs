@@ -7,7 +7,7 @@
 
 use serde_json::{json, Map, Value};
 
-use super::protocol::served;
+use super::served;
 use crate::model::Protocol;
 
 /// Far past any total: a 1-hour part, a cached part, a reasoning part.
