@@ -2,6 +2,8 @@ use serde_json::{json, Value};
 
 use super::*;
 use crate::model::Protocol;
+use crate::sim::protocol::anthropic::cache::{anthropic_minimum, anthropic_prefix};
+use crate::sim::protocol::openai::cache::{check_openai_fields, openai_prefix};
 use crate::sim::protocol::served;
 
 /// A Messages request whose system block is `n` bytes of text, with a breakpoint on it

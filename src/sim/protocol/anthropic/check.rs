@@ -44,7 +44,7 @@ pub fn check_request(body: &Value, version: &str, history: &dyn History) -> Resu
         }
     }
     check_tools(obj.get("tools"))?;
-    crate::sim::cache::anthropic_prefix(body)?;
+    super::cache::anthropic_prefix(body)?;
     let messages = obj
         .get("messages")
         .and_then(Value::as_array)
@@ -218,7 +218,7 @@ fn check_assistant(
     }
     if let Some(sent) = history.sent(step) {
         // A breakpoint on a replayed block is the client's, not a change to the turn.
-        if sent.content != *crate::sim::cache::without_markers(content) {
+        if sent.content != *super::cache::without_markers(content) {
             return Err(format!(
                 "messages.{i}.content: the assistant turn differs from the response the model sent (blocks must be returned unchanged, in order)"
             ).into());

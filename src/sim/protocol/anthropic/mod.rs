@@ -1,9 +1,10 @@
 //! The Anthropic Messages API as the simulator serves it: `check.rs` (the request
-//! checks), `context_edits.rs` (context editing), `render.rs` (the answer and the error body), `stream.rs` (the answer's
+//! checks), `cache.rs` (its prompt-caching breakpoints), `context_edits.rs` (context editing), `render.rs` (the answer and the error body), `stream.rs` (the answer's
 //! events), `chaos.rs` (the chaos model's odd stops), `batch.rs` (Message Batches), and
 //! here the rest of [`Served`].
 
 mod batch;
+pub(in crate::sim) mod cache;
 mod chaos;
 pub(in crate::sim) mod check;
 mod context_edits;
@@ -99,7 +100,7 @@ impl Served for Messages {
     }
 
     fn cache_use(&self, cache: &PromptCache, request: &Value, commit: bool) -> CacheUse {
-        cache.anthropic_request(request, commit)
+        cache::cache_use(cache, request, commit)
     }
 
     fn itpm_skips_cache_reads(&self, model: &str) -> bool {

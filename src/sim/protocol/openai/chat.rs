@@ -156,7 +156,7 @@ pub fn check_request(body: &Value, history: &dyn History) -> Result<(), Violatio
             }
         }
     }
-    crate::sim::cache::check_openai_fields(body)?;
+    super::cache::check_openai_fields(body)?;
     super::check_stream_fields(true, body)?;
     check_tools(obj.get("tools"))?;
     let msgs = obj

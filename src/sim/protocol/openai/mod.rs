@@ -1,11 +1,12 @@
 //! The OpenAI protocols as the simulator serves them: Responses (`responses.rs`, its
 //! server-side compaction in `compaction.rs`) and Chat Completions (`chat.rs`), their
 //! streamed events (`stream.rs`), the chaos model's odd stops (`chaos.rs`), OpenAI's
-//! Batch and Files APIs (`batch.rs`, `files.rs`), the
+//! Batch and Files APIs (`batch.rs`, `files.rs`), their prompt caching (`cache.rs`), the
 //! [`Served`](super::Served) of each (`served.rs`), and here what both share: the
 //! stream fields' checks, the error body, and the rate-limit headers.
 
 mod batch;
+pub(in crate::sim) mod cache;
 mod chaos;
 pub(in crate::sim) mod chat;
 mod compaction;

@@ -152,7 +152,7 @@ pub fn check_request(body: &Value, history: &dyn History) -> Result<(), Violatio
             ).into());
         }
     }
-    crate::sim::cache::check_openai_fields(body)?;
+    super::cache::check_openai_fields(body)?;
     super::check_stream_fields(false, body)?;
     check_tools(obj.get("tools"))?;
     let input = match obj.get("input") {

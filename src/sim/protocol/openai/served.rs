@@ -7,11 +7,11 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use serde_json::{json, Map, Value};
 
-use super::{batch, chaos, chat, compaction, files, responses, stream};
+use super::{batch, cache, chaos, chat, compaction, files, responses, stream};
 use super::{Compacted, CHAOS_FAULT_KINDS, CHAOS_ID_PREFIX};
 use crate::model::Protocol;
 use crate::sim::batch::{big_post, SimRouter};
-use crate::sim::cache::{openai_prefix, CacheUse, PromptCache};
+use crate::sim::cache::{CacheUse, PromptCache};
 use crate::sim::protocol::contradict::{self, OpenaiUsage};
 use crate::sim::protocol::{Edited, Headers, History, Served, Violation};
 use crate::sim::rng::Rng;
@@ -45,21 +45,6 @@ fn too_long(prompt: u64, window: u64, max_tokens: u64) -> (String, Option<&'stat
     (
         format!("Your input exceeds the context window of this model ({window} tokens, {prompt} in the prompt and {max_tokens} asked for). Please adjust your input and try again."),
         Some("context_length_exceeded"),
-    )
-}
-
-/// What the prompt cache reads and writes for an OpenAI prompt of `scope`.
-fn cache_use<'a>(
-    cache: &PromptCache,
-    scope: &str,
-    request: &Value,
-    conversation: impl IntoIterator<Item = &'a Value>,
-    commit: bool,
-) -> CacheUse {
-    cache.openai_request(
-        request,
-        &openai_prefix(scope, request, conversation),
-        commit,
     )
 }
 
@@ -126,7 +111,7 @@ impl Served for Responses {
             Some(other) => conversation.push(other),
             None => {}
         }
-        cache_use(cache, "openai-responses", request, conversation, commit)
+        cache::cache_use(cache, "openai-responses", request, conversation, commit)
     }
 
     fn itpm_skips_cache_reads(&self, _: &str) -> bool {
@@ -349,7 +334,7 @@ impl Served for Chat {
 
     fn cache_use(&self, cache: &PromptCache, request: &Value, commit: bool) -> CacheUse {
         let messages = request.get("messages").and_then(Value::as_array);
-        cache_use(
+        cache::cache_use(
             cache,
             "openai-chat",
             request,
