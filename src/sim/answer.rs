@@ -2,7 +2,38 @@
 //! window, the cache and the rate limits, rendered for the request's protocol, whole
 //! or streamed.
 
+use std::borrow::Cow;
+
+use super::protocol::{Compacted, Headers, Served};
 use super::*;
+
+/// A request that passed the checks, as the provider reads it.
+struct Read {
+    request: Value,
+    /// Its bytes as counted (without the stream fields, after context editing and
+    /// compaction).
+    body_len: usize,
+    step: usize,
+    max_tokens: u64,
+    /// What Anthropic's context editing cleared: the answer's `context_management`.
+    applied: Option<Value>,
+    /// What the Responses API compacted server-side.
+    compacted: Option<Compacted>,
+}
+
+impl Read {
+    /// What context editing cleared or compaction made goes with the answer, streamed
+    /// or broken too.
+    fn with_edits(&self, mut r: Value) -> Value {
+        if let Some(a) = &self.applied {
+            r["context_management"] = a.clone();
+        }
+        if let Some(out) = self.compacted.as_ref().zip(r["output"].as_array_mut()) {
+            out.1.insert(0, out.0.item.clone());
+        }
+        r
+    }
+}
 
 /// Checks and answers one request; `rec` names the run, script key and protocol and
 /// receives what happened. A scripted latency counts from `arrived`, when the request
@@ -16,12 +47,93 @@ pub(super) async fn answer(
     rec: &mut RecordedRequest,
     arrived: std::time::Instant,
 ) -> Result<Response, Refusal> {
-    let protocol = rec.protocol;
+    let served = served(rec.protocol);
     let key = rec.key.clone();
     let key = key.as_str();
     // Conversation state is kept per run and script key.
     let conv = format!("{}/{}", rec.run, rec.key);
     let conv = conv.as_str();
+    let (read, script) = read(state, served, headers, parsed, body_len, key, conv)?;
+    // Batches have their own quota: their items do not count against per-minute limits.
+    let limits = match rec.batch {
+        Some(_) => None,
+        None => lock(&state.limits).clone(),
+    };
+    let mut rate_headers = match charge(state, served, limits.as_deref(), &read, rec) {
+        Ok(h) => h,
+        Err(refused) => {
+            return Ok(error_response(
+                served.protocol(),
+                &refused.0,
+                request_id,
+                &refused.1,
+            ))
+        }
+    };
+    rec.step = Some(read.step);
+    let step = read.step;
+    // A summary request is answered with a summary, not a script step: its attempts
+    // are its own, and nothing is kept for replay checks.
+    let summarizing = summary::wanted(served.protocol(), &read.request);
+    let played = turn_of(&script, served, &read, key, summarizing)?;
+    let turn: &script::ScriptTurn = &played;
+    let attempt = next_attempt(state, conv, step, summarizing);
+    if let Some(latency) = turn.latency.or(script.latency) {
+        clock::sleep_until(arrived + latency.0).await;
+    }
+    let answered = Answered {
+        state,
+        served,
+        read: &read,
+        turn,
+        key,
+        request_id,
+    };
+    if let Some(fault) = turn.faults.get(attempt) {
+        rec.error = Some(format!(
+            "scripted fault {} of {}",
+            attempt + 1,
+            turn.faults.len()
+        ));
+        if fault.batch_expire && rec.batch.is_some() {
+            return Ok(batch::expired_response());
+        }
+        let resp = answered.fault(fault, &rate_headers);
+        rec.status = resp.status().as_u16();
+        return Ok(resp);
+    }
+    let (sent, bytes, streamed, used) = answered.render();
+    if !summarizing {
+        let replayable = sent
+            .as_ref()
+            .and_then(|m| served.replayable(m, &read.request));
+        let mut map = lock(&state.sent);
+        match replayable {
+            Some(t) => map.insert((conv.to_string(), step), Arc::new(t)),
+            None => map.remove(&(conv.to_string(), step)),
+        };
+    }
+    if let Some(l) = &limits {
+        let used = used.unwrap_or_else(|| (bytes.len() as u64).div_ceil(4));
+        rate_headers.extend(l.correct_output(served.protocol(), read.max_tokens, used));
+    }
+    rec.response = sent;
+    Ok(answered.send(bytes, streamed, &rate_headers))
+}
+
+/// Reads a request as the provider does: the credentials, the JSON, the script it
+/// plays, the protocol's checks, the step it asks for, the edits and compaction the
+/// provider makes, and the context window.
+fn read(
+    state: &SimState,
+    served: &dyn Served,
+    headers: &HeaderMap,
+    parsed: Result<Value, serde_json::Error>,
+    body_len: usize,
+    key: &str,
+    conv: &str,
+) -> Result<(Read, Arc<Script>), Refusal> {
+    let protocol = served.protocol();
     let version = check_headers(protocol, headers)?;
     let request = parsed
         .map_err(|e| Refusal::bad_request(format!("The request body is not valid JSON: {e}")))?;
@@ -30,7 +142,7 @@ pub(super) async fn answer(
             StatusCode::NOT_FOUND,
             "not_found_error",
             if key.is_empty() {
-                format!("no simulator script is registered for POST /{} (start `agentbatch sim` with --script or --job)", endpoint_path(protocol))
+                format!("no simulator script is registered for POST /{} (start `agentbatch sim` with --script or --job)", served.path())
             } else {
                 format!("no simulator script is registered for task \"{key}\"")
             },
@@ -38,12 +150,9 @@ pub(super) async fn answer(
     })?;
     let base = summary::base(protocol, &request);
     let history = ConversationHistory { state, conv, base };
-    match protocol {
-        Protocol::Anthropic => check::check_request(&request, &version, &history),
-        Protocol::OpenaiResponses => responses::check_request(&request, &history),
-        Protocol::OpenaiChat => chat::check_request(&request, &history),
-    }
-    .map_err(|v| Refusal::bad_request(v.0))?;
+    served
+        .check_request(&request, &version, &history)
+        .map_err(|v| Refusal::bad_request(v.0))?;
     let step = summary::step(protocol, &request, base);
     // Tokens are counted on the body without the fields that only ask for a stream:
     // an API counts the prompt, not how the answer is delivered.
@@ -53,21 +162,19 @@ pub(super) async fn answer(
         .get("anthropic-beta")
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    let edited =
-        window::context_edits(protocol, beta, &request, body_len).map_err(Refusal::bad_request)?;
+    let edited = served
+        .context_edits(beta, &request, body_len)
+        .map_err(Refusal::bad_request)?;
     let (request, body_len, applied) = match edited {
         Some(e) => (e.request, e.body_len, Some(e.applied)),
         None => (request, body_len, None),
     };
     // OpenAI's server-side compaction: the answer is counted on the reduced context.
-    let compacted = match protocol {
-        Protocol::OpenaiResponses => {
-            compaction::apply(&request, body_len, step).map_err(Refusal::bad_request)?
-        }
-        _ => None,
-    };
+    let compacted = served
+        .compaction(&request, body_len, step)
+        .map_err(Refusal::bad_request)?;
     let body_len = compacted.as_ref().map_or(body_len, |c| c.body_len);
-    let max_tokens = limits::requested_max_tokens(protocol, &request);
+    let max_tokens = served.max_tokens(&request);
     if let Some((message, code)) = window::refusal(
         protocol,
         &request,
@@ -79,177 +186,188 @@ pub(super) async fn answer(
         r.code = code.map(str::to_string);
         return Err(r);
     }
-    // Batches have their own quota: their items do not count against per-minute limits.
-    let limits = match rec.batch {
-        Some(_) => None,
-        None => lock(&state.limits).clone(),
+    let read = Read {
+        request,
+        body_len,
+        step,
+        max_tokens,
+        applied,
+        compacted,
     };
-    let mut rate_headers = match &limits {
-        None => Vec::new(),
-        Some(l) => {
-            let counted = limits::counted_input(&state.cache, protocol, &request, body_len);
-            match l.charge(protocol, counted, max_tokens) {
-                Ok(h) => h,
-                Err((wait, mut h)) => {
-                    h.extend(limits::retry_after(protocol, wait));
-                    rec.status = 429;
-                    rec.error = Some(format!("rate limited: retry in {} ms", wait.as_millis()));
-                    let mut r = Refusal::new(
-                        StatusCode::TOO_MANY_REQUESTS,
-                        "rate_limit_error",
-                        "This request would exceed the simulator's rate limit. Please wait and retry.",
-                    );
-                    r.code = Some("rate_limit_exceeded".into());
-                    return Ok(error_response(protocol, &r, request_id, &h));
-                }
-            }
-        }
+    Ok((read, script))
+}
+
+/// Charges a request to the rate limits (none: nothing to charge): Ok(the headers of
+/// the windows), or Err(the 429 and its headers), which `rec` records.
+fn charge(
+    state: &SimState,
+    served: &dyn Served,
+    limits: Option<&limits::ServerLimits>,
+    read: &Read,
+    rec: &mut RecordedRequest,
+) -> Result<Headers, (Refusal, Headers)> {
+    let Some(l) = limits else {
+        return Ok(Vec::new());
     };
-    rec.step = Some(step);
-    // A summary request is answered with a summary, not a script step: its attempts
-    // are its own, and nothing is kept for replay checks.
-    let summarizing = summary::wanted(protocol, &request);
+    let protocol = served.protocol();
+    let counted = limits::counted_input(&state.cache, protocol, &read.request, read.body_len);
+    let (wait, mut h) = match l.charge(protocol, counted, read.max_tokens) {
+        Ok(h) => return Ok(h),
+        Err(refused) => refused,
+    };
+    h.extend(served.retry_after(wait));
+    rec.status = 429;
+    rec.error = Some(format!("rate limited: retry in {} ms", wait.as_millis()));
+    let mut r = Refusal::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        "rate_limit_error",
+        "This request would exceed the simulator's rate limit. Please wait and retry.",
+    );
+    r.code = Some("rate_limit_exceeded".into());
+    Err((r, h))
+}
+
+/// The turn that answers the request: the script's (or the chaos model's) step, or a
+/// summary when the request asks for one.
+fn turn_of<'s>(
+    script: &'s Script,
+    served: &dyn Served,
+    read: &Read,
+    key: &str,
+    summarizing: bool,
+) -> Result<Cow<'s, script::ScriptTurn>, Refusal> {
+    let (protocol, step) = (served.protocol(), read.step);
     let played = if summarizing {
-        Some(std::borrow::Cow::Owned(
-            script.summary_for(protocol, &request, key, step),
-        ))
+        Some(Cow::Owned(script.summary_for(
+            protocol,
+            &read.request,
+            key,
+            step,
+        )))
     } else {
-        script.turn_for(step, protocol, &request, key)
-    }
-    .ok_or_else(|| {
+        script.turn_for(step, protocol, &read.request, key)
+    };
+    played.ok_or_else(|| {
             Refusal::bad_request(format!(
                 "simulator script for \"{key}\" has {} turn(s) and no repeat_last; this request asks for turn {}",
                 script.turns.len(),
                 step + 1
             ))
-        })?;
-    let turn: &script::ScriptTurn = &played;
-    let attempt = {
-        // A summary request's attempts are counted apart from the step's.
-        let counter = match summarizing {
-            true => format!("{conv}#summary"),
-            false => conv.to_string(),
-        };
-        let mut a = lock(&state.attempts);
-        let n = a.entry((counter, step)).or_insert(0);
-        *n += 1;
-        *n - 1
+        })
+}
+
+/// Counts an attempt at `step` of conversation `conv` and returns how many came before
+/// (a summary request's attempts are counted apart from the step's).
+fn next_attempt(state: &SimState, conv: &str, step: usize, summarizing: bool) -> usize {
+    let counter = match summarizing {
+        true => format!("{conv}#summary"),
+        false => conv.to_string(),
     };
-    if let Some(latency) = turn.latency.or(script.latency) {
-        clock::sleep_until(arrived + latency.0).await;
+    let mut a = lock(&state.attempts);
+    let n = a.entry((counter, step)).or_insert(0);
+    *n += 1;
+    *n - 1
+}
+
+/// A played turn on its way to the client.
+struct Answered<'a> {
+    state: &'a SimState,
+    served: &'a dyn Served,
+    read: &'a Read,
+    turn: &'a script::ScriptTurn,
+    key: &'a str,
+    request_id: &'a str,
+}
+
+impl Answered<'_> {
+    /// The answer rendered against the cache's use (and the edits made).
+    fn rendered(&self, cache: cache::CacheUse) -> Value {
+        let r = self.read;
+        self.read.with_edits(
+            self.served
+                .render(self.turn, &r.request, r.body_len, self.key, r.step, cache),
+        )
     }
-    let streaming = stream::wanted(&request);
-    let render = |c| match protocol {
-        Protocol::Anthropic => respond::render(turn, &request, body_len, key, step, c),
-        Protocol::OpenaiResponses => responses::render(turn, &request, body_len, key, step, c),
-        Protocol::OpenaiChat => chat::render(turn, &request, body_len, key, step, c),
-    };
-    // What context editing cleared goes with the answer, streamed or broken too.
-    let with_edits = |mut r: Value| {
-        if let Some(a) = &applied {
-            r["context_management"] = a.clone();
-        }
-        if let Some(out) = compacted.as_ref().zip(r["output"].as_array_mut()) {
-            out.1.insert(0, out.0.item.clone());
-        }
-        r
-    };
-    if let Some(fault) = turn.faults.get(attempt) {
-        rec.error = Some(format!(
-            "scripted fault {} of {}",
-            attempt + 1,
-            turn.faults.len()
-        ));
-        if fault.batch_expire && rec.batch.is_some() {
-            return Ok(batch::expired_response());
-        }
-        let resp = match fault.mid_stream {
-            None => play_fault(protocol, fault, request_id),
-            Some(kind) if streaming => {
+
+    /// The answer to an attempt a scripted fault fails.
+    fn fault(&self, fault: &script::Fault, rate_headers: &[(String, String)]) -> Response {
+        let (protocol, r) = (self.served.protocol(), self.read);
+        match fault.mid_stream {
+            None => play_fault(protocol, fault, self.request_id),
+            Some(kind) if stream::wanted(&r.request) => {
                 // The answer the stream starts to send, without touching the cache.
-                let rendered = with_edits(render(state.cache.peek(protocol, &request)));
-                let body = stream::broken(protocol, fault, kind, &rendered, &request, key, step);
+                let rendered =
+                    self.rendered(self.served.cache_use(&self.state.cache, &r.request, false));
+                let body = stream::broken(
+                    protocol, fault, kind, &rendered, &r.request, self.key, r.step,
+                );
                 ok_response(
                     body,
-                    protocol,
-                    request_id,
+                    self.served,
+                    self.request_id,
                     stream::CONTENT_TYPE,
-                    &rate_headers,
+                    rate_headers,
                 )
             }
-            Some(kind) => stream::unstreamed(protocol, fault, kind, request_id),
-        };
-        rec.status = resp.status().as_u16();
-        return Ok(resp);
-    }
-    let mut rendered = with_edits(render(state.cache.apply(protocol, &request)));
-    let used = limits::output_tokens(protocol, &rendered);
-    if turn.contradict_usage {
-        super::contradict::usage(protocol, &mut rendered, max_tokens);
-    }
-    let streamed = streaming.then(|| stream::body(protocol, turn, &rendered, &request, key, step));
-    // What the client receives: the rendered answer, or a scripted raw body (which is
-    // only an answer if it parses as one).
-    let (sent, mut bytes) = match &turn.raw_body {
-        Some(raw) => (
-            serde_json::from_str::<Value>(raw).ok(),
-            raw.clone().into_bytes(),
-        ),
-        None => {
-            let bytes = serde_json::to_vec(&rendered).unwrap_or_default();
-            (Some(rendered), bytes)
+            Some(kind) => stream::unstreamed(protocol, fault, kind, self.request_id),
         }
-    };
-    let replayable = sent.as_ref().and_then(|m| match protocol {
-        Protocol::Anthropic => m["content"].is_array().then(|| SentTurn {
-            content: m["content"].clone(),
-            stop_reason: m["stop_reason"].as_str().unwrap_or("").to_string(),
-            context: Value::Null,
-        }),
-        Protocol::OpenaiResponses => responses::replayable(m, &request),
-        Protocol::OpenaiChat => chat::replayable(m),
-    });
-    if !summarizing {
-        let mut map = lock(&state.sent);
-        match replayable {
-            Some(t) => map.insert((conv.to_string(), step), Arc::new(t)),
-            None => map.remove(&(conv.to_string(), step)),
+    }
+
+    /// The answer as the client receives it: the rendered message (its usage perhaps
+    /// contradicted), or a scripted raw body (which is only an answer if it parses as
+    /// one); its bytes; its streamed body when the request streams; and the output
+    /// tokens the rendered answer reports (before any contradiction).
+    fn render(&self) -> (Option<Value>, Vec<u8>, Option<Body>, Option<u64>) {
+        let (protocol, r, turn) = (self.served.protocol(), self.read, self.turn);
+        let mut rendered =
+            self.rendered(self.served.cache_use(&self.state.cache, &r.request, true));
+        let used = self.served.output_tokens(&rendered);
+        if turn.contradict_usage {
+            super::protocol::contradict::usage(protocol, &mut rendered, r.max_tokens);
+        }
+        let streamed = stream::wanted(&r.request)
+            .then(|| stream::body(protocol, turn, &rendered, &r.request, self.key, r.step));
+        match &turn.raw_body {
+            Some(raw) => (
+                serde_json::from_str::<Value>(raw).ok(),
+                raw.clone().into_bytes(),
+                streamed,
+                used,
+            ),
+            None => {
+                let bytes = serde_json::to_vec(&rendered).unwrap_or_default();
+                (Some(rendered), bytes, streamed, used)
+            }
+        }
+    }
+
+    /// The 200: streamed, or the bytes (cut in half by `truncate_body`, after
+    /// `body_delay`).
+    fn send(
+        &self,
+        mut bytes: Vec<u8>,
+        streamed: Option<Body>,
+        rate_headers: &[(String, String)],
+    ) -> Response {
+        let (served, request_id) = (self.served, self.request_id);
+        if let Some(body) = streamed {
+            return ok_response(body, served, request_id, stream::CONTENT_TYPE, rate_headers);
+        }
+        if self.turn.truncate_body {
+            bytes.truncate(bytes.len() / 2);
+        }
+        let body = match self.turn.body_delay {
+            Some(d) => slow_body(bytes, d.0),
+            None => Body::from(bytes),
         };
+        ok_response(body, served, request_id, "application/json", rate_headers)
     }
-    if let Some(l) = &limits {
-        let used = used.unwrap_or_else(|| (bytes.len() as u64).div_ceil(4));
-        rate_headers.extend(l.correct_output(protocol, max_tokens, used));
-    }
-    rec.response = sent;
-    if let Some(body) = streamed {
-        return Ok(ok_response(
-            body,
-            protocol,
-            request_id,
-            stream::CONTENT_TYPE,
-            &rate_headers,
-        ));
-    }
-    if turn.truncate_body {
-        bytes.truncate(bytes.len() / 2);
-    }
-    let body = match turn.body_delay {
-        Some(d) => slow_body(bytes, d.0),
-        None => Body::from(bytes),
-    };
-    Ok(ok_response(
-        body,
-        protocol,
-        request_id,
-        "application/json",
-        &rate_headers,
-    ))
 }
 
 /// A 200 answer with its request id and rate-limit headers.
 fn ok_response(
     body: Body,
-    protocol: Protocol,
+    served: &dyn Served,
     request_id: &str,
     content_type: &'static str,
     rate_headers: &[(String, String)],
@@ -261,14 +379,7 @@ fn ok_response(
         h.insert("cache-control", HeaderValue::from_static("no-cache"));
     }
     if let Ok(v) = HeaderValue::from_str(request_id) {
-        h.insert(
-            if protocol == Protocol::Anthropic {
-                "request-id"
-            } else {
-                "x-request-id"
-            },
-            v,
-        );
+        h.insert(served.request_id_header(), v);
     }
     add_headers(h, rate_headers);
     resp

@@ -6,6 +6,8 @@
 //! A cache entry is the identity of an exact prompt prefix (a hash of the canonical JSON
 //! of its blocks, `cache_control` markers removed, so moving a marker does not change
 //! what a prefix is) with its expiry on the simulator's clock, which tests can advance.
+//! What a request of each protocol asks the cache for (Anthropic's breakpoints, OpenAI's
+//! prefix and retention) is read in `protocol/*/cache.rs`; the store here plays it.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
@@ -16,22 +18,17 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::lock;
-use crate::model::Protocol;
 
 /// Most entries one simulator keeps; past it, those closest to expiry go first.
 const MAX_ENTRIES: usize = 20_000;
 /// Anthropic looks for a cached prefix this many blocks back from each breakpoint.
 const LOOKBACK: usize = 20;
-/// At most this many Anthropic breakpoints per request.
-const MAX_BREAKPOINTS: usize = 4;
 /// OpenAI caches prompts of at least this many tokens, in steps of `OPENAI_STEP`.
 const OPENAI_MIN: u64 = 1024;
 const OPENAI_STEP: u64 = 128;
-const FIVE_MINUTES: Duration = Duration::from_secs(5 * 60);
-const ONE_HOUR: Duration = Duration::from_secs(60 * 60);
-/// OpenAI's in-memory retention: "cleared within 5 to 10 minutes of inactivity".
-const IN_MEMORY: Duration = Duration::from_secs(10 * 60);
-const EXTENDED: Duration = Duration::from_secs(24 * 60 * 60);
+/// Anthropic's two marker lifetimes.
+pub(in crate::sim) const FIVE_MINUTES: Duration = Duration::from_secs(5 * 60);
+pub(in crate::sim) const ONE_HOUR: Duration = Duration::from_secs(60 * 60);
 
 /// What the cache did for one request, in tokens.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -84,14 +81,14 @@ fn tokens(bytes: usize) -> u64 {
 }
 
 /// Builds the boundaries of a prompt block by block, hashing each prefix as it grows.
-struct Prefix {
+pub(in crate::sim) struct Prefix {
     hasher: DefaultHasher,
     bytes: usize,
-    out: Vec<Boundary>,
+    pub(in crate::sim) out: Vec<Boundary>,
 }
 
 impl Prefix {
-    fn new(scope: &[&str]) -> Prefix {
+    pub(in crate::sim) fn new(scope: &[&str]) -> Prefix {
         let mut hasher = DefaultHasher::new();
         scope.hash(&mut hasher);
         Prefix {
@@ -102,11 +99,11 @@ impl Prefix {
     }
 
     /// Mixes in what shapes the prompt without being a block (a role, a setting).
-    fn context(&mut self, v: &Value) {
+    pub(in crate::sim) fn context(&mut self, v: &Value) {
         v.to_string().hash(&mut self.hasher);
     }
 
-    fn push(&mut self, block: &Value, mark: Option<Duration>) {
+    pub(in crate::sim) fn push(&mut self, block: &Value, mark: Option<Duration>) {
         // Copied only to drop a marker: most blocks have none.
         let text = match block.get("cache_control") {
             None => block.to_string(),
@@ -128,250 +125,6 @@ impl Prefix {
     }
 }
 
-/// Content blocks as they would be without their `cache_control` markers; borrowed
-/// when there are none (a replay check compares every assistant turn of every request).
-pub fn without_markers(content: &Value) -> std::borrow::Cow<'_, Value> {
-    let marked = content
-        .as_array()
-        .is_some_and(|bs| bs.iter().any(|b| b.get("cache_control").is_some()));
-    if !marked {
-        return std::borrow::Cow::Borrowed(content);
-    }
-    let mut content = content.clone();
-    if let Some(blocks) = content.as_array_mut() {
-        for b in blocks.iter_mut().filter_map(Value::as_object_mut) {
-            b.remove("cache_control");
-        }
-    }
-    std::borrow::Cow::Owned(content)
-}
-
-/// The smallest prompt an Anthropic model caches: the runner's table, one for both.
-pub fn anthropic_minimum(model: &str) -> u64 {
-    crate::vocab::cache::min_cacheable_tokens(model)
-}
-
-fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(n) if n.is_u64() || n.is_i64() => "an integer",
-        Value::Number(_) => "a decimal",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
-/// The TTL a `cache_control` value asks for, refused in the API's words when malformed.
-fn marker_ttl(path: &str, cc: &Value) -> Result<Duration, String> {
-    let Some(o) = cc.as_object() else {
-        return Err(format!(
-            "{path}.cache_control: Input should be a valid dictionary"
-        ));
-    };
-    if o.get("type").and_then(Value::as_str) != Some("ephemeral") {
-        return Err(format!(
-            "{path}.cache_control.type: Input should be 'ephemeral'"
-        ));
-    }
-    if let Some(k) = o.keys().find(|k| !matches!(k.as_str(), "type" | "ttl")) {
-        return Err(format!(
-            "{path}.cache_control.ephemeral.{k}: Extra inputs are not permitted"
-        ));
-    }
-    match o.get("ttl") {
-        None | Some(Value::Null) => Ok(FIVE_MINUTES),
-        Some(v) if v == "5m" => Ok(FIVE_MINUTES),
-        Some(v) if v == "1h" => Ok(ONE_HOUR),
-        Some(_) => Err(format!(
-            "{path}.cache_control.ephemeral.ttl: Input should be '5m' or '1h'"
-        )),
-    }
-}
-
-/// Whether the API lets a breakpoint sit on this block (and the automatic one land on it).
-fn cacheable(block: &Value) -> bool {
-    match block.get("type").and_then(Value::as_str) {
-        Some("thinking" | "redacted_thinking") => false,
-        Some("text") => block.get("text").and_then(Value::as_str) != Some(""),
-        _ => true,
-    }
-}
-
-/// The boundaries of a Messages request in prefix order (tools, system, messages), or
-/// the 400 the real API gives for its breakpoints: more than four, one on a thinking
-/// block or an empty text block, a 1h one after a 5m one, a malformed marker.
-pub fn anthropic_prefix(request: &Value) -> Result<Vec<Boundary>, String> {
-    let model = request.get("model").and_then(Value::as_str).unwrap_or("");
-    let mut blocks: Vec<(String, &Value)> = Vec::new();
-    for (i, t) in request
-        .get("tools")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
-        blocks.push((format!("tools.{i}"), t));
-    }
-    match request.get("system") {
-        Some(Value::Array(sys)) => {
-            for (i, b) in sys.iter().enumerate() {
-                blocks.push((format!("system.{i}"), b));
-            }
-        }
-        Some(s @ Value::String(_)) => blocks.push(("system".into(), s)),
-        _ => {}
-    }
-    let first_message = blocks.len();
-    let mut roles = Vec::new();
-    for (m, msg) in request
-        .get("messages")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
-        match msg.get("content") {
-            Some(Value::Array(content)) => {
-                for (j, b) in content.iter().enumerate() {
-                    roles.push((blocks.len(), j == 0, msg.get("role")));
-                    blocks.push((format!("messages.{m}.content.{j}"), b));
-                }
-            }
-            Some(c) => {
-                roles.push((blocks.len(), true, msg.get("role")));
-                blocks.push((format!("messages.{m}.content"), c));
-            }
-            None => {}
-        }
-    }
-    let mut marks: Vec<(usize, Duration)> = Vec::new();
-    for (i, (path, b)) in blocks.iter().enumerate() {
-        let Some(cc) = b.get("cache_control").filter(|v| !v.is_null()) else {
-            continue;
-        };
-        match b.get("type").and_then(Value::as_str) {
-            Some(t @ ("thinking" | "redacted_thinking")) => {
-                return Err(format!(
-                    "{path}.{t}.cache_control: Extra inputs are not permitted"
-                ))
-            }
-            Some("text") if !cacheable(b) => {
-                return Err(format!(
-                    "{path}.text: cache_control cannot be set for empty text blocks"
-                ))
-            }
-            _ => {}
-        }
-        marks.push((i, marker_ttl(path, cc)?));
-    }
-    if let Some(cc) = request.get("cache_control").filter(|v| !v.is_null()) {
-        let ttl = marker_ttl("", cc).map_err(|e| e.trim_start_matches('.').to_string())?;
-        let last = blocks.iter().rposition(|(_, b)| cacheable(b));
-        if let Some(last) = last.filter(|l| !marks.iter().any(|(i, _)| i == l)) {
-            marks.push((last, ttl));
-            marks.sort_by_key(|(i, _)| *i);
-        }
-    }
-    if marks.len() > MAX_BREAKPOINTS {
-        return Err(format!(
-            "A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. Found {}.",
-            marks.len()
-        ));
-    }
-    if let Some(w) = marks.windows(2).find(|w| w[0].1 < w[1].1) {
-        let path = &blocks[w[1].0].0;
-        return Err(format!(
-            "{path}.cache_control.ttl: a ttl='1h' cache_control block must not come after a ttl='5m' cache_control block. Note that blocks are processed in the following order: `tools`, `system`, `messages`."
-        ));
-    }
-    let mut prefix = Prefix::new(&["anthropic", model]);
-    let mut roles = roles.into_iter().peekable();
-    for (i, (_, b)) in blocks.iter().enumerate() {
-        if i == first_message {
-            // The docs: tool_choice and thinking changes invalidate the messages cache.
-            prefix.context(request.get("tool_choice").unwrap_or(&Value::Null));
-            prefix.context(request.get("thinking").unwrap_or(&Value::Null));
-        }
-        if let Some((_, starts, role)) = roles.next_if(|(at, _, _)| *at == i) {
-            if starts {
-                prefix.context(role.unwrap_or(&Value::Null));
-            }
-        }
-        let mark = marks.iter().find(|(at, _)| *at == i).map(|(_, t)| *t);
-        prefix.push(b, mark);
-    }
-    Ok(prefix.out)
-}
-
-/// Refuses malformed OpenAI prompt-cache fields in OpenAI's words.
-pub fn check_openai_fields(request: &Value) -> Result<(), String> {
-    match request.get("prompt_cache_key") {
-        None | Some(Value::Null) => {}
-        Some(Value::String(k)) if k.chars().count() > 64 => {
-            return Err(format!(
-                "Invalid 'prompt_cache_key': string too long. Expected a string with maximum length 64, but got a string with length {} instead.",
-                k.chars().count()
-            ))
-        }
-        Some(Value::String(_)) => {}
-        Some(v) => {
-            return Err(format!(
-                "Invalid type for 'prompt_cache_key': expected a string, but got {} instead.",
-                kind(v)
-            ))
-        }
-    }
-    match request.get("prompt_cache_retention") {
-        None | Some(Value::Null) => Ok(()),
-        Some(v) if v == "in_memory" || v == "24h" => Ok(()),
-        Some(Value::String(s)) => Err(format!(
-            "Invalid value: '{s}'. Supported values are: 'in_memory' and '24h'."
-        )),
-        Some(v) => Err(format!(
-            "Invalid type for 'prompt_cache_retention': expected one of 'in_memory' or '24h', but got {} instead.",
-            kind(v)
-        )),
-    }
-}
-
-/// The boundaries of an OpenAI prompt (tools, then instructions or messages, then
-/// input items), scoped by protocol, model and `prompt_cache_key`.
-pub fn openai_prefix(protocol: Protocol, request: &Value) -> Vec<Boundary> {
-    let text = |f: &str| request.get(f).and_then(Value::as_str).unwrap_or("");
-    let scope = match protocol {
-        Protocol::OpenaiChat => "openai-chat",
-        _ => "openai-responses",
-    };
-    let mut prefix = Prefix::new(&[scope, text("model"), text("prompt_cache_key")]);
-    let items = |f: &str| {
-        request
-            .get(f)
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default()
-    };
-    for t in items("tools") {
-        prefix.push(&t, None);
-    }
-    if protocol == Protocol::OpenaiResponses {
-        if let Some(i) = request.get("instructions").filter(|v| !v.is_null()) {
-            prefix.push(i, None);
-        }
-        match request.get("input") {
-            Some(Value::Array(input)) => input.iter().for_each(|it| prefix.push(it, None)),
-            Some(other) => prefix.push(other, None),
-            None => {}
-        }
-    } else {
-        for m in items("messages") {
-            prefix.push(&m, None);
-        }
-    }
-    prefix.out
-}
-
 impl PromptCache {
     fn now(&self, store: &Store) -> Duration {
         self.started.elapsed() + store.skew
@@ -380,37 +133,6 @@ impl PromptCache {
     /// Moves this cache's clock forward, so tests can expire entries.
     pub fn advance(&self, by: Duration) {
         lock(&self.store).skew += by;
-    }
-
-    /// Reads and writes the cache for one answered request.
-    pub fn apply(&self, protocol: Protocol, request: &Value) -> CacheUse {
-        self.request(protocol, request, true)
-    }
-
-    /// What [`PromptCache::apply`] would read and write now, changing nothing (the rate
-    /// limits count a request before it is answered).
-    pub fn peek(&self, protocol: Protocol, request: &Value) -> CacheUse {
-        self.request(protocol, request, false)
-    }
-
-    fn request(&self, protocol: Protocol, request: &Value, commit: bool) -> CacheUse {
-        match protocol {
-            Protocol::Anthropic => match anthropic_prefix(request) {
-                Ok(b) => {
-                    let model = request.get("model").and_then(Value::as_str).unwrap_or("");
-                    self.anthropic(&b, anthropic_minimum(model), commit)
-                }
-                Err(_) => CacheUse::default(),
-            },
-            _ => {
-                let ttl = if request.get("prompt_cache_retention") == Some(&Value::from("24h")) {
-                    EXTENDED
-                } else {
-                    IN_MEMORY
-                };
-                self.openai(&openai_prefix(protocol, request), ttl, commit)
-            }
-        }
     }
 
     /// Anthropic: the longest live prefix found at or up to 20 blocks before a

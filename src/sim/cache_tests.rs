@@ -1,6 +1,10 @@
 use serde_json::{json, Value};
 
 use super::*;
+use crate::model::Protocol;
+use crate::sim::protocol::anthropic::cache::{anthropic_minimum, anthropic_prefix};
+use crate::sim::protocol::openai::cache::{check_openai_fields, openai_prefix};
+use crate::sim::protocol::served;
 
 /// A Messages request whose system block is `n` bytes of text, with a breakpoint on it
 /// (ttl given or absent), then one user message.
@@ -15,7 +19,7 @@ fn request(model: &str, n: usize, ttl: Option<&str>, question: &str) -> Value {
 }
 
 fn apply(cache: &PromptCache, r: &Value) -> CacheUse {
-    cache.apply(Protocol::Anthropic, r)
+    served(Protocol::Anthropic).cache_use(cache, r, true)
 }
 
 fn system_tokens(r: &Value) -> u64 {
@@ -242,13 +246,17 @@ fn chat(n: usize, extra: &[&str], key: Option<&str>) -> Value {
 #[test]
 fn openai_caches_from_1024_tokens_in_steps_of_128() {
     let cache = PromptCache::default();
-    let apply = |r: &Value| cache.apply(Protocol::OpenaiChat, r);
+    let apply = |r: &Value| served(Protocol::OpenaiChat).cache_use(&cache, r, true);
     let short = chat(3900, &["q"], None);
     apply(&short);
     assert_eq!(apply(&short).read, 0, "under 1024 tokens");
     let long = chat(5000, &["q"], None);
     assert_eq!(apply(&long).read, 0, "first time");
-    let prefix = openai_prefix(Protocol::OpenaiChat, &long);
+    let prefix = openai_prefix(
+        "openai-chat",
+        &long,
+        long["messages"].as_array().into_iter().flatten(),
+    );
     let whole = prefix.last().unwrap().tokens;
     let u = apply(&chat(5000, &["q", "another question"], None));
     assert_eq!(u.read, whole / 128 * 128);

@@ -8,8 +8,9 @@ use axum::body::{Body, Bytes};
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::Response;
 
+use super::protocol::served;
 use super::script::Fault;
-use super::{error_response, limits, respond, Refusal};
+use super::{error_response, respond, Refusal};
 use crate::model::Protocol;
 
 pub(super) fn slow_body(bytes: Vec<u8>, delay: Duration) -> Body {
@@ -56,28 +57,7 @@ pub(super) fn play_fault(protocol: Protocol, fault: &Fault, request_id: &str) ->
         extra.push(("retry-after-ms".to_string(), wait.0.as_millis().to_string()));
     }
     if let Some(reset) = fault.reset_after {
-        extra.extend(match protocol {
-            Protocol::Anthropic => [
-                (
-                    "anthropic-ratelimit-requests-remaining".to_string(),
-                    "0".to_string(),
-                ),
-                (
-                    "anthropic-ratelimit-requests-reset".to_string(),
-                    limits::reset_time(reset.0),
-                ),
-            ],
-            _ => [
-                (
-                    "x-ratelimit-remaining-requests".to_string(),
-                    "0".to_string(),
-                ),
-                (
-                    "x-ratelimit-reset-requests".to_string(),
-                    limits::go_duration(reset.0),
-                ),
-            ],
-        });
+        extra.extend(served(protocol).requests_used_up(reset.0));
     }
     if let Some(v) = fault.should_retry {
         extra.push(("x-should-retry".to_string(), v.to_string()));

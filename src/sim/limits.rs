@@ -11,15 +11,14 @@ use std::num::NonZeroU32;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use chrono::{SecondsFormat, Utc};
 use governor::clock::{Clock, DefaultClock};
 use governor::middleware::StateInformationMiddleware;
 use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
 
+use super::protocol::served;
 use crate::bucket::Bucket;
 use crate::model::Protocol;
-use crate::vocab::cache::cache_reads_count_toward_itpm;
 use serde_json::Value;
 
 use super::cache::PromptCache;
@@ -177,17 +176,6 @@ impl ServerLimits {
     }
 }
 
-/// The output limit a request asks for, under each protocol's field name.
-pub fn requested_max_tokens(protocol: Protocol, request: &Value) -> u64 {
-    let field = |f: &str| request.get(f).and_then(Value::as_u64);
-    match protocol {
-        Protocol::Anthropic => field("max_tokens"),
-        Protocol::OpenaiResponses => field("max_output_tokens"),
-        Protocol::OpenaiChat => field("max_completion_tokens").or_else(|| field("max_tokens")),
-    }
-    .unwrap_or(0)
-}
-
 /// The input tokens of a request that the provider's ITPM limit counts on arrival: the
 /// whole prompt, less (Anthropic, on the models that leave them out) what the cache
 /// will read.
@@ -199,86 +187,16 @@ pub fn counted_input(
 ) -> u64 {
     let prompt = (body_len as u64).div_ceil(4);
     let model = request.get("model").and_then(Value::as_str).unwrap_or("");
-    match protocol {
-        Protocol::Anthropic if !cache_reads_count_toward_itpm(model) => {
-            prompt.saturating_sub(cache.peek(protocol, request).read)
-        }
-        _ => prompt,
+    let served = served(protocol);
+    if served.itpm_skips_cache_reads(model) {
+        prompt.saturating_sub(served.cache_use(cache, request, false).read)
+    } else {
+        prompt
     }
-}
-
-/// The output tokens an answer reports (None when it reports no usage: the body's
-/// size then stands in).
-pub fn output_tokens(protocol: Protocol, rendered: &Value) -> Option<u64> {
-    let field = match protocol {
-        Protocol::OpenaiChat => "completion_tokens",
-        _ => "output_tokens",
-    };
-    rendered["usage"][field].as_u64()
-}
-
-/// How long to wait, as each vendor says it on a 429: Anthropic whole seconds in
-/// `retry-after`; OpenAI `retry-after-ms` as well.
-pub fn retry_after(protocol: Protocol, wait: Duration) -> Vec<(String, String)> {
-    let secs = wait.as_secs_f64().ceil().max(1.0).to_string();
-    let mut h = vec![("retry-after".to_string(), secs)];
-    if protocol != Protocol::Anthropic {
-        h.push((
-            "retry-after-ms".to_string(),
-            wait.as_millis().max(1).to_string(),
-        ));
-    }
-    h
 }
 
 fn window_headers(protocol: Protocol, w: &Named, remaining: u32, until_full: Duration) -> Headers {
-    let limit = w.per_minute.to_string();
-    match protocol {
-        Protocol::Anthropic => {
-            let p = format!("anthropic-ratelimit-{}", w.name);
-            vec![
-                (format!("{p}-limit"), limit),
-                (format!("{p}-remaining"), remaining.to_string()),
-                (format!("{p}-reset"), reset_time(until_full)),
-            ]
-        }
-        // OpenAI has one tokens window; the simulator reports its input window there.
-        _ => {
-            let name = match w.name {
-                "requests" => "requests",
-                "input-tokens" => "tokens",
-                _ => return Vec::new(),
-            };
-            vec![
-                (format!("x-ratelimit-limit-{name}"), limit),
-                (
-                    format!("x-ratelimit-remaining-{name}"),
-                    remaining.to_string(),
-                ),
-                (format!("x-ratelimit-reset-{name}"), go_duration(until_full)),
-            ]
-        }
-    }
-}
-
-/// An Anthropic reset: the RFC 3339 time the window is full again.
-pub fn reset_time(until_full: Duration) -> String {
-    let reset = Utc::now() + chrono::Duration::from_std(until_full).unwrap_or_default();
-    reset.to_rfc3339_opts(SecondsFormat::Millis, true)
-}
-
-/// An OpenAI reset: a Go-style duration such as `120ms`, `1.5s` or `6m0s`.
-pub fn go_duration(d: Duration) -> String {
-    let ms = d.as_millis();
-    if ms < 1000 {
-        return format!("{ms}ms");
-    }
-    let secs = d.as_secs_f64();
-    if secs < 60.0 {
-        return format!("{}s", (secs * 1000.0).round() / 1000.0);
-    }
-    let whole = d.as_secs();
-    format!("{}m{}s", whole / 60, whole % 60)
+    served(protocol).window_headers(w.name, w.per_minute, remaining, until_full)
 }
 
 #[cfg(test)]
@@ -335,18 +253,5 @@ mod tests {
         assert!(l.charge(Protocol::Anthropic, 800, 900).is_err());
         let h = l.correct_output(Protocol::Anthropic, 900, 900);
         assert!(remaining(&h, "input-tokens") >= 900, "{h:?}");
-    }
-
-    #[test]
-    fn go_durations_round_trip() {
-        for ms in [0u64, 12, 999, 1000, 1500, 59_999, 60_000, 360_000] {
-            let d = Duration::from_millis(ms);
-            let back = crate::model::parse_go_duration(&go_duration(d)).unwrap();
-            assert!(
-                back.abs_diff(d) <= Duration::from_millis(1),
-                "{ms}: {}",
-                go_duration(d)
-            );
-        }
     }
 }

@@ -20,16 +20,16 @@ mod batch;
 mod bounds;
 mod cache;
 pub(crate) mod chaos;
-mod chat;
-mod check;
 mod clock;
-mod compaction;
-mod contradict;
 mod fault;
 mod limits;
+mod marker;
+mod protocol;
 mod respond;
-mod responses;
+mod rng;
 pub mod script;
+mod script_check;
+mod sse;
 mod stream;
 mod summary;
 mod window;
@@ -52,8 +52,8 @@ use tokio::task::JoinHandle;
 
 use crate::model::Protocol;
 pub use batch::{item_key, BatchCalls, BatchRecord, BatchSettings, ItemRecord};
-use check::History;
 use fault::{play_fault, slow_body};
+use protocol::{served, History};
 use script::Script;
 
 /// What the simulator answered at one step of a conversation, for checking replays.
@@ -182,8 +182,12 @@ impl Sim {
                     }),
                 );
         }
-        let app = batch::routes(app, "");
-        let app = batch::routes(app, "/r/{run}");
+        // Each protocol's batch API, at the root and under a run.
+        for prefix in ["", "/r/{run}"] {
+            for protocol in Protocol::ALL {
+                app = served(protocol).batch_routes(app, prefix);
+            }
+        }
         let app = app
             .route("/_sim/requests", get(requests))
             .route("/_sim/batches", get(batches))
@@ -267,11 +271,7 @@ impl Sim {
 
 /// The path of a protocol's endpoint under an API root.
 fn endpoint_path(protocol: Protocol) -> &'static str {
-    match protocol {
-        Protocol::Anthropic => "v1/messages",
-        Protocol::OpenaiResponses => "v1/responses",
-        Protocol::OpenaiChat => "v1/chat/completions",
-    }
+    served(protocol).path()
 }
 
 async fn requests(State(state): State<Arc<SimState>>) -> Json<Vec<RecordedRequest>> {
@@ -293,6 +293,7 @@ async fn not_found() -> Response {
 
 /// An error answer: its status, its type (Anthropic's vocabulary, translated for
 /// OpenAI), an OpenAI `code`, and the message.
+#[derive(Debug)]
 struct Refusal {
     status: StatusCode,
     error_type: String,
@@ -321,24 +322,18 @@ fn error_response(
     request_id: &str,
     extra: &[(String, String)],
 ) -> Response {
-    let body = match protocol {
-        Protocol::Anthropic => respond::error_body(&r.error_type, &r.message, request_id),
-        _ => respond::openai_error_body(
-            r.status.as_u16(),
-            &r.error_type,
-            r.code.as_deref(),
-            &r.message,
-        ),
-    };
+    let served = served(protocol);
+    let body = served.error_body(
+        r.status.as_u16(),
+        &r.error_type,
+        r.code.as_deref(),
+        &r.message,
+        request_id,
+    );
     let mut resp = (r.status, Json(body)).into_response();
     let h = resp.headers_mut();
     if let Ok(v) = HeaderValue::from_str(request_id) {
-        let name = if protocol == Protocol::Anthropic {
-            "request-id"
-        } else {
-            "x-request-id"
-        };
-        h.insert(name, v);
+        h.insert(served.request_id_header(), v);
     }
     add_headers(h, extra);
     resp
@@ -462,37 +457,7 @@ fn check_headers(protocol: Protocol, headers: &HeaderMap) -> Result<String, Refu
 /// The client's credentials (and Anthropic's version header, which it returns): what
 /// every request needs, a body or not.
 fn check_key(protocol: Protocol, headers: &HeaderMap) -> Result<String, Refusal> {
-    let header = |n: &str| headers.get(n).and_then(|v| v.to_str().ok()).unwrap_or("");
-    match protocol {
-        Protocol::Anthropic => {
-            if header("x-api-key").is_empty() && header("authorization").is_empty() {
-                return Err(Refusal::new(
-                    StatusCode::UNAUTHORIZED,
-                    "authentication_error",
-                    "x-api-key header is required",
-                ));
-            }
-            let version = header("anthropic-version").to_string();
-            if version.is_empty() {
-                return Err(Refusal::bad_request(
-                    "anthropic-version: header is required",
-                ));
-            }
-            Ok(version)
-        }
-        Protocol::OpenaiResponses | Protocol::OpenaiChat => {
-            if !header("authorization").starts_with("Bearer ") {
-                let mut r = Refusal::new(
-                    StatusCode::UNAUTHORIZED,
-                    "authentication_error",
-                    "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
-                );
-                r.code = Some("invalid_api_key".into());
-                return Err(r);
-            }
-            Ok(String::new())
-        }
-    }
+    served(protocol).check_key(headers)
 }
 
 /// A fresh request id, as every answer carries one.

@@ -11,17 +11,18 @@
 //! each event as one body frame: the simulator wants to split frames mid-event.
 
 mod cut;
-mod openai;
 
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::Response;
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use super::chaos::Rng;
+use super::protocol::served;
 use super::script::{Fault, MidStream, ScriptTurn};
+use super::sse::Splitter;
+pub use super::sse::{wanted, Sse};
 use crate::model::Protocol;
 
 /// The content type of every streamed answer.
@@ -30,133 +31,6 @@ pub const CONTENT_TYPE: &str = "text/event-stream; charset=utf-8";
 /// The pause between two pieces of a streamed body, so that they reach the client as
 /// separate reads.
 const GAP: Duration = Duration::from_millis(1);
-
-/// One server-sent event: its `event:` name (Chat Completions sends none) and its data.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Sse {
-    pub event: Option<String>,
-    pub data: String,
-}
-
-impl Sse {
-    fn named(event: &str, data: &Value) -> Sse {
-        Sse {
-            event: Some(event.to_string()),
-            data: data.to_string(),
-        }
-    }
-
-    fn data(data: &Value) -> Sse {
-        Sse {
-            event: None,
-            data: data.to_string(),
-        }
-    }
-
-    fn done() -> Sse {
-        Sse {
-            event: None,
-            data: "[DONE]".to_string(),
-        }
-    }
-
-    /// The event as it goes on the wire. Compact JSON holds no raw newline, so one
-    /// `data:` line carries it.
-    fn wire(&self) -> String {
-        match &self.event {
-            Some(e) => format!("event: {e}\ndata: {}\n\n", self.data),
-            None => format!("data: {}\n\n", self.data),
-        }
-    }
-}
-
-/// Where deltas and body pieces are cut: a pure function of the conversation key and
-/// step, so a split that breaks a client replays.
-pub(super) struct Splitter(Rng);
-
-impl Splitter {
-    pub(super) fn new(key: &str, step: usize) -> Splitter {
-        Splitter(Rng::new(0, key, step, "stream"))
-    }
-
-    /// `s` in one to eight pieces cut at char boundaries (none for an empty string).
-    fn pieces<'a>(&mut self, s: &'a str) -> Vec<&'a str> {
-        if s.is_empty() {
-            return Vec::new();
-        }
-        let n = self.0.between(1, 8);
-        let mut cuts: Vec<usize> = (1..n)
-            .filter_map(|_| {
-                let mut at = self.0.between(1, s.len() as u64) as usize;
-                while !s.is_char_boundary(at) {
-                    at += 1;
-                }
-                (at < s.len()).then_some(at)
-            })
-            .collect();
-        cuts.sort_unstable();
-        cuts.dedup();
-        let mut out = Vec::with_capacity(cuts.len() + 1);
-        let mut from = 0;
-        for at in cuts {
-            out.push(&s[from..at]);
-            from = at;
-        }
-        out.push(&s[from..]);
-        out
-    }
-
-    fn chance(&mut self, percent: u32) -> bool {
-        self.0.percent(percent)
-    }
-
-    /// A short filler for OpenAI's `obfuscation` fields.
-    fn filler(&mut self) -> String {
-        const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-        (0..self.0.between(0, 12))
-            .map(|_| char::from(ALPHABET[self.0.below(ALPHABET.len())]))
-            .collect()
-    }
-
-    /// The body cut into pieces: every one to three events (more for long streams, so
-    /// there are at most about 24 pieces), and sometimes inside an event, at any byte.
-    fn body_pieces(&mut self, bytes: Vec<u8>, ends: &[usize]) -> Vec<Bytes> {
-        let len = bytes.len();
-        let group = ends.len().div_ceil(24).max(1);
-        let mut cuts = Vec::new();
-        let mut i = 0;
-        let mut last = 0;
-        while i < ends.len() {
-            i += group + self.0.below(3);
-            let end = ends[i.min(ends.len()) - 1];
-            let at = if end > last + 1 && self.chance(30) {
-                self.0.between(last as u64 + 1, end as u64 - 1) as usize
-            } else {
-                end
-            };
-            if at > last && at < len {
-                cuts.push(at);
-                last = at;
-            }
-        }
-        let bytes = Bytes::from(bytes);
-        let mut out = Vec::with_capacity(cuts.len() + 1);
-        let mut from = 0;
-        for at in cuts {
-            out.push(bytes.slice(from..at));
-            from = at;
-        }
-        if from < len {
-            out.push(bytes.slice(from..));
-        }
-        out
-    }
-}
-
-/// Whether a request asks for a streamed answer.
-pub fn wanted(request: &Value) -> bool {
-    request.get("stream").and_then(Value::as_bool) == Some(true)
-}
 
 /// The events of a rendered answer in the protocol's streaming shape, ending with the
 /// protocol's final event (`message_stop`, `response.completed` or its kin, `[DONE]`).
@@ -167,12 +41,7 @@ pub fn events(
     key: &str,
     step: usize,
 ) -> Vec<Sse> {
-    let mut split = Splitter::new(key, step);
-    match protocol {
-        Protocol::Anthropic => anthropic(rendered, &mut split),
-        Protocol::OpenaiResponses => openai::responses(rendered, request, &mut split),
-        Protocol::OpenaiChat => openai::chat(rendered, request, &mut split),
-    }
+    served(protocol).events(rendered, request, &mut Splitter::new(key, step))
 }
 
 /// How a streamed body ends.
@@ -269,65 +138,10 @@ pub fn broken_events(
         .map_or(all.len() / 2, |n| usize::try_from(n).unwrap_or(usize::MAX))
         .min(most);
     let mut sent: Vec<Sse> = all.into_iter().take(n).collect();
-    let failed = |sent: &[Sse]| {
-        sent.iter().rev().find_map(|e| {
-            let v: Value = serde_json::from_str(&e.data).ok()?;
-            v.get("response").cloned()
-        })
-    };
-    match (kind, protocol) {
-        (MidStream::Cut | MidStream::Stall, _) => return (sent, false),
-        (MidStream::Failed, Protocol::OpenaiResponses) => {
-            let response = failed(&sent).unwrap_or_else(|| json!({"object": "response"}));
-            let error = json!({
-                "code": fault.code.as_deref().or(fault.error_type.as_deref()).unwrap_or("server_error"),
-                "message": fault.message.as_deref().unwrap_or(openai::SERVER_ERROR),
-            });
-            let response = with(
-                &with(
-                    &with(&response, "status", json!("failed")),
-                    "output",
-                    json!([]),
-                ),
-                "error",
-                error,
-            );
-            let event =
-                json!({"type": "response.failed", "response": response, "sequence_number": n});
-            sent.push(Sse::named("response.failed", &event));
-        }
-        (_, Protocol::Anthropic) => {
-            let ty = fault.error_type.as_deref().unwrap_or("overloaded_error");
-            let message = match (&fault.message, &fault.error_type) {
-                (Some(m), _) => m.clone(),
-                (None, None) => "Overloaded".to_string(),
-                (None, Some(t)) => format!("simulated mid-stream {t}"),
-            };
-            let event = json!({"type": "error", "error": {"type": ty, "message": message}});
-            sent.push(Sse::named("error", &event));
-        }
-        (_, Protocol::OpenaiResponses) => {
-            let event = json!({
-                "type": "error",
-                "code": fault.code.as_deref().or(fault.error_type.as_deref()).unwrap_or("server_error"),
-                "message": fault.message.as_deref().unwrap_or(openai::SERVER_ERROR),
-                "param": null,
-                "sequence_number": n,
-            });
-            sent.push(Sse::named("error", &event));
-        }
-        (_, Protocol::OpenaiChat) => {
-            // As vLLM does: the error chunk, then `[DONE]` all the same.
-            let error = json!({"error": {
-                "message": fault.message.as_deref().unwrap_or(openai::SERVER_ERROR),
-                "type": fault.error_type.as_deref().unwrap_or("server_error"),
-                "param": null,
-                "code": fault.code.as_deref().unwrap_or("server_error"),
-            }});
-            sent.push(Sse::data(&error));
-            sent.push(Sse::done());
-        }
+    if let MidStream::Cut | MidStream::Stall = kind {
+        return (sent, false);
     }
+    served(protocol).stream_error(fault, kind, &mut sent);
     (sent, true)
 }
 
@@ -368,8 +182,7 @@ pub fn broken(
 /// does not stream (without a type: Messages 529 overloaded, OpenAI 500).
 fn status_of(protocol: Protocol, error_type: Option<&str>) -> u16 {
     match error_type {
-        None if protocol == Protocol::Anthropic => 529,
-        None => 500,
+        None => served(protocol).untyped_error_status(),
         Some(t) => match t {
             "overloaded_error" => 529,
             "rate_limit_error" | "rate_limit_exceeded" | "insufficient_quota" => 429,
@@ -417,192 +230,6 @@ pub fn unstreamed(
         }
     };
     super::fault::play_fault(protocol, &plain, request_id)
-}
-
-/// How OpenAI names a JSON value's type in its 400 messages.
-fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(n) if n.is_f64() => "a decimal",
-        Value::Number(_) => "an integer",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
-/// The request's `stream` and `stream_options`, checked as each API does: `stream` a
-/// boolean; OpenAI's `stream_options` an object of booleans (Chat: `include_usage` and
-/// `include_obfuscation`, Responses: `include_obfuscation`), only with `stream: true`.
-pub fn check_fields(protocol: Protocol, body: &Value) -> Result<(), String> {
-    let stream = body.get("stream");
-    if protocol == Protocol::Anthropic {
-        return match stream {
-            Some(v) if !v.is_boolean() => Err("stream: Input should be a valid boolean".into()),
-            _ => Ok(()),
-        };
-    }
-    if let Some(v) = stream.filter(|v| !v.is_boolean() && !v.is_null()) {
-        return Err(format!(
-            "Invalid type for 'stream': expected a boolean, but got {} instead.",
-            type_name(v)
-        ));
-    }
-    let options = match body.get("stream_options") {
-        None | Some(Value::Null) => return Ok(()),
-        Some(Value::Object(o)) => o,
-        Some(v) => {
-            return Err(format!(
-                "Invalid type for 'stream_options': expected an object, but got {} instead.",
-                type_name(v)
-            ))
-        }
-    };
-    if !wanted(body) {
-        return Err(
-            "The 'stream_options' parameter is only allowed when 'stream' is enabled.".into(),
-        );
-    }
-    let known: &[&str] = match protocol {
-        Protocol::OpenaiChat => &["include_usage", "include_obfuscation"],
-        _ => &["include_obfuscation"],
-    };
-    for (k, v) in options {
-        if !known.contains(&k.as_str()) {
-            return Err(match protocol {
-                Protocol::OpenaiChat => {
-                    format!("Unrecognized request argument supplied: stream_options.{k}")
-                }
-                _ => format!("Unknown parameter: 'stream_options.{k}'."),
-            });
-        }
-        if !v.is_boolean() && !v.is_null() {
-            return Err(format!(
-                "Invalid type for 'stream_options.{k}': expected a boolean, but got {} instead.",
-                type_name(v)
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// A copy of `v` with `key` set (when `v` is an object).
-fn with(v: &Value, key: &str, value: Value) -> Value {
-    let mut v = v.clone();
-    if let Some(o) = v.as_object_mut() {
-        o.insert(key.to_string(), value);
-    }
-    v
-}
-
-/// A Messages answer as its events: `message_start` (no content, no stop, the input
-/// side of usage), a `ping`, each block's start, deltas and stop (text and thinking in
-/// pieces, a signature in one `signature_delta`, tool input as pieces of its JSON, other
-/// blocks whole in their start), `message_delta` (the stop and the final usage) and
-/// `message_stop`.
-fn anthropic(msg: &Value, split: &mut Splitter) -> Vec<Sse> {
-    let mut out = Vec::new();
-    let mut start = msg.clone();
-    if let Some(o) = start.as_object_mut() {
-        o.insert("content".into(), json!([]));
-        o.insert("stop_reason".into(), Value::Null);
-        o.insert("stop_sequence".into(), Value::Null);
-        o.remove("stop_details");
-        if let Some(u) = o.get_mut("usage").and_then(Value::as_object_mut) {
-            let output = u.get("output_tokens").and_then(Value::as_u64).unwrap_or(0);
-            u.insert("output_tokens".into(), json!(output.min(1)));
-        }
-    }
-    out.push(Sse::named(
-        "message_start",
-        &json!({"type": "message_start", "message": start}),
-    ));
-    out.push(Sse::named("ping", &json!({"type": "ping"})));
-    let blocks = msg["content"].as_array().map(Vec::as_slice).unwrap_or(&[]);
-    for (index, block) in blocks.iter().enumerate() {
-        let delta = |delta: Value| {
-            Sse::named(
-                "content_block_delta",
-                &json!({"type": "content_block_delta", "index": index, "delta": delta}),
-            )
-        };
-        let kind = block.get("type").and_then(Value::as_str).unwrap_or("");
-        let (first, deltas) = match (kind, block) {
-            ("text", Value::Object(_)) => {
-                let text = block["text"].as_str().unwrap_or("");
-                let deltas = split
-                    .pieces(text)
-                    .into_iter()
-                    .map(|p| delta(json!({"type": "text_delta", "text": p})))
-                    .collect();
-                (with(block, "text", json!("")), deltas)
-            }
-            ("thinking", Value::Object(_)) => {
-                let text = block["thinking"].as_str().unwrap_or("");
-                let mut deltas: Vec<Sse> = split
-                    .pieces(text)
-                    .into_iter()
-                    .map(|p| delta(json!({"type": "thinking_delta", "thinking": p})))
-                    .collect();
-                if let Some(sig) = block.get("signature") {
-                    deltas.push(delta(json!({"type": "signature_delta", "signature": sig})));
-                }
-                let first = with(&with(block, "thinking", json!("")), "signature", json!(""));
-                (first, deltas)
-            }
-            (_, Value::Object(o)) if o.contains_key("input") => {
-                let encoded = block["input"].to_string();
-                let mut deltas = Vec::new();
-                if split.chance(30) {
-                    deltas.push(delta(
-                        json!({"type": "input_json_delta", "partial_json": ""}),
-                    ));
-                }
-                deltas.extend(
-                    split
-                        .pieces(&encoded)
-                        .into_iter()
-                        .map(|p| delta(json!({"type": "input_json_delta", "partial_json": p}))),
-                );
-                (with(block, "input", json!({})), deltas)
-            }
-            _ => (block.clone(), Vec::new()),
-        };
-        out.push(Sse::named(
-            "content_block_start",
-            &json!({"type": "content_block_start", "index": index, "content_block": first}),
-        ));
-        out.extend(deltas);
-        out.push(Sse::named(
-            "content_block_stop",
-            &json!({"type": "content_block_stop", "index": index}),
-        ));
-        if split.chance(15) {
-            out.push(Sse::named("ping", &json!({"type": "ping"})));
-        }
-    }
-    let mut delta =
-        json!({"stop_reason": msg["stop_reason"], "stop_sequence": msg["stop_sequence"]});
-    if let Some(d) = msg.get("stop_details") {
-        delta["stop_details"] = d.clone();
-    }
-    let mut event = json!({"type": "message_delta", "delta": delta});
-    if let Some(u) = msg.get("usage").and_then(Value::as_object) {
-        let cumulative: serde_json::Map<String, Value> = [
-            "input_tokens",
-            "cache_creation_input_tokens",
-            "cache_read_input_tokens",
-            "output_tokens",
-        ]
-        .into_iter()
-        .filter_map(|k| u.get(k).map(|v| (k.to_string(), v.clone())))
-        .collect();
-        event["usage"] = Value::Object(cumulative);
-    }
-    out.push(Sse::named("message_delta", &event));
-    out.push(Sse::named("message_stop", &json!({"type": "message_stop"})));
-    out
 }
 
 /// The bytes `"stream":...` and `"stream_options":...` take in a compact request body

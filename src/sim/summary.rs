@@ -6,23 +6,15 @@
 
 use serde_json::Value;
 
+use super::marker::{marker, marker_text};
+use super::protocol::served;
 use super::script::{Block, ScriptTurn};
 use crate::model::Protocol;
 use crate::vocab::context::{is_client_entry, turn_starts, SUMMARY_REQUEST};
 
-const MARK: &str = "[agentbatch-sim summary: steps=";
-const CALLS: &str = " calls=";
-
 /// The request's history: messages, or input items.
 fn entries(protocol: Protocol, request: &Value) -> &[Value] {
-    let key = match protocol {
-        Protocol::OpenaiResponses => "input",
-        Protocol::Anthropic | Protocol::OpenaiChat => "messages",
-    };
-    request
-        .get(key)
-        .and_then(Value::as_array)
-        .map_or(&[], Vec::as_slice)
+    served(protocol).history(request)
 }
 
 /// The texts of an entry: its content string, or its text parts.
@@ -65,12 +57,7 @@ fn call_ids(turn: &[Value]) -> Vec<&str> {
 
 /// Script steps among `entries`, counted the way the protocol counts them.
 fn steps_in(protocol: Protocol, entries: &[Value]) -> usize {
-    match protocol {
-        Protocol::OpenaiResponses => super::responses::runs_in(entries),
-        Protocol::Anthropic | Protocol::OpenaiChat => {
-            entries.iter().filter(|m| m["role"] == "assistant").count()
-        }
-    }
+    served(protocol).steps_in(entries)
 }
 
 /// The script step a request asks for: its model turns, from `base`.
@@ -85,11 +72,6 @@ pub fn wanted(protocol: Protocol, request: &Value) -> bool {
         .last()
         .filter(|e| is_client_entry(e))
         .is_some_and(|e| texts(e).last() == Some(&SUMMARY_REQUEST))
-}
-
-/// The marker a summary (or a compaction item) carries.
-pub fn marker_text(steps: usize, calls: &[&str]) -> String {
-    format!("{MARK}{steps}{CALLS}{}]", calls.join(","))
 }
 
 /// The step of the first model turn in the request's history: 0, or after a summary
@@ -117,15 +99,6 @@ pub fn base(protocol: Protocol, request: &Value) -> usize {
         .find(|&&s| call_ids(&h[s..]) == last)
         .and_then(|&s| steps.checked_sub(1 + steps_in(protocol, &h[..s])))
         .unwrap_or(steps)
-}
-
-/// Reads a marker: the steps a summary covers and the last step's call ids.
-fn marker(text: &str) -> Option<(usize, Vec<&str>)> {
-    let rest = &text[text.find(MARK)? + MARK.len()..];
-    let (steps, rest) = rest.split_once(CALLS)?;
-    let calls = rest.split_once(']')?.0;
-    let calls = calls.split(',').filter(|c| !c.is_empty()).collect();
-    Some((steps.parse().ok()?, calls))
 }
 
 /// The answer to a summary request at `step` (the steps played so far): which tools

@@ -6,10 +6,6 @@
 //! batches is the one it would have been without them. The wire facts and their sources
 //! are in docs/batch-apis.md.
 
-mod anthropic;
-mod files;
-mod openai;
-
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -17,19 +13,17 @@ use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::DefaultBodyLimit;
-use axum::http::{HeaderMap, HeaderValue};
-use axum::response::Response;
-use axum::routing::{get, post, MethodRouter};
-use axum::Router;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::MethodRouter;
+use axum::{Json, Router};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{json, Value};
 use tokio::sync::Notify;
 
-use super::{lock, play, respond, SimState};
+use super::{lock, next_request_id, play, SimState};
 use crate::model::Protocol;
-
-pub(super) use files::File;
 
 /// How the simulator processes batches. The real APIs take minutes to hours; tests want
 /// milliseconds, and sometimes a batch that is seen half done, or one that runs out of
@@ -83,7 +77,7 @@ pub(super) fn expired_response() -> Response {
 
 /// What became of one item.
 #[derive(Debug, Clone)]
-enum Outcome {
+pub(in crate::sim) enum Outcome {
     /// The endpoint's answer: its status, its JSON body and request id.
     Answered {
         status: u16,
@@ -95,17 +89,17 @@ enum Outcome {
 }
 
 #[derive(Debug)]
-struct Item {
-    custom_id: String,
+pub(in crate::sim) struct Item {
+    pub(in crate::sim) custom_id: String,
     /// The request body the item plays.
-    body: Value,
-    outcome: Option<Outcome>,
-    done_ms: Option<u64>,
+    pub(in crate::sim) body: Value,
+    pub(in crate::sim) outcome: Option<Outcome>,
+    pub(in crate::sim) done_ms: Option<u64>,
 }
 
 /// Where a batch is in its life, in the words both APIs share.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
+pub(in crate::sim) enum Phase {
     /// OpenAI only: the input file is being checked.
     Validating,
     /// OpenAI only: the input file was refused (`errors` says why).
@@ -118,7 +112,7 @@ enum Phase {
 
 /// Why a batch ended, for OpenAI's final status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum End {
+pub(in crate::sim) enum End {
     Completed,
     Expired,
     Cancelled,
@@ -126,7 +120,7 @@ enum End {
 
 /// Which API a batch came through.
 #[derive(Debug, Clone)]
-enum Api {
+pub(in crate::sim) enum Api {
     Anthropic,
     OpenAi {
         /// The endpoint's protocol (Responses or Chat Completions).
@@ -150,25 +144,25 @@ pub struct BatchCalls {
 }
 
 #[derive(Debug)]
-struct Progress {
-    items: Vec<Item>,
-    phase: Phase,
-    end: Option<End>,
-    in_progress_at: Option<DateTime<Utc>>,
-    cancel_at: Option<DateTime<Utc>>,
-    finalizing_at: Option<DateTime<Utc>>,
-    ended_at: Option<DateTime<Utc>>,
+pub(in crate::sim) struct Progress {
+    pub(in crate::sim) items: Vec<Item>,
+    pub(in crate::sim) phase: Phase,
+    pub(in crate::sim) end: Option<End>,
+    pub(in crate::sim) in_progress_at: Option<DateTime<Utc>>,
+    pub(in crate::sim) cancel_at: Option<DateTime<Utc>>,
+    pub(in crate::sim) finalizing_at: Option<DateTime<Utc>>,
+    pub(in crate::sim) ended_at: Option<DateTime<Utc>>,
     /// OpenAI: why validation refused the input file.
-    errors: Vec<Value>,
-    output_file_id: Option<String>,
-    error_file_id: Option<String>,
-    calls: BatchCalls,
+    pub(in crate::sim) errors: Vec<Value>,
+    pub(in crate::sim) output_file_id: Option<String>,
+    pub(in crate::sim) error_file_id: Option<String>,
+    pub(in crate::sim) calls: BatchCalls,
 }
 
 impl Progress {
     /// A batch just created: Anthropic's in progress with its items, OpenAI's still to
     /// validate its input file.
-    fn new(items: Vec<Item>, phase: Phase) -> Progress {
+    pub(in crate::sim) fn new(items: Vec<Item>, phase: Phase) -> Progress {
         Progress {
             in_progress_at: (phase == Phase::InProgress).then(Utc::now),
             items,
@@ -187,27 +181,54 @@ impl Progress {
 
 /// One batch, shared by its processing task and the handlers.
 #[derive(Debug)]
-pub(super) struct Batch {
-    id: String,
-    run: String,
-    api: Api,
-    created_at: DateTime<Utc>,
-    created: Instant,
-    created_ms: u64,
+pub(in crate::sim) struct Batch {
+    pub(in crate::sim) id: String,
+    pub(in crate::sim) run: String,
+    pub(in crate::sim) api: Api,
+    pub(in crate::sim) created_at: DateTime<Utc>,
+    pub(in crate::sim) created: Instant,
+    pub(in crate::sim) created_ms: u64,
     /// The create request's headers (credentials, version, betas), which every item is
     /// sent with.
-    headers: HeaderMap,
-    progress: Mutex<Progress>,
+    pub(in crate::sim) headers: HeaderMap,
+    pub(in crate::sim) progress: Mutex<Progress>,
     /// Wakes the processing task when the batch is cancelled.
-    wake: Notify,
+    pub(in crate::sim) wake: Notify,
+    /// What differs for the batch API it came through.
+    pub(in crate::sim) wire: &'static dyn BatchApi,
+}
+
+/// What a batch API does its own way; each protocol's batch API implements it (in
+/// `sim::protocol`), and a batch keeps the one it came through.
+pub(in crate::sim) trait BatchApi: Sync + std::fmt::Debug {
+    /// The status the API reports for a batch's progress.
+    fn status(&self, p: &Progress) -> &'static str;
+    /// Checks a new batch before its items play (false: the batch failed and ended).
+    fn validate(&self, state: &SimState, batch: &Batch, settings: &BatchSettings) -> bool;
+    /// What the API does when a batch has ended (OpenAI: writes its files).
+    fn ended(&self, state: &SimState, batch: &Batch, p: &mut Progress);
+    /// The body of an item the simulated server failed to answer.
+    fn server_error(&self, message: &str, request_id: &str) -> Value;
+}
+
+/// An uploaded file, or a batch's output or error file (OpenAI's Files API, in
+/// `sim::protocol::openai::files`).
+#[derive(Debug)]
+pub(in crate::sim) struct File {
+    pub(in crate::sim) id: String,
+    pub(in crate::sim) run: String,
+    pub(in crate::sim) filename: String,
+    pub(in crate::sim) purpose: String,
+    pub(in crate::sim) created_at: i64,
+    pub(in crate::sim) content: Vec<u8>,
 }
 
 impl Batch {
-    fn expires_at(&self) -> DateTime<Utc> {
+    pub(in crate::sim) fn expires_at(&self) -> DateTime<Utc> {
         self.created_at + chrono::Duration::hours(24)
     }
 
-    fn protocol(&self) -> Protocol {
+    pub(in crate::sim) fn protocol(&self) -> Protocol {
         match &self.api {
             Api::Anthropic => Protocol::Anthropic,
             Api::OpenAi { protocol, .. } => *protocol,
@@ -217,11 +238,11 @@ impl Batch {
 
 /// The simulator's batches and uploaded files.
 #[derive(Default)]
-pub(super) struct Store {
-    settings: Mutex<BatchSettings>,
-    batches: Mutex<Vec<Arc<Batch>>>,
-    files: Mutex<HashMap<String, Arc<File>>>,
-    ids: AtomicU64,
+pub(in crate::sim) struct Store {
+    pub(in crate::sim) settings: Mutex<BatchSettings>,
+    pub(in crate::sim) batches: Mutex<Vec<Arc<Batch>>>,
+    pub(in crate::sim) files: Mutex<HashMap<String, Arc<File>>>,
+    pub(in crate::sim) ids: AtomicU64,
 }
 
 impl Store {
@@ -229,12 +250,12 @@ impl Store {
         *lock(&self.settings) = s;
     }
 
-    fn settings(&self) -> BatchSettings {
+    pub(in crate::sim) fn settings(&self) -> BatchSettings {
         lock(&self.settings).clone()
     }
 
     /// A fresh id with the API's prefix, e.g. `msgbatch_sim_000001`.
-    fn new_id(&self, prefix: &str) -> String {
+    pub(in crate::sim) fn new_id(&self, prefix: &str) -> String {
         format!(
             "{prefix}{:06}",
             self.ids.fetch_add(1, Ordering::Relaxed) + 1
@@ -243,7 +264,7 @@ impl Store {
 
     /// The batch `id` of `run` (another run's batches are not visible, like its
     /// conversations).
-    fn get(&self, run: &str, id: &str) -> Option<Arc<Batch>> {
+    pub(in crate::sim) fn get(&self, run: &str, id: &str) -> Option<Arc<Batch>> {
         lock(&self.batches)
             .iter()
             .find(|b| b.id == id && b.run == run)
@@ -251,7 +272,7 @@ impl Store {
     }
 
     /// The batches of `run` through `api`, most recent first.
-    fn list(&self, run: &str, anthropic: bool) -> Vec<Arc<Batch>> {
+    pub(in crate::sim) fn list(&self, run: &str, anthropic: bool) -> Vec<Arc<Batch>> {
         lock(&self.batches)
             .iter()
             .rev()
@@ -261,7 +282,7 @@ impl Store {
     }
 
     /// The batch whose output or error file `file_id` is.
-    fn batch_of_file(&self, file_id: &str) -> Option<Arc<Batch>> {
+    pub(in crate::sim) fn batch_of_file(&self, file_id: &str) -> Option<Arc<Batch>> {
         lock(&self.batches)
             .iter()
             .find(|b| {
@@ -322,11 +343,7 @@ impl Store {
                     run: b.run.clone(),
                     protocol: b.protocol(),
                     created_ms: b.created_ms,
-                    status: match b.api {
-                        Api::Anthropic => anthropic::status_word(&p),
-                        Api::OpenAi { .. } => openai::status_word(&p),
-                    }
-                    .to_string(),
+                    status: b.wire.status(&p).to_string(),
                     items: p
                         .items
                         .iter()
@@ -349,11 +366,11 @@ impl Store {
 }
 
 /// Anthropic's timestamps: RFC 3339 with microseconds, as the API reference shows them.
-fn rfc3339(t: DateTime<Utc>) -> String {
+pub(in crate::sim) fn rfc3339(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
 }
 
-fn now_ms(state: &SimState) -> u64 {
+pub(in crate::sim) fn now_ms(state: &SimState) -> u64 {
     state.started.elapsed().as_millis() as u64
 }
 
@@ -374,7 +391,7 @@ fn item_headers(headers: &HeaderMap) -> HeaderMap {
 }
 
 /// Registers a new batch and starts processing it.
-fn start(state: &Arc<SimState>, batch: Batch) -> Arc<Batch> {
+pub(in crate::sim) fn start(state: &Arc<SimState>, batch: Batch) -> Arc<Batch> {
     let batch = Arc::new(batch);
     lock(&state.batches.batches).push(batch.clone());
     tokio::spawn(process(state.clone(), batch.clone()));
@@ -385,10 +402,8 @@ fn start(state: &Arc<SimState>, batch: Batch) -> Arc<Batch> {
 /// all are done, the batch is cancelled or its time runs out.
 async fn process(state: Arc<SimState>, batch: Arc<Batch>) {
     let settings = state.batches.settings();
-    if let Api::OpenAi { .. } = batch.api {
-        if !openai::validate(&state, &batch, &settings) {
-            return;
-        }
+    if !batch.wire.validate(&state, &batch, &settings) {
+        return;
     }
     let deadline = batch.created + settings.expire_after;
     let count = lock(&batch.progress).items.len();
@@ -431,6 +446,29 @@ async fn process(state: Arc<SimState>, batch: Arc<Batch>) {
     finish(&state, &batch, end);
 }
 
+/// An error answer in OpenAI's shape, `{error: {message, type, param, code}}` (an empty
+/// code is sent as null).
+pub(in crate::sim) fn openai_error(
+    state: &SimState,
+    status: StatusCode,
+    code: &str,
+    param: Option<&str>,
+    message: &str,
+) -> Response {
+    let ty = if status.is_server_error() {
+        "server_error"
+    } else {
+        "invalid_request_error"
+    };
+    let code = (!code.is_empty()).then_some(code);
+    let body = json!({"error": {"message": message, "type": ty, "param": param, "code": code}});
+    let mut resp = (status, Json(body)).into_response();
+    if let Ok(v) = HeaderValue::from_str(&next_request_id(state)) {
+        resp.headers_mut().insert("x-request-id", v);
+    }
+    resp
+}
+
 /// Plays one item through the synchronous path and keeps what it answered.
 async fn play_item(
     state: &SimState,
@@ -467,10 +505,7 @@ async fn play_item(
         // batch as a server error.
         None => {
             let message = "The simulated server failed while answering this request.";
-            let body = match protocol {
-                Protocol::Anthropic => respond::error_body("api_error", message, &request_id),
-                _ => respond::openai_error_body(500, "api_error", None, message),
-            };
+            let body = batch.wire.server_error(message, &request_id);
             Outcome::Answered {
                 status: 500,
                 body,
@@ -498,13 +533,11 @@ fn finish(state: &SimState, batch: &Batch, end: End) {
     p.end = Some(end);
     p.finalizing_at = Some(now);
     p.ended_at = Some(now);
-    if let Api::OpenAi { .. } = batch.api {
-        openai::write_files(state, batch, &mut p);
-    }
+    batch.wire.ended(state, batch, &mut p);
 }
 
 /// Cancels a batch still in progress; the processing task ends it.
-fn request_cancel(batch: &Batch, at_ms: u64) {
+pub(in crate::sim) fn request_cancel(batch: &Batch, at_ms: u64) {
     let mut p = lock(&batch.progress);
     p.calls.cancels_ms.push(at_ms);
     if matches!(p.phase, Phase::InProgress | Phase::Validating) {
@@ -515,7 +548,7 @@ fn request_cancel(batch: &Batch, at_ms: u64) {
 }
 
 /// The value of `name` in a query string (ids and numbers only: no decoding needed).
-fn query_param<'a>(query: Option<&'a str>, name: &str) -> Option<&'a str> {
+pub(in crate::sim) fn query_param<'a>(query: Option<&'a str>, name: &str) -> Option<&'a str> {
     query?
         .split('&')
         .filter_map(|kv| kv.split_once('='))
@@ -528,9 +561,9 @@ fn query_param<'a>(query: Option<&'a str>, name: &str) -> Option<&'a str> {
 const MAX_BODY: usize = 512 * 1024 * 1024;
 
 /// The path's parameters: the run (empty on the routes without one) and the id.
-type Params = Option<axum::extract::Path<HashMap<String, String>>>;
+pub(in crate::sim) type Params = Option<axum::extract::Path<HashMap<String, String>>>;
 
-fn params(p: Params) -> (String, String) {
+pub(in crate::sim) fn params(p: Params) -> (String, String) {
     let mut m = p.map(|p| p.0).unwrap_or_default();
     (
         m.remove("run").unwrap_or_default(),
@@ -538,30 +571,12 @@ fn params(p: Params) -> (String, String) {
     )
 }
 
-/// Adds the batch routes under `prefix` ("" or "/r/{run}").
-pub(super) fn routes(app: Router<Arc<SimState>>, prefix: &str) -> Router<Arc<SimState>> {
-    let big = || DefaultBodyLimit::max(MAX_BODY);
-    let at = |path: &str| format!("{prefix}{path}");
-    let big_post = |r: MethodRouter<Arc<SimState>>| r.layer(big());
-    app.route(
-        &at("/v1/messages/batches"),
-        big_post(post(anthropic::create)).get(anthropic::list),
-    )
-    .route(&at("/v1/messages/batches/{id}"), get(anthropic::retrieve))
-    .route(
-        &at("/v1/messages/batches/{id}/results"),
-        get(anthropic::results),
-    )
-    .route(
-        &at("/v1/messages/batches/{id}/cancel"),
-        post(anthropic::cancel),
-    )
-    .route(&at("/v1/files"), big_post(post(files::upload)))
-    .route(&at("/v1/files/{id}"), get(files::retrieve))
-    .route(&at("/v1/files/{id}/content"), get(files::content))
-    .route(&at("/v1/batches"), post(openai::create).get(openai::list))
-    .route(&at("/v1/batches/{id}"), get(openai::retrieve))
-    .route(&at("/v1/batches/{id}/cancel"), post(openai::cancel))
+/// The simulator's router, which each protocol adds its batch routes to.
+pub(in crate::sim) type SimRouter = Router<Arc<SimState>>;
+
+/// A POST route that reads bodies up to [`MAX_BODY`].
+pub(in crate::sim) fn big_post(r: MethodRouter<Arc<SimState>>) -> MethodRouter<Arc<SimState>> {
+    r.layer(DefaultBodyLimit::max(MAX_BODY))
 }
 
 #[cfg(test)]

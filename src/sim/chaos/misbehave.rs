@@ -7,18 +7,15 @@ use serde_json::json;
 
 use super::{call, delay, Chaos, Declared, Rng};
 use crate::model::Protocol;
+use crate::sim::protocol::served;
 use crate::sim::script::{
-    Block, CutInside, Fault, MidStream, ResponseErrorScript, ScriptTurn, ToolUseScript, UsageScript,
+    Block, CutInside, Fault, MidStream, ScriptTurn, ToolUseScript, UsageScript,
 };
 
 /// One failed attempt of the kinds the simulator plays, with short waits.
 pub(super) fn fault(r: &mut Rng, c: &Chaos, protocol: Protocol) -> Fault {
     let mut f = Fault::default();
-    let kinds: &[u8] = match protocol {
-        Protocol::Anthropic => &[0, 0, 1, 2, 2, 3, 3, 4, 5, 6, 7, 8],
-        _ => &[0, 0, 1, 2, 2, 3, 4, 5, 6, 7, 8, 9],
-    };
-    match r.pick(kinds) {
+    match r.pick(served(protocol).chaos_fault_kinds()) {
         0 => {
             f.status = Some(429);
             f.retry_after = Some(delay(r, c));
@@ -67,16 +64,7 @@ pub(super) fn fault(r: &mut Rng, c: &Chaos, protocol: Protocol) -> Fault {
 /// `response.failed`), a cut, or a short stall before the cut (never forever, so a
 /// property test ends).
 pub(super) fn mid_stream(r: &mut Rng, c: &Chaos, protocol: Protocol) -> Fault {
-    let kinds: &[MidStream] = match protocol {
-        Protocol::OpenaiResponses => &[
-            MidStream::Error,
-            MidStream::Failed,
-            MidStream::Cut,
-            MidStream::Stall,
-        ],
-        _ => &[MidStream::Error, MidStream::Cut, MidStream::Stall],
-    };
-    let kind = *r.pick(kinds);
+    let kind = *r.pick(served(protocol).chaos_mid_stream_kinds());
     Fault {
         mid_stream: Some(kind),
         after_events: r.percent(80).then(|| r.between(0, 40)),
@@ -151,19 +139,9 @@ fn tool_uses(t: &mut ScriptTurn) -> Vec<&mut ToolUseScript> {
         .collect()
 }
 
-fn drop_calls(t: &mut ScriptTurn) {
-    t.content.retain(|b| !matches!(b, Block::ToolUse(_)));
-    if t.content.is_empty() {
-        t.content.push(Block::Text("Hmm.".into()));
-    }
-}
-
 /// A made-up call id in the protocol's style.
 fn made_id(r: &mut Rng, protocol: Protocol) -> String {
-    let prefix = match protocol {
-        Protocol::Anthropic => "toolu_chaos_",
-        _ => "call_chaos_",
-    };
+    let prefix = served(protocol).chaos_id_prefix();
     format!("{prefix}{:012x}", r.next() & 0xffff_ffff_ffff)
 }
 
@@ -190,7 +168,7 @@ pub(super) fn misbehave(
             }
         }
         Mis::MissingId => {
-            if protocol == Protocol::OpenaiChat && r.percent(50) {
+            if served(protocol).chaos_omits_call_ids(r) {
                 t.omit_call_ids = true;
                 return;
             }
@@ -202,19 +180,7 @@ pub(super) fn misbehave(
                 return;
             };
             if let Block::ToolUse(u) = &t.content[i] {
-                let raw = match protocol {
-                    Protocol::Anthropic => {
-                        json!({"type": "tool_use", "name": u.name, "input": u.input})
-                    }
-                    Protocol::OpenaiResponses => json!({
-                        "type": "function_call", "id": format!("fc_chaos_{i}"), "name": u.name,
-                        "arguments": u.input.to_string(), "status": "completed",
-                    }),
-                    Protocol::OpenaiChat => json!({
-                        "type": "function",
-                        "function": {"name": u.name, "arguments": u.input.to_string()},
-                    }),
-                };
+                let raw = served(protocol).chaos_call_without_id(i, u);
                 t.content[i] = Block::Raw(raw);
             }
         }
@@ -236,9 +202,8 @@ pub(super) fn misbehave(
             ]);
             if let Some(u) = tool_uses(t).into_iter().next() {
                 u.arguments = Some(broken.to_string());
-                if protocol == Protocol::Anthropic {
-                    // Anthropic sends input as JSON: a non-object one is its broken kind
-                    u.input = json!([broken]);
+                if let Some(input) = served(protocol).chaos_broken_input(broken) {
+                    u.input = input;
                 }
             }
         }
@@ -264,7 +229,7 @@ pub(super) fn misbehave(
             });
         }
         Mis::OddBlocks => {
-            if tools.is_empty() || protocol != Protocol::Anthropic {
+            if tools.is_empty() || !served(protocol).chaos_server_tools() {
                 t.content.push(Block::Text(String::new()));
                 return;
             }
@@ -287,90 +252,13 @@ pub(super) fn misbehave(
 /// A stop the protocol documents (or an unknown one), sometimes at odds with the
 /// content: `end_turn` with calls, `tool_use` without.
 pub(super) fn odd_stop(r: &mut Rng, protocol: Protocol, t: &mut ScriptTurn) {
-    match protocol {
-        Protocol::Anthropic => match r.below(9) {
-            0 => t.stop_reason = Some("end_turn".into()),
-            1 => {
-                drop_calls(t);
-                t.stop_reason = Some("tool_use".into());
-            }
-            2 => t.stop_reason = Some("max_tokens".into()),
-            3 => {
-                t.stop_reason = Some("stop_sequence".into());
-                t.stop_sequence = Some("\n\nHuman:".into());
-            }
-            4 | 5 => {
-                // a paused turn is sent back as it is: it carries no client calls
-                drop_calls(t);
-                t.stop_reason = Some("pause_turn".into());
-            }
-            6 => {
-                t.stop_reason = Some("refusal".into());
-                t.stop_details =
-                    Some(json!({"type": "refusal", "category": "cyber", "explanation": "chaos"}));
-            }
-            7 => t.stop_reason = Some("model_context_window_exceeded".into()),
-            _ => t.stop_reason = Some((*r.pick(&["compaction_needed", "", "END_TURN"])).into()),
-        },
-        Protocol::OpenaiResponses => match r.below(10) {
-            0 => drop_calls(t),
-            1 => t.stop_reason = Some("max_tokens".into()),
-            2 => {
-                t.status = Some("incomplete".into());
-                t.incomplete_reason = Some("content_filter".into());
-            }
-            3 => {
-                t.status = Some("incomplete".into());
-                t.incomplete_reason = Some("chaos_reason".into());
-            }
-            4 => {
-                drop_calls(t);
-                t.stop_reason = Some("refusal".into());
-            }
-            5..=7 => {
-                t.status = Some("failed".into());
-                let code = match r.below(3) {
-                    0 => "server_error",
-                    1 => "rate_limit_exceeded",
-                    _ => "invalid_prompt",
-                };
-                t.error = Some(ResponseErrorScript {
-                    code: code.into(),
-                    message: Some(format!("chaos: {code}")),
-                });
-                t.omit_usage = r.percent(50);
-            }
-            8 => t.status = Some((*r.pick(&["queued", "in_progress", "cancelled"])).into()),
-            _ => t.stop_reason = Some("stop_sequence".into()),
-        },
-        Protocol::OpenaiChat => match r.below(8) {
-            0 => t.finish_reason = Some("stop".into()),
-            1 => t.finish_reason = Some("length".into()),
-            2 => {
-                drop_calls(t);
-                t.finish_reason = Some("tool_calls".into());
-            }
-            3 => t.finish_reason = Some("content_filter".into()),
-            4 => t.finish_reason = Some("null".into()),
-            5 => t.finish_reason = Some("function_call".into()),
-            6 => t.stop_reason = Some("max_tokens".into()),
-            _ => t.finish_reason = Some((*r.pick(&["eos", "", "STOP"])).into()),
-        },
-    }
+    served(protocol).chaos_odd_stop(r, t);
 }
 
 /// A 200 body that is not the answer: not JSON, the wrong JSON, or the protocol's shape
 /// with a part missing.
 fn raw_body(r: &mut Rng, protocol: Protocol) -> String {
-    let shaped = match protocol {
-        Protocol::Anthropic => {
-            r#"{"type":"message","role":"assistant","content":[{"type":"text","text":"no usage"}],"stop_reason":"end_turn"}"#
-        }
-        Protocol::OpenaiResponses => {
-            r#"{"object":"response","status":"completed","output":"oops"}"#
-        }
-        Protocol::OpenaiChat => r#"{"object":"chat.completion","choices":[]}"#,
-    };
+    let shaped = served(protocol).chaos_shaped_body();
     (*r.pick(&[
         "not json at all",
         "",

@@ -7,17 +7,17 @@ use serde_json::{json, Value};
 
 use super::{call, declared, inputs, misbehave, Chaos, Rng};
 use crate::model::Protocol;
+use crate::sim::protocol::served;
 use crate::sim::script::{Block, ScriptTurn};
 
 /// The bytes of the request's history after its first entry: what a summary replaces.
 fn replaced_bytes(protocol: Protocol, request: &Value) -> usize {
-    let key = match protocol {
-        Protocol::OpenaiResponses => "input",
-        Protocol::Anthropic | Protocol::OpenaiChat => "messages",
-    };
-    request[key]
-        .as_array()
-        .map_or(0, |h| h.iter().skip(1).map(|e| e.to_string().len()).sum())
+    served(protocol)
+        .history(request)
+        .iter()
+        .skip(1)
+        .map(|e| e.to_string().len())
+        .sum()
 }
 
 /// `own` (the simulator's summary, whose last text block carries its step marker),
@@ -40,8 +40,7 @@ pub(super) fn erratic(
             // lets an answer be whole: the simulator counts a quarter of its bytes.
             let mut len = replaced_bytes(protocol, request);
             if r.percent(50) {
-                let whole = crate::sim::limits::requested_max_tokens(protocol, request)
-                    .saturating_mul(3) as usize;
+                let whole = served(protocol).max_tokens(request).saturating_mul(3) as usize;
                 len = len.min(whole);
             }
             let mut text = String::with_capacity(len + 200);

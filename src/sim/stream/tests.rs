@@ -2,8 +2,10 @@ use serde_json::{json, Value};
 
 use super::*;
 use crate::sim::cache::CacheUse;
+use crate::sim::protocol::anthropic::render as respond;
+use crate::sim::protocol::openai::{chat, responses};
+use crate::sim::protocol::{anthropic, openai};
 use crate::sim::script::{Block, Script, ToolUseScript};
-use crate::sim::{chat, respond, responses};
 
 const UNICODE: &str = "héllo wörld ✓ 日本語テキスト — ünïcödé 🎉🎉 and some ASCII to split";
 
@@ -373,7 +375,11 @@ fn chat_chunks_rebuild_the_completion_and_end_with_done() {
 
 #[test]
 fn stream_fields_are_checked_as_the_apis_do() {
-    let ok = |p, v: Value| check_fields(p, &v);
+    let ok = |p, v: Value| match p {
+        Protocol::Anthropic => anthropic::check::check_stream_field(&v),
+        Protocol::OpenaiResponses => openai::check_stream_fields(false, &v),
+        Protocol::OpenaiChat => openai::check_stream_fields(true, &v),
+    };
     assert_eq!(ok(Protocol::Anthropic, json!({"stream": true})), Ok(()));
     assert_eq!(
         ok(Protocol::Anthropic, json!({"stream": "yes"})),

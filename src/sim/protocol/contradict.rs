@@ -7,6 +7,7 @@
 
 use serde_json::{json, Map, Value};
 
+use super::served;
 use crate::model::Protocol;
 
 /// Far past any total: a 1-hour part, a cached part, a reasoning part.
@@ -14,27 +15,29 @@ const PAST: u64 = 900_000_000;
 
 /// Rewrites the usage of a rendered answer (nothing when it has none).
 pub fn usage(protocol: Protocol, rendered: &mut Value, max_tokens: u64) {
-    let Some(u) = rendered.get_mut("usage").and_then(Value::as_object_mut) else {
-        return;
-    };
-    let (output, reasoning, prompt, cached) = match protocol {
-        Protocol::Anthropic => {
-            anthropic(u);
-            return absurd_output(u, "output_tokens", max_tokens);
-        }
-        Protocol::OpenaiResponses => (
-            "output_tokens",
-            "output_tokens_details",
-            "input_tokens",
-            "input_tokens_details",
-        ),
-        Protocol::OpenaiChat => (
-            "completion_tokens",
-            "completion_tokens_details",
-            "prompt_tokens",
-            "prompt_tokens_details",
-        ),
-    };
+    if let Some(u) = rendered.get_mut("usage").and_then(Value::as_object_mut) {
+        served(protocol).contradict_usage(u, max_tokens);
+    }
+}
+
+/// The names of an OpenAI usage's figures: output, its details (reasoning), prompt, its
+/// details (cached).
+pub(super) struct OpenaiUsage {
+    pub output: &'static str,
+    pub reasoning: &'static str,
+    pub prompt: &'static str,
+    pub cached: &'static str,
+}
+
+/// OpenAI: cached tokens past the prompt (when all of it is cached) or as text, a
+/// negative cache write, reasoning past the output, and an absurd output.
+pub(super) fn openai(u: &mut Map<String, Value>, names: &OpenaiUsage, max_tokens: u64) {
+    let OpenaiUsage {
+        output,
+        reasoning,
+        prompt,
+        cached,
+    } = *names;
     let count = |u: &Map<String, Value>, k: &str| u.get(k).and_then(Value::as_u64);
     let (total, out) = (count(u, prompt), count(u, output));
     if let Some(details) = u.get_mut(cached).and_then(Value::as_object_mut) {
@@ -59,7 +62,12 @@ pub fn usage(protocol: Protocol, rendered: &mut Value, max_tokens: u64) {
 
 /// Messages: a 1-hour part past the writes (when all of them, or none, are 1-hour), a
 /// 5-minute part that does not add up, and the reads as a fraction or a negative.
-fn anthropic(u: &mut Map<String, Value>) {
+pub(super) fn anthropic(u: &mut Map<String, Value>, max_tokens: u64) {
+    anthropic_cache(u);
+    absurd_output(u, "output_tokens", max_tokens);
+}
+
+fn anthropic_cache(u: &mut Map<String, Value>) {
     let total = u
         .get("cache_creation_input_tokens")
         .and_then(Value::as_u64)

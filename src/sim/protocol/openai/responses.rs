@@ -5,10 +5,10 @@
 
 use serde_json::{json, Value};
 
-use super::check::{History, Violation};
-use super::respond::{play, signature, stable_id, Ask, Played};
-use super::script::ScriptTurn;
-use super::SentTurn;
+use crate::sim::protocol::{History, Violation};
+use crate::sim::respond::{play, signature, stable_id, Ask, Played};
+use crate::sim::script::ScriptTurn;
+use crate::sim::SentTurn;
 
 /// Items the model produced (as opposed to the client's inputs).
 fn is_model_item(item: &Value) -> bool {
@@ -153,7 +153,7 @@ pub fn check_request(body: &Value, history: &dyn History) -> Result<(), Violatio
         }
     }
     super::cache::check_openai_fields(body)?;
-    super::stream::check_fields(crate::model::Protocol::OpenaiResponses, body)?;
+    super::check_stream_fields(false, body)?;
     check_tools(obj.get("tools"))?;
     let input = match obj.get("input") {
         Some(Value::Array(items)) => items.as_slice(),
@@ -285,7 +285,7 @@ pub fn render(
     request_bytes: usize,
     key: &str,
     step: usize,
-    cache: super::cache::CacheUse,
+    cache: crate::sim::cache::CacheUse,
 ) -> Value {
     let mut ask = ask(request, request_bytes, key, step);
     ask.cache = cache;
@@ -417,7 +417,7 @@ pub fn replayable(sent: &Value, request: &Value) -> Option<SentTurn> {
 mod tests {
     use super::*;
 
-    use crate::sim::check::TestHistory as Map;
+    use crate::sim::protocol::TestHistory as Map;
 
     fn req(input: Value) -> Value {
         json!({"model": "m", "store": false, "input": input, "max_output_tokens": 100})

@@ -6,10 +6,10 @@
 
 use serde_json::{json, Value};
 
-use super::check::{History, Violation};
-use super::respond::{play, stable_id, Ask, Played};
-use super::script::ScriptTurn;
-use super::SentTurn;
+use crate::sim::protocol::{History, Violation};
+use crate::sim::respond::{play, stable_id, Ask, Played};
+use crate::sim::script::ScriptTurn;
+use crate::sim::SentTurn;
 
 fn messages(request: &Value) -> &[Value] {
     request
@@ -157,7 +157,7 @@ pub fn check_request(body: &Value, history: &dyn History) -> Result<(), Violatio
         }
     }
     super::cache::check_openai_fields(body)?;
-    super::stream::check_fields(crate::model::Protocol::OpenaiChat, body)?;
+    super::check_stream_fields(true, body)?;
     check_tools(obj.get("tools"))?;
     let msgs = obj
         .get("messages")
@@ -308,7 +308,7 @@ pub fn render(
     request_bytes: usize,
     key: &str,
     step: usize,
-    cache: super::cache::CacheUse,
+    cache: crate::sim::cache::CacheUse,
 ) -> Value {
     let mut ask = ask(request, request_bytes, key, step);
     ask.cache = cache;
@@ -400,7 +400,7 @@ pub fn replayable(sent: &Value) -> Option<SentTurn> {
 mod tests {
     use super::*;
 
-    use crate::sim::check::TestHistory as Map;
+    use crate::sim::protocol::TestHistory as Map;
 
     fn req(messages: Value) -> Value {
         json!({"model": "m", "messages": messages})
@@ -420,14 +420,9 @@ mod tests {
         assert!(e.0.contains("did not have response messages: b"), "{e}");
         let e = check_request(&req(json!([user, ta])), &h).unwrap_err();
         assert!(e.0.contains("role 'tool'"), "{e}");
-        assert_eq!(
-            crate::sim::summary::step(
-                crate::model::Protocol::OpenaiChat,
-                &req(json!([user, asst, ta, tb])),
-                0
-            ),
-            1
-        );
+        let next = req(json!([user, asst, ta, tb]));
+        let served = crate::sim::protocol::served(crate::model::Protocol::OpenaiChat);
+        assert_eq!(served.steps_in(served.history(&next)), 1);
     }
 
     #[test]

@@ -9,19 +9,20 @@ use std::time::Instant;
 
 use axum::body::Bytes;
 use axum::extract::{RawQuery, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 use tokio::sync::Notify;
 
-use super::{
-    files, lock, now_ms, params, query_param, request_cancel, start, Api, Batch, BatchSettings,
-    End, Item, Outcome, Params, Phase, Progress,
-};
+use super::files;
 use crate::model::Protocol;
-use crate::sim::{check_headers, check_key, next_request_id, SimState};
+use crate::sim::batch::{
+    now_ms, openai_error, params, query_param, request_cancel, start, Api, Batch, BatchApi,
+    BatchSettings, End, Item, Outcome, Params, Phase, Progress,
+};
+use crate::sim::{check_headers, check_key, lock, SimState};
 
 /// The endpoints the simulator's batches play (the real API has more).
 const ENDPOINTS: &[(&str, Protocol)] = &[
@@ -29,27 +30,26 @@ const ENDPOINTS: &[(&str, Protocol)] = &[
     ("/v1/responses", Protocol::OpenaiResponses),
 ];
 
-/// An error answer in OpenAI's shape, `{error: {message, type, param, code}}` (an empty
-/// code is sent as null).
-pub(super) fn openai_error(
-    state: &SimState,
-    status: StatusCode,
-    code: &str,
-    param: Option<&str>,
-    message: &str,
-) -> Response {
-    let ty = if status.is_server_error() {
-        "server_error"
-    } else {
-        "invalid_request_error"
-    };
-    let code = (!code.is_empty()).then_some(code);
-    let body = json!({"error": {"message": message, "type": ty, "param": param, "code": code}});
-    let mut resp = (status, Json(body)).into_response();
-    if let Ok(v) = HeaderValue::from_str(&next_request_id(state)) {
-        resp.headers_mut().insert("x-request-id", v);
+/// What OpenAI's Batch API does its own way.
+#[derive(Debug)]
+pub(in crate::sim) struct OpenaiBatches;
+
+impl BatchApi for OpenaiBatches {
+    fn status(&self, p: &Progress) -> &'static str {
+        status_word(p)
     }
-    resp
+
+    fn validate(&self, state: &SimState, batch: &Batch, settings: &BatchSettings) -> bool {
+        validate(state, batch, settings)
+    }
+
+    fn ended(&self, state: &SimState, batch: &Batch, p: &mut Progress) {
+        write_files(state, batch, p);
+    }
+
+    fn server_error(&self, message: &str, _: &str) -> Value {
+        super::openai_error_body(500, "api_error", None, message)
+    }
 }
 
 fn invalid_value(state: &SimState, param: &str, value: &str, allowed: &[&str]) -> Response {
@@ -209,6 +209,7 @@ pub(super) async fn create(
         headers: headers.clone(),
         progress: Mutex::new(Progress::new(Vec::new(), Phase::Validating)),
         wake: Notify::new(),
+        wire: &OpenaiBatches,
     };
     // The answer shows the batch as created, before validation has had a chance to run.
     let shown = object(&batch, &lock(&batch.progress));

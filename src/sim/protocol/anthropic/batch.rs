@@ -15,11 +15,11 @@ use chrono::Utc;
 use serde_json::{json, Value};
 use tokio::sync::Notify;
 
-use super::{
-    now_ms, params, query_param, request_cancel, rfc3339, start, Api, Batch, Item, Outcome, Params,
-    Phase, Progress,
-};
 use crate::model::Protocol;
+use crate::sim::batch::{
+    now_ms, params, query_param, request_cancel, rfc3339, start, Api, Batch, BatchApi,
+    BatchSettings, Item, Outcome, Params, Phase, Progress,
+};
 use crate::sim::{check_headers, check_key, error_response, next_request_id, Refusal, SimState};
 
 /// The custom_id rule of the API (`^[a-zA-Z0-9_-]{1,64}$`).
@@ -34,6 +34,27 @@ pub(super) fn status_word(p: &Progress) -> &'static str {
         Phase::Ended | Phase::Failed => "ended",
         Phase::Canceling => "canceling",
         Phase::Validating | Phase::InProgress => "in_progress",
+    }
+}
+
+/// What Message Batches do their own way.
+#[derive(Debug)]
+pub(in crate::sim) struct MessageBatches;
+
+impl BatchApi for MessageBatches {
+    fn status(&self, p: &Progress) -> &'static str {
+        status_word(p)
+    }
+
+    fn validate(&self, _: &SimState, _: &Batch, _: &BatchSettings) -> bool {
+        // A Message Batch carries its requests: nothing is left to check.
+        true
+    }
+
+    fn ended(&self, _: &SimState, _: &Batch, _: &mut Progress) {}
+
+    fn server_error(&self, message: &str, request_id: &str) -> Value {
+        super::render::error_body("api_error", message, request_id)
     }
 }
 
@@ -202,9 +223,10 @@ pub(super) async fn create(
         headers: headers.clone(),
         progress: Mutex::new(Progress::new(items, Phase::InProgress)),
         wake: Notify::new(),
+        wire: &MessageBatches,
     };
     let batch = start(&state, batch);
-    let p = super::lock(&batch.progress);
+    let p = crate::sim::lock(&batch.progress);
     Json(object(&batch, &p, &headers)).into_response()
 }
 
@@ -228,7 +250,7 @@ pub(super) async fn retrieve(
         Ok(b) => b,
         Err(resp) => return *resp,
     };
-    let mut p = super::lock(&batch.progress);
+    let mut p = crate::sim::lock(&batch.progress);
     p.calls.polls_ms.push(now_ms(&state));
     Json(object(&batch, &p, &headers)).into_response()
 }
@@ -242,7 +264,7 @@ pub(super) async fn cancel(
         Ok(b) => b,
         Err(resp) => return *resp,
     };
-    if super::lock(&batch.progress).phase == Phase::Ended {
+    if crate::sim::lock(&batch.progress).phase == Phase::Ended {
         return refuse(
             &state,
             &Refusal::bad_request(format!(
@@ -252,7 +274,7 @@ pub(super) async fn cancel(
         );
     }
     request_cancel(&batch, now_ms(&state));
-    let p = super::lock(&batch.progress);
+    let p = crate::sim::lock(&batch.progress);
     Json(object(&batch, &p, &headers)).into_response()
 }
 
@@ -303,7 +325,7 @@ pub(super) async fn results(
         Ok(b) => b,
         Err(resp) => return *resp,
     };
-    let mut p = super::lock(&batch.progress);
+    let mut p = crate::sim::lock(&batch.progress);
     p.calls.results_ms.push(now_ms(&state));
     if p.phase != Phase::Ended {
         let message = format!(
@@ -364,7 +386,7 @@ pub(super) async fn list(
     let page = &all[from..to];
     let data: Vec<Value> = page
         .iter()
-        .map(|b| object(b, &super::lock(&b.progress), &headers))
+        .map(|b| object(b, &crate::sim::lock(&b.progress), &headers))
         .collect();
     Json(json!({
         "data": data,

@@ -7,7 +7,7 @@
 
 use serde_json::{json, Value};
 
-use super::summary::marker_text;
+use crate::sim::marker::marker_text;
 
 /// A request the simulator compacted: the body size its answer is counted on, and the
 /// item that opens the answer's output.

@@ -6,7 +6,7 @@
 
 use serde_json::{json, Map, Value};
 
-use super::{with, Splitter, Sse};
+use crate::sim::sse::{with, Splitter, Sse};
 
 /// OpenAI's words for a server error.
 pub(super) const SERVER_ERROR: &str =

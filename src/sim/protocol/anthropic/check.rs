@@ -4,31 +4,9 @@
 
 use serde_json::Value;
 
-use super::respond::signature;
-use super::SentTurn;
-
-/// What makes the simulator refuse a request with 400 `invalid_request_error`, worded
-/// as the real API words it: a request a real provider would refuse never passes.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct Violation(pub String);
-
-impl From<String> for Violation {
-    fn from(message: String) -> Violation {
-        Violation(message)
-    }
-}
-
-impl From<&str> for Violation {
-    fn from(message: &str) -> Violation {
-        Violation(message.to_string())
-    }
-}
-
-/// Looks up what the simulator sent at a step of this conversation.
-pub trait History {
-    fn sent(&self, step: usize) -> Option<std::sync::Arc<SentTurn>>;
-}
+use crate::sim::protocol::{History, Violation};
+use crate::sim::respond::signature;
+use crate::sim::SentTurn;
 
 /// Checks the body of a Messages request. `version` is the anthropic-version header.
 pub fn check_request(body: &Value, version: &str, history: &dyn History) -> Result<(), Violation> {
@@ -39,7 +17,7 @@ pub fn check_request(body: &Value, version: &str, history: &dyn History) -> Resu
         Some(Value::String(m)) if !m.is_empty() => {}
         _ => return Err("model: Field required".into()),
     }
-    super::stream::check_fields(crate::model::Protocol::Anthropic, body)?;
+    check_stream_field(body)?;
     let max_tokens = match obj.get("max_tokens").and_then(Value::as_u64) {
         Some(n) if n >= 1 => n,
         _ => return Err("max_tokens: Field required (an integer of at least 1)".into()),
@@ -310,16 +288,11 @@ fn check_answer(
     Ok(())
 }
 
-/// Earlier answers held in a map, for the replay checks' unit tests (here and in the
-/// OpenAI protocol modules).
-#[cfg(test)]
-#[derive(Default)]
-pub(super) struct TestHistory(pub std::collections::HashMap<usize, SentTurn>);
-
-#[cfg(test)]
-impl History for TestHistory {
-    fn sent(&self, step: usize) -> Option<std::sync::Arc<SentTurn>> {
-        self.0.get(&step).cloned().map(std::sync::Arc::new)
+/// The request's `stream`, checked as Messages does: a boolean.
+pub(in crate::sim) fn check_stream_field(body: &Value) -> Result<(), String> {
+    match body.get("stream") {
+        Some(v) if !v.is_boolean() => Err("stream: Input should be a valid boolean".into()),
+        _ => Ok(()),
     }
 }
 
@@ -328,7 +301,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    use super::TestHistory as Map;
+    use crate::sim::protocol::TestHistory as Map;
 
     fn req(messages: Value) -> Value {
         json!({"model": "m", "max_tokens": 100, "messages": messages})

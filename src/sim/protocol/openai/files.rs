@@ -10,9 +10,9 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 
-use super::openai::openai_error;
-use super::{lock, now_ms, params, Params};
 use crate::model::Protocol;
+use crate::sim::batch::{now_ms, openai_error, params, File, Params};
+use crate::sim::lock;
 use crate::sim::{check_key, SimState};
 
 /// The purposes `POST /v1/files` accepts.
@@ -31,19 +31,8 @@ pub(super) const MAX_BATCH_FILE: usize = 200 * 1000 * 1000;
 /// Files with purpose `batch` expire after 30 days unless told otherwise.
 const BATCH_FILE_LIFE: i64 = 30 * 24 * 3600;
 
-/// An uploaded file, or a batch's output or error file.
-#[derive(Debug)]
-pub(in crate::sim) struct File {
-    pub(super) id: String,
-    pub(super) run: String,
-    pub(super) filename: String,
-    pub(super) purpose: String,
-    pub(super) created_at: i64,
-    pub(super) content: Vec<u8>,
-}
-
 impl File {
-    pub(super) fn object(&self) -> Value {
+    pub(in crate::sim) fn object(&self) -> Value {
         let expires = matches!(self.purpose.as_str(), "batch" | "batch_output")
             .then_some(self.created_at + BATCH_FILE_LIFE);
         json!({
