@@ -30,7 +30,7 @@ use crate::model::{Conversation, Endpoint, Params};
 use crate::model::{HttpError, ModelError, ToolCall, ToolResult};
 use crate::tools::mcp::{McpHub, TaskServers};
 use crate::tools::{Registry, ToolContext, Toolset};
-use crate::vocab::log::{TaskLog, TaskResult};
+use crate::vocab::log::{Measured, TaskLog, TaskResult};
 use crate::vocab::stop::{Stop, StopReason};
 use crate::vocab::transcript::{ImageInfo, ToolOutcome, TranscriptEvent, Usd};
 pub use result::task_result;
@@ -317,29 +317,31 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
     });
     let result = TaskResult {
         outcome,
-        turns: meter.turns,
-        tool_calls: tally.tool_calls,
-        tool_errors: tally.tool_errors,
-        usage: meter.usage,
-        usage_estimated_turns: tally.usage_estimated_turns,
-        compactions: tally.compactions,
-        ttft_ms: crate::stats::median_u64(&mut tally.ttfts.clone()).map(|m| m.round() as u64),
-        cost_usd: cost,
-        cache_saved_usd: spec.price.as_ref().map(|_| meter.saved),
-        batched_turns: tally.batched_turns,
-        batch_saved_usd: (spec.price.is_some() && spec.batch.is_some())
-            .then_some(tally.batch_saved),
-        wall_ms: t0.elapsed().as_millis() as u64,
-        model_ms: tally.model.as_millis() as u64,
-        tool_ms: tally.tools.as_millis() as u64,
-        retries: tally.retries,
-        rate_wait_ms: tally.rate_wait.as_millis() as u64,
-        check_exit_code: check.as_ref().and_then(|c| c.exit_code),
-        check_ms: check.as_ref().map(|c| c.ms),
-        denied_calls: tally.denied_calls,
-        sandbox: sandbox_level,
-        workspace: kept,
         finished_at: Utc::now(),
+        measured: Measured {
+            turns: meter.turns,
+            tool_calls: tally.tool_calls,
+            tool_errors: tally.tool_errors,
+            usage: meter.usage,
+            usage_estimated_turns: tally.usage_estimated_turns,
+            compactions: tally.compactions,
+            ttft_ms: crate::stats::median_u64(&mut tally.ttfts.clone()).map(|m| m.round() as u64),
+            cost_usd: cost,
+            cache_saved_usd: spec.price.as_ref().map(|_| meter.saved),
+            batched_turns: tally.batched_turns,
+            batch_saved_usd: (spec.price.is_some() && spec.batch.is_some())
+                .then_some(tally.batch_saved),
+            wall_ms: t0.elapsed().as_millis() as u64,
+            model_ms: tally.model.as_millis() as u64,
+            tool_ms: tally.tools.as_millis() as u64,
+            retries: tally.retries,
+            rate_wait_ms: tally.rate_wait.as_millis() as u64,
+            check_exit_code: check.as_ref().and_then(|c| c.exit_code),
+            check_ms: check.as_ref().map(|c| c.ms),
+            denied_calls: tally.denied_calls,
+            sandbox: sandbox_level,
+            workspace: kept,
+        },
         ..task_result(spec, stop.reason, stop.detail, started_at)
     };
     log.finished(result.clone());

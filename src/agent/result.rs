@@ -4,13 +4,13 @@
 use chrono::{DateTime, Utc};
 
 use crate::job::TaskSpec;
-use crate::vocab::log::TaskResult;
+use crate::vocab::log::{Measured, TaskResult};
 use crate::vocab::stop::StopReason;
-use crate::vocab::usage::Usage;
 
 /// The one constructor of a task's record: who the task is (from its spec), how it
 /// stopped and when it started; the outcome its stop implies, and every measure zero
-/// or none, which the code that measured sets (`TaskResult { turns, ..task_result(..) }`).
+/// or none, which the code that measured replaces
+/// (`TaskResult { measured, ..task_result(..) }`).
 pub fn task_result(
     spec: &TaskSpec,
     stop_reason: StopReason,
@@ -30,28 +30,8 @@ pub fn task_result(
         outcome: stop_reason.unchecked_outcome(),
         stop_reason,
         stop_detail,
-        turns: 0,
-        tool_calls: 0,
-        tool_errors: 0,
-        usage: Usage::default(),
-        usage_estimated_turns: 0,
-        compactions: 0,
-        ttft_ms: None,
-        cost_usd: None,
-        cache_saved_usd: None,
-        batched_turns: 0,
-        batch_saved_usd: None,
-        wall_ms: 0,
-        model_ms: 0,
-        tool_ms: 0,
-        retries: 0,
-        rate_wait_ms: 0,
-        check_exit_code: None,
-        check_ms: None,
-        denied_calls: 0,
-        sandbox: String::new(),
-        workspace: None,
         started_at,
         finished_at: started_at,
+        measured: Measured::default(),
     }
 }

@@ -157,8 +157,8 @@ async fn run_once(dir: &Path, yaml: &str) -> anyhow::Result<Ran> {
     let mut usage = Usage::default();
     let mut usd = Decimal::ZERO;
     for r in rows {
-        usage.add(&r.usage);
-        usd += r.cost_usd.unwrap_or_default();
+        usage.add(&r.measured.usage);
+        usd += r.measured.cost_usd.unwrap_or_default();
     }
     let completed = rows
         .iter()

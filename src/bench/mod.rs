@@ -245,7 +245,7 @@ pub async fn cap_precision(out: &Path) -> anyhow::Result<CapReport> {
     let sim = Arc::new(Sim::start_local().await?);
     let outcome = run_job(&dir, &yaml, sim.clone()).await?;
     let rows = &outcome.summary.rows;
-    let spent: Decimal = rows.iter().filter_map(|r| r.cost_usd).sum();
+    let spent: Decimal = rows.iter().filter_map(|r| r.measured.cost_usd).sum();
     // What the provider billed, priced from its own usage figures, independently of the
     // runner's accounting.
     let price = price::lookup(&Default::default(), "claude-sonnet-4-5")
@@ -270,7 +270,7 @@ pub async fn cap_precision(out: &Path) -> anyhow::Result<CapReport> {
         .iter()
         .filter(|r| r.stop_reason.as_str() == "team_budget")
         .collect();
-    let not_started = stopped.iter().filter(|r| r.turns == 0).count();
+    let not_started = stopped.iter().filter(|r| r.measured.turns == 0).count();
     let mut smallest_request: Option<Decimal> = None;
     for r in &stopped {
         let path = crate::report::files::transcript_path(&outcome.summary.dir, &r.key);

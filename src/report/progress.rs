@@ -98,7 +98,7 @@ impl Progress {
             Outcome::Error => self.error += 1,
             Outcome::Unchecked => {}
         }
-        self.spent += r.cost_usd.unwrap_or_default();
+        self.spent += r.measured.cost_usd.unwrap_or_default();
         if self.lines {
             eprintln!(
                 "[{}/{}] {}: {} ({}) turns {} ${:.4} {:.1}s{}",
@@ -107,9 +107,9 @@ impl Progress {
                 r.key,
                 r.stop_reason,
                 r.outcome,
-                r.turns,
-                r.cost_usd.unwrap_or_default(),
-                r.wall_ms as f64 / 1000.0,
+                r.measured.turns,
+                r.measured.cost_usd.unwrap_or_default(),
+                r.measured.wall_ms as f64 / 1000.0,
                 if r.stop_detail.is_empty() {
                     String::new()
                 } else {

@@ -40,25 +40,25 @@ impl RunTotals {
         self.tasks += 1;
         *self.by_outcome.entry(r.outcome).or_default() += 1;
         *self.by_stop_reason.entry(r.stop_reason).or_default() += 1;
-        self.turns += u64::from(r.turns);
-        self.tool_calls += u64::from(r.tool_calls);
-        self.tool_errors += u64::from(r.tool_errors);
-        self.usage.add(&r.usage);
-        if let Some(saved) = r.cache_saved_usd {
+        self.turns += u64::from(r.measured.turns);
+        self.tool_calls += u64::from(r.measured.tool_calls);
+        self.tool_errors += u64::from(r.measured.tool_errors);
+        self.usage.add(&r.measured.usage);
+        if let Some(saved) = r.measured.cache_saved_usd {
             self.cache_saved_usd = self.cache_saved_usd.saturating_add(saved);
         }
-        if let Some(saved) = r.batch_saved_usd {
+        if let Some(saved) = r.measured.batch_saved_usd {
             self.batch_saved_usd = self.batch_saved_usd.saturating_add(saved);
         }
-        self.batched_turns += u64::from(r.batched_turns);
-        match r.cost_usd {
+        self.batched_turns += u64::from(r.measured.batched_turns);
+        match r.measured.cost_usd {
             Some(c) => self.cost_usd += c,
             None => self.unpriced_tasks += 1,
         }
-        self.retries += u64::from(r.retries);
-        self.rate_wait_ms += r.rate_wait_ms;
+        self.retries += u64::from(r.measured.retries);
+        self.rate_wait_ms += r.measured.rate_wait_ms;
         if let Some(t) = &r.team {
-            *self.by_team.entry(t.clone()).or_default() += r.cost_usd.unwrap_or_default();
+            *self.by_team.entry(t.clone()).or_default() += r.measured.cost_usd.unwrap_or_default();
         }
     }
 
@@ -98,16 +98,19 @@ impl Summary {
             "task", "outcome", "stop_reason", "turns", "cost_usd", "wall_s"
         );
         for r in &self.rows {
-            let cost = r.cost_usd.map_or("-".to_string(), |c| format!("{:.4}", c));
+            let cost = r
+                .measured
+                .cost_usd
+                .map_or("-".to_string(), |c| format!("{:.4}", c));
             let _ = writeln!(
                 s,
                 "{:<w$}  {:<9}  {:<16}  {:>5}  {:>10}  {:>8.1}",
                 truncate(&r.key, w),
                 r.outcome.as_str(),
                 r.stop_reason.as_str(),
-                r.turns,
+                r.measured.turns,
                 cost,
-                r.wall_ms as f64 / 1000.0
+                r.measured.wall_ms as f64 / 1000.0
             );
         }
         let t = &self.totals;

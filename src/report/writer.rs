@@ -646,8 +646,8 @@ impl State {
                 }
                 // A task whose code panicked lost its own tally; its transcript, now
                 // complete, says what it spent (what the ledger charged).
-                if r.stop_reason == StopReason::InternalError && r.cost_usd.is_some() {
-                    r.cost_usd = Some(super::spent_in_transcript(&path));
+                if r.stop_reason == StopReason::InternalError && r.measured.cost_usd.is_some() {
+                    r.measured.cost_usd = Some(super::spent_in_transcript(&path));
                 }
                 let transcript = if path.exists() { rel } else { String::new() };
                 if self.follower.is_some() && !transcript.is_empty() {

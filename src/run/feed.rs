@@ -152,17 +152,15 @@ pub(super) fn crashed(spec: &TaskSpec, e: tokio::task::JoinError) -> TaskResult 
     let detail = format!(
         "internal error (a bug in agentbatch, please report it): the task {why}; its cost is what its transcript records"
     );
-    TaskResult {
-        // The reporter fills in what the transcript says it spent.
-        cost_usd: spec.price.as_ref().map(|_| Default::default()),
-        ..task_result(spec, StopReason::InternalError, detail, Utc::now())
-    }
+    let mut result = task_result(spec, StopReason::InternalError, detail, Utc::now());
+    // The reporter fills in what the transcript says it spent.
+    result.measured.cost_usd = spec.price.as_ref().map(|_| Default::default());
+    result
 }
 
 /// The row of a task that was never started: nothing spent.
 fn skipped(spec: &TaskSpec, reason: StopReason, detail: String) -> TaskResult {
-    TaskResult {
-        cost_usd: spec.price.as_ref().map(|_| Default::default()),
-        ..task_result(spec, reason, detail, Utc::now())
-    }
+    let mut result = task_result(spec, reason, detail, Utc::now());
+    result.measured.cost_usd = spec.price.as_ref().map(|_| Default::default());
+    result
 }

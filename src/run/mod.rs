@@ -346,7 +346,7 @@ mod tests {
         // Without a price there is no cost to tell.
         let unpriced = spec_of("m");
         let e = tokio::spawn(async { panic!("x") }).await.unwrap_err();
-        assert_eq!(crashed(&unpriced, e).cost_usd, None);
+        assert_eq!(crashed(&unpriced, e).measured.cost_usd, None);
     }
 
     #[tokio::test]

@@ -565,21 +565,24 @@ impl TaskTrace {
             span.end_with_timestamp(end);
         }
         let root = self.root(state, r.started_at.into()).span();
-        let mut a = attrs::usage(&r.usage);
+        let mut a = attrs::usage(&r.measured.usage);
         a.extend([
             KeyValue::new("agentbatch.outcome", r.outcome.as_str()),
             KeyValue::new("agentbatch.stop_reason", r.stop_reason.as_str()),
-            KeyValue::new("agentbatch.turns", i64::from(r.turns)),
-            KeyValue::new("agentbatch.tool_calls", i64::from(r.tool_calls)),
-            KeyValue::new("agentbatch.tool_errors", i64::from(r.tool_errors)),
-            KeyValue::new("agentbatch.denied_calls", i64::from(r.denied_calls)),
-            KeyValue::new("agentbatch.retries", i64::from(r.retries)),
-            KeyValue::new("agentbatch.rate_wait_ms", ms(r.rate_wait_ms)),
+            KeyValue::new("agentbatch.turns", i64::from(r.measured.turns)),
+            KeyValue::new("agentbatch.tool_calls", i64::from(r.measured.tool_calls)),
+            KeyValue::new("agentbatch.tool_errors", i64::from(r.measured.tool_errors)),
+            KeyValue::new(
+                "agentbatch.denied_calls",
+                i64::from(r.measured.denied_calls),
+            ),
+            KeyValue::new("agentbatch.retries", i64::from(r.measured.retries)),
+            KeyValue::new("agentbatch.rate_wait_ms", ms(r.measured.rate_wait_ms)),
         ]);
-        if let Some(c) = r.cost_usd {
+        if let Some(c) = r.measured.cost_usd {
             a.push(attrs::usd("agentbatch.cost_usd", c));
         }
-        if let Some(code) = r.check_exit_code {
+        if let Some(code) = r.measured.check_exit_code {
             a.push(KeyValue::new("agentbatch.check_exit_code", i64::from(code)));
         }
         root.set_attributes(a);

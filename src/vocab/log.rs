@@ -13,7 +13,9 @@ use crate::vocab::stop::{Outcome, StopReason};
 use crate::vocab::transcript::{TranscriptEvent, TranscriptLine};
 use crate::vocab::usage::Usage;
 
-/// The final record of one task: one row of results.csv.
+/// The final record of one task: one row of results.csv. Who the task is and how it
+/// stopped are set by `agent::task_result`, the one constructor; what the task
+/// measured is [`Measured`], where a new results.csv column's figure goes.
 #[derive(Debug, Clone)]
 pub struct TaskResult {
     /// The task's id as written in the job file.
@@ -33,6 +35,17 @@ pub struct TaskResult {
     pub outcome: Outcome,
     pub stop_reason: StopReason,
     pub stop_detail: String,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: DateTime<Utc>,
+    /// What the task measured: zero or none for a task that never ran.
+    pub measured: Measured,
+}
+
+/// What a task measured, zero or none by default (a task that never ran, or crashed).
+/// A figure added here is a field, its measurement in the loop (`agent::run_task`,
+/// where the compiler asks for it), and its column in `report/results/columns.rs`.
+#[derive(Debug, Clone, Default)]
+pub struct Measured {
     pub turns: u32,
     pub tool_calls: u32,
     pub tool_errors: u32,
@@ -66,8 +79,6 @@ pub struct TaskResult {
     pub sandbox: String,
     /// The kept workspace, if any.
     pub workspace: Option<String>,
-    pub started_at: DateTime<Utc>,
-    pub finished_at: DateTime<Utc>,
 }
 
 /// A message to the reporter.

@@ -254,50 +254,50 @@ columns! {
     /// Kept as text: a newer agentbatch may write a reason this one does not know.
     stop_reason: Text = r.stop_reason.as_str().to_string();
     stop_detail: Text = r.stop_detail.clone();
-    turns: Count = Some(r.turns.into());
-    tool_calls: Count = Some(r.tool_calls.into());
-    tool_errors: Count = Some(r.tool_errors.into());
-    input_tokens: Count = Some(r.usage.input_tokens);
-    output_tokens: Count = Some(r.usage.output_tokens);
-    cache_read_tokens: Count = Some(r.usage.cache_read_tokens);
-    cache_write_tokens: Count = Some(r.usage.cache_write_tokens);
+    turns: Count = Some(r.measured.turns.into());
+    tool_calls: Count = Some(r.measured.tool_calls.into());
+    tool_errors: Count = Some(r.measured.tool_errors.into());
+    input_tokens: Count = Some(r.measured.usage.input_tokens);
+    output_tokens: Count = Some(r.measured.usage.output_tokens);
+    cache_read_tokens: Count = Some(r.measured.usage.cache_read_tokens);
+    cache_write_tokens: Count = Some(r.measured.usage.cache_write_tokens);
     /// None when the model has no price.
-    cost_usd: Money = r.cost_usd;
-    wall_ms: Count = Some(r.wall_ms);
-    model_ms: Count = Some(r.model_ms);
-    tool_ms: Count = Some(r.tool_ms);
-    retries: Count = Some(r.retries.into());
+    cost_usd: Money = r.measured.cost_usd;
+    wall_ms: Count = Some(r.measured.wall_ms);
+    model_ms: Count = Some(r.measured.model_ms);
+    tool_ms: Count = Some(r.measured.tool_ms);
+    retries: Count = Some(r.measured.retries.into());
     /// RFC 3339, to the millisecond, UTC.
     started_at: Text = stamp(&r.started_at);
     finished_at: Text = stamp(&r.finished_at);
     transcript: Text = c.transcript.to_string();
     /// Empty without a team.
     team: Text = r.team.clone().unwrap_or_default();
-    rate_wait_ms: Count = Some(r.rate_wait_ms);
-    check_exit_code: Code = r.check_exit_code;
-    check_ms: Count = r.check_ms;
-    denied_calls: Count = Some(r.denied_calls.into());
-    sandbox: Text = r.sandbox.clone();
+    rate_wait_ms: Count = Some(r.measured.rate_wait_ms);
+    check_exit_code: Code = r.measured.check_exit_code;
+    check_ms: Count = r.measured.check_ms;
+    denied_calls: Count = Some(r.measured.denied_calls.into());
+    sandbox: Text = r.measured.sandbox.clone();
     patch: Text = c.patch.to_string();
-    workspace: Text = r.workspace.clone().unwrap_or_default();
+    workspace: Text = r.measured.workspace.clone().unwrap_or_default();
     protocol: Text = r.protocol.clone();
-    reasoning_tokens: Count = Some(r.usage.reasoning_tokens);
-    usage_estimated_turns: Count = Some(r.usage_estimated_turns.into());
+    reasoning_tokens: Count = Some(r.measured.usage.reasoning_tokens);
+    usage_estimated_turns: Count = Some(r.measured.usage_estimated_turns.into());
     /// `axis=value,...`; empty without a matrix.
     variant: Text = r.variant.clone();
     /// 1 in runs older than epochs.
     epoch: FromOne = r.epoch;
     /// What prompt caching saved: the cost the same usage would have had uncached,
     /// minus its cost (negative when writes were not read back). None without a price.
-    cache_saved_usd: Money = r.cache_saved_usd;
+    cache_saved_usd: Money = r.measured.cache_saved_usd;
     /// Times the prompt was compacted (empty in runs from before the column).
-    compactions: Count = Some(r.compactions.into());
+    compactions: Count = Some(r.measured.compactions.into());
     /// The median time to first token over the task's streamed answers, in ms; empty
     /// when none was streamed (and in runs from before streaming).
-    ttft_ms: Count = r.ttft_ms;
+    ttft_ms: Count = r.measured.ttft_ms;
     /// Turns answered through the provider's batch API (empty in runs from before it).
-    batched_turns: Count = Some(r.batched_turns.into());
+    batched_turns: Count = Some(r.measured.batched_turns.into());
     /// What batch pricing saved: the standard price of the batched turns' usage minus
     /// what they cost. None without a price or batch mode.
-    batch_saved_usd: Money = r.batch_saved_usd;
+    batch_saved_usd: Money = r.measured.batch_saved_usd;
 }
