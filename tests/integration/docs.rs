@@ -2,6 +2,9 @@
 //! renamed or a heading reworded would leave a link that lands nowhere; this test
 //! follows every relative link of README.md and docs/**/*.md and fails on one whose file
 //! or `#anchor` does not exist (anchors as GitHub makes them from headings).
+//! The docs also keep up with the code: every command and flag is in the commands
+//! chapter, every results.csv column and stop reason in the reports chapter, and every
+//! file of src in docs/ARCHITECTURE.md's module table.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -296,4 +299,112 @@ fn every_yaml_example_of_the_readme_and_the_guide_parses_and_whole_jobs_validate
     }
     assert!(whole >= 2, "only {whole} whole job examples found");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The files of one module named in its row of docs/ARCHITECTURE.md's module table: a
+/// file by its path under the module (`stream/cut.rs`) or its name (`cut.rs`), a
+/// folder's `mod.rs` by the folder (`stream/`).
+fn named_in(row: &str, under_module: &str) -> bool {
+    let name = under_module.rsplit('/').next().unwrap_or(under_module);
+    let folder = under_module.strip_suffix("mod.rs");
+    row.contains(&format!("`{under_module}`"))
+        || row.contains(&format!("`{name}`"))
+        || folder.is_some_and(|f| f.is_empty() || row.contains(&format!("`{f}`")))
+}
+
+#[test]
+fn the_module_table_of_the_architecture_names_every_source_file() {
+    let root = repo_root();
+    let doc = std::fs::read_to_string(root.join("docs/ARCHITECTURE.md")).unwrap();
+    let table = doc
+        .split("\n## Modules\n")
+        .nth(1)
+        .and_then(|t| t.split("\n## ").next())
+        .expect("docs/ARCHITECTURE.md has a `## Modules` section");
+    let rows: Vec<&str> = table.lines().filter(|l| l.starts_with("| `")).collect();
+    let mut files = Vec::new();
+    let mut stack = vec![root.join("src")];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    let src = root.join("src");
+    let mut missing = Vec::new();
+    for file in files {
+        let rel = file
+            .strip_prefix(&src)
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/");
+        let is_test = rel.ends_with("tests.rs") || rel.contains("/tests/");
+        if is_test || rel == "main.rs" || rel == "lib.rs" {
+            continue;
+        }
+        let (module, under) = match rel.split_once('/') {
+            Some((m, rest)) => (m.to_string(), rest.to_string()),
+            None => (rel.trim_end_matches(".rs").to_string(), String::new()),
+        };
+        let row = rows.iter().find(|r| {
+            let first = r.split('|').nth(1).unwrap_or("");
+            first.contains(&format!("`{module}/`")) || first.contains(&format!("`{module}.rs`"))
+        });
+        let named = match row {
+            Some(_) if under.is_empty() => true,
+            Some(row) => named_in(row, &under),
+            None => false,
+        };
+        if !named {
+            missing.push(format!("src/{rel}"));
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "docs/ARCHITECTURE.md's module table does not say what these files own:\n{}",
+        missing.join("\n")
+    );
+}
+/// The names in backticks in the first cell of each row of the table under `heading` in
+/// a guide chapter.
+fn first_cells(chapter: &str, heading: &str) -> BTreeSet<String> {
+    let text = std::fs::read_to_string(repo_root().join("docs/guide").join(chapter)).unwrap();
+    let section = text
+        .split(&format!("\n{heading}\n"))
+        .nth(1)
+        .unwrap_or_else(|| panic!("docs/guide/{chapter} has no `{heading}`"));
+    let section = section.split("\n## ").next().unwrap_or(section);
+    let mut names = BTreeSet::new();
+    for row in section.lines().filter(|l| l.starts_with("| `")) {
+        let cell = row.split('|').nth(1).unwrap_or("");
+        names.extend(cell.split('`').skip(1).step_by(2).map(str::to_string));
+    }
+    names
+}
+
+#[test]
+fn the_reports_chapter_explains_every_results_column_and_stop_reason() {
+    let columns = first_cells("reports.md", "## results.csv");
+    let missing: Vec<&str> = agentbatch::report::COLUMNS
+        .iter()
+        .copied()
+        .filter(|c| !columns.contains(*c))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/guide/reports.md's results.csv table does not explain {missing:?}"
+    );
+    let reasons = first_cells("reports.md", "## Stop reasons");
+    let known: BTreeSet<String> = agentbatch::vocab::stop::StopReason::ALL
+        .iter()
+        .map(|r| r.as_str().to_string())
+        .collect();
+    assert_eq!(
+        reasons, known,
+        "docs/guide/reports.md's stop reasons table and StopReason::ALL differ"
+    );
 }
