@@ -83,7 +83,7 @@ pub fn newer_format(dir: &Path) -> Option<u32> {
     #[derive(serde::Deserialize)]
     struct Head {
         #[serde(default)]
-        format_version: u32,
+        format_version: u64,
     }
     use std::io::Read as _;
     let path = dir.join(RUN_JSON);
@@ -96,7 +96,8 @@ pub fn newer_format(dir: &Path) -> Option<u32> {
         // A run.json from before versions (or edited by hand): the whole of it is read.
         None => {
             let bytes = std::fs::read(&path).ok()?;
-            serde_json::from_slice::<Head>(&bytes).ok()?.format_version
+            let v = serde_json::from_slice::<Head>(&bytes).ok()?.format_version;
+            u32::try_from(v).unwrap_or(u32::MAX)
         }
     };
     (found > FORMAT_VERSION).then_some(found)
@@ -107,10 +108,19 @@ pub fn newer_format(dir: &Path) -> Option<u32> {
 fn written_first(bytes: &[u8]) -> Option<u32> {
     let rest = bytes.strip_prefix(b"{\n  \"format_version\": ")?;
     let end = rest.iter().position(|b| !b.is_ascii_digit())?;
+    if end == 0 {
+        return None;
+    }
     if rest.get(end) != Some(&b',') && rest.get(end) != Some(&b'\n') {
         return None;
     }
-    std::str::from_utf8(&rest[..end]).ok()?.parse().ok()
+    // All digits: a number past u32 is newer than any version this reads, not none.
+    Some(
+        std::str::from_utf8(&rest[..end])
+            .ok()?
+            .parse()
+            .unwrap_or(u32::MAX),
+    )
 }
 
 /// What a reader says of a file in a folder of a newer format.
@@ -143,6 +153,20 @@ mod tests {
             None,
             "a folder from before versions"
         );
+        write("{\n  \"format_version\": 99999999999999999999999,\n  \"run_id\": \"r\"\n}\n");
+        assert_eq!(
+            newer_format(dir.path()),
+            Some(u32::MAX),
+            "past u32 is newer"
+        );
+        write("{\"run_id\": \"r\", \"format_version\": 4294967296}");
+        assert_eq!(
+            newer_format(dir.path()),
+            Some(u32::MAX),
+            "past u32, elsewhere"
+        );
+        write("{\n  \"format_version\": ,\n}");
+        assert_eq!(newer_format(dir.path()), None, "no digits: not a version");
         write("{");
         assert_eq!(
             newer_format(dir.path()),
