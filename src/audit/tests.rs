@@ -266,6 +266,35 @@ fn a_call_without_an_id_or_with_a_repeated_one_is_a_violation() {
     );
 }
 
+/// An empty id or name is no id or name: the runner's parsers refuse both, so the
+/// audit must flag them as it flags missing ones.
+#[test]
+fn an_empty_id_or_tool_name_is_flagged_like_a_missing_one() {
+    let mut ev = start("anthropic", &["get_time"]);
+    ev.push(json!({"event": "response", "turn": 1, "body": {"type": "message", "stop_reason": "tool_use",
+        "content": [{"type": "tool_use", "id": "", "name": "get_time", "input": {}}]}}));
+    ev.extend([request(2, results(&[])), end(2), stop()]);
+    assert_eq!(
+        found(&audit(ev)),
+        vec![(
+            ProblemKind::MalformedCall,
+            Severity::Violation,
+            Some(1),
+            None
+        )],
+        "an empty id"
+    );
+    let mut ev = start("anthropic", &["get_time"]);
+    ev.push(json!({"event": "response", "turn": 1, "body": {"type": "message", "stop_reason": "tool_use",
+        "content": [{"type": "tool_use", "id": "a", "name": "", "input": {}}]}}));
+    ev.extend([request(2, results(&[])), end(2), stop()]);
+    let kinds: Vec<ProblemKind> = found(&audit(ev)).into_iter().map(|f| f.0).collect();
+    assert!(
+        kinds.contains(&ProblemKind::MalformedCall),
+        "an empty name: {kinds:?}"
+    );
+}
+
 #[test]
 fn a_chat_call_without_an_id_is_named_by_the_runner() {
     let body = json!({"object": "chat.completion", "choices": [{"message": {"role": "assistant", "content": null,

@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 
-use crate::model::protocol::{answer_protocol, wire};
+use crate::model::protocol::{answer_protocol, str_of, wire};
 use crate::model::Protocol;
 use crate::vocab::transcript::{RequestParams, ToolOutcome, TranscriptEvent};
 
@@ -101,10 +101,6 @@ struct Pending {
     calls: Vec<Call>,
     declared: Option<Declared>,
     rejected: Option<String>,
-}
-
-fn str_of<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
-    v.get(key).and_then(Value::as_str).filter(|s| !s.is_empty())
 }
 
 /// Turns count from 1; 0 is what a line that does not say reads as.

@@ -270,9 +270,10 @@ pub(in crate::model) fn results_in(wire: &dyn Wire, entry: &Value) -> usize {
     n
 }
 
-/// A string field of a JSON object.
-pub(in crate::model) fn str_of<'a>(v: &'a Value, k: &str) -> Option<&'a str> {
-    v.get(k).and_then(Value::as_str)
+/// A string field of a JSON object; an empty string is none (the runner's parsers
+/// refuse an empty id or tool name, so the transcript readers must see it as missing).
+pub(crate) fn str_of<'a>(v: &'a Value, k: &str) -> Option<&'a str> {
+    v.get(k).and_then(Value::as_str).filter(|s| !s.is_empty())
 }
 
 /// What kind of JSON value `v` is, in words.
