@@ -58,7 +58,7 @@ pub(super) fn resolve_request_fields(
         .map(|p| p.anthropic_version.clone())
         .unwrap_or_default();
     // The Responses API refuses max_output_tokens below 16.
-    if let Some(least) = protocol.and_then(|p| p.facts().min_output_tokens) {
+    if let Some(least) = protocol.and(facts.min_output_tokens) {
         let name = facts.name;
         if max_tokens < least {
             cx.err(max_tokens_at, format!("{name} needs at least {least}"));

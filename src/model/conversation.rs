@@ -1,6 +1,7 @@
-//! What every wire protocol shares: the native history, one send with its transcript
-//! events, turning an answer into a `Turn`, and the upper bound on the next prompt's
-//! size that the budgets rely on. The protocol modules supply bodies and parsers.
+//! What every wire protocol shares: the native history and its encoded entries, the
+//! cache breakpoints a request carries, and the upper bound on the next prompt's size
+//! that the budgets rely on. Sending one request is `send.rs`; the protocol's
+//! `protocol::Wire` supplies bodies and parsers.
 
 use reqwest::header::HeaderMap;
 use reqwest::Client;
@@ -69,7 +70,8 @@ pub struct Conversation {
     pub(super) replay: Vec<(String, Value)>,
 }
 
-/// The cache breakpoints of one Anthropic request (see [`Conversation::cache_marks`]);
+/// The cache breakpoints of one request of a protocol whose facts say the runner
+/// places them (`marks_cache`; see [`Conversation::cache_marks`]);
 /// the tools' breakpoint is `Conversation::marked_tools`.
 #[derive(Default)]
 struct CacheMarks {

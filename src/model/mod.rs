@@ -2,8 +2,9 @@
 //! (so nothing the model sent is lost or reordered) and shows the agent loop only a
 //! neutral view: the tool calls, the text, the stop signal and the usage.
 //!
-//! `conversation.rs` holds what every protocol shares (the history, sending, the
-//! transcript events, prompt-size estimates); `protocol/` holds what differs, one
+//! `conversation.rs` holds what every protocol shares (the history, its encoded
+//! entries, the cache breakpoints, prompt-size estimates), `send.rs` one request with
+//! its transcript events; `protocol/` holds what differs, one
 //! folder per protocol family behind the `protocol::Wire` trait (request bodies,
 //! reading answers whole and streamed, returning results, caching markers, batch
 //! shapes, compaction); `stream.rs` reads a streamed answer off the wire for the

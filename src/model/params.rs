@@ -15,7 +15,7 @@ pub struct Params {
     /// (temperature, top_p, thinking, reasoning, parallel_tool_calls, ...).
     pub extra: Map<String, Value>,
     /// Prompt caching. Anthropic: the runner places the breakpoints (see
-    /// [`Conversation::cache_marks`]); OpenAI caches on its own and the agent sends a
+    /// `Conversation::cache_marks`); OpenAI caches on its own and the agent sends a
     /// `prompt_cache_key` in `extra`.
     pub cache: Caching,
 }

@@ -76,14 +76,29 @@ pub fn patch_path(dir: &Path, key: &str) -> PathBuf {
     dir.join(patch_rel(key))
 }
 
+/// A format version as written: a whole number past u32 (or past u64, which JSON
+/// readers take as a float) is newer than any this agentbatch reads, not a broken
+/// run.json. Shared by `RunJson` and the head check here, so both say the same.
+pub(super) fn saturating_format<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    use serde::de::Error as _;
+    let n = <serde_json::Number as serde::Deserialize>::deserialize(d)?;
+    match (n.as_u64(), n.as_f64()) {
+        (Some(v), _) => Ok(u32::try_from(v).unwrap_or(u32::MAX)),
+        (None, Some(f)) if f >= u64::MAX as f64 && f.fract() == 0.0 => Ok(u32::MAX),
+        _ => Err(D::Error::custom(format!(
+            "format_version {n} is not a whole number from 0"
+        ))),
+    }
+}
+
 /// The folder format of run folder `dir` when its run.json names one newer than this
 /// agentbatch reads (None otherwise, a missing or unreadable run.json included: its
 /// own reader says what is wrong with it).
 pub fn newer_format(dir: &Path) -> Option<u32> {
     #[derive(serde::Deserialize)]
     struct Head {
-        #[serde(default)]
-        format_version: u64,
+        #[serde(default, deserialize_with = "saturating_format")]
+        format_version: u32,
     }
     use std::io::Read as _;
     let path = dir.join(RUN_JSON);
@@ -96,8 +111,7 @@ pub fn newer_format(dir: &Path) -> Option<u32> {
         // A run.json from before versions (or edited by hand): the whole of it is read.
         None => {
             let bytes = std::fs::read(&path).ok()?;
-            let v = serde_json::from_slice::<Head>(&bytes).ok()?.format_version;
-            u32::try_from(v).unwrap_or(u32::MAX)
+            serde_json::from_slice::<Head>(&bytes).ok()?.format_version
         }
     };
     (found > FORMAT_VERSION).then_some(found)

@@ -6,17 +6,10 @@
 use std::io::Write as _;
 use std::path::Path;
 
+use super::error::{io_err as io, ReportError};
 use super::files::{self, COLLECTED_MARKER, PATCHES, TRANSCRIPTS, WORKER_MARKER};
 use super::results::{replace_results_lines, with_field};
-use super::ReportError;
 use crate::vocab::transcript::{TranscriptEvent, TranscriptLine};
-
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ReportError + '_ {
-    move |source| ReportError::Io {
-        path: path.to_path_buf(),
-        source,
-    }
-}
 
 /// Marks run folder `dir` as one worker's share of a shared run (a resume refuses it).
 pub(crate) fn mark_worker(dir: &Path) -> Result<(), ReportError> {

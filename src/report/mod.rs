@@ -8,6 +8,7 @@
 //! `run_json`.
 
 mod attempts;
+mod error;
 pub mod files;
 mod folder;
 mod progress;
@@ -20,6 +21,7 @@ mod variants;
 mod writer;
 
 pub use attempts::{whole_run_cost, AttemptsError};
+pub use error::ReportError;
 pub use folder::Ended;
 pub(crate) use folder::{append_transcript_events, collectable, mark_worker, write_collected};
 pub(crate) use results::{axes_in, header_for, parse_results, read_results, ResultRow};
@@ -32,5 +34,5 @@ pub use summary::{RunTotals, Summary};
 pub(crate) use variants::{read_variants, write_summary_csv};
 pub use variants::{variants_table, VariantSummary, VariantsError};
 pub(crate) use writer::remove_empty_work_folders;
+pub use writer::ProgressMode;
 pub(crate) use writer::{Finished, Reporter, ReporterConfig};
-pub use writer::{ProgressMode, ReportError};

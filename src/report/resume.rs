@@ -5,10 +5,10 @@
 
 use std::path::Path;
 
+use super::error::{io_err as io, ReportError};
 use super::files;
 use super::results::{append_results, replace_results};
 use super::run_json::RunJson;
-use super::ReportError;
 
 /// What a resume decided, before any of it is written.
 #[derive(Debug, Clone)]
@@ -19,13 +19,6 @@ pub(crate) struct ResumeChanges {
     pub kept: Vec<csv::StringRecord>,
     /// Rows replaced by this resume and not yet in superseded.csv.
     pub superseded: Vec<csv::StringRecord>,
-}
-
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ReportError + '_ {
-    move |source| ReportError::Io {
-        path: path.to_path_buf(),
-        source,
-    }
 }
 
 impl ResumeChanges {

@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
+use super::error::ReportError;
 use super::files::{newer_format_message, FORMAT_VERSION};
-use super::ReportError;
 
 /// run.json. Keys are written in this order; the ones a run has not reached yet (the
 /// end, a resume) are left out. A key an older run lacks reads as its default.
@@ -21,7 +21,11 @@ pub(crate) struct RunJson {
     /// The run folder's format ([`FORMAT_VERSION`]): written as this agentbatch's, read
     /// as written (0 when absent: a folder from before versions). A reader refuses a
     /// newer one.
-    #[serde(default, serialize_with = "this_format")]
+    #[serde(
+        default,
+        serialize_with = "this_format",
+        deserialize_with = "super::files::saturating_format"
+    )]
     pub format_version: u32,
     pub agentbatch_version: String,
     pub run_id: String,
@@ -162,6 +166,30 @@ mod tests {
 
     fn d(s: &str) -> Decimal {
         s.parse().unwrap()
+    }
+
+    #[test]
+    fn a_format_version_past_u32_is_newer_and_a_broken_one_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run.json");
+        for huge in ["4294967296", "99999999999999999999999"] {
+            std::fs::write(&path, format!("{{\"format_version\": {huge}}}")).unwrap();
+            match RunJson::read(&path) {
+                Err(RunJsonError::Newer { found, .. }) => assert_eq!(found, u32::MAX, "{huge}"),
+                other => panic!("{huge}: {other:?}"),
+            }
+            assert_eq!(
+                super::super::files::newer_format(dir.path()),
+                Some(u32::MAX)
+            );
+        }
+        for broken in ["-1", "1.5", "\"2\""] {
+            std::fs::write(&path, format!("{{\"format_version\": {broken}}}")).unwrap();
+            assert!(
+                matches!(RunJson::read(&path), Err(RunJsonError::Parse { .. })),
+                "{broken}"
+            );
+        }
     }
 
     #[test]

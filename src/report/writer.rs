@@ -12,6 +12,7 @@ use serde_json::Value;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio_util::sync::CancellationToken;
 
+use super::error::{io_err, ReportError};
 use super::files::{self, patch_rel, transcript_rel};
 use super::progress::Progress;
 pub use super::progress::ProgressMode;
@@ -57,25 +58,6 @@ pub(crate) struct Finished {
     pub record: Vec<u8>,
     pub transcript: Option<PathBuf>,
     pub patch: Option<PathBuf>,
-}
-
-/// A report file could not be written.
-#[derive(Debug, thiserror::Error)]
-pub enum ReportError {
-    #[error("cannot write {}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{} already exists: choose another --run-id or --out", .0.display())]
-    Exists(PathBuf),
-}
-
-fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ReportError + '_ {
-    move |source| ReportError::Io {
-        path: path.to_path_buf(),
-        source,
-    }
 }
 
 /// The running reporter.

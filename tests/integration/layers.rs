@@ -972,3 +972,33 @@ fn the_run_folder_check_sees_a_write_outside_report() {
     assert!(found.iter().any(|v| v.starts_with("src/run/phases.rs:3:")));
     assert!(found.iter().any(|v| v.starts_with("src/run/shared.rs:3:")));
 }
+
+/// Names of `report::files` that the run-folder check need not look for, with why.
+const NOT_WATCHED: &[(&str, &str)] = &[(
+    "PRISTINE",
+    "the run's pristine checkouts are made by tools/ (pristine.rs) under the folder, not report's files",
+)];
+
+/// A name added to `report::files` is watched by `only_report_writes_the_run_folder`
+/// without anyone remembering to add it to `RUN_FOLDER_NAMES`.
+#[test]
+fn the_run_folder_check_watches_every_name_report_files_declares() {
+    let files = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/report/files.rs");
+    let text = std::fs::read_to_string(files).unwrap();
+    let unwatched: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("pub const "))
+        .filter(|l| l.contains(": &str"))
+        .filter_map(|l| l.split(':').next())
+        .filter(|name| {
+            !RUN_FOLDER_NAMES
+                .iter()
+                .any(|n| n.trim_start_matches("files::") == *name)
+                && !NOT_WATCHED.iter().any(|(n, _)| n == name)
+        })
+        .collect();
+    assert!(
+        unwatched.is_empty(),
+        "add these report::files names to RUN_FOLDER_NAMES (or to NOT_WATCHED with a reason): {unwatched:?}"
+    );
+}

@@ -18,7 +18,6 @@ pub(crate) mod openai;
 use std::borrow::Cow;
 
 use reqwest::header::{HeaderName, HeaderValue};
-use serde::ser::{Serialize, SerializeSeq, Serializer};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
@@ -187,35 +186,6 @@ pub struct BodyParts<'a> {
 pub enum Entries<'a> {
     Values(&'a [Cow<'a, Value>]),
     Encoded(&'a [&'a RawValue]),
-}
-
-impl Entries<'_> {
-    pub fn len(&self) -> usize {
-        match self {
-            Entries::Values(v) => v.len(),
-            Entries::Encoded(e) => e.len(),
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Serializes each entry into a sequence already open.
-    pub fn each<S: SerializeSeq>(&self, seq: &mut S) -> Result<(), S::Error> {
-        match self {
-            Entries::Values(v) => v.iter().try_for_each(|e| seq.serialize_element(e)),
-            Entries::Encoded(e) => e.iter().try_for_each(|e| seq.serialize_element(e)),
-        }
-    }
-}
-
-impl Serialize for Entries<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut seq = s.serialize_seq(Some(self.len()))?;
-        self.each(&mut seq)?;
-        seq.end()
-    }
 }
 
 /// Who asks, for [`Wire::headers`].
