@@ -13,6 +13,7 @@ mod steps;
 pub(crate) mod stop;
 mod window;
 mod workspace;
+pub mod environment;
 mod wrap;
 
 use std::sync::Arc;
@@ -66,6 +67,8 @@ pub struct AgentEnv {
     /// A resume: the answers each task's killed attempt paid for, by request digest,
     /// taken by the task when it starts.
     pub replays: Arc<std::sync::Mutex<Replays>>,
+    /// The run's container engines, images and image workdirs.
+    pub containers: Arc<environment::Containers>,
 }
 
 /// Per task id, the answers its killed attempt paid for, by request digest.
@@ -249,7 +252,16 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
     log.emit(task_start(spec, &base_tools));
     let prepared = match &spec.repo {
         Some(repo) => {
-            repo::prepare(spec, repo, &env.work_dir, &log, &env.cancel, &env.pristines).await
+            repo::prepare(
+                spec,
+                repo,
+                &env.work_dir,
+                &log,
+                &env.cancel,
+                &env.pristines,
+                &env.containers,
+            )
+            .await
         }
         None => repo::Prepared::default(),
     };
@@ -295,6 +307,11 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
         stop_reason: Some(stop.reason),
         detail: stop.detail.clone(),
     });
+    let (environment, environment_ms) = match (&prepared.env, &prepared.container) {
+        (Some(got), Some(c)) => (environment::column(got), Some(got.ms + c.start_ms)),
+        (Some(got), None) => (environment::column(got), Some(got.ms)),
+        _ => (String::new(), None),
+    };
     let (check, patch, kept, sandbox_level) = match &spec.repo {
         Some(repo) => after_loop(spec, env, repo, prepared, &stop, &log).await,
         None => (None, None, None, String::new()),
@@ -341,6 +358,8 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
             denied_calls: tally.denied_calls,
             sandbox: sandbox_level,
             workspace: kept,
+            environment,
+            environment_ms,
         },
         ..task_result(spec, stop.reason, stop.detail, started_at)
     };

@@ -10,7 +10,10 @@ use tokio_util::sync::CancellationToken;
 use crate::job::schema::KeepWorkspaces;
 use crate::job::{RepoSpec, TaskSpec};
 use crate::tools::workspace::{Workspace, WorkspaceError};
+use crate::tools::container::Container;
 use crate::tools::{Reach, RunLimits, Sandbox};
+
+use super::environment::{Containers, Got};
 use crate::vocab::log::TaskLog;
 use crate::vocab::stop::{Outcome, Stop, StopReason};
 use crate::vocab::transcript::{CheckOutcome, TranscriptEvent};
@@ -23,6 +26,10 @@ const COMMAND_OUTPUT: usize = 20_000;
 pub struct Prepared {
     pub workspace: Option<Workspace>,
     pub sandbox: Option<Arc<Sandbox>>,
+    /// The task's container, when it has an environment.
+    pub container: Option<Arc<Container>>,
+    /// What its environment made ready (for a fresh check and the reports).
+    pub env: Option<Got>,
     pub tmp: Option<PathBuf>,
     /// Why the task cannot run (the workspace, sandbox or setup failed, or the run was
     /// cancelled meanwhile).
@@ -51,8 +58,9 @@ async fn blocking<T: Send + 'static>(
         .map_err(|e| e.to_string())
 }
 
-/// Creates the workspace (a clone or copy of the repository) and the sandbox, runs the
-/// setup command, and takes the starting point of the patch after it.
+/// Creates the workspace (a clone or copy of the repository) and the sandbox (the
+/// task's container, with an environment), runs the setup command, and takes the
+/// starting point of the patch after it.
 pub async fn prepare(
     spec: &TaskSpec,
     repo: &RepoSpec,
@@ -60,12 +68,24 @@ pub async fn prepare(
     log: &TaskLog,
     cancel: &CancellationToken,
     pristines: &crate::tools::pristine::Pristines,
+    containers: &Containers,
 ) -> Prepared {
     let mut p = Prepared::default();
+    if let Some(config) = &spec.environment {
+        match containers.get(config, repo).await {
+            Ok(got) => p.env = Some(got),
+            Err(e) => {
+                p.failed = Some(setup_error(e));
+                return p;
+            }
+        }
+    }
+    let source = p.env.as_ref().map_or(repo, |g| &g.repo);
     let dest = work_dir.join("workspaces").join(&spec.id);
     let shadow = work_dir.join("git").join(&spec.id);
     let tmp = work_dir.join("tmp").join(&spec.id);
-    let made = match super::workspace::make(repo, pristines, work_dir, dest, shadow).await {
+    let in_container = p.env.is_some();
+    let made = match super::workspace::make(source, pristines, work_dir, dest, shadow, in_container).await {
         Ok(made) => made,
         Err(e) => {
             p.failed = Some(setup_error(e));
@@ -74,7 +94,10 @@ pub async fn prepare(
     };
     let mut ws = made.workspace;
     log.emit(TranscriptEvent::Workspace {
-        source: repo.path.display().to_string(),
+        source: match &p.env {
+            Some(g) if repo.in_image => format!("{}:{}", g.image.name, g.workdir),
+            _ => repo.path.display().to_string(),
+        },
         git_ref: repo.git_ref.clone(),
         cloned: ws.cloned,
         path: ws.root.display().to_string(),
@@ -90,56 +113,56 @@ pub async fn prepare(
         return p;
     }
     p.tmp = Some(tmp.clone());
-    let seen_at = crate::tools::workspace::seen_at(&repo.path);
-    let sandbox = match Sandbox::new(
-        &ws.root,
-        seen_at.as_deref(),
-        &tmp,
-        &spec.env,
-        spec.sandbox,
-        work_dir,
-    ) {
+    let sandbox = match (&spec.environment, &p.env) {
+        (Some(config), Some(got)) => {
+            let network = super::environment::network_for_setup(config, repo);
+            match containers
+                .start(spec, config, got, &ws.root, &tmp, network, None, log)
+                .await
+            {
+                Ok(c) => {
+                    let c = Arc::new(c);
+                    p.container = Some(c.clone());
+                    Ok(Sandbox::in_container(
+                        c,
+                        &ws.root,
+                        config.network == crate::tools::container::Network::None,
+                        super::environment::level(got, config),
+                    ))
+                }
+                Err(e) => Err(e),
+            }
+        }
+        _ => Sandbox::new(
+            &ws.root,
+            crate::tools::workspace::seen_at(&repo.path).as_deref(),
+            &tmp,
+            &spec.env,
+            spec.sandbox,
+            work_dir,
+        )
+        .map_err(|e| e.to_string()),
+    };
+    let sandbox = match sandbox {
         Ok(s) => Arc::new(s),
         Err(e) => {
             p.workspace = Some(ws);
-            p.failed = Some(setup_error(e.to_string()));
+            p.failed = Some(setup_error(e));
             return p;
         }
     };
     log.emit(TranscriptEvent::Sandbox {
         level: sandbox.level.clone(),
-        network_for_bash: spec.sandbox.network,
+        network_for_bash: match &spec.environment {
+            Some(c) => c.network == crate::tools::container::Network::Bridge,
+            None => spec.sandbox.network,
+        },
         seen_at: sandbox.seen_at().map(|p| p.display().to_string()),
     });
     p.sandbox = Some(sandbox.clone());
     if let Some(setup) = &repo.setup {
-        let limits = RunLimits {
-            timeout: repo.setup_timeout,
-            max_output: COMMAND_OUTPUT,
-        };
-        match sandbox.run(setup, limits, cancel, Reach::SETUP).await {
-            Ok(out) => {
-                log.emit(TranscriptEvent::Setup {
-                    command: setup.clone(),
-                    exit_code: out.exit_code,
-                    timed_out: out.timed_out,
-                    ms: out.ms,
-                    output: out.output.clone(),
-                });
-                if out.cancelled {
-                    p.failed = Some(Stop::new(
-                        StopReason::Cancelled,
-                        "run cancelled during setup",
-                    ));
-                } else if !out.success() {
-                    p.failed = Some(setup_error(format!(
-                        "setup `{setup}` failed ({}): {}",
-                        out.status(repo.setup_timeout),
-                        tail(&out.output)
-                    )));
-                }
-            }
-            Err(e) => p.failed = Some(setup_error(format!("setup `{setup}` could not run: {e}"))),
+        if let Some(stop) = run_setup(setup, repo, &sandbox, cancel, log).await {
+            p.failed = Some(stop);
         }
         if p.failed.is_none() {
             // What setup built is not the agent's change.
@@ -154,8 +177,53 @@ pub async fn prepare(
             };
         }
     }
+    if let (Some(c), None) = (&p.container, &p.failed) {
+        if let Err(e) = c.cut_network().await {
+            p.failed = Some(setup_error(format!("cannot take the container off the network after setup: {e}")));
+        }
+    }
     p.workspace = Some(ws);
     p
+}
+
+/// Runs `setup` in the sandbox and tells the transcript; the stop it causes, if any.
+pub(super) async fn run_setup(
+    setup: &str,
+    repo: &RepoSpec,
+    sandbox: &Sandbox,
+    cancel: &CancellationToken,
+    log: &TaskLog,
+) -> Option<Stop> {
+    let limits = RunLimits {
+        timeout: repo.setup_timeout,
+        max_output: COMMAND_OUTPUT,
+    };
+    match sandbox.run(setup, limits, cancel, Reach::SETUP).await {
+        Ok(out) => {
+            log.emit(TranscriptEvent::Setup {
+                command: setup.to_string(),
+                exit_code: out.exit_code,
+                timed_out: out.timed_out,
+                ms: out.ms,
+                output: out.output.clone(),
+            });
+            if out.cancelled {
+                Some(Stop::new(
+                    StopReason::Cancelled,
+                    "run cancelled during setup",
+                ))
+            } else if !out.success() {
+                Some(setup_error(format!(
+                    "setup `{setup}` failed ({}): {}",
+                    out.status(repo.setup_timeout),
+                    tail(&out.output)
+                )))
+            } else {
+                None
+            }
+        }
+        Err(e) => Some(setup_error(format!("setup `{setup}` could not run: {e}"))),
+    }
 }
 
 /// The agent's change, taken before the check runs (so nothing the check writes is in
@@ -274,6 +342,14 @@ pub async fn cleanup(
         KeepWorkspaces::Never => false,
         KeepWorkspaces::OnFailure => outcome != Outcome::Pass,
     };
+    let container = match p.container.as_ref() {
+        Some(c) if keep => Some(c.keep().await),
+        Some(c) => {
+            c.remove().await;
+            None
+        }
+        None => None,
+    };
     let (ws, tmp) = (p.workspace, p.tmp);
     let pristines = pristines.clone();
     let kept = blocking(move || {
@@ -303,6 +379,10 @@ pub async fn cleanup(
     .await
     .unwrap_or(None);
     let (kept, reassemble) = kept.unzip();
+    let kept = match (kept, container) {
+        (Some(k), Some(c)) => Some(format!("{k}; container {c}")),
+        (k, _) => k,
+    };
     log.emit(TranscriptEvent::WorkspaceEnd {
         kept: kept.clone(),
         reassemble: reassemble.flatten(),

@@ -59,7 +59,21 @@ pub(super) async fn after_loop(
     String,
 ) {
     let patch = repo::patch(&prepared, log).await;
-    let check = repo::check(spec, repo, &prepared, stop, log, &env.cancel).await;
+    let check = match (&spec.environment, spec.check_environment) {
+        (Some(config), crate::job::CheckEnvironment::Fresh) => {
+            super::environment::fresh_check(
+                spec,
+                env,
+                config,
+                &prepared,
+                patch.as_deref(),
+                stop,
+                log,
+            )
+            .await
+        }
+        _ => repo::check(spec, repo, &prepared, stop, log, &env.cancel).await,
+    };
     let level = prepared
         .sandbox
         .as_ref()

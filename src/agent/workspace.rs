@@ -61,6 +61,7 @@ pub async fn make(
     work_dir: &Path,
     dest: PathBuf,
     shadow: PathBuf,
+    in_container: bool,
 ) -> Result<Made, String> {
     let reflinks = pristines.reflinks();
     if repo.workspaces == WorkspaceMethod::Reflink && !reflinks {
@@ -78,6 +79,10 @@ pub async fn make(
         })?;
     let pristine_ms = started.elapsed().as_millis() as u64;
     let mut kinds = candidates(repo.workspaces, reflinks);
+    // A container engine does not see the runner's own mounts: no layer for it.
+    if in_container {
+        kinds.retain(|k| *k != WorkspaceKind::Overlay);
+    }
     // Reflinks cannot cross filesystems: a cached pristine elsewhere is copied.
     if !same_filesystem(&pristine.root, work_dir) {
         if repo.workspaces == WorkspaceMethod::Reflink {

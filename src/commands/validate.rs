@@ -18,6 +18,13 @@ pub fn print(job: &Path, out: &Path) -> u8 {
                     crate::tools::sandbox::describe_capabilities()
                 );
             }
+            if !environments(&plan) {
+                eprintln!(
+                    "agentbatch: {}: an image its tasks need cannot be had (above); nothing ran",
+                    job.display()
+                );
+                return 2;
+            }
             println!("ok: {} is valid", job.display());
             0
         }
@@ -31,4 +38,42 @@ pub fn print(job: &Path, out: &Path) -> u8 {
             2
         }
     }
+}
+
+/// The container engines and images the tasks need, as this machine has them; false
+/// when an image cannot be had (missing under `pull: never`, an unreadable context).
+fn environments(plan: &crate::job::Plan) -> bool {
+    use crate::tools::container::{image, Engine};
+    let mut seen = std::collections::BTreeMap::new();
+    for t in &plan.tasks {
+        if let Some(e) = &t.environment {
+            *seen
+                .entry((e.engine, e.source.clone(), e.pull))
+                .or_insert(0usize) += 1;
+        }
+    }
+    if seen.is_empty() {
+        return true;
+    }
+    println!("environments:");
+    let mut ok = true;
+    let mut engines = std::collections::BTreeMap::new();
+    for ((choice, source, pull), n) in seen {
+        let engine = engines
+            .entry(choice.name())
+            .or_insert_with(|| Engine::find(choice).map_err(|e| e.to_string()));
+        match engine {
+            Ok(engine) => {
+                let (line, bad) = image::state(engine, &source, pull);
+                ok &= !bad;
+                println!("  {line}; {n} task(s), engine {}", engine.version);
+            }
+            // The job's check already named the field; say it once more here.
+            Err(e) => {
+                ok = false;
+                println!("  {e}");
+            }
+        }
+    }
+    ok
 }

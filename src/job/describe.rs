@@ -160,11 +160,41 @@ fn describe_task(t: &TaskSpec, s: &mut String) {
         );
     }
     let _ = writeln!(s, "      context: {}", describe_context(&t.context));
+    if let Some(e) = &t.environment {
+        let _ = writeln!(
+            s,
+            "      environment: {}, engine {}, {}{}{}; check in the {} container",
+            match &e.source {
+                crate::tools::container::Source::Image(i) => format!("image {i} (pull: {})", e.pull.name()),
+                crate::tools::container::Source::Dockerfile { dockerfile, .. } =>
+                    format!("dockerfile {}", dockerfile.display()),
+            },
+            e.engine.name(),
+            e.limits_text(),
+            e.workdir
+                .as_ref()
+                .map(|w| format!(", workdir {w}"))
+                .unwrap_or_default(),
+            e.user
+                .as_ref()
+                .filter(|u| !u.is_empty())
+                .map(|u| format!(", user {u}"))
+                .unwrap_or_default(),
+            match t.check_environment {
+                crate::job::CheckEnvironment::Same => "agent's",
+                crate::job::CheckEnvironment::Fresh => "a fresh",
+            }
+        );
+    }
     if let Some(r) = &t.repo {
         let _ = writeln!(
             s,
             "      repo: {}{}, toolset {}, check {}, keep_workspaces {}, workspaces {}",
-            r.path.display(),
+            if r.in_image {
+                "(the image's workdir)".to_string()
+            } else {
+                r.path.display().to_string()
+            },
             r.git_ref
                 .as_ref()
                 .map(|g| format!(" at {g}"))

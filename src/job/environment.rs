@@ -6,6 +6,8 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use crate::tools::container::{Engine, EngineChoice};
+
 /// Which environment variables are set (to something non-empty). Only names are kept:
 /// the checks ask whether an API key or an MCP server's `${VAR}` is there, never what
 /// it is, so no key is copied into a second place.
@@ -18,6 +20,29 @@ pub(crate) struct Environment {
     /// Where the run's reports and workspaces will go, when the command knows it
     /// (`run`, `validate --out`, a worker): `workspaces: reflink` is checked there.
     pub run_folder: Option<RunFolder>,
+    /// The container engines tasks' `environment:` asks for, probed once per choice.
+    pub engines: Engines,
+}
+
+/// Container engines as found here, probed on the first task that asks for each.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Engines {
+    probed: [OnceLock<Result<Engine, String>>; 3],
+}
+
+impl Engines {
+    /// The engine `choice` names, or why there is none.
+    pub fn get(&self, choice: EngineChoice) -> Result<&Engine, &str> {
+        let slot = match choice {
+            EngineChoice::Auto => 0,
+            EngineChoice::Docker => 1,
+            EngineChoice::Podman => 2,
+        };
+        self.probed[slot]
+            .get_or_init(|| Engine::find(choice).map_err(|e| e.to_string()))
+            .as_ref()
+            .map_err(String::as_str)
+    }
 }
 
 /// The folder a run will write its workspaces in, and whether files can be reflinked
@@ -73,6 +98,7 @@ impl Environment {
                 .collect(),
             keys_on_workers: false,
             run_folder: None,
+            engines: Engines::default(),
         }
     }
 
@@ -87,6 +113,7 @@ impl Environment {
             set: names.into_iter().map(Into::into).collect(),
             keys_on_workers: false,
             run_folder: None,
+            engines: Engines::default(),
         }
     }
 

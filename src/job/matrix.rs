@@ -53,7 +53,7 @@ fn path_of(axis: &str) -> Vec<&str> {
 }
 
 /// Task fields merged with `defaults` key by key rather than replacing them whole.
-const MERGED_BY_KEY: [&str; 3] = ["limits", "env", "sandbox"];
+const MERGED_BY_KEY: [&str; 4] = ["limits", "env", "sandbox", "environment"];
 
 /// The field a task sets (as written in the job file) that would decide what an axis
 /// names, if any: the axis's own field, a parent of it that replaces the default whole

@@ -7,6 +7,7 @@ mod context;
 mod describe;
 mod diagnostics;
 mod environment;
+mod environments;
 mod expand;
 mod fields;
 mod files;
@@ -17,6 +18,7 @@ mod providers;
 mod repos;
 mod sampling;
 pub(crate) mod schema;
+mod schema_environment;
 mod schema_matrix;
 mod schema_providers;
 mod schema_rules;
@@ -39,6 +41,7 @@ pub use describe::describe;
 pub(crate) use environment::Environment;
 pub(crate) use matrix::fnv1a;
 pub use schema::WorkspaceMethod;
+pub use schema_environment::CheckEnvironment;
 pub use scripts::load_script_file;
 pub use spec::{
     PeriodCap, Plan, ProviderKind, ProviderSpec, RepoSpec, TaskSpec, TeamSpec, ToolsetSpec,

@@ -17,6 +17,7 @@ pub(super) fn resolve_repo(
     i: usize,
     t: &TaskFields,
     d: &TaskFields,
+    in_container: bool,
     cx: &mut Ctx,
 ) -> Option<RepoSpec> {
     let pick = |f: fn(&TaskFields) -> Option<String>| {
@@ -27,7 +28,42 @@ pub(super) fn resolve_repo(
     let setup = pick(|x| x.setup.clone());
     let check = pick(|x| x.check.clone());
     let check_sandbox = pick(|x| x.check_sandbox.map(|b| b.to_string()));
+    let method = t.workspaces.or(d.workspaces).unwrap_or_default();
+    if in_container && method == WorkspaceMethod::Overlay {
+        cx.err(
+            &origin(i, t.workspaces.is_some(), d.workspaces.is_some(), &["workspaces"]),
+            "overlay workspaces live in the runner's own mount namespace, where no container engine sees them: with an `environment:` use auto (a reflinked or full copy) or copy",
+        );
+    }
+    let dur = |f: fn(&TaskFields) -> Option<HumanDuration>| {
+        f(t).or_else(|| f(d))
+            .map_or(DEFAULT_COMMAND_TIMEOUT, |h| h.0)
+    };
+    let keep_workspaces = t
+        .keep_workspaces
+        .or(d.keep_workspaces)
+        .unwrap_or(KeepWorkspaces::OnFailure);
     let Some((repo, repo_on_task)) = repo else {
+        if in_container {
+            if let Some((_, on_task)) = &git_ref {
+                cx.err(
+                    &origin(i, *on_task, !*on_task, &["ref"]),
+                    "`ref` picks a commit of the task's `repo`; without one the workspace is the image's workdir as built",
+                );
+            }
+            return Some(RepoSpec {
+                path: std::path::PathBuf::new(),
+                in_image: true,
+                git_ref: None,
+                setup: setup.map(|(s, _)| s),
+                setup_timeout: dur(|x| x.setup_timeout),
+                check: check.map(|(c, _)| c),
+                check_timeout: dur(|x| x.check_timeout),
+                check_sandbox: t.check_sandbox.or(d.check_sandbox).unwrap_or(true),
+                keep_workspaces,
+                workspaces: method,
+            });
+        }
         for (field, v) in [
             ("check", &check),
             ("setup", &setup),
@@ -66,7 +102,6 @@ pub(super) fn resolve_repo(
             );
         }
     }
-    let method = t.workspaces.or(d.workspaces).unwrap_or_default();
     let workspaces = match method {
         WorkspaceMethod::Overlay if !crate::tools::layer::available() => {
             cx.err(
@@ -87,22 +122,16 @@ pub(super) fn resolve_repo(
         }
         m => m,
     };
-    let dur = |f: fn(&TaskFields) -> Option<HumanDuration>| {
-        f(t).or_else(|| f(d))
-            .map_or(DEFAULT_COMMAND_TIMEOUT, |h| h.0)
-    };
     Some(RepoSpec {
         path,
+        in_image: false,
         git_ref: git_ref.map(|(r, _)| r),
         setup: setup.map(|(s, _)| s),
         setup_timeout: dur(|x| x.setup_timeout),
         check: check.map(|(c, _)| c),
         check_timeout: dur(|x| x.check_timeout),
         check_sandbox: t.check_sandbox.or(d.check_sandbox).unwrap_or(true),
-        keep_workspaces: t
-            .keep_workspaces
-            .or(d.keep_workspaces)
-            .unwrap_or(KeepWorkspaces::OnFailure),
+        keep_workspaces,
         workspaces,
     })
 }

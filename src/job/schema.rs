@@ -288,6 +288,13 @@ pub struct TaskFields {
     /// confinement than asked for fails the task.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<SandboxFields>,
+    /// A container of the task's own that its `setup`, `bash` and `check` run in, from
+    /// an image or a Dockerfile, with CPU, memory, process and network limits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment: Option<super::schema_environment::EnvironmentFields>,
+    /// Where `check` runs with an `environment`: `same` (default) or `fresh`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check_environment: Option<super::schema_environment::CheckEnvironment>,
     /// The task's own budgets; merged field by field with those of `defaults`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<LimitFields>,

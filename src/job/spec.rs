@@ -105,8 +105,13 @@ pub struct TeamSpec {
 /// A task's repository and the commands around its loop.
 #[derive(Debug, Clone, Serialize)]
 pub struct RepoSpec {
-    /// The source: a git repository (cloned) or a folder (copied).
+    /// The source: a git repository (cloned) or a folder (copied); empty when the
+    /// repository is the image's own workdir (`in_image`).
     pub path: PathBuf,
+    /// The task has an environment and no `repo`: its workspace is what the image has
+    /// at its workdir.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub in_image: bool,
     #[serde(rename = "ref", skip_serializing_if = "Option::is_none")]
     pub git_ref: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -177,6 +182,11 @@ pub struct TaskSpec {
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
     pub sandbox: SandboxConfig,
+    /// The container the task's commands run in; None: on this machine, sandboxed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub environment: Option<Arc<crate::tools::container::EnvironmentConfig>>,
+    /// Where the check runs when there is an environment.
+    pub check_environment: super::schema_environment::CheckEnvironment,
     pub limits: Limits,
     /// Optional request fields (sampling, thinking), exactly as they will be sent.
     #[serde(skip_serializing_if = "Map::is_empty")]

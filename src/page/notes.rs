@@ -56,6 +56,7 @@ pub(super) fn event_note(event: TranscriptEvent) -> (u32, Item) {
         E::BatchJoined { .. }
         | E::BatchRecovered { .. }
         | E::Workspace { .. }
+        | E::Environment { .. }
         | E::Sandbox { .. }
         | E::Setup { .. }
         | E::McpNote { .. }
@@ -262,6 +263,28 @@ fn workspace_note(event: TranscriptEvent) -> (u32, Item) {
                 "workspace",
                 "setup",
                 format!("{source} ({})", method.unwrap_or_default()),
+            ),
+        ),
+        E::Environment {
+            engine,
+            image,
+            image_id,
+            made,
+            build_ms,
+            pull_ms,
+            start_ms,
+            container,
+            purpose,
+            ..
+        } => (
+            0,
+            note(
+                "environment",
+                "setup",
+                format!(
+                    "{}container {container} on {engine} from {image} ({image_id}, {made}): build {build_ms} ms, pull {pull_ms} ms, start {start_ms} ms",
+                    purpose.map(|p| format!("{p}: ")).unwrap_or_default()
+                ),
             ),
         ),
         E::Sandbox {

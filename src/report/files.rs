@@ -13,6 +13,7 @@
 //!   report-transcripts/ REPORT_TRANSCRIPTS  the page's transcript chunks
 //!   transcripts/<key>.jsonl              transcript_rel / transcript_path
 //!   patches/<key>.diff                   patch_rel / patch_path
+//!   environments/       ENVIRONMENTS    image build and pull logs, image workdirs copied out
 //!   .lock               LOCK            held by the run (run/folder.rs)
 //!   .collected, .worker COLLECTED_MARKER, WORKER_MARKER  what wrote the folder
 //! ```
@@ -47,6 +48,14 @@ pub const WORKER_MARKER: &str = ".worker";
 pub const WORK_FOLDERS: [&str; 3] = ["workspaces", "git", "tmp"];
 /// The pristine checkouts tasks' workspaces are made from.
 pub const PRISTINE: &str = "pristine";
+/// Container images' build and pull logs, and the workdirs copied out of images for
+/// tasks without a repository (the container code writes them).
+pub const ENVIRONMENTS: &str = "environments";
+
+/// The run folder's `environments/` folder.
+pub fn environments_dir(dir: &Path) -> PathBuf {
+    dir.join(ENVIRONMENTS)
+}
 
 /// The run folder's format: run.json's `format_version`, covering every file of the
 /// folder (results.csv's columns, run.json's keys, the transcripts' layout). Raised

@@ -37,6 +37,9 @@ pub fn private_mounts() -> bool {
         if std::env::var(NAMESPACE_VARIABLE).is_ok_and(|v| v == "off") {
             return false;
         }
+        if let Ok(f) = std::fs::File::open("/proc/self/ns/mnt") {
+            let _ = MACHINE_NAMESPACE.set(std::os::fd::OwnedFd::from(f));
+        }
         let made = if unshare(CloneFlags::CLONE_NEWNS).is_ok() {
             mounts_private().then_some(AS_ROOT)
         } else {
@@ -47,6 +50,33 @@ pub fn private_mounts() -> bool {
     }
     #[cfg(not(target_os = "linux"))]
     false
+}
+
+/// The machine's mount namespace, kept open before the process leaves it: container
+/// engines must run there (see [`in_machine_namespace`]).
+static MACHINE_NAMESPACE: OnceLock<std::os::fd::OwnedFd> = OnceLock::new();
+
+/// Makes `cmd` run in the machine's mount namespace when the process has one of its
+/// own. A container engine (podman) mounts the container's root filesystem and network
+/// namespace where it runs: run from the runner's private namespace, those mounts would
+/// be invisible to every later `podman` call from elsewhere (the next run, the user's
+/// shell), which then fail on the container. Where the process cannot return (inside
+/// an unprivileged user namespace) the command runs where it is.
+pub fn in_machine_namespace(cmd: &mut tokio::process::Command) {
+    #[cfg(target_os = "linux")]
+    if let Some(fd) = MACHINE_NAMESPACE.get() {
+        use std::os::fd::AsRawFd;
+        let raw = fd.as_raw_fd();
+        // SAFETY: setns is a single system call, allowed between fork and exec; the
+        // descriptor outlives the child's exec (it is a static).
+        unsafe {
+            cmd.pre_exec(move || {
+                let fd = std::os::fd::BorrowedFd::borrow_raw(raw);
+                let _ = nix::sched::setns(fd, nix::sched::CloneFlags::CLONE_NEWNS);
+                Ok(())
+            });
+        }
+    }
 }
 
 /// Makes every mount of the process's (new) namespace private.

@@ -4,6 +4,7 @@
 //! one result for the call's id.
 
 mod bash;
+pub mod container;
 pub mod copies;
 mod files;
 mod get_time;

@@ -79,6 +79,12 @@ pub struct Measured {
     pub sandbox: String,
     /// The kept workspace, if any.
     pub workspace: Option<String>,
+    /// The task's container image: its name and id (`localhost/x:1@sha256:...`);
+    /// empty without an environment.
+    pub environment: String,
+    /// Building or pulling its image and starting its container, in ms (outside the
+    /// time limit); None without an environment.
+    pub environment_ms: Option<u64>,
 }
 
 /// A message to the reporter.

@@ -69,6 +69,42 @@ pub enum TranscriptEvent {
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         fallbacks: Vec<String>,
     },
+    /// The task's container is ready: its engine, its image and what making each
+    /// cost (build, pull and start apart), before the loop's time limit starts.
+    Environment {
+        #[serde(default, deserialize_with = "lenient")]
+        engine: String,
+        /// The image as the job names it (a Dockerfile's derived tag).
+        #[serde(default, deserialize_with = "lenient")]
+        image: String,
+        /// The image id (`sha256:...`).
+        #[serde(default, deserialize_with = "lenient")]
+        image_id: String,
+        /// `present`, `pulled` or `built`.
+        #[serde(default, deserialize_with = "lenient")]
+        made: String,
+        #[serde(default, deserialize_with = "lenient")]
+        build_ms: u64,
+        #[serde(default, deserialize_with = "lenient")]
+        pull_ms: u64,
+        #[serde(default, deserialize_with = "lenient")]
+        start_ms: u64,
+        /// The container's name on the engine.
+        #[serde(default, deserialize_with = "lenient")]
+        container: String,
+        /// Where the workspace is inside it.
+        #[serde(default, deserialize_with = "lenient")]
+        workdir: String,
+        /// cpus, memory, pids, network.
+        #[serde(default, deserialize_with = "lenient")]
+        limits: String,
+        /// The build's or pull's log, when there was one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        log: Option<String>,
+        /// What a fresh check's container was made for, when this is one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        purpose: Option<String>,
+    },
     /// The confinement obtained for the task's commands.
     Sandbox {
         #[serde(default, deserialize_with = "lenient")]

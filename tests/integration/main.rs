@@ -9,6 +9,7 @@ mod chaos;
 mod cli;
 mod common;
 mod compare;
+mod containers;
 mod conformance;
 mod context;
 mod docs;

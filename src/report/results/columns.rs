@@ -300,4 +300,10 @@ columns! {
     /// What batch pricing saved: the standard price of the batched turns' usage minus
     /// what they cost. None without a price or batch mode.
     batch_saved_usd: Money = r.measured.batch_saved_usd;
+    /// The container image, `name@id`; empty without an `environment:` (and in runs
+    /// from before it).
+    environment: Text = r.measured.environment.clone();
+    /// Building or pulling the image and starting the container, in ms, outside the
+    /// time limit; empty without an environment.
+    environment_ms: Count = r.measured.environment_ms;
 }

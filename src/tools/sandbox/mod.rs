@@ -12,7 +12,7 @@ use std::io;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nix::sched::CloneFlags;
@@ -23,10 +23,14 @@ use tokio_util::sync::CancellationToken;
 
 mod confine;
 mod leftovers;
+pub(crate) mod output;
 mod warden;
 
+use crate::tools::container::Container;
 use confine::{capabilities, child_setup, ruleset, Bind, ChildSetup};
 
+pub use output::{CommandOutput, RunLimits};
+use output::Capped;
 pub use confine::{describe_capabilities, protect_runner, PID_NAMESPACE_VARIABLE};
 pub use leftovers::{run_marker, stop_leftovers, RUN_VARIABLE};
 pub use warden::{die_with_runner, dies_with_caller, GRACE};
@@ -45,6 +49,8 @@ pub enum SandboxError {
     },
     #[error("cannot prepare the Landlock rules: {0}")]
     Landlock(#[source] landlock::RulesetError),
+    #[error(transparent)]
+    Container(#[from] crate::tools::container::ContainerError),
     #[error("cannot {what}: {source}")]
     Start {
         what: &'static str,
@@ -69,13 +75,6 @@ pub struct SandboxConfig {
     /// Refuse to run unconfined: fail the task (tool_setup_error) when Landlock, or the
     /// network cut asked for, is not available.
     pub require: bool,
-}
-
-/// How long a command may run and how much of its output is kept.
-#[derive(Debug, Clone, Copy)]
-pub struct RunLimits {
-    pub timeout: Duration,
-    pub max_output: usize,
 }
 
 /// How much a command may do besides writing its workspace (Landlock applies to every
@@ -111,39 +110,6 @@ const DISTRUSTED_GIT: [(&str, &str); 7] = [
     ("GIT_TERMINAL_PROMPT", "0"),
 ];
 
-/// What a command did.
-#[derive(Debug, Clone)]
-pub struct CommandOutput {
-    /// None when it was killed (timeout, cancellation) or died of a signal.
-    pub exit_code: Option<i32>,
-    pub timed_out: bool,
-    pub cancelled: bool,
-    /// stdout and stderr interleaved, capped.
-    pub output: String,
-    /// Bytes the command wrote in all.
-    pub total_bytes: u64,
-    pub ms: u64,
-}
-
-impl CommandOutput {
-    pub fn success(&self) -> bool {
-        self.exit_code == Some(0)
-    }
-
-    /// One line saying how it ended.
-    pub fn status(&self, timeout: Duration) -> String {
-        match (self.exit_code, self.timed_out, self.cancelled) {
-            (_, true, _) => format!(
-                "killed after the {} timeout",
-                humantime::format_duration(timeout)
-            ),
-            (_, _, true) => "killed: the task was stopped".into(),
-            (Some(c), _, _) => format!("exit code {c}"),
-            (None, _, _) => "killed by a signal".into(),
-        }
-    }
-}
-
 /// Where commands of one task run, and how confined.
 pub struct Sandbox {
     workspace: PathBuf,
@@ -155,6 +121,8 @@ pub struct Sandbox {
     landlock: bool,
     netns: Option<CloneFlags>,
     pidns: bool,
+    /// The task's container, where its commands run instead of here.
+    container: Option<Arc<Container>>,
     /// What was obtained, for the report: e.g. "landlock ABI 7, own PID namespace, no
     /// network".
     pub level: String,
@@ -251,8 +219,35 @@ impl Sandbox {
             landlock: caps.landlock.is_some(),
             netns,
             pidns: caps.pidns,
+            container: None,
             level: level.join(", "),
         })
+    }
+
+    /// The sandbox of a task whose commands run in `container`, which sees the
+    /// workspace at its workdir; `level` is what the `sandbox` column says of it.
+    pub fn in_container(
+        container: Arc<Container>,
+        workspace: &Path,
+        no_network: bool,
+        level: String,
+    ) -> Sandbox {
+        Sandbox {
+            workspace: workspace.to_path_buf(),
+            seen_at: Some(PathBuf::from(&container.workdir)),
+            tmp: PathBuf::new(),
+            env: Vec::new(),
+            landlock: false,
+            netns: no_network.then_some(CloneFlags::CLONE_NEWNET),
+            pidns: false,
+            container: Some(container),
+            level,
+        }
+    }
+
+    /// The task's container, when its commands run in one.
+    pub fn container(&self) -> Option<&Arc<Container>> {
+        self.container.as_ref()
     }
 
     /// Whether a command asked to stay off the network gets an empty network namespace
@@ -281,6 +276,14 @@ impl Sandbox {
         cancel: &CancellationToken,
         reach: Reach,
     ) -> Result<CommandOutput, SandboxError> {
+        if let Some(c) = &self.container {
+            let env: Vec<(&str, &str)> = DISTRUSTED_GIT
+                .iter()
+                .filter(|_| reach.distrust_git)
+                .copied()
+                .collect();
+            return Ok(c.run(command, limits, cancel, &env).await?);
+        }
         let network = reach.network;
         let started = Instant::now();
         let (reader, writer) = io::pipe().map_err(start("create a pipe"))?;
@@ -427,57 +430,6 @@ impl Drop for GroupGuard {
         if let (Some(warden), false) = (self.pgid, self.ended) {
             let _ = kill(warden, Signal::SIGTERM);
         }
-    }
-}
-
-/// Output kept within a limit: the first half and the last half of `max` bytes, and a
-/// count of what was cut in between.
-struct Capped {
-    max: usize,
-    head: Vec<u8>,
-    tail: std::collections::VecDeque<u8>,
-    total: u64,
-}
-
-impl Capped {
-    fn new(max: usize) -> Capped {
-        Capped {
-            max: max.max(2),
-            head: Vec::new(),
-            tail: Default::default(),
-            total: 0,
-        }
-    }
-
-    fn push(&mut self, mut bytes: &[u8]) {
-        self.total += bytes.len() as u64;
-        let head_room = self.max / 2 - self.head.len().min(self.max / 2);
-        let take = head_room.min(bytes.len());
-        self.head.extend_from_slice(&bytes[..take]);
-        bytes = &bytes[take..];
-        let tail_max = self.max - self.max / 2;
-        if bytes.len() >= tail_max {
-            self.tail.clear();
-            self.tail.extend(&bytes[bytes.len() - tail_max..]);
-        } else {
-            let overflow = (self.tail.len() + bytes.len()).saturating_sub(tail_max);
-            self.tail.drain(..overflow);
-            self.tail.extend(bytes);
-        }
-    }
-
-    fn render(&self) -> String {
-        let kept = (self.head.len() + self.tail.len()) as u64;
-        let mut s = String::from_utf8_lossy(&self.head).into_owned();
-        if self.total > kept {
-            s.push_str(&format!(
-                "\n[... {} bytes of output cut ...]\n",
-                self.total - kept
-            ));
-        }
-        let tail: Vec<u8> = self.tail.iter().copied().collect();
-        s.push_str(&String::from_utf8_lossy(&tail));
-        s
     }
 }
 
