@@ -14,6 +14,7 @@ pub(crate) mod stop;
 mod window;
 mod workspace;
 pub mod environment;
+mod fresh;
 mod wrap;
 
 use std::sync::Arc;
@@ -307,11 +308,7 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
         stop_reason: Some(stop.reason),
         detail: stop.detail.clone(),
     });
-    let (environment, environment_ms) = match (&prepared.env, &prepared.container) {
-        (Some(got), Some(c)) => (environment::column(got), Some(got.ms + c.start_ms)),
-        (Some(got), None) => (environment::column(got), Some(got.ms)),
-        _ => (String::new(), None),
-    };
+    let (environment, environment_ms) = prepared.environment_columns();
     let (check, patch, kept, sandbox_level) = match &spec.repo {
         Some(repo) => after_loop(spec, env, repo, prepared, &stop, &log).await,
         None => (None, None, None, String::new()),

@@ -36,6 +36,20 @@ pub struct Prepared {
     pub failed: Option<Stop>,
 }
 
+impl Prepared {
+    /// The `environment` and `environment_ms` columns: the image, and the time its
+    /// image and container took.
+    pub fn environment_columns(&self) -> (String, Option<u64>) {
+        match (&self.env, &self.container) {
+            (Some(got), c) => (
+                super::environment::column(got),
+                Some(got.ms + c.as_ref().map_or(0, |c| c.start_ms)),
+            ),
+            _ => (String::new(), None),
+        }
+    }
+}
+
 fn setup_error(detail: String) -> Stop {
     Stop::new(StopReason::ToolSetupError, detail)
 }
@@ -113,36 +127,7 @@ pub async fn prepare(
         return p;
     }
     p.tmp = Some(tmp.clone());
-    let sandbox = match (&spec.environment, &p.env) {
-        (Some(config), Some(got)) => {
-            let network = super::environment::network_for_setup(config, repo);
-            match containers
-                .start(spec, config, got, &ws.root, &tmp, network, None, log)
-                .await
-            {
-                Ok(c) => {
-                    let c = Arc::new(c);
-                    p.container = Some(c.clone());
-                    Ok(Sandbox::in_container(
-                        c,
-                        &ws.root,
-                        config.network == crate::tools::container::Network::None,
-                        super::environment::level(got, config),
-                    ))
-                }
-                Err(e) => Err(e),
-            }
-        }
-        _ => Sandbox::new(
-            &ws.root,
-            crate::tools::workspace::seen_at(&repo.path).as_deref(),
-            &tmp,
-            &spec.env,
-            spec.sandbox,
-            work_dir,
-        )
-        .map_err(|e| e.to_string()),
-    };
+    let sandbox = make_sandbox(spec, repo, &mut p, &ws.root, &tmp, work_dir, containers, log).await;
     let sandbox = match sandbox {
         Ok(s) => Arc::new(s),
         Err(e) => {
@@ -184,6 +169,44 @@ pub async fn prepare(
     }
     p.workspace = Some(ws);
     p
+}
+
+/// The task's sandbox over `root`: its container (kept in `p` too) when it has an
+/// environment, else this machine's confinement.
+#[allow(clippy::too_many_arguments)]
+async fn make_sandbox(
+    spec: &TaskSpec,
+    repo: &RepoSpec,
+    p: &mut Prepared,
+    root: &Path,
+    tmp: &Path,
+    work_dir: &Path,
+    containers: &Containers,
+    log: &TaskLog,
+) -> Result<Sandbox, String> {
+    let (Some(config), Some(got)) = (&spec.environment, &p.env) else {
+        return Sandbox::new(
+            root,
+            crate::tools::workspace::seen_at(&repo.path).as_deref(),
+            tmp,
+            &spec.env,
+            spec.sandbox,
+            work_dir,
+        )
+        .map_err(|e| e.to_string());
+    };
+    let network = super::environment::network_for_setup(config, repo);
+    let c = containers
+        .start(spec, config, got, root, tmp, network, None, log)
+        .await?;
+    let c = Arc::new(c);
+    p.container = Some(c.clone());
+    Ok(Sandbox::in_container(
+        c,
+        root,
+        config.network == crate::tools::container::Network::None,
+        super::environment::level(got, config),
+    ))
 }
 
 /// Runs `setup` in the sandbox and tells the transcript; the stop it causes, if any.

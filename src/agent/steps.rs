@@ -61,7 +61,7 @@ pub(super) async fn after_loop(
     let patch = repo::patch(&prepared, log).await;
     let check = match (&spec.environment, spec.check_environment) {
         (Some(config), crate::job::CheckEnvironment::Fresh) => {
-            super::environment::fresh_check(
+            super::fresh::fresh_check(
                 spec,
                 env,
                 config,

@@ -58,49 +58,7 @@ pub(super) fn resolve_environment(
             );
         }
     }
-    // The image is one choice, taken from the nearest layer that makes it.
-    let (chosen, on_task) = if te.image.is_some() || te.dockerfile.is_some() {
-        (te, true)
-    } else {
-        (de, false)
-    };
-    let source = if let Some(image) = &chosen.image {
-        Some(Source::Image(image.clone()))
-    } else if let Some(df) = &chosen.dockerfile {
-        let dockerfile = cx.files.join(df);
-        let context = match &chosen.context {
-            Some(c) => cx.files.join(c),
-            None => dockerfile
-                .parent()
-                .map(|p| p.to_path_buf())
-                .unwrap_or_default(),
-        };
-        if !dockerfile.is_file() {
-            cx.err(
-                &at("dockerfile", on_task),
-                format!("no file at {}: dockerfile is relative to the job file", dockerfile.display()),
-            );
-        }
-        if !context.is_dir() {
-            let field = if chosen.context.is_some() { "context" } else { "dockerfile" };
-            cx.err(
-                &at(field, on_task),
-                format!("the build context {} is not a folder", context.display()),
-            );
-        }
-        // Absolute: the engine runs in the machine's mount namespace, from its root.
-        let abs = |p: std::path::PathBuf| std::path::absolute(&p).unwrap_or(p);
-        Some(Source::Dockerfile {
-            dockerfile: abs(dockerfile),
-            context: abs(context),
-        })
-    } else {
-        cx.err(
-            &origin(i, t.environment.is_some(), d.environment.is_some(), &["environment"]),
-            "an environment needs `image` (a name the engine has or can pull) or `dockerfile`",
-        );
-        None
-    };
+    let source = resolve_source(i, t, d, te, de, cx);
     macro_rules! pick {
         ($f:ident) => {
             (
@@ -161,6 +119,62 @@ pub(super) fn resolve_environment(
         env,
         build_timeout: pick!(build_timeout).0.map_or(DEFAULT_BUILD_TIMEOUT, |h| h.0),
     }))
+}
+
+/// Where the image comes from: the nearest layer that names `image` or `dockerfile`
+/// decides, whole.
+fn resolve_source(
+    i: usize,
+    t: &TaskFields,
+    d: &TaskFields,
+    te: &EnvironmentFields,
+    de: &EnvironmentFields,
+    cx: &mut Ctx,
+) -> Option<Source> {
+    let at = |field: &str, on_task: bool| origin(i, on_task, !on_task, &["environment", field]);
+    // The image is one choice, taken from the nearest layer that makes it.
+    let (chosen, on_task) = if te.image.is_some() || te.dockerfile.is_some() {
+        (te, true)
+    } else {
+        (de, false)
+    };
+    if let Some(image) = &chosen.image {
+        Some(Source::Image(image.clone()))
+    } else if let Some(df) = &chosen.dockerfile {
+        let dockerfile = cx.files.join(df);
+        let context = match &chosen.context {
+            Some(c) => cx.files.join(c),
+            None => dockerfile
+                .parent()
+                .map(|p| p.to_path_buf())
+                .unwrap_or_default(),
+        };
+        if !dockerfile.is_file() {
+            cx.err(
+                &at("dockerfile", on_task),
+                format!("no file at {}: dockerfile is relative to the job file", dockerfile.display()),
+            );
+        }
+        if !context.is_dir() {
+            let field = if chosen.context.is_some() { "context" } else { "dockerfile" };
+            cx.err(
+                &at(field, on_task),
+                format!("the build context {} is not a folder", context.display()),
+            );
+        }
+        // Absolute: the engine runs in the machine's mount namespace, from its root.
+        let abs = |p: std::path::PathBuf| std::path::absolute(&p).unwrap_or(p);
+        Some(Source::Dockerfile {
+            dockerfile: abs(dockerfile),
+            context: abs(context),
+        })
+    } else {
+        cx.err(
+            &origin(i, t.environment.is_some(), d.environment.is_some(), &["environment"]),
+            "an environment needs `image` (a name the engine has or can pull) or `dockerfile`",
+        );
+        None
+    }
 }
 
 #[cfg(test)]

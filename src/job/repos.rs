@@ -12,6 +12,32 @@ use crate::vocab::values::HumanDuration;
 
 const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(600);
 
+/// The repository of a task with an environment and no `repo`: the image's workdir
+/// (setup and check filled in by the caller).
+fn image_repo(
+    t: &TaskFields,
+    d: &TaskFields,
+    keep_workspaces: KeepWorkspaces,
+    workspaces: WorkspaceMethod,
+) -> RepoSpec {
+    let dur = |f: fn(&TaskFields) -> Option<HumanDuration>| {
+        f(t).or_else(|| f(d))
+            .map_or(DEFAULT_COMMAND_TIMEOUT, |h| h.0)
+    };
+    RepoSpec {
+        path: std::path::PathBuf::new(),
+        in_image: true,
+        git_ref: None,
+        setup: None,
+        setup_timeout: dur(|x| x.setup_timeout),
+        check: None,
+        check_timeout: dur(|x| x.check_timeout),
+        check_sandbox: t.check_sandbox.or(d.check_sandbox).unwrap_or(true),
+        keep_workspaces,
+        workspaces,
+    }
+}
+
 /// The task's repository and the commands around its loop.
 pub(super) fn resolve_repo(
     i: usize,
@@ -52,16 +78,9 @@ pub(super) fn resolve_repo(
                 );
             }
             return Some(RepoSpec {
-                path: std::path::PathBuf::new(),
-                in_image: true,
-                git_ref: None,
                 setup: setup.map(|(s, _)| s),
-                setup_timeout: dur(|x| x.setup_timeout),
                 check: check.map(|(c, _)| c),
-                check_timeout: dur(|x| x.check_timeout),
-                check_sandbox: t.check_sandbox.or(d.check_sandbox).unwrap_or(true),
-                keep_workspaces,
-                workspaces: method,
+                ..image_repo(t, d, keep_workspaces, method)
             });
         }
         for (field, v) in [

@@ -393,7 +393,10 @@ impl Run {
                     .map(|r| r.replays.clone())
                     .unwrap_or_default(),
             )),
-            containers: Arc::new(crate::agent::environment::Containers::for_run(&task_dir)),
+            containers: Arc::new(crate::agent::environment::Containers::for_run(
+                &task_dir,
+                crate::report::files::environments_dir(&task_dir),
+            )),
             pristines: Arc::new(crate::tools::pristine::Pristines::new(
                 task_dir.join(crate::report::files::PRISTINE),
                 self.opts.pristine_cache.clone(),

@@ -15,9 +15,10 @@ const WRITTEN_BEFORE: &str = include_str!(concat!(
 
 /// Every event name on disk. Renaming one breaks every transcript already written and
 /// every reader of them (resume, audit, scripts): change this list only on purpose.
-const NAMES: [&str; 35] = [
+const NAMES: [&str; 36] = [
     "task_start",
     "workspace",
+    "environment",
     "sandbox",
     "setup",
     "mcp_ready",
@@ -59,6 +60,7 @@ fn name_of(e: &TranscriptEvent) -> &'static str {
     match e {
         E::TaskStart { .. } => "task_start",
         E::Workspace { .. } => "workspace",
+        E::Environment { .. } => "environment",
         E::Sandbox { .. } => "sandbox",
         E::Setup { .. } => "setup",
         E::McpReady { .. } => "mcp_ready",

@@ -974,10 +974,16 @@ fn the_run_folder_check_sees_a_write_outside_report() {
 }
 
 /// Names of `report::files` that the run-folder check need not look for, with why.
-const NOT_WATCHED: &[(&str, &str)] = &[(
-    "PRISTINE",
-    "the run's pristine checkouts are made by tools/ (pristine.rs) under the folder, not report's files",
-)];
+const NOT_WATCHED: &[(&str, &str)] = &[
+    (
+        "PRISTINE",
+        "the run's pristine checkouts are made by tools/ (pristine.rs) under the folder, not report's files",
+    ),
+    (
+        "ENVIRONMENTS",
+        "image build and pull logs and image workdirs are written by tools/container under the folder the run hands it, not report's files",
+    ),
+];
 
 /// A name added to `report::files` is watched by `only_report_writes_the_run_folder`
 /// without anyone remembering to add it to `RUN_FOLDER_NAMES`.

@@ -433,7 +433,7 @@ impl Container {
         if done.is_none() {
             // SIGTERM to its session, SIGKILL after the grace period.
             let _ = self.send(&format!("t{n}\n")).await;
-            let grace = tokio::time::sleep(crate::tools::sandbox::GRACE);
+            let grace = tokio::time::sleep(crate::tools::sandbox::output::GRACE);
             tokio::pin!(grace);
             loop {
                 tokio::select! {

@@ -3,6 +3,9 @@
 
 use std::time::Duration;
 
+/// How long a command has after SIGTERM before SIGKILL, on the host and in a container.
+pub const GRACE: Duration = Duration::from_secs(2);
+
 /// How long a command may run and how much of its output is kept.
 #[derive(Debug, Clone, Copy)]
 pub struct RunLimits {

@@ -23,12 +23,12 @@
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::OnceLock;
-use std::time::Duration;
+
 
 use nix::libc;
 
 /// Time between SIGTERM and SIGKILL, for the runner's timeouts and for the warden.
-pub const GRACE: Duration = Duration::from_secs(2);
+pub use super::output::GRACE;
 
 /// How long a warden keeps killing what it cannot see end (a process stuck in the
 /// kernel) before it leaves it to init.
@@ -465,6 +465,7 @@ fn belongs(procfs: RawFd, name: &[u8], me: libc::pid_t) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     /// The runner's git calls die with the thread that starts (and waits for) them:
     /// when the runner dies, that thread is gone too.
