@@ -20,6 +20,11 @@ command -v node >/dev/null 2>&1 || missing+=(nodejs)
 command -v npm >/dev/null 2>&1 || missing+=(npm)
 command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || missing+=(chromium)
 command -v valgrind >/dev/null 2>&1 || missing+=(valgrind)
+# Per-task containers (tests/integration/containers.rs): podman with runc, and
+# mmdebstrap to make the base image from Debian's mirror (no registry is reachable).
+command -v podman >/dev/null 2>&1 || missing+=(podman)
+command -v runc >/dev/null 2>&1 || missing+=(runc)
+command -v mmdebstrap >/dev/null 2>&1 || missing+=(mmdebstrap)
 [ -n "${AGENTBATCH_TEST_PG_URL:-}" ] || compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql)
 [ -n "${AGENTBATCH_TEST_PG_URL:-}" ] || command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 if [ ${#missing[@]} -gt 0 ]; then
@@ -70,6 +75,10 @@ export AGENTBATCH_TEST_PYTHON="$PWD/tests/python/.venv/bin/python"
 # Nothing here may fail under set -e, or later steps would be skipped.
 cleanup() {
   local rc=$?
+  if [ -n "${podman_service_pid:-}" ]; then
+    kill "$podman_service_pid" 2>/dev/null || true
+    rm -rf "$podman_dir" || true
+  fi
   if [ -n "${pg_dir:-}" ]; then
     if [ -f "$pg_dir/data/postmaster.pid" ] && ! pg_run "$pg_bin/pg_ctl" -D "$pg_dir/data" -s -m immediate -w stop; then
       echo "tests/run.sh: could not stop the test PostgreSQL server (pid $(head -n 1 "$pg_dir/data/postmaster.pid" 2>/dev/null)); its folder is deleted, which makes it shut down within a minute" >&2
@@ -195,5 +204,46 @@ EOF
   export AGENTBATCH_TEST_PG_URL="postgres://agentbatch@127.0.0.1:$pg_port/agentbatch"
   export AGENTBATCH_TEST_PG_CA="$pg_dir/tls/ca.pem"
 fi
+
+# The container tests: podman's settings for this kind of machine in a containers.conf
+# of the tests' own (conmon's hard nproc limit is below podman's default, and crun
+# refuses cgroup v1's hybrid layout: docs/guide/containers.md), a base image (Debian
+# minbase with python3 and git) made once with mmdebstrap and cached as a tarball in
+# target/, and podman's Docker API service, which the `docker` command line is pointed
+# at (DOCKER_HOST). A `docker` command comes from Docker's CLI where the machine has one,
+# else from podman-docker.
+mkdir -p target
+printf '[containers]\ndefault_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]\n[engine]\nruntime = "runc"\n' >target/containers.conf
+export CONTAINERS_CONF="$PWD/target/containers.conf"
+if ! command -v docker >/dev/null 2>&1; then
+  echo "tests/run.sh: installing podman-docker (a docker command for the container tests)" >&2
+  sudo_cmd=()
+  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq podman-docker
+fi
+export AGENTBATCH_TEST_IMAGE=localhost/agentbatch-test-base:1
+if ! podman image exists "$AGENTBATCH_TEST_IMAGE"; then
+  if [ ! -s target/container-base.tar ]; then
+    echo "tests/run.sh: making the container tests' base image with mmdebstrap (about a minute, once)" >&2
+    rm -f target/container-base.tar.part
+    if ! mmdebstrap --quiet --variant=minbase --include=python3,git --format=tar bookworm target/container-base.tar.part >target/mmdebstrap.log 2>&1; then
+      echo "tests/run.sh: mmdebstrap could not make the base image; the end of its output:" >&2
+      tail -n 20 target/mmdebstrap.log >&2
+      exit 1
+    fi
+    mv target/container-base.tar.part target/container-base.tar
+  fi
+  podman import --quiet target/container-base.tar "$AGENTBATCH_TEST_IMAGE" >/dev/null
+fi
+podman_dir=$(mktemp -d "${TMPDIR:-/tmp}/agentbatch-podman.XXXXXX")
+podman system service --time=0 "unix://$podman_dir/podman.sock" >"$podman_dir/service.log" 2>&1 &
+podman_service_pid=$!
+for _ in $(seq 100); do [ -S "$podman_dir/podman.sock" ] && break; sleep 0.1; done
+if [ ! -S "$podman_dir/podman.sock" ]; then
+  echo "tests/run.sh: podman system service did not start; its log:" >&2
+  tail -n 20 "$podman_dir/service.log" >&2
+  exit 1
+fi
+export DOCKER_HOST="unix://$podman_dir/podman.sock"
 
 cargo test --locked "$@"
