@@ -25,6 +25,8 @@ command -v valgrind >/dev/null 2>&1 || missing+=(valgrind)
 command -v podman >/dev/null 2>&1 || missing+=(podman)
 command -v runc >/dev/null 2>&1 || missing+=(runc)
 command -v mmdebstrap >/dev/null 2>&1 || missing+=(mmdebstrap)
+# The pull tests pull from a real registry server on loopback (Debian's docker-registry).
+command -v docker-registry >/dev/null 2>&1 || missing+=(docker-registry)
 [ -n "${AGENTBATCH_TEST_PG_URL:-}" ] || compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql)
 [ -n "${AGENTBATCH_TEST_PG_URL:-}" ] || command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 if [ ${#missing[@]} -gt 0 ]; then
@@ -77,6 +79,11 @@ cleanup() {
   local rc=$?
   if [ -n "${podman_service_pid:-}" ]; then
     kill "$podman_service_pid" 2>/dev/null || true
+  fi
+  if [ -n "${registry_pid:-}" ]; then
+    kill "$registry_pid" 2>/dev/null || true
+  fi
+  if [ -n "${podman_dir:-}" ]; then
     rm -rf "$podman_dir" || true
   fi
   if [ -n "${pg_dir:-}" ]; then
@@ -245,5 +252,16 @@ if [ ! -S "$podman_dir/podman.sock" ]; then
   exit 1
 fi
 export DOCKER_HOST="unix://$podman_dir/podman.sock"
+# A registry server on a free port of 127.0.0.1, plain HTTP, which podman is told to
+# trust (registries.conf of the tests' own), for the pull tests.
+registry_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+mkdir -p "$podman_dir/registry"
+printf 'version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: 127.0.0.1:%s\n' "$podman_dir/registry" "$registry_port" >"$podman_dir/registry.yml"
+docker-registry serve "$podman_dir/registry.yml" >"$podman_dir/registry.log" 2>&1 &
+registry_pid=$!
+printf '[[registry]]\nlocation = "127.0.0.1:%s"\ninsecure = true\n' "$registry_port" >"$podman_dir/registries.conf"
+export CONTAINERS_REGISTRIES_CONF="$podman_dir/registries.conf"
+export AGENTBATCH_TEST_REGISTRY="127.0.0.1:$registry_port"
+for _ in $(seq 100); do python3 -c "import socket; socket.create_connection(('127.0.0.1', $registry_port), 1)" 2>/dev/null && break; sleep 0.1; done
 
 cargo test --locked "$@"

@@ -14,8 +14,8 @@ use tokio::sync::OnceCell;
 
 use crate::job::{RepoSpec, TaskSpec};
 use crate::tools::container::{
-    image::Made, owner_label, remove_leftovers, Container, Engine, EngineChoice,
-    EnvironmentConfig, Images, Network, Ready, Start, DEFAULT_WORKDIR, QUICK,
+    image::Made, owner_label, remove_leftovers, Container, Engine, EngineChoice, EnvironmentConfig,
+    Images, Network, Ready, Start, DEFAULT_WORKDIR, QUICK,
 };
 use crate::vocab::log::TaskLog;
 use crate::vocab::transcript::TranscriptEvent;
@@ -127,30 +127,48 @@ impl Containers {
 
     /// The image's `workdir`, copied out to the run folder once per image and workdir
     /// (the source every task of that image makes its workspace from).
-    async fn extract(&self, engine: &Engine, image: &Ready, workdir: &str) -> Result<PathBuf, String> {
+    async fn extract(
+        &self,
+        engine: &Engine,
+        image: &Ready,
+        workdir: &str,
+    ) -> Result<PathBuf, String> {
         let cell = {
             let mut map = self.extracted.lock().unwrap_or_else(|e| e.into_inner());
             map.entry((image.id.clone(), workdir.to_string()))
                 .or_default()
                 .clone()
         };
-        let dir = self.envs.join(format!(
-            "{}{}",
-            image.short_id(),
-            workdir.replace('/', "_")
-        ));
+        let dir = self
+            .envs
+            .join(format!("{}{}", image.short_id(), workdir.replace('/', "_")));
         cell.get_or_init(|| async {
             let _ = std::fs::remove_dir_all(&dir);
             std::fs::create_dir_all(&dir)
                 .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-            let name = format!("agentbatch-extract-{}-{}", std::process::id(), self.serial.fetch_add(1, Ordering::SeqCst));
+            let name = format!(
+                "agentbatch-extract-{}-{:012x}",
+                self.serial.fetch_add(1, Ordering::SeqCst),
+                rand::random::<u64>() >> 16
+            );
             let (owner, who) = owner_label();
             let label = format!("{owner}={who}");
             let fail = |e: crate::tools::container::ContainerError| {
                 format!("cannot copy {workdir} out of the image {}: {e}", image.name)
             };
             engine
-                .run(&["create", "--name", &name, "--label", &label, &image.name, "sh"], QUICK)
+                .run(
+                    &[
+                        "create",
+                        "--name",
+                        &name,
+                        "--label",
+                        &label,
+                        &image.name,
+                        "sh",
+                    ],
+                    QUICK,
+                )
                 .await
                 .map_err(fail)?;
             let from = format!("{name}:{}/.", workdir.trim_end_matches('/'));
@@ -182,14 +200,23 @@ impl Containers {
     ) -> Result<Container, String> {
         let serial = self.serial.fetch_add(1, Ordering::SeqCst);
         let id: String = spec.id.chars().take(80).collect();
-        let name = format!("agentbatch-{id}-{}-{serial}", std::process::id());
+        // A pid is reused, and a killed run's stopped containers keep their names until
+        // the next run removes them: the random part keeps names apart.
+        let name = format!(
+            "agentbatch-{id}-{serial}-{:012x}",
+            rand::random::<u64>() >> 16
+        );
         let run = self.dir.canonicalize().unwrap_or_else(|_| self.dir.clone());
         let labels = vec![
             owner_label(),
             (RUN_LABEL.to_string(), run.display().to_string()),
             (TASK_LABEL.to_string(), spec.id.clone()),
         ];
-        let control = tmp.join(if purpose.is_some() { "control-fresh" } else { "control" });
+        let control = tmp.join(if purpose.is_some() {
+            "control-fresh"
+        } else {
+            "control"
+        });
         let container = Container::start(Start {
             engine: &got.engine,
             image: &got.image,
@@ -203,7 +230,12 @@ impl Containers {
             network_for_setup,
         })
         .await
-        .map_err(|e| format!("cannot start the container of image {}: {e}", got.image.name))?;
+        .map_err(|e| {
+            format!(
+                "cannot start the container of image {}: {e}",
+                got.image.name
+            )
+        })?;
         let (build_ms, pull_ms) = match got.image.made {
             Made::Built => (got.image.ms, 0),
             Made::Pulled => (0, got.image.ms),

@@ -63,7 +63,10 @@ pub async fn fresh_check(
     };
     let ws = made.workspace;
     let tmp = env.work_dir.join("tmp").join(&key);
-    let result = fresh_in(spec, env, config, prepared, repo, &ws.root, &tmp, patch, stop, log).await;
+    let result = fresh_in(
+        spec, env, config, prepared, repo, &ws.root, &tmp, patch, stop, log,
+    )
+    .await;
     let _ = tokio::task::spawn_blocking(move || {
         let _ = ws.remove();
         let _ = std::fs::remove_dir_all(tmp);
@@ -94,7 +97,16 @@ async fn fresh_in(
     let network = network_for_setup(config, repo) || !repo.check_sandbox;
     let container = env
         .containers
-        .start(spec, config, got, root, tmp, network, Some("fresh check"), log)
+        .start(
+            spec,
+            config,
+            got,
+            root,
+            tmp,
+            network,
+            Some("fresh check"),
+            log,
+        )
         .await?;
     let container = Arc::new(container);
     let sandbox = Arc::new(crate::tools::Sandbox::in_container(
@@ -105,8 +117,13 @@ async fn fresh_in(
     ));
     let outcome = async {
         if let Some(setup) = &repo.setup {
-            if let Some(stop) = super::repo::run_setup(setup, repo, &sandbox, &env.cancel, log).await {
-                return Err(format!("setup failed in the fresh container: {}", stop.detail));
+            if let Some(stop) =
+                super::repo::run_setup(setup, repo, &sandbox, &env.cancel, log).await
+            {
+                return Err(format!(
+                    "setup failed in the fresh container: {}",
+                    stop.detail
+                ));
             }
         }
         if repo.check_sandbox {

@@ -4,6 +4,8 @@
 //! The model proposes, the harness disposes.
 
 pub mod batching;
+pub mod environment;
+mod fresh;
 mod mcp;
 mod repeats;
 mod repo;
@@ -13,8 +15,6 @@ mod steps;
 pub(crate) mod stop;
 mod window;
 mod workspace;
-pub mod environment;
-mod fresh;
 mod wrap;
 
 use std::sync::Arc;

@@ -9,8 +9,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::job::schema::KeepWorkspaces;
 use crate::job::{RepoSpec, TaskSpec};
-use crate::tools::workspace::{Workspace, WorkspaceError};
 use crate::tools::container::Container;
+use crate::tools::workspace::{Workspace, WorkspaceError};
 use crate::tools::{Reach, RunLimits, Sandbox};
 
 use super::environment::{Containers, Got};
@@ -99,7 +99,9 @@ pub async fn prepare(
     let shadow = work_dir.join("git").join(&spec.id);
     let tmp = work_dir.join("tmp").join(&spec.id);
     let in_container = p.env.is_some();
-    let made = match super::workspace::make(source, pristines, work_dir, dest, shadow, in_container).await {
+    let made = match super::workspace::make(source, pristines, work_dir, dest, shadow, in_container)
+        .await
+    {
         Ok(made) => made,
         Err(e) => {
             p.failed = Some(setup_error(e));
@@ -127,7 +129,10 @@ pub async fn prepare(
         return p;
     }
     p.tmp = Some(tmp.clone());
-    let sandbox = make_sandbox(spec, repo, &mut p, &ws.root, &tmp, work_dir, containers, log).await;
+    let sandbox = make_sandbox(
+        spec, repo, &mut p, &ws.root, &tmp, work_dir, containers, log,
+    )
+    .await;
     let sandbox = match sandbox {
         Ok(s) => Arc::new(s),
         Err(e) => {
@@ -164,7 +169,9 @@ pub async fn prepare(
     }
     if let (Some(c), None) = (&p.container, &p.failed) {
         if let Err(e) = c.cut_network().await {
-            p.failed = Some(setup_error(format!("cannot take the container off the network after setup: {e}")));
+            p.failed = Some(setup_error(format!(
+                "cannot take the container off the network after setup: {e}"
+            )));
         }
     }
     p.workspace = Some(ws);

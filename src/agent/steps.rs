@@ -61,16 +61,8 @@ pub(super) async fn after_loop(
     let patch = repo::patch(&prepared, log).await;
     let check = match (&spec.environment, spec.check_environment) {
         (Some(config), crate::job::CheckEnvironment::Fresh) => {
-            super::fresh::fresh_check(
-                spec,
-                env,
-                config,
-                &prepared,
-                patch.as_deref(),
-                stop,
-                log,
-            )
-            .await
+            super::fresh::fresh_check(spec, env, config, &prepared, patch.as_deref(), stop, log)
+                .await
         }
         _ => repo::check(spec, repo, &prepared, stop, log, &env.cancel).await,
     };

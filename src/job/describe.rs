@@ -165,7 +165,8 @@ fn describe_task(t: &TaskSpec, s: &mut String) {
             s,
             "      environment: {}, engine {}, {}{}{}; check in the {} container",
             match &e.source {
-                crate::tools::container::Source::Image(i) => format!("image {i} (pull: {})", e.pull.name()),
+                crate::tools::container::Source::Image(i) =>
+                    format!("image {i} (pull: {})", e.pull.name()),
                 crate::tools::container::Source::Dockerfile { dockerfile, .. } =>
                     format!("dockerfile {}", dockerfile.display()),
             },
@@ -214,6 +215,8 @@ fn describe_task(t: &TaskSpec, s: &mut String) {
                 WorkspaceMethod::Reflink =>
                     "reflink (a copy sharing the pristine checkout's blocks; the run folder must be on btrfs or XFS)",
                 WorkspaceMethod::Copy => "copy (a full copy of the pristine checkout)",
+                WorkspaceMethod::Auto if t.environment.is_some() =>
+                    "auto: reflink where the run folder's filesystem has reflinks, else copy (a container's workspace is never an overlay: the engine would not see it)",
                 WorkspaceMethod::Auto if crate::tools::layer::available() =>
                     "auto: overlay (a copy-on-write layer over one pristine checkout), else reflink where the run folder's filesystem has reflinks, else copy",
                 WorkspaceMethod::Auto =>

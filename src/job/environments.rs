@@ -61,10 +61,7 @@ pub(super) fn resolve_environment(
     let source = resolve_source(i, t, d, te, de, cx);
     macro_rules! pick {
         ($f:ident) => {
-            (
-                te.$f.clone().or_else(|| de.$f.clone()),
-                te.$f.is_some(),
-            )
+            (te.$f.clone().or_else(|| de.$f.clone()), te.$f.is_some())
         };
     }
     let (memory, memory_on_task) = pick!(memory);
@@ -79,17 +76,28 @@ pub(super) fn resolve_environment(
     let (cpus, cpus_on_task) = pick!(cpus);
     if let Some(c) = cpus {
         if !(c.is_finite() && c > 0.0 && c <= 1024.0) {
-            cx.err(&at("cpus", cpus_on_task), format!("cpus {c} is not between 0.01 and 1024"));
+            cx.err(
+                &at("cpus", cpus_on_task),
+                format!("cpus {c} is not between 0.01 and 1024"),
+            );
         }
     }
     let (pids, pids_on_task) = pick!(pids);
     if pids.is_some_and(|p| p < 8) {
-        cx.err(&at("pids", pids_on_task), "pids below 8 leaves no room for the shell that runs each command");
+        cx.err(
+            &at("pids", pids_on_task),
+            "pids below 8 leaves no room for the shell that runs each command",
+        );
     }
     let (workdir, workdir_on_task) = pick!(workdir);
     if let Some(w) = &workdir {
         if !w.starts_with('/') || w.contains(':') || w == "/" {
-            cx.err(&at("workdir", workdir_on_task), format!("workdir \"{w}\" must be an absolute folder other than / (and hold no ':')"));
+            cx.err(
+                &at("workdir", workdir_on_task),
+                format!(
+                    "workdir \"{w}\" must be an absolute folder other than / (and hold no ':')"
+                ),
+            );
         }
     }
     let (engine, engine_on_task) = pick!(engine);
@@ -117,7 +125,9 @@ pub(super) fn resolve_environment(
         workdir,
         user: pick!(user).0,
         env,
-        build_timeout: pick!(build_timeout).0.map_or(DEFAULT_BUILD_TIMEOUT, |h| h.0),
+        build_timeout: pick!(build_timeout)
+            .0
+            .map_or(DEFAULT_BUILD_TIMEOUT, |h| h.0),
     }))
 }
 
@@ -152,11 +162,18 @@ fn resolve_source(
         if !dockerfile.is_file() {
             cx.err(
                 &at("dockerfile", on_task),
-                format!("no file at {}: dockerfile is relative to the job file", dockerfile.display()),
+                format!(
+                    "no file at {}: dockerfile is relative to the job file",
+                    dockerfile.display()
+                ),
             );
         }
         if !context.is_dir() {
-            let field = if chosen.context.is_some() { "context" } else { "dockerfile" };
+            let field = if chosen.context.is_some() {
+                "context"
+            } else {
+                "dockerfile"
+            };
             cx.err(
                 &at(field, on_task),
                 format!("the build context {} is not a folder", context.display()),
@@ -170,7 +187,12 @@ fn resolve_source(
         })
     } else {
         cx.err(
-            &origin(i, t.environment.is_some(), d.environment.is_some(), &["environment"]),
+            &origin(
+                i,
+                t.environment.is_some(),
+                d.environment.is_some(),
+                &["environment"],
+            ),
             "an environment needs `image` (a name the engine has or can pull) or `dockerfile`",
         );
         None

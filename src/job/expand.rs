@@ -347,7 +347,13 @@ fn expand_task(
         .map(|ts| ts.tools.clone())
         .unwrap_or_default();
     let environment = super::environments::resolve_environment(i, t, d, cx);
-    let repo = resolve_repo(i, t, d, t.environment.is_some() || d.environment.is_some(), cx);
+    let repo = resolve_repo(
+        i,
+        t,
+        d,
+        t.environment.is_some() || d.environment.is_some(),
+        cx,
+    );
     check_toolset_needs(i, t, d, toolset.as_deref(), repo.is_some(), registry, cx);
     let env = resolve_env(i, t, d, shared.providers, cx);
     let sandbox = resolve_sandbox(t, d);
@@ -417,7 +423,10 @@ fn expand_task(
         env,
         sandbox,
         environment,
-        check_environment: t.check_environment.or(d.check_environment).unwrap_or_default(),
+        check_environment: t
+            .check_environment
+            .or(d.check_environment)
+            .unwrap_or_default(),
         model,
         max_tokens,
         system: t.system.clone().or_else(|| d.system.clone()),

@@ -85,8 +85,7 @@ fn token() -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_repo_task_and_an_image_only_task_run_every_command_inside_with_host_identical_patches()
-{
+async fn a_repo_task_and_an_image_only_task_run_every_command_inside_with_host_identical_patches() {
     let case = Case::new();
     calc_fixture(&case, "calc");
     let git = calc_fixture(&case, "calc-git");
@@ -103,28 +102,60 @@ async fn a_repo_task_and_an_image_only_task_run_every_command_inside_with_host_i
     }
     for id in ["in-repo", "in-image"] {
         let row = ran.row(id);
-        assert!(row["sandbox"].starts_with("container podman sha256:"), "{row:?}");
-        assert!(row["environment"].starts_with("localhost/agentbatch-env:"), "{row:?}");
+        assert!(
+            row["sandbox"].starts_with("container podman sha256:"),
+            "{row:?}"
+        );
+        assert!(
+            row["environment"].starts_with("localhost/agentbatch-env:"),
+            "{row:?}"
+        );
         assert!(row["environment"].contains("@sha256:"), "{row:?}");
         assert!(!row["environment_ms"].is_empty(), "{row:?}");
         // The bash call saw the image's file and ran in the workdir.
         let results = ran.events(id, "tool_result");
-        let bash = results.iter().map(|e| e.to_string()).find(|e| e.contains("only-in-the-image")).unwrap_or_else(|| panic!("{id}: {results:?}"));
-        let workdir = if id == "in-repo" { "/workspace" } else { "/testbed" };
+        let bash = results
+            .iter()
+            .map(|e| e.to_string())
+            .find(|e| e.contains("only-in-the-image"))
+            .unwrap_or_else(|| panic!("{id}: {results:?}"));
+        let workdir = if id == "in-repo" {
+            "/workspace"
+        } else {
+            "/testbed"
+        };
         assert!(bash.contains(workdir), "{bash}");
         // The check too: the host has no /opt/marker.
         let check = ran.events(id, "check");
-        assert!(check[0].to_string().contains("only-in-the-image"), "{check:?}");
+        assert!(
+            check[0].to_string().contains("only-in-the-image"),
+            "{check:?}"
+        );
         let env = ran.events(id, "environment");
         assert_eq!(env.len(), 1, "{env:?}");
     }
-    assert!(!Path::new("/opt/marker").exists(), "the host must not have the image's marker");
+    assert!(
+        !Path::new("/opt/marker").exists(),
+        "the host must not have the image's marker"
+    );
     let patch = |id: &str| std::fs::read(ran.dir.join(format!("patches/{id}.diff"))).unwrap();
     assert!(!patch("host-plain").is_empty());
-    assert_eq!(patch("in-repo"), patch("host-plain"), "a bind-mounted workspace's patch is the host's");
-    assert_eq!(patch("in-image"), patch("host-git"), "an image's workdir gives git's own patch");
+    assert_eq!(
+        patch("in-repo"),
+        patch("host-plain"),
+        "a bind-mounted workspace's patch is the host's"
+    );
+    assert_eq!(
+        patch("in-image"),
+        patch("host-git"),
+        "an image's workdir gives git's own patch"
+    );
     assert!(String::from_utf8_lossy(&patch("in-image")).contains("GIT binary patch"));
-    assert!(containers_of(&ran.dir).is_empty(), "{:?}", containers_of(&ran.dir));
+    assert!(
+        containers_of(&ran.dir).is_empty(),
+        "{:?}",
+        containers_of(&ran.dir)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -170,18 +201,39 @@ async fn memory_process_and_network_limits_hold_and_the_run_goes_on() {
     let check = ran.events("oom", "check")[0].to_string();
     assert!(check.contains("memory limit (256m)"), "{check}");
     let bomb = ran.row("forkbomb");
-    assert_eq!(bomb["outcome"], "pass", "the check ran after the bomb: {bomb:?}");
+    assert_eq!(
+        bomb["outcome"], "pass",
+        "the check ran after the bomb: {bomb:?}"
+    );
     let bomb_out = ran.events("forkbomb", "tool_result")[0].to_string();
     assert!(
         bomb_out.contains("Resource temporarily unavailable") || bomb_out.contains("retry: "),
         "{bomb_out}"
     );
-    assert_eq!(ran.row("offline")["outcome"], "pass", "{:?}", ran.events("offline", "check"));
+    assert_eq!(
+        ran.row("offline")["outcome"],
+        "pass",
+        "{:?}",
+        ran.events("offline", "check")
+    );
     let offline_bash = ran.events("offline", "tool_result")[0].to_string();
-    assert!(offline_bash.contains("no route to the host"), "{offline_bash}");
-    assert_eq!(ran.row("bridged")["outcome"], "pass", "{:?}", ran.events("bridged", "check"));
-    assert!(ran.events("bridged", "tool_result")[0].to_string().contains("reached"));
-    assert!(ran.row("offline")["sandbox"].ends_with("no network; copy workspace") || ran.row("offline")["sandbox"].contains("no network"));
+    assert!(
+        offline_bash.contains("no route to the host"),
+        "{offline_bash}"
+    );
+    assert_eq!(
+        ran.row("bridged")["outcome"],
+        "pass",
+        "{:?}",
+        ran.events("bridged", "check")
+    );
+    assert!(ran.events("bridged", "tool_result")[0]
+        .to_string()
+        .contains("reached"));
+    assert!(
+        ran.row("offline")["sandbox"].ends_with("no network; copy workspace")
+            || ran.row("offline")["sandbox"].contains("no network")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -190,13 +242,19 @@ async fn twenty_tasks_share_one_build_and_an_edit_rebuilds_once() {
     let t = token();
     case.write(
         "env/Dockerfile",
-        &format!("FROM {}\nRUN mkdir /work && echo {t} > /opt/built\nWORKDIR /work\n", base_image()),
+        &format!(
+            "FROM {}\nRUN mkdir /work && echo {t} > /opt/built\nWORKDIR /work\n",
+            base_image()
+        ),
     );
     case.write("env/data.txt", "1\n");
     let tasks: String = (0..20)
         .map(|i| format!("  - {{ id: t{i}, prompt: p, sim: {{ turns: [ {{ content: [ {{ tool_use: {{ name: bash, input: {{ command: cat /opt/built }} }} }} ] }}, {{ content: [ {{ text: done }} ] }} ] }} }}\n"))
         .collect();
-    let job = yaml("  environment: { dockerfile: env/Dockerfile }\n  check: 'test -f /opt/built'\n", &tasks);
+    let job = yaml(
+        "  environment: { dockerfile: env/Dockerfile }\n  check: 'test -f /opt/built'\n",
+        &tasks,
+    );
     let built = |ran: &crate::common::Ran| {
         (0..20)
             .flat_map(|i| ran.events(&format!("t{i}"), "environment"))
@@ -206,7 +264,11 @@ async fn twenty_tasks_share_one_build_and_an_edit_rebuilds_once() {
     let first = case.run(&job).await;
     assert_eq!(built(&first), 1, "{:?}", first.rows());
     let first_image = first.row("t0")["environment"].clone();
-    assert!(first.rows().iter().all(|r| r["outcome"] == "pass"), "{:?}", first.rows());
+    assert!(
+        first.rows().iter().all(|r| r["outcome"] == "pass"),
+        "{:?}",
+        first.rows()
+    );
     let logs: Vec<_> = std::fs::read_dir(first.dir.join("environments"))
         .unwrap()
         .flatten()
@@ -228,7 +290,10 @@ async fn twenty_tasks_share_one_build_and_an_edit_rebuilds_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_missing_image_or_a_failed_build_stops_its_tasks_before_any_request() {
     let case = Case::new();
-    case.write("bad/Dockerfile", &format!("FROM {}\nRUN echo breaking && false\n", base_image()));
+    case.write(
+        "bad/Dockerfile",
+        &format!("FROM {}\nRUN echo breaking && false\n", base_image()),
+    );
     case.write("bad/token", &token());
     let tasks = format!(
         "  - {{ id: missing, prompt: p, environment: {{ image: localhost/agentbatch-no-such-image:{}, pull: never }} }}\n  - {{ id: broken, prompt: p, environment: {{ dockerfile: bad/Dockerfile }} }}\n  - {{ id: fine, prompt: p }}\n",
@@ -238,12 +303,26 @@ async fn a_missing_image_or_a_failed_build_stops_its_tasks_before_any_request() 
     let ran = case.run(&job).await;
     let missing = ran.row("missing");
     assert_eq!(missing["stop_reason"], "tool_setup_error", "{missing:?}");
-    assert!(missing["stop_detail"].contains("localhost/agentbatch-no-such-image") && missing["stop_detail"].contains("pull: never"), "{missing:?}");
+    assert!(
+        missing["stop_detail"].contains("localhost/agentbatch-no-such-image")
+            && missing["stop_detail"].contains("pull: never"),
+        "{missing:?}"
+    );
     let broken = ran.row("broken");
     assert_eq!(broken["stop_reason"], "tool_setup_error", "{broken:?}");
-    assert!(broken["stop_detail"].contains("Dockerfile") && broken["stop_detail"].contains(".log"), "{broken:?}");
-    let log = broken["stop_detail"].split_whitespace().find(|w| w.contains("environments/build-")).unwrap().trim_end_matches(')');
-    assert!(std::fs::read_to_string(log).unwrap().contains("breaking"), "{log}");
+    assert!(
+        broken["stop_detail"].contains("Dockerfile") && broken["stop_detail"].contains(".log"),
+        "{broken:?}"
+    );
+    let log = broken["stop_detail"]
+        .split_whitespace()
+        .find(|w| w.contains("environments/build-"))
+        .unwrap()
+        .trim_end_matches(')');
+    assert!(
+        std::fs::read_to_string(log).unwrap().contains("breaking"),
+        "{log}"
+    );
     for id in ["missing", "broken"] {
         assert!(ran.requests(id).is_empty(), "{id} paid for a request");
         assert_eq!(ran.row(id)["cost_usd"], "0", "{:?}", ran.row(id));
@@ -268,14 +347,21 @@ fn validate_names_the_engine_field_when_no_engine_is_found() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("environment.engine") && err.contains("podman: not on PATH"), "{err}");
+    assert!(
+        err.contains("environment.engine") && err.contains("podman: not on PATH"),
+        "{err}"
+    );
     // With the engine there, validate shows it and the image's state.
     let out = crate::common::bin()
         .args(["validate", "job.yaml"])
         .current_dir(case.dir.path())
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(said.contains("podman 4") && said.contains("x:1"), "{said}");
 }
@@ -299,18 +385,34 @@ async fn a_fresh_verifier_is_not_fooled_by_an_agent_that_rewrites_the_tests() {
             &tasks,
         ))
         .await;
-    assert_eq!(ran.row("same")["outcome"], "pass", "the cheat works in the agent's container");
+    assert_eq!(
+        ran.row("same")["outcome"],
+        "pass",
+        "the cheat works in the agent's container"
+    );
     let fresh = ran.row("fresh");
     assert_eq!(fresh["outcome"], "fail", "{fresh:?}");
     let envs = ran.events("fresh", "environment");
     assert_eq!(envs.len(), 2, "{envs:?}");
     assert_eq!(envs[1]["purpose"], "fresh check");
-    assert!(ran.events("fresh", "check")[0].to_string().contains("add is wrong"));
+    assert!(ran.events("fresh", "check")[0]
+        .to_string()
+        .contains("add is wrong"));
     let left = containers_of(&ran.dir);
-    assert_eq!(left.len(), 1, "the failed task's container is kept: {left:?}");
+    assert_eq!(
+        left.len(),
+        1,
+        "the failed task's container is kept: {left:?}"
+    );
     assert!(left[0].ends_with("-kept"), "{left:?}");
-    assert_eq!(ran.row("fresh")["workspace"].rsplit("container ").next(), Some(left[0].as_str()));
-    Command::new("podman").args(["rm", "-f", &left[0]]).output().unwrap();
+    assert_eq!(
+        ran.row("fresh")["workspace"].rsplit("container ").next(),
+        Some(left[0].as_str())
+    );
+    Command::new("podman")
+        .args(["rm", "-f", &left[0]])
+        .output()
+        .unwrap();
 }
 
 #[test]
@@ -338,15 +440,32 @@ fn kill_9_of_the_runner_leaves_no_container_running_and_resume_completes() {
     signal(child.id(), "KILL");
     let _ = child.wait();
     // The containers stop by themselves: their loop reads end-of-file.
-    wait_until("the killed run's containers to stop", Duration::from_secs(20), || {
-        let out = Command::new("podman")
-            .args(["ps", "--format", "{{.Names}}", "--filter", &format!("label=agentbatch.run={}", dir.canonicalize().unwrap().display())])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).trim().is_empty()
-    });
+    wait_until(
+        "the killed run's containers to stop",
+        Duration::from_secs(20),
+        || {
+            let out = Command::new("podman")
+                .args([
+                    "ps",
+                    "--format",
+                    "{{.Names}}",
+                    "--filter",
+                    &format!(
+                        "label=agentbatch.run={}",
+                        dir.canonicalize().unwrap().display()
+                    ),
+                ])
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout).trim().is_empty()
+        },
+    );
     let out = case.agentbatch(&["run", "job.yaml", "--resume", "reports/r", "--quiet"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let rows = read_csv(&dir.join("results.csv"));
     assert_eq!(rows.len(), 4);
     assert!(rows.iter().all(|r| r["outcome"] == "pass"), "{rows:?}");
@@ -356,8 +475,14 @@ fn kill_9_of_the_runner_leaves_no_container_running_and_resume_completes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_docker_command_line_drives_the_same_containers() {
     let image = base_image();
-    let which = Command::new("sh").args(["-c", "command -v docker"]).output().unwrap();
-    assert!(which.status.success(), "tests/run.sh puts a docker command on PATH");
+    let which = Command::new("sh")
+        .args(["-c", "command -v docker"])
+        .output()
+        .unwrap();
+    assert!(
+        which.status.success(),
+        "tests/run.sh puts a docker command on PATH"
+    );
     let case = Case::new();
     calc_fixture(&case, "calc");
     let tasks = format!("  - id: d\n    prompt: p\n    sim:\n{FIX}");
@@ -369,6 +494,100 @@ async fn the_docker_command_line_drives_the_same_containers() {
         .await;
     let row = ran.row("d");
     assert_eq!(row["outcome"], "pass", "{row:?}");
-    assert!(row["sandbox"].starts_with("container docker sha256:"), "{row:?}");
-    assert!(ran.events("d", "environment")[0]["engine"].as_str().unwrap().starts_with("docker "));
+    assert!(
+        row["sandbox"].starts_with("container docker sha256:"),
+        "{row:?}"
+    );
+    assert!(ran.events("d", "environment")[0]["engine"]
+        .as_str()
+        .unwrap()
+        .starts_with("docker "));
+}
+
+/// The registry server tests/run.sh starts on loopback.
+fn registry() -> String {
+    std::env::var("AGENTBATCH_TEST_REGISTRY")
+        .expect("AGENTBATCH_TEST_REGISTRY names the test registry: run through tests/run.sh")
+}
+
+fn podman(args: &[&str]) -> String {
+    let out = Command::new("podman")
+        .args(args)
+        .output()
+        .expect("podman runs");
+    assert!(
+        out.status.success(),
+        "podman {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn images_are_pulled_as_the_pull_setting_says_from_a_real_registry() {
+    let t = token();
+    let case = Case::new();
+    case.write(
+        "img/Dockerfile",
+        &format!("FROM {}\nRUN echo {t} > /opt/pulled\n", base_image()),
+    );
+    let name = format!("{}/agentbatch-test/pulled:{t}", registry());
+    podman(&[
+        "build",
+        "-q",
+        "-t",
+        &name,
+        &case.path("img").display().to_string(),
+    ]);
+    podman(&["push", "-q", &name]);
+    podman(&["rmi", "-f", &name]);
+    let job = |pull: &str, image: &str| {
+        format!("name: p\ndefaults:\n  provider: sim\n  model: claude-sonnet-4-5\n  tools: [bash]\ntasks:\n  - id: t\n    prompt: p\n    environment: {{ image: '{image}', pull: {pull}, workdir: /opt }}\n    sim: {{ turns: [ {{ content: [ {{ tool_use: {{ name: bash, input: {{ command: cat /opt/pulled }} }} }} ] }}, {{ content: [ {{ text: done }} ] }} ] }}\n")
+    };
+    let made = |ran: &crate::common::Ran| {
+        let env = ran.events("t", "environment");
+        assert!(!env.is_empty(), "{:?}", ran.row("t"));
+        env[0]["made"].as_str().unwrap().to_string()
+    };
+    // Not here under pull: never: stopped before any request.
+    let never = case.run(&job("never", &name)).await;
+    assert_eq!(
+        never.row("t")["stop_reason"],
+        "tool_setup_error",
+        "{:?}",
+        never.row("t")
+    );
+    assert!(never.requests("t").is_empty());
+    std::fs::remove_dir_all(case.path("reports")).unwrap();
+    // missing: pulled once, and the task sees the image's file.
+    let missing = case.run(&job("missing", &name)).await;
+    assert_eq!(made(&missing), "pulled", "{:?}", missing.row("t"));
+    assert!(missing.events("t", "tool_result")[0]
+        .to_string()
+        .contains(&t));
+    assert!(missing.events("t", "environment")[0]["pull_ms"]
+        .as_u64()
+        .is_some());
+    std::fs::remove_dir_all(case.path("reports")).unwrap();
+    // missing again: present now, nothing pulled; always: pulled again.
+    assert_eq!(made(&case.run(&job("missing", &name)).await), "present");
+    std::fs::remove_dir_all(case.path("reports")).unwrap();
+    assert_eq!(made(&case.run(&job("always", &name)).await), "pulled");
+    std::fs::remove_dir_all(case.path("reports")).unwrap();
+    // A registry that is not there: the pull fails, the task stops, the log says why.
+    let gone = case
+        .run(&job(
+            "missing",
+            &format!("127.0.0.1:9/agentbatch-test/none:{t}"),
+        ))
+        .await;
+    let row = gone.row("t");
+    assert_eq!(row["stop_reason"], "tool_setup_error", "{row:?}");
+    assert!(
+        row["stop_detail"].contains("cannot pull image 127.0.0.1:9/")
+            && row["stop_detail"].contains("pull-"),
+        "{row:?}"
+    );
+    assert!(gone.requests("t").is_empty());
+    podman(&["rmi", "-f", &name]);
 }

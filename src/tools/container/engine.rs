@@ -15,7 +15,18 @@ use super::ContainerError;
 
 /// Which engine a task asks for.
 #[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize, Serialize, schemars::JsonSchema,
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Deserialize,
+    Serialize,
+    schemars::JsonSchema,
 )]
 #[serde(rename_all = "lowercase")]
 pub enum EngineChoice {
@@ -109,13 +120,17 @@ fn describe(name: &str, json: &[u8]) -> Result<String, String> {
     let line = format!("{name} {client}");
     match v.server {
         None => Ok(line),
-        Some(serde_json::Value::Null) => Err(
-            "its daemon does not answer (is it running? is DOCKER_HOST right?)".into(),
-        ),
+        Some(serde_json::Value::Null) => {
+            Err("its daemon does not answer (is it running? is DOCKER_HOST right?)".into())
+        }
         Some(server) => {
             let first = server["Components"].as_array().and_then(|c| {
                 let c = c.first()?;
-                Some(format!("{} {}", c["Name"].as_str()?, c["Version"].as_str()?))
+                Some(format!(
+                    "{} {}",
+                    c["Name"].as_str()?,
+                    c["Version"].as_str()?
+                ))
             });
             Ok(match first {
                 Some(f) => format!("{line} (server: {f})"),
@@ -235,9 +250,7 @@ impl Engine {
         };
         if !out.status.success() {
             // With a log, what it printed is there.
-            let logged = log
-                .and_then(|l| std::fs::read(l).ok())
-                .unwrap_or_default();
+            let logged = log.and_then(|l| std::fs::read(l).ok()).unwrap_or_default();
             let stderr = if out.stderr.is_empty() {
                 String::from_utf8_lossy(&logged)
             } else {

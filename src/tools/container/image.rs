@@ -19,7 +19,18 @@ use super::ContainerError;
 
 /// When an image named by `image:` is pulled.
 #[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize, Serialize, schemars::JsonSchema,
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Deserialize,
+    Serialize,
+    schemars::JsonSchema,
 )]
 #[serde(rename_all = "lowercase")]
 pub enum Pull {
@@ -49,7 +60,10 @@ pub enum Source {
     /// An image name (`localhost/py39:1`, `python:3.12-slim`).
     Image(String),
     /// A Dockerfile and its build context, both absolute.
-    Dockerfile { dockerfile: PathBuf, context: PathBuf },
+    Dockerfile {
+        dockerfile: PathBuf,
+        context: PathBuf,
+    },
 }
 
 /// How an image was made ready.
@@ -87,7 +101,10 @@ impl Ready {
 
 /// The tag a Dockerfile's image gets: its content digest's first 16 hex digits.
 pub fn build_tag(digest: &str) -> String {
-    format!("localhost/agentbatch-env:{}", &digest[..16.min(digest.len())])
+    format!(
+        "localhost/agentbatch-env:{}",
+        &digest[..16.min(digest.len())]
+    )
 }
 
 /// The content digest of a build: the Dockerfile's bytes and every file of the context
@@ -170,15 +187,17 @@ struct InspectedConfig {
 }
 
 /// The image `name` as the engine has it; None when it has not.
-pub async fn inspect(engine: &Engine, name: &str) -> Result<Option<(String, String)>, ContainerError> {
+pub async fn inspect(
+    engine: &Engine,
+    name: &str,
+) -> Result<Option<(String, String)>, ContainerError> {
     match engine.run(&["image", "inspect", name], QUICK).await {
         Ok(out) => {
-            let v: Vec<Inspected> = serde_json::from_slice(&out.stdout).map_err(|e| {
-                ContainerError::Engine {
+            let v: Vec<Inspected> =
+                serde_json::from_slice(&out.stdout).map_err(|e| ContainerError::Engine {
                     call: format!("{} image inspect", engine.name),
                     message: format!("cannot read its answer: {e}"),
-                }
-            })?;
+                })?;
             Ok(v.into_iter().next().map(|i| {
                 let wd = i.config.and_then(|c| c.working_dir).unwrap_or_default();
                 // Docker says `sha256:<hex>`, podman the bare hex: one form.
@@ -196,11 +215,14 @@ pub async fn inspect(engine: &Engine, name: &str) -> Result<Option<(String, Stri
     }
 }
 
+/// One image made ready once, or why it could not be.
+type Once = Arc<OnceCell<Result<Ready, String>>>;
+
 /// The run's images: each made ready once, whichever task asks first; the others wait
 /// for the same answer (a failure too: it is not retried within the run).
 pub struct Images {
     logs: PathBuf,
-    ready: Mutex<HashMap<(String, Source, Pull), Arc<OnceCell<Result<Ready, String>>>>>,
+    ready: Mutex<HashMap<(String, Source, Pull), Once>>,
     slots: Semaphore,
 }
 
@@ -365,7 +387,9 @@ impl Images {
         let (id, workdir) = inspect(engine, &tag)
             .await
             .map_err(|e| e.to_string())?
-            .ok_or_else(|| format!("the image of {df} was built as {tag} but the engine does not show it"))?;
+            .ok_or_else(|| {
+                format!("the image of {df} was built as {tag} but the engine does not show it")
+            })?;
         Ok(Ready {
             name: tag,
             id,
@@ -386,40 +410,15 @@ impl Images {
 /// An image name as a file name.
 fn slug(name: &str) -> String {
     name.chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
         .take(100)
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_digest_changes_with_any_byte_and_nothing_else() {
-        let dir = tempfile::tempdir().unwrap();
-        let ctx = dir.path().join("ctx");
-        std::fs::create_dir_all(ctx.join("sub")).unwrap();
-        std::fs::write(ctx.join("Dockerfile"), "FROM x\n").unwrap();
-        std::fs::write(ctx.join("sub/a"), "a").unwrap();
-        let df = ctx.join("Dockerfile");
-        let first = context_digest(&df, &ctx).unwrap();
-        assert_eq!(first, context_digest(&df, &ctx).unwrap(), "same bytes, same digest");
-        // A touch changes nothing.
-        std::fs::write(ctx.join("sub/a"), "a").unwrap();
-        assert_eq!(first, context_digest(&df, &ctx).unwrap());
-        std::fs::write(ctx.join("sub/a"), "b").unwrap();
-        let second = context_digest(&df, &ctx).unwrap();
-        assert_ne!(first, second, "a context file's bytes count");
-        std::fs::write(ctx.join("Dockerfile"), "FROM y\n").unwrap();
-        assert_ne!(second, context_digest(&df, &ctx).unwrap(), "the Dockerfile counts");
-        // A file moved between names is another context.
-        std::fs::write(ctx.join("Dockerfile"), "FROM x\n").unwrap();
-        std::fs::write(ctx.join("sub/a"), "a").unwrap();
-        std::fs::rename(ctx.join("sub/a"), ctx.join("sub/b")).unwrap();
-        assert_ne!(first, context_digest(&df, &ctx).unwrap());
-        assert!(build_tag(&first).starts_with("localhost/agentbatch-env:"));
-    }
 }
 
 /// What `validate` says of an image before a run: present (with its id), to pull or to
@@ -434,7 +433,11 @@ pub fn state(engine: &Engine, source: &Source, pull: Pull) -> (String, bool) {
         match out {
             Ok(o) if o.status.success() => {
                 let id = String::from_utf8_lossy(&o.stdout).trim().to_string();
-                Some(if id.contains(':') { id } else { format!("sha256:{id}") })
+                Some(if id.contains(':') {
+                    id
+                } else {
+                    format!("sha256:{id}")
+                })
             }
             _ => None,
         }
@@ -462,5 +465,44 @@ pub fn state(engine: &Engine, source: &Source, pull: Pull) -> (String, bool) {
             }
             Err(e) => (format!("dockerfile {}: {e}", dockerfile.display()), true),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_digest_changes_with_any_byte_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = dir.path().join("ctx");
+        std::fs::create_dir_all(ctx.join("sub")).unwrap();
+        std::fs::write(ctx.join("Dockerfile"), "FROM x\n").unwrap();
+        std::fs::write(ctx.join("sub/a"), "a").unwrap();
+        let df = ctx.join("Dockerfile");
+        let first = context_digest(&df, &ctx).unwrap();
+        assert_eq!(
+            first,
+            context_digest(&df, &ctx).unwrap(),
+            "same bytes, same digest"
+        );
+        // A touch changes nothing.
+        std::fs::write(ctx.join("sub/a"), "a").unwrap();
+        assert_eq!(first, context_digest(&df, &ctx).unwrap());
+        std::fs::write(ctx.join("sub/a"), "b").unwrap();
+        let second = context_digest(&df, &ctx).unwrap();
+        assert_ne!(first, second, "a context file's bytes count");
+        std::fs::write(ctx.join("Dockerfile"), "FROM y\n").unwrap();
+        assert_ne!(
+            second,
+            context_digest(&df, &ctx).unwrap(),
+            "the Dockerfile counts"
+        );
+        // A file moved between names is another context.
+        std::fs::write(ctx.join("Dockerfile"), "FROM x\n").unwrap();
+        std::fs::write(ctx.join("sub/a"), "a").unwrap();
+        std::fs::rename(ctx.join("sub/a"), ctx.join("sub/b")).unwrap();
+        assert_ne!(first, context_digest(&df, &ctx).unwrap());
+        assert!(build_tag(&first).starts_with("localhost/agentbatch-env:"));
     }
 }

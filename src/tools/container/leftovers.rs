@@ -72,7 +72,14 @@ fn owner_gone(label: &str) -> bool {
 pub async fn remove_leftovers(engine: &Engine) -> Result<Vec<String>, ContainerError> {
     let ids = engine
         .run(
-            &["ps", "-a", "-q", "--no-trunc", "--filter", &format!("label={OWNER}")],
+            &[
+                "ps",
+                "-a",
+                "-q",
+                "--no-trunc",
+                "--filter",
+                &format!("label={OWNER}"),
+            ],
             QUICK,
         )
         .await?
@@ -114,9 +121,15 @@ mod tests {
         assert!(!owner_gone(&mine), "{mine}");
         let (host, boot) = machine();
         // A pid that cannot be running with that start time.
-        assert!(owner_gone(&format!("{host} {boot} {} 1", std::process::id())));
+        assert!(owner_gone(&format!(
+            "{host} {boot} {} 1",
+            std::process::id()
+        )));
         assert!(owner_gone(&format!("{host} another-boot 1 1")));
-        assert!(!owner_gone(&format!("{host}-elsewhere {boot} 1 1")), "another machine's");
+        assert!(
+            !owner_gone(&format!("{host}-elsewhere {boot} 1 1")),
+            "another machine's"
+        );
         assert!(!owner_gone("garbage"));
     }
 }

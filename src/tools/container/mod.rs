@@ -62,7 +62,18 @@ const START: Duration = Duration::from_secs(60);
 
 /// Network access of a task's container.
 #[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize, Serialize, schemars::JsonSchema,
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Deserialize,
+    Serialize,
+    schemars::JsonSchema,
 )]
 #[serde(rename_all = "lowercase")]
 pub enum Network {
@@ -188,12 +199,11 @@ fn io_err(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Con
 
 fn mkfifo(path: &Path) -> Result<(), ContainerError> {
     use nix::sys::stat::Mode;
-    nix::unistd::mkfifo(path, Mode::from_bits_truncate(0o666))
-        .map_err(|e| ContainerError::Io {
-            what: "make the FIFO",
-            path: path.to_path_buf(),
-            source: e.into(),
-        })?;
+    nix::unistd::mkfifo(path, Mode::from_bits_truncate(0o666)).map_err(|e| ContainerError::Io {
+        what: "make the FIFO",
+        path: path.to_path_buf(),
+        source: e.into(),
+    })?;
     chmod(path, 0o666)
 }
 
@@ -304,7 +314,9 @@ impl Container {
             memory: s.config.memory.clone(),
             oom_kills: AtomicU64::new(0),
             start_ms: 0,
-            network_cut: AtomicBool::new(!s.network_for_setup || s.config.network == Network::Bridge),
+            network_cut: AtomicBool::new(
+                !s.network_for_setup || s.config.network == Network::Bridge,
+            ),
         };
         match tokio::time::timeout(START, ready_rx).await {
             Ok(Ok(())) => Ok(Container {
@@ -364,7 +376,10 @@ impl Container {
         if !left.trim().is_empty() {
             return Err(ContainerError::Gone {
                 name: self.name.clone(),
-                what: format!("is still on the network {} after the disconnect", left.trim()),
+                what: format!(
+                    "is still on the network {} after the disconnect",
+                    left.trim()
+                ),
             });
         }
         self.network_cut.store(true, Ordering::SeqCst);

@@ -29,10 +29,10 @@ mod warden;
 use crate::tools::container::Container;
 use confine::{capabilities, child_setup, ruleset, Bind, ChildSetup};
 
-pub use output::{CommandOutput, RunLimits};
-use output::Capped;
 pub use confine::{describe_capabilities, protect_runner, PID_NAMESPACE_VARIABLE};
 pub use leftovers::{run_marker, stop_leftovers, RUN_VARIABLE};
+use output::Capped;
+pub use output::{CommandOutput, RunLimits};
 pub use warden::{die_with_runner, dies_with_caller, GRACE};
 
 /// Why a sandbox could not be made or a command could not be started in it (a command

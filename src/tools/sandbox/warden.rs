@@ -24,7 +24,6 @@ use std::io;
 use std::os::fd::RawFd;
 use std::sync::OnceLock;
 
-
 use nix::libc;
 
 /// Time between SIGTERM and SIGKILL, for the runner's timeouts and for the warden.
