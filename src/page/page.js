@@ -13,13 +13,14 @@
     ["outcome", "outcome"], ["stop", "stop reason"], ["turns", "turns", "num"],
     ["calls", "calls", "num"], ["denied", "denied", "num"], ["errors", "tool errors", "num"],
     ["retries", "retries", "num"], ["cost", "cost $", "num"], ["in", "tokens in", "num"],
-    ["out", "tokens out", "num"], ["wall", "wall s", "num"],
+    ["out", "tokens out", "num"], ["wall", "wall s", "num"], ["env", "container s", "num"],
   ];
-  const LEVELS = ["variant", "team", "outcome", "stop", "model"];
+  const LEVELS = ["variant", "team", "outcome", "stop", "model", "image"];
   // Columns that say nothing in this run (one variant, one team, one epoch) are left out.
   const SHOWN = ALL_COLUMNS.filter(([col]) => {
     if (col === "variant" || col === "team") return data[col].length > 1;
     if (col === "epoch") return data.rows.some((r) => r[C.epoch] !== 1);
+    if (col === "env") return data.rows.some((r) => r[C.env] !== null);
     return true;
   });
   const $ = (id) => document.getElementById(id);
@@ -101,7 +102,7 @@
     const v = value(row, col);
     if (v === null || v === undefined) return "";
     if (col === "cost") return v.toFixed(4);
-    if (col === "wall") return (v / 1000).toFixed(1);
+    if (col === "wall" || col === "env") return (v / 1000).toFixed(1);
     return v;
   }
 
@@ -184,7 +185,8 @@
     const h = el("h2", null, "Transcript: ");
     h.appendChild(el("code", null, row[C.task]));
     panel.appendChild(h);
-    const facts = [value(row, "model"), value(row, "variant"), "outcome " + value(row, "outcome"), "stop " + value(row, "stop")];
+    const image = value(row, "image");
+    const facts = [value(row, "model"), value(row, "variant"), image ? "image " + image : "", "outcome " + value(row, "outcome"), "stop " + value(row, "stop")];
     panel.appendChild(el("p", "note", facts.filter((x) => x).join(" · ") + (t.file ? " · " + t.file : "")));
     if (row[C.detail]) panel.appendChild(el("p", "note", "stop detail: " + row[C.detail]));
     if (t.error) panel.appendChild(el("p", "warn", t.error));

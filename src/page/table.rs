@@ -26,20 +26,21 @@ impl Levels {
 }
 
 /// The columns of a row array, in order; the page's script reads them by these names.
-pub(super) const COLUMNS: [&str; 17] = [
+pub(super) const COLUMNS: [&str; 19] = [
     "task", "variant", "epoch", "team", "outcome", "stop", "turns", "calls", "denied", "errors",
-    "retries", "cost", "in", "out", "wall", "detail", "model",
+    "retries", "cost", "in", "out", "wall", "detail", "model", "env", "image",
 ];
 
 /// The table's data, serialized straight to JSON (no tree of values for 10,000 rows).
 #[derive(Serialize)]
 pub(super) struct Data<'a> {
-    columns: [&'static str; 17],
+    columns: [&'static str; 19],
     outcome: Vec<String>,
     stop: Vec<String>,
     team: Vec<String>,
     variant: Vec<String>,
     model: Vec<String>,
+    image: Vec<String>,
     rows: Vec<Row<'a>>,
 }
 
@@ -63,11 +64,14 @@ pub(super) struct Row<'a>(
     Option<u64>,
     String,
     usize,
+    Option<u64>,
+    usize,
 );
 
 /// The table's data.
 pub(super) fn data(rows: &[ResultRow]) -> Data<'_> {
     let (mut outcomes, mut stops, mut teams, mut variants, mut models) = Default::default();
+    let mut images = Levels::default();
     let out: Vec<Row> = rows
         .iter()
         .map(|r| {
@@ -78,6 +82,7 @@ pub(super) fn data(rows: &[ResultRow]) -> Data<'_> {
                 &mut teams,
                 &mut variants,
                 &mut models,
+                &mut images,
             )
         })
         .collect();
@@ -86,6 +91,7 @@ pub(super) fn data(rows: &[ResultRow]) -> Data<'_> {
     let Levels(teams) = teams;
     let Levels(variants) = variants;
     let Levels(models) = models;
+    let Levels(images) = images;
     Data {
         columns: COLUMNS,
         outcome: outcomes,
@@ -93,6 +99,7 @@ pub(super) fn data(rows: &[ResultRow]) -> Data<'_> {
         team: teams,
         variant: variants,
         model: models,
+        image: images,
         rows: out,
     }
 }
@@ -104,6 +111,7 @@ fn row<'a>(
     teams: &mut Levels,
     variants: &mut Levels,
     models: &mut Levels,
+    images: &mut Levels,
 ) -> Row<'a> {
     let outcome = r.outcome.map_or("", |o| o.as_str());
     let detail = crate::text::prefix(&r.stop_detail, DETAIL_CHARS);
@@ -125,5 +133,7 @@ fn row<'a>(
         r.wall_ms,
         detail,
         models.index(&r.model),
+        r.environment_ms,
+        images.index(&r.environment),
     )
 }

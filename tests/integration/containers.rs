@@ -156,6 +156,13 @@ async fn a_repo_task_and_an_image_only_task_run_every_command_inside_with_host_i
         "{:?}",
         containers_of(&ran.dir)
     );
+    // The page's task table carries the image and the container's time.
+    let page = std::fs::read_to_string(ran.dir.join("report.html")).unwrap();
+    assert!(
+        page.contains("\"image\":[") && page.contains("localhost/agentbatch-env:"),
+        "the page names the image"
+    );
+    assert!(page.contains("\"env\""));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
