@@ -598,3 +598,32 @@ async fn images_are_pulled_as_the_pull_setting_says_from_a_real_registry() {
     assert!(gone.requests("t").is_empty());
     podman(&["rmi", "-f", &name]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn big_outputs_keep_their_head_and_their_last_line() {
+    let case = Case::new();
+    calc_fixture(&case, "calc");
+    let image = base_image();
+    let calls: String = (0..3)
+        .map(|i| format!("            - tool_use: {{ name: bash, input: {{ command: 'seq 1 {}; echo LAST-LINE-{i}' }} }}\n", 200_000 * (i + 1)))
+        .collect();
+    let tasks = format!("  - id: big\n    prompt: p\n    sim:\n      turns:\n        - content:\n{calls}        - content: [ {{ text: done }} ]\n");
+    let ran = case
+        .run(&yaml(
+            &format!("  repo: calc\n  environment: {{ image: {image} }}\n"),
+            &tasks,
+        ))
+        .await;
+    let results = ran.events("big", "tool_result");
+    assert_eq!(results.len(), 3);
+    for (i, r) in results.iter().enumerate() {
+        let text = r["content"].as_str().unwrap();
+        assert!(text.contains("\n1\n2\n3\n"), "{}", &text[..200]);
+        assert!(text.contains("bytes of output cut"), "capped");
+        assert!(
+            text.trim_end().ends_with(&format!("LAST-LINE-{i}")),
+            "{}",
+            &text[text.len() - 200..]
+        );
+    }
+}

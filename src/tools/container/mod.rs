@@ -466,12 +466,13 @@ impl Container {
                 .ok()
                 .map(Result::ok);
         }
-        // What the command wrote before it ended is in the FIFO already.
-        loop {
-            match tokio::time::timeout(Duration::from_millis(20), out.read(&mut buf)).await {
-                Ok(Ok(k)) if k > 0 => output.push(&buf[..k]),
-                _ => break,
+        // What the command wrote before it ended is in the FIFO already (its status
+        // was written after it exited): read until the FIFO is empty, without waiting.
+        while let Ok(k) = out.try_read(&mut buf) {
+            if k == 0 {
+                break;
             }
+            output.push(&buf[..k]);
         }
         self.forget(n);
         let done = done.flatten();
