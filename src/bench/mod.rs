@@ -19,16 +19,21 @@ use crate::run::{self, RunOptions};
 use crate::sim::Sim;
 use crate::tools::Registry;
 use crate::vocab::price;
+use crate::vocab::transcript::{self, TranscriptEvent};
 
 mod batch;
 mod cache;
 mod coordination;
+mod environments;
 mod instructions;
 mod load;
 mod workspaces;
 pub use batch::{batch_mode, BatchReport};
 pub use cache::{cache_savings, CacheReport};
 pub use coordination::{coordination, CoordinationReport};
+pub use environments::{
+    environments, EnvironmentReport, DEFAULT_IMAGE, IN_FLIGHT as ENV_IN_FLIGHT, TASKS as ENV_TASKS,
+};
 pub use instructions::{guard, instructions, GuardArgs, InstructionReport};
 pub use load::{history_growth, run_load, Load, LoadReport};
 pub use workspaces::{workspaces, WorkspaceReport};
@@ -52,6 +57,8 @@ pub enum Which {
     Batch,
     /// Workspaces: 200 tasks over a generated 20,000-file, 240 MB git repository, each editing three files, per workspace method (overlay, copy).
     Workspaces,
+    /// Per-task containers: start and exec overhead per bash call of 100 tasks x 5 calls in containers of --image against the host, and the engine's memory with 50 containers up (needs podman or Docker).
+    Environments,
     /// A shared run's cost: database calls and waits per model request, three workers at 100 and 1,000 requests a second (needs --queue URL).
     Coordination,
     /// The runner's instructions and file operations per model turn and per task under valgrind, on three small W1-shaped runs; with --baseline FILE, fails on a rise past its margins.
@@ -111,6 +118,15 @@ pub(crate) fn bench_dir(out: &Path, kind: &str) -> PathBuf {
 
 async fn run_job(dir: &Path, yaml: &str, sim: Arc<Sim>) -> anyhow::Result<run::RunOutcome> {
     run_job_with(dir, yaml, sim, None).await
+}
+
+/// The events of the task `key`'s transcript in the run folder `run_dir`, the lines
+/// this version cannot read left out.
+fn transcript_events(run_dir: &Path, key: &str) -> anyhow::Result<Vec<TranscriptEvent>> {
+    let path = crate::report::files::transcript_path(run_dir, key);
+    let text =
+        transcript::read_file(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    Ok(text.lines().filter_map(TranscriptEvent::read).collect())
 }
 
 /// [`run_job`], its pristine checkouts kept in `pristine_cache`.

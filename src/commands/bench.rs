@@ -26,6 +26,9 @@ pub struct BenchArgs {
     /// The PostgreSQL database of the coordination benchmark.
     #[arg(long, value_name = "URL", env = "AGENTBATCH_QUEUE_URL")]
     queue: Option<String>,
+    /// The image of `bench environments`' containers.
+    #[arg(long, default_value = bench::DEFAULT_IMAGE, value_name = "IMAGE")]
+    image: String,
     #[command(flatten)]
     guard: bench::GuardArgs,
 }
@@ -92,6 +95,14 @@ async fn run(args: &BenchArgs) -> anyhow::Result<()> {
         for r in bench::workspaces(out, files, tasks).await? {
             println!("{r}");
         }
+    }
+    if matches!(which, Which::Environments) {
+        let scaled = |n: usize| ((n as f64 * fraction).round() as usize).max(2);
+        let (tasks, in_flight) = (scaled(bench::ENV_TASKS), scaled(bench::ENV_IN_FLIGHT));
+        println!(
+            "{}",
+            bench::environments(out, &args.image, tasks, in_flight).await?
+        );
     }
     if matches!(which, Which::History | Which::All) {
         history(fraction, out).await?;
