@@ -289,7 +289,8 @@ fn job(
                     )
                 })
                 .collect();
-            format!("  - {{ id: t{i:03}, sim: {{ turns: [ {turns}{{ content: [ {{ text: done }} ] }} ] }} }}\n")
+            // The runner's pid in the id names its containers (see `conmon_is_ours`).
+            format!("  - {{ id: t{}-{i:03}, sim: {{ turns: [ {turns}{{ content: [ {{ text: done }} ] }} ] }} }}\n", std::process::id())
         })
         .collect();
     format!(
@@ -501,14 +502,15 @@ fn parse_stat(text: &str) -> Option<Proc> {
 }
 
 /// Whether a conmon's command line (`\0`-separated) runs a container of the runner
-/// `runner`: its `-n` names `agentbatch-<task>-<runner>-<serial>`.
+/// `runner`: its `-n` names `agentbatch-t<runner>-<task>-...` (the bench's task ids
+/// carry the runner's pid).
 fn conmon_is_ours(cmdline: &[u8], runner: u32) -> bool {
     let mut args = cmdline.split(|b| *b == 0);
-    let mark = format!("-{runner}-");
+    let mark = format!("agentbatch-t{runner}-");
     while let Some(arg) = args.next() {
         if arg == b"-n" || arg == b"--name" {
             let name = String::from_utf8_lossy(args.next().unwrap_or_default());
-            return name.starts_with("agentbatch-") && name.contains(&mark);
+            return name.starts_with(&mark);
         }
     }
     false
