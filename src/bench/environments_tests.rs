@@ -41,9 +41,18 @@ fn only_conmons_of_this_runner_count_with_the_processes_inside_their_container()
         format!("/usr/bin/conmon\0--api-version\x001\0-c\0abc\0-n\0{name}\0-r\0/usr/bin/runc\0")
             .into_bytes()
     };
-    assert!(conmon_is_ours(&cmd("agentbatch-t900-001-3-0123456789ab"), 900));
-    assert!(!conmon_is_ours(&cmd("agentbatch-t901-001-3-0123456789ab"), 900));
-    assert!(!conmon_is_ours(&cmd("agentbatch-t9000-001-3-0123456789ab"), 900));
+    assert!(conmon_is_ours(
+        &cmd("agentbatch-t900-001-3-0123456789ab"),
+        900
+    ));
+    assert!(!conmon_is_ours(
+        &cmd("agentbatch-t901-001-3-0123456789ab"),
+        900
+    ));
+    assert!(!conmon_is_ours(
+        &cmd("agentbatch-t9000-001-3-0123456789ab"),
+        900
+    ));
     assert!(!conmon_is_ours(&cmd("other-t900-3"), 900));
     assert!(!conmon_is_ours(b"/usr/bin/conmon\0-n", 900));
     assert!(!conmon_is_ours(b"", 900));
