@@ -549,7 +549,7 @@ async fn images_are_pulled_as_the_pull_setting_says_from_a_real_registry() {
     podman(&["push", "-q", &name]);
     podman(&["rmi", "-f", &name]);
     let job = |pull: &str, image: &str| {
-        format!("name: p\ndefaults:\n  provider: sim\n  model: claude-sonnet-4-5\n  tools: [bash]\ntasks:\n  - id: t\n    prompt: p\n    environment: {{ image: '{image}', pull: {pull}, workdir: /opt }}\n    sim: {{ turns: [ {{ content: [ {{ tool_use: {{ name: bash, input: {{ command: cat /opt/pulled }} }} }} ] }}, {{ content: [ {{ text: done }} ] }} ] }}\n")
+        format!("name: p\ndefaults:\n  provider: sim\n  model: claude-sonnet-4-5\n  tools: [bash]\n  keep_workspaces: never\ntasks:\n  - id: t\n    prompt: p\n    environment: {{ image: '{image}', pull: {pull}, workdir: /opt }}\n    sim: {{ turns: [ {{ content: [ {{ tool_use: {{ name: bash, input: {{ command: cat /opt/pulled }} }} }} ] }}, {{ content: [ {{ text: done }} ] }} ] }}\n")
     };
     let made = |ran: &crate::common::Ran| {
         let env = ran.events("t", "environment");
@@ -610,7 +610,7 @@ async fn big_outputs_keep_their_head_and_their_last_line() {
     let tasks = format!("  - id: big\n    prompt: p\n    sim:\n      turns:\n        - content:\n{calls}        - content: [ {{ text: done }} ]\n");
     let ran = case
         .run(&yaml(
-            &format!("  repo: calc\n  environment: {{ image: {image} }}\n"),
+            &format!("  repo: calc\n  environment: {{ image: {image} }}\n  keep_workspaces: never\n"),
             &tasks,
         ))
         .await;
