@@ -227,6 +227,7 @@ impl Containers {
             control,
             labels,
             task_env: &spec.env,
+            read_only: alternates(workspace),
             network_for_setup,
         })
         .await
@@ -262,6 +263,21 @@ impl Containers {
         });
         Ok(container)
     }
+}
+
+/// The object folders a workspace's git borrows (`.git/objects/info/alternates`: a
+/// clone's pristine checkout, by its path on this machine), which the container must
+/// see at the same paths for git to work inside it.
+fn alternates(workspace: &Path) -> Vec<PathBuf> {
+    let file = workspace.join(".git/objects/info/alternates");
+    std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with('/') && !l.contains(':'))
+        .map(PathBuf::from)
+        .filter(|p| p.is_dir())
+        .collect()
 }
 
 /// What the `sandbox` column says of a task's container: `container podman

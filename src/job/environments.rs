@@ -154,10 +154,11 @@ fn resolve_source(
         let dockerfile = cx.files.join(df);
         let context = match &chosen.context {
             Some(c) => cx.files.join(c),
+            // A bare `Dockerfile` beside a job given as a bare name: its folder is ".".
             None => dockerfile
                 .parent()
-                .map(|p| p.to_path_buf())
-                .unwrap_or_default(),
+                .filter(|p| !p.as_os_str().is_empty())
+                .map_or_else(|| std::path::PathBuf::from("."), |p| p.to_path_buf()),
         };
         if !dockerfile.is_file() {
             cx.err(

@@ -610,7 +610,9 @@ async fn big_outputs_keep_their_head_and_their_last_line() {
     let tasks = format!("  - id: big\n    prompt: p\n    sim:\n      turns:\n        - content:\n{calls}        - content: [ {{ text: done }} ]\n");
     let ran = case
         .run(&yaml(
-            &format!("  repo: calc\n  environment: {{ image: {image} }}\n  keep_workspaces: never\n"),
+            &format!(
+                "  repo: calc\n  environment: {{ image: {image} }}\n  keep_workspaces: never\n"
+            ),
             &tasks,
         ))
         .await;
@@ -626,4 +628,73 @@ async fn big_outputs_keep_their_head_and_their_last_line() {
             &text[text.len() - 200..]
         );
     }
+}
+
+/// What a hostile agent tried (found by review): a symbolic link planted in the control
+/// folder to make the runner write a file of this machine, a `setsid` process left to
+/// forge the check's status, and git inside the container on a cloned workspace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_agent_cannot_write_the_host_nor_forge_the_check() {
+    let case = Case::new();
+    let git = calc_fixture(&case, "calc-git");
+    make_git_repository(&git);
+    let image = base_image();
+    let target = case.write("host-file", "original\n");
+    let bash = |cmd: &str| {
+        format!(
+            "        - content: [ {{ tool_use: {{ name: bash, input: {{ command: {} }} }} }} ]\n",
+            serde_json::Value::from(cmd)
+        )
+    };
+    let plant = format!(
+        "ln -s {} /.agentbatch/2.cmd; ln -s {} /.agentbatch/2.sh; echo planted",
+        target.display(),
+        target.display()
+    );
+    let forge = "(setsid sh -c 'while :; do echo \"2 0 0\" > /.agentbatch/done; sleep 0.01; done' >/dev/null 2>&1 </dev/null &); (setsid sleep 300 >/dev/null 2>&1 </dev/null &); echo started";
+    let tasks = format!(
+        "  - id: plant\n    prompt: p\n    check: 'true'\n    sim:\n      turns:\n{}{}        - content: [ {{ text: done }} ]\n  - id: forge\n    prompt: p\n    check: 'sleep 1; echo the tests fail; exit 1'\n    sim:\n      turns:\n{}{}        - content: [ {{ text: done }} ]\n",
+        bash(&plant),
+        bash("echo second call"),
+        bash(forge),
+        bash("for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -c '^sleep 300' || true"),
+    );
+    let ran = case
+        .run(&yaml(
+            &format!(
+                "  repo: calc-git\n  environment: {{ image: {image} }}\n  keep_workspaces: never\n"
+            ),
+            &tasks,
+        ))
+        .await;
+    assert_eq!(
+        std::fs::read_to_string(&target).unwrap(),
+        "original\n",
+        "the host file was written"
+    );
+    let forged = ran.row("forge");
+    assert_eq!(forged["outcome"], "fail", "{forged:?}");
+    assert!(ran.events("forge", "check")[0]
+        .to_string()
+        .contains("the tests fail"));
+    // The background sleep did not outlive the call that started it: the next call
+    // sees only its own grep.
+    let next = ran.events("forge", "tool_result")[1].to_string();
+    assert!(next.contains("\\n0\\n"), "{next}");
+    // git works inside on a clone that borrows the pristine checkout's objects.
+    let git_case = Case::new();
+    let g = calc_fixture(&git_case, "calc-git");
+    make_git_repository(&g);
+    let ran = git_case
+        .run(&yaml(
+            &format!("  repo: calc-git\n  environment: {{ image: {image} }}\n  keep_workspaces: never\n"),
+            "  - { id: g, prompt: p, check: 'git log --oneline && git status --short', sim: { turns: [ { content: [ { text: done } ] } ] } }\n",
+        ))
+        .await;
+    assert_eq!(
+        ran.row("g")["outcome"],
+        "pass",
+        "{:?}",
+        ran.events("g", "check")
+    );
 }

@@ -163,6 +163,9 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> 
         let path = entry.path();
         if kind.is_dir() {
             walk(root, &path, out)?;
+        } else if !(kind.is_file() || kind.is_symlink()) {
+            // A FIFO, socket or device would block or mean nothing: not content.
+            continue;
         } else if let Ok(rel) = path.strip_prefix(root) {
             out.push(rel.to_path_buf());
         }

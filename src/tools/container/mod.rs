@@ -155,6 +155,9 @@ pub struct Start<'a> {
     pub labels: Vec<(String, String)>,
     /// Variables of the task, after the environment's own.
     pub task_env: &'a BTreeMap<String, String>,
+    /// Host folders the container sees read-only at the same path: the pristine
+    /// checkout a workspace's git borrows its objects from (its `alternates`).
+    pub read_only: Vec<PathBuf>,
     /// Start on the network even when `network: none` (for setup), to be cut by
     /// [`Container::cut_network`] before the agent.
     pub network_for_setup: bool,
@@ -179,6 +182,9 @@ pub struct Container {
     /// Set when the loop's status FIFO reached end-of-file: the container stopped.
     gone: CancellationToken,
     next: AtomicU64,
+    /// Commands running now; when none is, nothing but the loop may run in the
+    /// container (see [`Container::quiet`]).
+    gate: tokio::sync::Mutex<usize>,
     memory: Option<String>,
     /// The container's count of processes the kernel killed for memory, as last seen.
     oom_kills: AtomicU64,
@@ -197,6 +203,28 @@ fn io_err(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Con
     move |source| ContainerError::Io { what, path, source }
 }
 
+/// Writes a new file of the control folder, which the container can write too: an
+/// entry already there (a symbolic link an agent planted to make the runner write a
+/// file of this machine) is removed, and the file is created exclusively without
+/// following links, so the write lands in the control folder or fails.
+fn write_new(path: &Path, bytes: &[u8]) -> Result<(), ContainerError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let _ = std::fs::remove_file(path);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(io_err("create", path))?;
+    f.write_all(bytes).map_err(io_err("write", path))?;
+    // The mode the container's user needs, whatever the umask; on the open file.
+    use std::os::unix::fs::PermissionsExt;
+    f.set_permissions(std::fs::Permissions::from_mode(0o644))
+        .map_err(io_err("set the mode of", path))
+}
+
 fn mkfifo(path: &Path) -> Result<(), ContainerError> {
     use nix::sys::stat::Mode;
     nix::unistd::mkfifo(path, Mode::from_bits_truncate(0o666)).map_err(|e| ContainerError::Io {
@@ -208,10 +236,20 @@ fn mkfifo(path: &Path) -> Result<(), ContainerError> {
 }
 
 /// Modes the task's user inside the container needs whatever the runner's umask.
+/// Never through a symbolic link: the container can plant one in the control folder.
 fn chmod(path: &Path, mode: u32) -> Result<(), ContainerError> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
-        .map_err(io_err("set the mode of", path))
+    use nix::sys::stat::{fchmodat, FchmodatFlags, Mode};
+    fchmodat(
+        nix::fcntl::AT_FDCWD,
+        path,
+        Mode::from_bits_truncate(mode),
+        FchmodatFlags::NoFollowSymlink,
+    )
+    .map_err(|e| ContainerError::Io {
+        what: "set the mode of",
+        path: path.to_path_buf(),
+        source: e.into(),
+    })
 }
 
 impl Container {
@@ -279,6 +317,15 @@ impl Container {
         if let Some(p) = s.config.pids {
             args.push(format!("--pids-limit={p}"));
         }
+        // Podman passes the runner's proxy variables (with their credentials) into
+        // containers unless told not to; the task's variables are the job's alone.
+        if s.engine.name == "podman" {
+            args.push("--http-proxy=false".into());
+        }
+        for dir in &s.read_only {
+            args.push("-v".into());
+            args.push(format!("{}:{}:ro", dir.display(), dir.display()));
+        }
         if let Some(u) = s.config.user.as_deref().filter(|u| !u.is_empty()) {
             args.push(format!("--user={u}"));
         }
@@ -311,6 +358,7 @@ impl Container {
             waiting,
             gone,
             next: AtomicU64::new(1),
+            gate: tokio::sync::Mutex::new(0),
             memory: s.config.memory.clone(),
             oom_kills: AtomicU64::new(0),
             start_ms: 0,
@@ -400,7 +448,7 @@ impl Container {
         let n = self.next.fetch_add(1, Ordering::SeqCst);
         let file = |ext: &str| self.control.join(format!("{n}.{ext}"));
         let inside = |ext: &str| format!("{CONTROL}/{n}.{ext}");
-        std::fs::write(file("cmd"), command).map_err(io_err("write", &file("cmd")))?;
+        write_new(&file("cmd"), command.as_bytes())?;
         let mut wrapper = format!(
             "echo $$ >{pid}\ncd {wd} || exit 126\n",
             pid = inside("pid"),
@@ -414,9 +462,8 @@ impl Container {
             cmd = inside("cmd"),
             out = inside("out"),
         ));
-        std::fs::write(file("sh"), wrapper).map_err(io_err("write", &file("sh")))?;
-        chmod(&file("cmd"), 0o644)?;
-        chmod(&file("sh"), 0o644)?;
+        write_new(&file("sh"), wrapper.as_bytes())?;
+        let _ = std::fs::remove_file(file("out"));
         mkfifo(&file("out"))?;
         // Read and write: the FIFO never reports end-of-file, so a command that has
         // not opened it yet does not look finished; the status FIFO says when it is.
@@ -426,7 +473,18 @@ impl Container {
             .map_err(io_err("open", &file("out")))?;
         let (tx, mut rx) = oneshot::channel();
         self.lock_waiting().insert(n, tx);
-        if let Err(e) = self.send(&format!("{n}\n")).await {
+        let sent = {
+            let mut running = self.gate.lock().await;
+            if *running == 0 {
+                self.quiet().await;
+            }
+            let sent = self.send(&format!("{n}\n")).await;
+            if sent.is_ok() {
+                *running += 1;
+            }
+            sent
+        };
+        if let Err(e) = sent {
             self.lock_waiting().remove(&n);
             self.forget(n);
             return Err(e);
@@ -475,6 +533,13 @@ impl Container {
             output.push(&buf[..k]);
         }
         self.forget(n);
+        {
+            let mut running = self.gate.lock().await;
+            *running = running.saturating_sub(1);
+            if *running == 0 {
+                self.quiet().await;
+            }
+        }
         let done = done.flatten();
         if done.is_none() && !timed_out && !cancelled {
             return Err(ContainerError::Gone {
@@ -504,6 +569,19 @@ impl Container {
             output: rendered,
             ms: started.elapsed().as_millis() as u64,
         })
+    }
+
+    /// Kills every process of the container but its loop, when no command runs: what a
+    /// command left in the background (a `setsid` daemon, a process that would write
+    /// the status FIFO, race the file tools or change the workspace after the task
+    /// stopped) ends before the next command, tool call or check, as on the host.
+    async fn quiet(&self) {
+        let (tx, rx) = oneshot::channel();
+        self.lock_waiting().insert(0, tx);
+        if self.send("Q\n").await.is_ok() {
+            let _ = tokio::time::timeout(Duration::from_secs(5), rx).await;
+        }
+        self.lock_waiting().remove(&0);
     }
 
     fn lock_waiting(&self) -> std::sync::MutexGuard<'_, HashMap<u64, oneshot::Sender<Done>>> {
