@@ -314,6 +314,26 @@ fn order_runs(grid: &[Vec<TaskSpec>], variants: &[Variant], epochs: u32) -> Vec<
 }
 
 /// One task of one variant (whose defaults `job` carries), every field resolved; None
+/// The price a task is billed at: one-hour cache writes where its cache asks for them,
+/// halved in batch mode.
+fn billed(
+    p: crate::vocab::price::Price,
+    cache: &Caching,
+    provider: Option<&ProviderSpec>,
+    batched: bool,
+) -> crate::vocab::price::Price {
+    let p = if provider.is_some_and(|pr| cache.one_hour_writes(pr.protocol)) {
+        p.with_one_hour_writes()
+    } else {
+        p
+    };
+    if batched {
+        p.batched()
+    } else {
+        p
+    }
+}
+
 /// when anything about it is wrong (all of it reported).
 fn expand_task(
     job: &JobFile,
@@ -394,21 +414,7 @@ fn expand_task(
     }
     let id = id?;
     let cache = resolve_cache(t, d, provider.as_deref());
-    let one_hour = provider
-        .as_ref()
-        .is_some_and(|p| cache.one_hour_writes(p.protocol));
-    let price = price.map(|p| {
-        let p = if one_hour {
-            p.with_one_hour_writes()
-        } else {
-            p
-        };
-        if batch.is_some() {
-            p.batched()
-        } else {
-            p
-        }
-    });
+    let price = price.map(|p| billed(p, &cache, provider.as_deref(), batch.is_some()));
     Some(TaskSpec {
         task: id.clone(),
         id,

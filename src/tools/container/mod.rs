@@ -12,6 +12,7 @@
 //! in it: nothing keeps running after the runner. What is left stopped is removed by
 //! the next run or resume (`leftovers.rs`).
 
+mod control;
 mod engine;
 pub mod image;
 mod leftovers;
@@ -23,12 +24,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::pipe;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use super::sandbox::output::{Capped, CommandOutput, RunLimits};
+use control::{chmod, io_err, mkfifo, quote, read_statuses, write_new};
 
 pub use engine::{Engine, EngineChoice, QUICK};
 pub use image::{Images, Pull, Ready, Source};
@@ -58,7 +60,7 @@ const CONTROL: &str = "/.agentbatch";
 const SERVER: &str = include_str!("server.sh");
 
 /// How long a new container may take to start its loop.
-const START: Duration = Duration::from_secs(60);
+pub(super) const START: Duration = Duration::from_secs(60);
 
 /// Network access of a task's container.
 #[derive(
@@ -164,7 +166,7 @@ pub struct Start<'a> {
 }
 
 /// How a command ended, as the loop reports it.
-struct Done {
+pub(super) struct Done {
     code: i32,
     oom_kills: Option<u64>,
 }
@@ -193,63 +195,66 @@ pub struct Container {
     network_cut: AtomicBool,
 }
 
-/// Single quotes for the shell.
-fn quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "'\\''"))
-}
-
-fn io_err(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> ContainerError {
-    let path = path.to_path_buf();
-    move |source| ContainerError::Io { what, path, source }
-}
-
-/// Writes a new file of the control folder, which the container can write too: an
-/// entry already there (a symbolic link an agent planted to make the runner write a
-/// file of this machine) is removed, and the file is created exclusively without
-/// following links, so the write lands in the control folder or fails.
-fn write_new(path: &Path, bytes: &[u8]) -> Result<(), ContainerError> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let _ = std::fs::remove_file(path);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o644)
-        .custom_flags(nix::libc::O_NOFOLLOW)
-        .open(path)
-        .map_err(io_err("create", path))?;
-    f.write_all(bytes).map_err(io_err("write", path))?;
-    // The mode the container's user needs, whatever the umask; on the open file.
-    use std::os::unix::fs::PermissionsExt;
-    f.set_permissions(std::fs::Permissions::from_mode(0o644))
-        .map_err(io_err("set the mode of", path))
-}
-
-fn mkfifo(path: &Path) -> Result<(), ContainerError> {
-    use nix::sys::stat::Mode;
-    nix::unistd::mkfifo(path, Mode::from_bits_truncate(0o666)).map_err(|e| ContainerError::Io {
-        what: "make the FIFO",
-        path: path.to_path_buf(),
-        source: e.into(),
-    })?;
-    chmod(path, 0o666)
-}
-
-/// Modes the task's user inside the container needs whatever the runner's umask.
-/// Never through a symbolic link: the container can plant one in the control folder.
-fn chmod(path: &Path, mode: u32) -> Result<(), ContainerError> {
-    use nix::sys::stat::{fchmodat, FchmodatFlags, Mode};
-    fchmodat(
-        nix::fcntl::AT_FDCWD,
-        path,
-        Mode::from_bits_truncate(mode),
-        FchmodatFlags::NoFollowSymlink,
-    )
-    .map_err(|e| ContainerError::Io {
-        what: "set the mode of",
-        path: path.to_path_buf(),
-        source: e.into(),
-    })
+/// `run -d` and its arguments: the name, labels, limits, mounts and variables of a
+/// task's container, and the loop as its first process.
+fn run_args(s: &Start<'_>) -> Vec<String> {
+    let network = match (s.config.network, s.network_for_setup) {
+        (Network::None, false) => "none",
+        _ => "bridge",
+    };
+    let mut args: Vec<String> = vec![
+        "run".into(),
+        "-d".into(),
+        "--name".into(),
+        s.name.clone(),
+        "--network".into(),
+        network.into(),
+        "--stop-signal".into(),
+        "SIGKILL".into(),
+        "--entrypoint".into(),
+        "/bin/sh".into(),
+        "-v".into(),
+        format!("{}:{CONTROL}", s.control.display()),
+        "-v".into(),
+        format!("{}:{}", s.workspace.display(), s.workdir),
+        "-w".into(),
+        s.workdir.clone(),
+    ];
+    for (k, v) in &s.labels {
+        args.push("--label".into());
+        args.push(format!("{k}={v}"));
+    }
+    if let Some(c) = s.config.cpus {
+        args.push(format!("--cpus={c}"));
+    }
+    if let Some(m) = &s.config.memory {
+        // No swap beyond the memory limit: the limit is what the task gets.
+        args.push(format!("--memory={m}"));
+        args.push(format!("--memory-swap={m}"));
+    }
+    if let Some(p) = s.config.pids {
+        args.push(format!("--pids-limit={p}"));
+    }
+    // Podman passes the runner's proxy variables (with their credentials) into
+    // containers unless told not to; the task's variables are the job's alone.
+    if s.engine.name == "podman" {
+        args.push("--http-proxy=false".into());
+    }
+    for dir in &s.read_only {
+        args.push("-v".into());
+        args.push(format!("{}:{}:ro", dir.display(), dir.display()));
+    }
+    if let Some(u) = s.config.user.as_deref().filter(|u| !u.is_empty()) {
+        args.push(format!("--user={u}"));
+    }
+    for (k, v) in s.config.env.iter().chain(s.task_env) {
+        args.push("-e".into());
+        args.push(format!("{k}={v}"));
+    }
+    args.push(s.image.name.clone());
+    args.push("-c".into());
+    args.push(SERVER.into());
+    args
 }
 
 impl Container {
@@ -280,62 +285,7 @@ impl Container {
             .read_write(true)
             .open_sender(&req)
             .map_err(io_err("open", &req))?;
-        let network = match (s.config.network, s.network_for_setup) {
-            (Network::None, false) => "none",
-            _ => "bridge",
-        };
-        let mut args: Vec<String> = vec![
-            "run".into(),
-            "-d".into(),
-            "--name".into(),
-            s.name.clone(),
-            "--network".into(),
-            network.into(),
-            "--stop-signal".into(),
-            "SIGKILL".into(),
-            "--entrypoint".into(),
-            "/bin/sh".into(),
-            "-v".into(),
-            format!("{}:{CONTROL}", s.control.display()),
-            "-v".into(),
-            format!("{}:{}", s.workspace.display(), s.workdir),
-            "-w".into(),
-            s.workdir.clone(),
-        ];
-        for (k, v) in &s.labels {
-            args.push("--label".into());
-            args.push(format!("{k}={v}"));
-        }
-        if let Some(c) = s.config.cpus {
-            args.push(format!("--cpus={c}"));
-        }
-        if let Some(m) = &s.config.memory {
-            // No swap beyond the memory limit: the limit is what the task gets.
-            args.push(format!("--memory={m}"));
-            args.push(format!("--memory-swap={m}"));
-        }
-        if let Some(p) = s.config.pids {
-            args.push(format!("--pids-limit={p}"));
-        }
-        // Podman passes the runner's proxy variables (with their credentials) into
-        // containers unless told not to; the task's variables are the job's alone.
-        if s.engine.name == "podman" {
-            args.push("--http-proxy=false".into());
-        }
-        for dir in &s.read_only {
-            args.push("-v".into());
-            args.push(format!("{}:{}:ro", dir.display(), dir.display()));
-        }
-        if let Some(u) = s.config.user.as_deref().filter(|u| !u.is_empty()) {
-            args.push(format!("--user={u}"));
-        }
-        for (k, v) in s.config.env.iter().chain(s.task_env) {
-            args.push("-e".into());
-            args.push(format!("{k}={v}"));
-        }
-        args.push(s.image.name.clone());
-        args.push("-c".into());
-        args.push(SERVER.into());
+        let args = run_args(&s);
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
         let out = s.engine.run(&argv, QUICK).await?;
         let id = out.text();
@@ -447,21 +397,8 @@ impl Container {
         let started = Instant::now();
         let n = self.next.fetch_add(1, Ordering::SeqCst);
         let file = |ext: &str| self.control.join(format!("{n}.{ext}"));
-        let inside = |ext: &str| format!("{CONTROL}/{n}.{ext}");
         write_new(&file("cmd"), command.as_bytes())?;
-        let mut wrapper = format!(
-            "echo $$ >{pid}\ncd {wd} || exit 126\n",
-            pid = inside("pid"),
-            wd = quote(&self.workdir)
-        );
-        for (k, v) in extra_env {
-            wrapper.push_str(&format!("export {k}={}\n", quote(v)));
-        }
-        wrapper.push_str(&format!(
-            "S=\ncommand -v setsid >/dev/null 2>&1 && S=setsid\nB=sh\ncommand -v bash >/dev/null 2>&1 && B=bash\nexec $S $B {cmd} >{out} 2>&1 </dev/null\n",
-            cmd = inside("cmd"),
-            out = inside("out"),
-        ));
+        let wrapper = self.wrapper(n, extra_env);
         write_new(&file("sh"), wrapper.as_bytes())?;
         let _ = std::fs::remove_file(file("out"));
         mkfifo(&file("out"))?;
@@ -571,6 +508,27 @@ impl Container {
         })
     }
 
+    /// The script that starts command `n`: its pid for the kill requests, the workdir,
+    /// `extra_env`, then bash (sh without it) in a session of its own, output to the
+    /// command's FIFO.
+    fn wrapper(&self, n: u64, extra_env: &[(&str, &str)]) -> String {
+        let inside = |ext: &str| format!("{CONTROL}/{n}.{ext}");
+        let mut wrapper = format!(
+            "echo $$ >{pid}\ncd {wd} || exit 126\n",
+            pid = inside("pid"),
+            wd = quote(&self.workdir)
+        );
+        for (k, v) in extra_env {
+            wrapper.push_str(&format!("export {k}={}\n", quote(v)));
+        }
+        wrapper.push_str(&format!(
+            "S=\ncommand -v setsid >/dev/null 2>&1 && S=setsid\nB=sh\ncommand -v bash >/dev/null 2>&1 && B=bash\nexec $S $B {cmd} >{out} 2>&1 </dev/null\n",
+            cmd = inside("cmd"),
+            out = inside("out"),
+        ));
+        wrapper
+    }
+
     /// Kills every process of the container but its loop, when no command runs: what a
     /// command left in the background (a `setsid` daemon, a process that would write
     /// the status FIFO, race the file tools or change the workspace after the task
@@ -647,55 +605,4 @@ impl Container {
     pub fn engine(&self) -> &Engine {
         &self.engine
     }
-}
-
-/// Reads the loop's status lines (`ready`, `N status oom_kills`) and hands each to the
-/// command waiting for it; end-of-file after `ready` means the container stopped.
-async fn read_statuses(
-    statuses: pipe::Receiver,
-    waiting: Arc<Mutex<HashMap<u64, oneshot::Sender<Done>>>>,
-    gone: CancellationToken,
-    ready: oneshot::Sender<()>,
-) {
-    let mut ready = Some(ready);
-    let mut lines = tokio::io::BufReader::new(statuses);
-    let started = Instant::now();
-    let mut line = String::new();
-    loop {
-        line.clear();
-        match lines.read_line(&mut line).await {
-            Ok(0) | Err(_) if ready.is_some() => {
-                // No writer yet: the loop has not opened the FIFO.
-                if started.elapsed() > START {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-            Ok(0) | Err(_) => break,
-            Ok(_) => {
-                let l = line.trim();
-                if l == "ready" {
-                    if let Some(r) = ready.take() {
-                        let _ = r.send(());
-                    }
-                    continue;
-                }
-                let mut parts = l.split_whitespace();
-                let (Some(n), Some(code)) = (
-                    parts.next().and_then(|n| n.parse::<u64>().ok()),
-                    parts.next().and_then(|c| c.parse::<i32>().ok()),
-                ) else {
-                    continue;
-                };
-                let oom_kills = parts.next().and_then(|k| k.parse().ok());
-                let tx = waiting.lock().unwrap_or_else(|e| e.into_inner()).remove(&n);
-                if let Some(tx) = tx {
-                    let _ = tx.send(Done { code, oom_kills });
-                }
-            }
-        }
-    }
-    gone.cancel();
-    // Every command still waiting learns it will get no status.
-    waiting.lock().unwrap_or_else(|e| e.into_inner()).clear();
 }
