@@ -188,7 +188,7 @@ async fn memory_process_and_network_limits_hold_and_the_run_goes_on() {
     });
     case.write(
         "calc/fetch.py",
-        &format!("import struct, socket, sys, urllib.request\nroutes = [l.split() for l in open('/proc/net/route').read().splitlines()[1:]]\ngw = [r[2] for r in routes if r[1] == '00000000']\nif not gw:\n    print('no route to the host'); sys.exit(3)\nip = socket.inet_ntoa(struct.pack('<L', int(gw[0], 16)))\nprint(urllib.request.urlopen(f'http://{{ip}}:{port}/', timeout=5).read().decode())\n"),
+        &format!("import struct, socket, sys, urllib.request\nroutes = [l.split() for l in open('/proc/net/route').read().splitlines()[1:]]\ngw = [r[2] for r in routes if r[1] == '00000000']\nif not gw:\n    print('no route to the host'); sys.exit(3)\nip = socket.inet_ntoa(struct.pack('<L', int(gw[0], 16)))\n# A bridge that another container's disconnect is reconfiguring can drop a first\n# connection: three tries, 3 s each.\nfor i in range(3):\n    try:\n        print(urllib.request.urlopen(f'http://{{ip}}:{port}/', timeout=3).read().decode()); sys.exit(0)\n    except OSError as e:\n        err = e\nprint('unreachable:', err); sys.exit(1)\n"),
     );
     let bash = |cmd: &str| {
         format!("      turns:\n        - content: [ {{ tool_use: {{ name: bash, input: {{ command: '{cmd}' }} }} }} ]\n        - content: [ {{ text: done }} ]\n")
