@@ -194,10 +194,9 @@ async fn memory_process_and_network_limits_hold_and_the_run_goes_on() {
         format!("      turns:\n        - content: [ {{ tool_use: {{ name: bash, input: {{ command: '{cmd}' }} }} }} ]\n        - content: [ {{ text: done }} ]\n")
     };
     let tasks = format!(
-        "  - id: oom\n    prompt: p\n    environment: {{ image: {image}, memory: 256m }}\n    check: 'python3 -c \"b = bytearray(1 << 30); print(len(b))\"'\n    sim:\n{}  - id: forkbomb\n    prompt: p\n    environment: {{ image: {image}, pids: 64, cpus: 0.5 }}\n    check: 'echo survived'\n    sim:\n{}  - id: offline\n    prompt: p\n    environment: {{ image: {image} }}\n    setup: 'python3 fetch.py > setup-saw.txt'\n    check: 'grep -q reached setup-saw.txt && ! python3 fetch.py'\n    sim:\n{}  - id: bridged\n    prompt: p\n    environment: {{ image: {image}, network: bridge }}\n    check: 'python3 fetch.py'\n    sim:\n{}",
+        "  - id: oom\n    prompt: p\n    environment: {{ image: {image}, memory: 256m }}\n    check: 'python3 -c \"b = bytearray(1 << 30); print(len(b))\"'\n    sim:\n{}  - id: forkbomb\n    prompt: p\n    environment: {{ image: {image}, pids: 64, cpus: 0.5 }}\n    check: 'echo survived'\n    sim:\n{}  - id: offline\n    prompt: p\n    environment: {{ image: {image} }}\n    setup: 'python3 fetch.py > setup-saw.txt'\n    check: 'grep -q reached setup-saw.txt && ! python3 fetch.py'\n    sim:\n{}",
         bash("echo fine"),
         bash("timeout 3 bash -c \"f() { f | f & }; f\"; echo after"),
-        bash("python3 fetch.py"),
         bash("python3 fetch.py"),
     );
     let ran = case
@@ -228,6 +227,17 @@ async fn memory_process_and_network_limits_hold_and_the_run_goes_on() {
         offline_bash.contains("no route to the host"),
         "{offline_bash}"
     );
+    assert!(ran.row("offline")["sandbox"].contains("no network"));
+    // The bridge, alone: in CI a first connection from a bridged container to the host
+    // timed out while another container of the run was being disconnected (CNI), so
+    // the positive control runs in a run of its own (docs/guide/containers.md, Not yet).
+    std::fs::remove_dir_all(case.path("reports")).unwrap();
+    let ran = case
+        .run(&yaml(
+            "  repo: calc\n  keep_workspaces: never\n",
+            &format!("  - id: bridged\n    prompt: p\n    environment: {{ image: {image}, network: bridge }}\n    check: 'python3 fetch.py'\n    sim:\n{}", bash("python3 fetch.py")),
+        ))
+        .await;
     assert_eq!(
         ran.row("bridged")["outcome"],
         "pass",
@@ -237,10 +247,6 @@ async fn memory_process_and_network_limits_hold_and_the_run_goes_on() {
     assert!(ran.events("bridged", "tool_result")[0]
         .to_string()
         .contains("reached"));
-    assert!(
-        ran.row("offline")["sandbox"].ends_with("no network; copy workspace")
-            || ran.row("offline")["sandbox"].contains("no network")
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
