@@ -22,6 +22,7 @@ pub mod resources;
 pub mod run;
 pub mod sim;
 pub mod stats;
+pub mod suite;
 pub mod text;
 pub mod tools;
 pub mod trace;

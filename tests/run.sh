@@ -242,6 +242,20 @@ if ! podman image exists "$AGENTBATCH_TEST_IMAGE"; then
   fi
   podman import --quiet target/container-base.tar "$AGENTBATCH_TEST_IMAGE" >/dev/null
 fi
+# The suite tests' images (tests/integration/suites.rs) add pytest and patch to it, from
+# Debian's packages (as SWE-bench's instance images have their test runner).
+export AGENTBATCH_TEST_PY_IMAGE=localhost/agentbatch-test-py:1
+if ! podman image exists "$AGENTBATCH_TEST_PY_IMAGE"; then
+  echo "tests/run.sh: making the suite tests' image (pytest and patch from Debian's packages)" >&2
+  py_ctx=$(mktemp -d "${TMPDIR:-/tmp}/agentbatch-py.XXXXXX")
+  printf 'FROM %s\nRUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-pytest patch >/dev/null && rm -rf /var/lib/apt/lists/*\n' "$AGENTBATCH_TEST_IMAGE" >"$py_ctx/Dockerfile"
+  if ! podman build -q -t "$AGENTBATCH_TEST_PY_IMAGE" "$py_ctx" >target/py-image.log 2>&1; then
+    echo "tests/run.sh: the suite tests' image could not be built; the end of its log:" >&2
+    tail -n 20 target/py-image.log >&2
+    exit 1
+  fi
+  rm -rf "$py_ctx"
+fi
 podman_dir=$(mktemp -d "${TMPDIR:-/tmp}/agentbatch-podman.XXXXXX")
 podman system service --time=0 "unix://$podman_dir/podman.sock" >"$podman_dir/service.log" 2>&1 &
 podman_service_pid=$!

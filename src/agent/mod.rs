@@ -5,13 +5,15 @@
 
 pub mod batching;
 pub mod environment;
-mod fresh;
+pub mod fresh;
 mod mcp;
+mod reference;
 mod repeats;
 mod repo;
 mod request;
 mod result;
 mod steps;
+pub mod verify;
 pub(crate) mod stop;
 mod window;
 mod workspace;
@@ -299,6 +301,9 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
     };
     let stop = match prepared.failed.clone().or(mcp_failed) {
         Some(failed) => failed,
+        None if spec.agent != crate::job::AgentKind::Model => {
+            reference::act(spec, env, &prepared, &log).await
+        }
         None => converse(&mut lp).await,
     };
     let Loop { meter, tally, .. } = lp;
@@ -316,6 +321,14 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
     if let Some(p) = patch {
         log.patch(p);
     }
+    // A verifier that could not run leaves no verdict: the run failed the task.
+    let stop = match check.as_ref().and_then(|c| c.infra.as_ref()) {
+        Some(e) => Stop::new(
+            StopReason::VerifierError,
+            format!("the verifier could not run: {e}"),
+        ),
+        None => stop,
+    };
     let outcome = outcome_of(&stop, check.as_ref());
     let cost = spec.price.as_ref().map(|_| meter.cost);
     log.emit(TranscriptEvent::TaskEnd {
@@ -357,6 +370,9 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
             workspace: kept,
             environment,
             environment_ms,
+            tests_passed: check.as_ref().and_then(|c| c.tests_passed),
+            tests_failed: check.as_ref().and_then(|c| c.tests_failed),
+            reward: check.as_ref().and_then(|c| c.reward),
         },
         ..task_result(spec, stop.reason, stop.detail, started_at)
     };

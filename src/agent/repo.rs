@@ -276,12 +276,20 @@ pub async fn patch(p: &Prepared, log: &TaskLog) -> Option<Vec<u8>> {
     }
 }
 
-/// What the check command said.
-#[derive(Debug, Clone)]
+/// What the check command (or the suite's verifier) said.
+#[derive(Debug, Clone, Default)]
 pub struct CheckResult {
     pub passed: bool,
     pub exit_code: Option<i32>,
     pub ms: u64,
+    /// A SWE-bench verifier's counts of listed tests that passed and did not.
+    pub tests_passed: Option<u32>,
+    pub tests_failed: Option<u32>,
+    /// A Harbor verifier's reward.
+    pub reward: Option<f64>,
+    /// The verifier could not run: no verdict (outcome `error`, stop reason
+    /// `verifier_error`).
+    pub infra: Option<String>,
 }
 
 /// Runs the check in the workspace, whatever the stop reason, unless the task never ran
@@ -342,6 +350,7 @@ pub async fn check(
                 passed: out.success(),
                 exit_code: out.exit_code,
                 ms: out.ms,
+                ..Default::default()
             })
         }
         Err(e) => {
@@ -349,11 +358,7 @@ pub async fn check(
                 command: command.clone(),
                 outcome: CheckOutcome::Failed { error: e },
             });
-            Some(CheckResult {
-                passed: false,
-                exit_code: None,
-                ms: 0,
-            })
+            Some(CheckResult::default())
         }
     }
 }

@@ -60,6 +60,13 @@ pub(super) async fn after_loop(
 ) {
     let patch = repo::patch(&prepared, log).await;
     let check = match (&spec.environment, spec.check_environment) {
+        _ if spec.verifier.is_some() => match spec.verifier.as_deref() {
+            Some(v) => {
+                super::verify::verify(spec, &env.ground(), v, &prepared, patch.as_deref(), stop, log, 0)
+                    .await
+            }
+            None => None,
+        },
         (Some(config), crate::job::CheckEnvironment::Fresh) => {
             super::fresh::fresh_check(spec, env, config, &prepared, patch.as_deref(), stop, log)
                 .await
@@ -83,6 +90,7 @@ pub(super) async fn after_loop(
 /// The verdict: the check's when one ran, else what the stop reason implies.
 pub(super) fn outcome_of(stop: &Stop, check: Option<&repo::CheckResult>) -> Outcome {
     match check {
+        Some(c) if c.infra.is_some() => Outcome::Error,
         Some(c) if c.passed => Outcome::Pass,
         Some(_) => Outcome::Fail,
         None => stop.reason.unchecked_outcome(),

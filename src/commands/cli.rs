@@ -126,6 +126,25 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Show what a suite (a SWE-bench dataset or task repo, Harbor or Terminal-Bench
+    /// task folders) becomes as job YAML.
+    Suite {
+        #[command(subcommand)]
+        action: SuiteAction,
+    },
+    /// Run the verifier again on a run's recorded patches, in fresh environments and
+    /// without any model request; the new verdicts go beside the old ones.
+    Regrade {
+        /// The run folder (DIR/<run-id>).
+        run: PathBuf,
+        /// Only the tasks whose id (as written, or the run's key) matches this glob.
+        #[arg(long)]
+        only: Option<String>,
+        /// The job file whose verifiers grade (default: the one the run recorded), for
+        /// a fixed test patch or verifier.
+        #[arg(long)]
+        job: Option<PathBuf>,
+    },
     /// Run the simulated provider as a standalone server.
     Sim(SimArgs),
     /// Print the JSON Schema of job files (default) or simulator scripts, for editors;
@@ -135,13 +154,41 @@ pub enum Command {
     Bench(BenchArgs),
 }
 
+/// What `agentbatch suite` does.
+#[derive(Debug, Subcommand)]
+pub enum SuiteAction {
+    /// Print a suite's tasks as job YAML (what `suites:` gives), or name the file and
+    /// field it cannot read.
+    Show {
+        /// A SWE-bench .jsonl file or task repo, a Harbor task folder (or a folder of
+        /// them, or a dataset.toml), or Terminal-Bench task folders.
+        path: PathBuf,
+        /// The format, when it cannot be told from the files.
+        #[arg(long, value_parser = parse_suite_format)]
+        format: Option<crate::job::SuiteFormat>,
+    },
+}
+
+fn parse_suite_format(s: &str) -> Result<crate::job::SuiteFormat, String> {
+    match s {
+        "swebench" => Ok(crate::job::SuiteFormat::Swebench),
+        "harbor" => Ok(crate::job::SuiteFormat::Harbor),
+        "terminal-bench" => Ok(crate::job::SuiteFormat::TerminalBench),
+        _ => Err("one of swebench, harbor, terminal-bench".into()),
+    }
+}
+
 impl Command {
     /// Whether the command makes (or describes) workspaces: it takes a mount namespace of
     /// its own before any thread starts, so overlay workspaces vanish with the process.
     pub fn makes_workspaces(&self) -> bool {
         matches!(
             self,
-            Command::Run { .. } | Command::Worker(_) | Command::Validate { .. } | Command::Bench(_)
+            Command::Run { .. }
+                | Command::Worker(_)
+                | Command::Validate { .. }
+                | Command::Bench(_)
+                | Command::Regrade { .. }
         )
     }
 
@@ -150,7 +197,11 @@ impl Command {
     pub fn only_prints(&self) -> bool {
         !matches!(
             self,
-            Command::Run { .. } | Command::Worker(_) | Command::Sim(_) | Command::Bench(_)
+            Command::Run { .. }
+                | Command::Worker(_)
+                | Command::Sim(_)
+                | Command::Bench(_)
+                | Command::Regrade { .. }
         )
     }
 
@@ -186,6 +237,12 @@ impl Command {
             }
             Command::Ledger { team, ledger, json } => {
                 code(super::ledger::report(team.as_deref(), &ledger, json))
+            }
+            Command::Suite {
+                action: SuiteAction::Show { path, format },
+            } => code(super::suite::show(&path, format)),
+            Command::Regrade { run, only, job } => {
+                super::suite::regrade(&run, only.as_deref(), job.as_deref()).await
             }
             Command::Sim(args) => super::sim::command(args).await,
             Command::Bench(args) => super::bench::command(args).await,

@@ -18,5 +18,6 @@ pub mod run;
 pub mod schema;
 pub mod shared;
 pub mod sim;
+pub mod suite;
 pub mod trace;
 pub mod validate;

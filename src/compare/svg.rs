@@ -45,6 +45,7 @@ const REASON_COLOURS: [&str; StopReason::ALL.len()] = [
     "#880e4f", // tool_setup_error
     "#757575", // cancelled
     "#000000", // internal_error
+    "#4e342e", // verifier_error
 ];
 
 /// Labels longer than this are cut in the charts (the full label is in the tooltip).

@@ -46,6 +46,17 @@ pub fn describe(plan: &Plan) -> String {
             let _ = writeln!(s, "  variant {v}");
         }
     }
+    if !plan.job.suites.is_empty() {
+        let _ = writeln!(s, "suites:");
+        for (suite, n) in plan.job.suites.iter().zip(&plan.suite_tasks) {
+            let _ = writeln!(
+                s,
+                "  {} {}: {n} task(s)",
+                suite.format.as_str(),
+                suite.path
+            );
+        }
+    }
     describe_providers(plan, &mut s);
     let _ = writeln!(s, "tasks:");
     for t in &plan.tasks {
@@ -137,6 +148,9 @@ fn describe_task(t: &TaskSpec, s: &mut String) {
         or_dash(l.max_cost_usd.map(|c| c.normalize())),
         l.max_repeats.map_or("off".to_string(), |n| n.to_string()),
     );
+    if let Some(line) = describe_agent(t) {
+        let _ = writeln!(s, "      {line}");
+    }
     let _ = writeln!(s, "      cache: {}", describe_cache(t));
     let stream = if t.stream {
         format!(
@@ -445,4 +459,37 @@ fn describe_cache(t: &TaskSpec) -> String {
         ),
         None => how.to_string(),
     }
+}
+
+/// A reference agent and a suite verifier, when the task has either.
+fn describe_agent(t: &TaskSpec) -> Option<String> {
+    use super::{AgentKind, Solution, Verifier};
+    let mut parts = Vec::new();
+    match t.agent {
+        AgentKind::Model => {}
+        AgentKind::Nop => parts.push("agent: nop (changes nothing, no request)".to_string()),
+        AgentKind::Oracle => parts.push(match t.solution.as_deref() {
+            Some(Solution::Patch(_)) => "agent: oracle (applies the gold patch, no request)".into(),
+            Some(Solution::Dir(d)) => format!("agent: oracle (runs {}, no request)", d.display()),
+            None => "agent: oracle".into(),
+        }),
+    }
+    match t.verifier.as_deref() {
+        None => {}
+        Some(Verifier::Swebench(v)) => parts.push(format!(
+            "verifier: swebench ({}, {} FAIL_TO_PASS, {} PASS_TO_PASS, timeout {}) in a fresh container",
+            v.log_parser,
+            v.fail_to_pass.len(),
+            v.pass_to_pass.len(),
+            humantime::format_duration(v.timeout)
+        )),
+        Some(Verifier::Harbor(v)) => parts.push(format!(
+            "verifier: harbor ({}, timeout {}, pass at reward >= {}) in {}",
+            v.script.display(),
+            humantime::format_duration(v.timeout),
+            v.threshold,
+            if v.separate { "a fresh container" } else { "the agent's container" }
+        )),
+    }
+    (!parts.is_empty()).then(|| parts.join("; "))
 }

@@ -13,6 +13,20 @@ pub(super) struct Diagnostics<'a> {
     /// The variant being expanded: (axis, value index). A default an axis set is
     /// reported at that value under `matrix`.
     pub picks: Vec<(String, usize)>,
+    /// The tasks from suites, which follow the job's own `written` tasks: a problem
+    /// with one is reported at its suite's file.
+    pub suite_tasks: Vec<SuiteOrigin>,
+    pub written: usize,
+}
+
+/// Where a task from a suite was read.
+#[derive(Debug, Clone)]
+pub struct SuiteOrigin {
+    /// Its index in `suites`.
+    pub suite: usize,
+    pub file: String,
+    pub line: Option<usize>,
+    pub id: String,
 }
 
 impl<'a> Diagnostics<'a> {
@@ -24,6 +38,8 @@ impl<'a> Diagnostics<'a> {
             text,
             list: Vec::new(),
             picks: Vec::new(),
+            suite_tasks: Vec::new(),
+            written: 0,
         }
     }
 
@@ -72,6 +88,26 @@ impl<'a> Diagnostics<'a> {
 
     /// Records `message` about the field at `path`, prefixed with the field's name.
     pub fn err(&mut self, path: &[Seg], message: impl Into<String>) {
+        if let (Some(Seg::Key(k)), Some(Seg::Index(i))) = (path.first(), path.get(1)) {
+            if k == "tasks" && *i >= self.written {
+                if let Some(o) = self.suite_tasks.get(*i - self.written) {
+                    let field = path_string(&path[2..]);
+                    let field = if field.is_empty() { String::new() } else { format!("{field}: ") };
+                    self.list.push(Diagnostic {
+                        file: o.file.clone(),
+                        line: o.line,
+                        column: None,
+                        message: format!(
+                            "task \"{}\" of suites[{}]: {field}{}",
+                            o.id,
+                            o.suite,
+                            message.into()
+                        ),
+                    });
+                    return;
+                }
+            }
+        }
         let remapped = self.remap(path);
         let path = remapped.as_deref().unwrap_or(path);
         let (line, column) =

@@ -51,9 +51,19 @@ pub(super) fn expand(
     path: &Path,
     registry: &Registry,
     env: &Environment,
+    suite_tasks: Vec<super::diagnostics::SuiteOrigin>,
 ) -> Result<Plan, JobError> {
+    let mut suite_counts = vec![0; job.suites.len()];
+    for o in &suite_tasks {
+        if let Some(n) = suite_counts.get_mut(o.suite) {
+            *n += 1;
+        }
+    }
+    let mut diags = Diagnostics::new(path.display().to_string(), text);
+    diags.written = job.tasks.len() - suite_tasks.len();
+    diags.suite_tasks = suite_tasks;
     let mut cx = Ctx {
-        diags: Diagnostics::new(path.display().to_string(), text),
+        diags,
         env,
         files: Files::read_job_files(
             path.parent().map(Path::to_path_buf).unwrap_or_default(),
@@ -141,6 +151,7 @@ pub(super) fn expand(
         teams,
         ledger_path,
         axes: job.matrix.keys().cloned().collect(),
+        suite_tasks: suite_counts,
         job,
     })
 }
@@ -154,7 +165,12 @@ fn check_job_fields(job: &JobFile, cx: &mut Ctx) {
         cx.err(&[key("concurrency")], "must be at least 1");
     }
     if job.tasks.is_empty() {
-        cx.err(&[key("tasks")], "the job has no tasks");
+        let message = if job.suites.is_empty() {
+            "the job has no tasks: write `tasks:` or give `suites:`"
+        } else {
+            "the job's suites give no task (check their `only`, `exclude` and paths)"
+        };
+        cx.err(&[key("tasks")], message);
     }
     if job.defaults.id.is_some() {
         cx.err(
@@ -348,8 +364,18 @@ fn expand_task(
     // A missing or bad id is reported once, by `check_tasks`; such a task gets no spec.
     let id = t.id.clone().filter(|id| valid_id(id));
     let prompt = resolve_prompt(i, t, d, cx);
+    let agent = super::verifiers::resolve_agent(t, d);
+    let solution = super::verifiers::resolve_solution(i, t, d, agent, cx);
+    let verifier = super::verifiers::resolve_verifier(i, t, d, cx);
     let (provider, provider_at) = resolve_task_provider(i, t, d, shared.providers, cx);
-    let (model, model_at) = resolve_model(i, t, d, cx);
+    let (model, model_at) = if agent == super::schema_suite::AgentKind::Model {
+        resolve_model(i, t, d, cx)
+    } else {
+        // A reference agent sends no request: its model is its name unless one is set.
+        let model = t.model.clone().or_else(|| d.model.clone());
+        let at = super::diagnostics::origin(i, t.model.is_some(), d.model.is_some(), &["model"]);
+        (model.unwrap_or_else(|| agent.as_str().to_string()), at)
+    };
     let (max_tokens, max_tokens_at) = resolve_max_tokens(i, t, d);
     let batch = resolve_batch(i, t, d, provider.as_deref(), cx);
     let stream = resolve_stream(
@@ -402,9 +428,11 @@ fn expand_task(
     );
     let mut sim = None;
     if let Some(p) = &provider {
-        sim = resolve_task_script(i, t, d, p, cx);
-        if let Some(message) = missing_api_key(p, cx.env) {
-            cx.err(&provider_at, message);
+        if agent == super::schema_suite::AgentKind::Model {
+            sim = resolve_task_script(i, t, d, p, cx);
+            if let Some(message) = missing_api_key(p, cx.env) {
+                cx.err(&provider_at, message);
+            }
         }
     }
     let context =
@@ -444,8 +472,11 @@ fn expand_task(
         context,
         stream,
         batch,
-        price,
+        price: price.filter(|_| agent == super::schema_suite::AgentKind::Model),
         sim,
+        agent,
+        solution,
+        verifier,
     })
 }
 

@@ -23,15 +23,18 @@ mod schema_matrix;
 mod schema_providers;
 mod schema_rules;
 mod schema_shared;
+pub(crate) mod schema_suite;
 mod schema_toolsets;
 mod scripts;
 pub(crate) mod source;
 mod spec;
 mod streaming;
+pub(crate) mod suites;
 mod teams;
 #[cfg(test)]
 mod tests;
 mod toolsets;
+mod verifiers;
 mod window;
 
 use std::fmt;
@@ -42,8 +45,10 @@ pub(crate) use environment::Environment;
 pub(crate) use matrix::fnv1a;
 pub use schema::WorkspaceMethod;
 pub use schema_environment::CheckEnvironment;
+pub use schema_suite::SuiteFormat;
 pub use scripts::load_script_file;
 pub use spec::{
+    HarborVerifier, Solution, SwebenchVerifier, Verifier, AgentKind,
     PeriodCap, Plan, ProviderKind, ProviderSpec, RepoSpec, TaskSpec, TeamSpec, ToolsetSpec,
 };
 
@@ -163,8 +168,41 @@ pub(crate) fn load_in(
     let file = path.display().to_string();
     let text = source::read_text(path, source::MAX_JOB_FILE, "the job file")
         .map_err(|e| JobError::one(&file, None, None, e.to_string()))?;
-    let job: schema::JobFile = parse_yaml(&file, &text)?;
-    expand::expand(job, &text, path, registry, env)
+    let mut job: schema::JobFile = parse_yaml(&file, &text)?;
+    let origins = add_suite_tasks(&mut job, path)?;
+    expand::expand(job, &text, path, registry, env, origins)
+}
+
+/// Appends the tasks of the job's suites to its tasks, and says where each came from
+/// (so that a problem with one is reported at its suite's file). Every problem reading
+/// the suites is reported at once, before anything else is checked.
+fn add_suite_tasks(
+    job: &mut schema::JobFile,
+    path: &Path,
+) -> Result<Vec<diagnostics::SuiteOrigin>, JobError> {
+    let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let mut problems = Vec::new();
+    let mut origins = Vec::new();
+    for (k, suite) in job.suites.iter().enumerate() {
+        let read = suites::read(&dir, suite);
+        problems.extend(read.problems);
+        for t in read.tasks {
+            origins.push(diagnostics::SuiteOrigin {
+                suite: k,
+                file: t.file.display().to_string(),
+                line: t.line,
+                id: t.fields.id.clone().unwrap_or_default(),
+            });
+            job.tasks.push(t.fields);
+        }
+    }
+    if problems.is_empty() {
+        Ok(origins)
+    } else {
+        Err(JobError {
+            diagnostics: problems,
+        })
+    }
 }
 
 /// Parses a YAML document into `T`, refusing a key written twice in any map first:

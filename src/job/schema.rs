@@ -97,9 +97,20 @@ pub struct JobFile {
     #[schemars(range(min = 1, max = bounds::EPOCHS))]
     pub epochs: Option<u32>,
     /// The tasks, each with an `id` and a `prompt`; fields it leaves out come from
-    /// `defaults`.
-    #[schemars(length(min = 1), transform = super::schema_rules::tasks_need_ids)]
+    /// `defaults`. A job needs tasks, suites or both.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(transform = super::schema_rules::tasks_need_ids)]
     pub tasks: Vec<TaskFields>,
+    /// Tasks from suites in the formats people already have (SWE-bench, Harbor,
+    /// Terminal-Bench): each suite task gets `defaults`, with the suite's own prompt,
+    /// environment, time limit and verifier on top.
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "or_empty"
+    )]
+    #[schemars(with = "Option<Vec<super::schema_suite::SuiteFields>>")]
+    pub suites: Vec<super::schema_suite::SuiteFields>,
 }
 
 /// When a task's workspace is kept after the run.
@@ -339,6 +350,17 @@ pub struct TaskFields {
     /// Reasoning effort and summaries; OpenAI protocols only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning: Option<ReasoningFields>,
+    /// `model` (default), or a reference agent that sends no request: `oracle` applies
+    /// the task's `solution`, `nop` changes nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<super::schema_suite::AgentKind>,
+    /// What the oracle applies: a `patch`, or a `dir` whose solve.sh it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub solution: Option<super::schema_suite::SolutionFields>,
+    /// A suite's own grading instead of `check` (`swebench:` or `harbor:`); needs an
+    /// `environment`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verifier: Option<super::schema_suite::VerifierFields>,
 }
 
 /// Limits of one task; each field set on a task overrides the same field of `defaults`.

@@ -11,6 +11,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::schema::{JobFile, KeepWorkspaces};
+pub use super::schema_suite::AgentKind;
 use crate::model::Protocol;
 use crate::sim::script::Script;
 use crate::tools::mcp::McpServerSpec;
@@ -208,6 +209,70 @@ pub struct TaskSpec {
     pub batch: Option<BatchSpec>,
     #[serde(skip)]
     pub sim: Option<Arc<Script>>,
+    /// Who works on the task: the model, or a reference agent.
+    #[serde(skip_serializing_if = "is_model")]
+    pub agent: AgentKind,
+    /// What the oracle applies.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub solution: Option<Arc<Solution>>,
+    /// The suite's own grading, instead of `check`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verifier: Option<Arc<Verifier>>,
+}
+
+fn is_model(a: &AgentKind) -> bool {
+    *a == AgentKind::Model
+}
+
+/// What the oracle does.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Solution {
+    /// A patch applied to the workspace (SWE-bench's gold patch).
+    Patch(String),
+    /// A folder copied to `/solution` in the container, whose `solve.sh` runs.
+    Dir(PathBuf),
+}
+
+/// A suite's grading, resolved.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verifier {
+    Swebench(SwebenchVerifier),
+    Harbor(HarborVerifier),
+}
+
+/// SWE-bench's grading of one instance.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SwebenchVerifier {
+    pub eval_script: String,
+    #[serde(rename = "FAIL_TO_PASS")]
+    pub fail_to_pass: Vec<String>,
+    #[serde(rename = "PASS_TO_PASS")]
+    pub pass_to_pass: Vec<String>,
+    pub log_parser: String,
+    pub eval_type: super::schema_suite::SwebenchEvalType,
+    #[serde(serialize_with = "human")]
+    pub timeout: Duration,
+}
+
+/// A Harbor (or Terminal-Bench) verifier, resolved.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HarborVerifier {
+    /// The tests folder on this machine, copied to `/tests`.
+    pub tests: PathBuf,
+    /// The test script on this machine (in `tests` or beside it), run from `/tests`.
+    pub script: PathBuf,
+    #[serde(serialize_with = "human")]
+    pub timeout: Duration,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// The reward at which the task passes.
+    pub threshold: f64,
+    /// In a new container with only the agent's patch (else the agent's own).
+    pub separate: bool,
+    /// The script's exit status is the reward (Terminal-Bench 1).
+    pub reward_from_exit_code: bool,
 }
 
 /// A task's batch mode, resolved.
@@ -247,4 +312,6 @@ pub struct Plan {
     pub job: JobFile,
     /// The matrix axes (results.csv gets a `matrix.<axis>` column for each).
     pub axes: Vec<String>,
+    /// How many tasks each of `suites` gave, in its order.
+    pub suite_tasks: Vec<usize>,
 }

@@ -64,6 +64,7 @@ pub(super) fn event_note(event: TranscriptEvent) -> (u32, Item) {
         | E::Patch { .. }
         | E::PatchError { .. }
         | E::Check { .. }
+        | E::Verifier(..)
         | E::WorkspaceEnd { .. } => workspace_note(event),
         // Laid out by `transcript::add`; listed so a new event is a compile error here.
         E::TaskStart { .. }
@@ -340,6 +341,7 @@ fn workspace_note(event: TranscriptEvent) -> (u32, Item) {
         ),
         E::PatchError { error } => (0, note("patch_error", "error", error)),
         E::Check { command, outcome } => (0, note("check", "end", check_text(&command, outcome))),
+        E::Verifier(v) => (0, note("verifier", "end", verifier_text(&v))),
         E::WorkspaceEnd { kept, .. } => (
             0,
             note(
@@ -370,4 +372,37 @@ fn check_text(command: &str, outcome: CheckOutcome) -> String {
             if timed_out { ", timed out" } else { "" }
         ),
     }
+}
+
+/// A verifier's verdict in one line: what decided it, and the failing tests.
+fn verifier_text(v: &crate::vocab::transcript::VerifierRecord) -> String {
+    let regrade = if v.regrade > 0 {
+        format!("regrade {}: ", v.regrade)
+    } else {
+        String::new()
+    };
+    if let Some(e) = &v.error {
+        return format!("{regrade}{} verifier could not run: {e}", v.kind);
+    }
+    let verdict = if v.passed { "passed" } else { "failed" };
+    let mut parts = vec![format!("{regrade}{} verifier {verdict}", v.kind)];
+    if let Some(r) = v.reward {
+        parts.push(format!("reward {r}"));
+    }
+    if let (Some(p), Some(f)) = (v.tests_passed, v.tests_failed) {
+        parts.push(format!("{p} tests passed, {f} failed"));
+    }
+    if let Some(i) = &v.invalid {
+        parts.push(format!("invalid: {i}"));
+    }
+    for (what, list) in [
+        ("FAIL_TO_PASS not passing", &v.fail_to_pass_failed),
+        ("PASS_TO_PASS broken", &v.pass_to_pass_failed),
+    ] {
+        if !list.is_empty() {
+            parts.push(format!("{what}: {}", list.join(", ")));
+        }
+    }
+    parts.push(format!("{} ms", v.ms));
+    parts.join("; ")
 }

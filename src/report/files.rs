@@ -8,6 +8,7 @@
 //!   run.json            RUN_JSON        what the run was and how it ended; format_version
 //!   results.csv         RESULTS_CSV     one row per task (report::results)
 //!   superseded.csv      SUPERSEDED_CSV  rows a resume replaced (same columns)
+//!   regraded.csv        REGRADED_CSV    rows as they were before a regrade
 //!   summary.csv         SUMMARY_CSV     per variant
 //!   report.html         REPORT_HTML     the page (written by `page`, a view of the rest)
 //!   report-transcripts/ REPORT_TRANSCRIPTS  the page's transcript chunks
@@ -24,6 +25,8 @@ use std::path::{Path, PathBuf};
 pub const RESULTS_CSV: &str = "results.csv";
 /// The rows a resume replaced, and a shared run's attempts that lost their task.
 pub const SUPERSEDED_CSV: &str = "superseded.csv";
+/// The rows a regrade changed, as they were before it (same columns).
+pub const REGRADED_CSV: &str = "regraded.csv";
 /// What the run was: `report::run_json`.
 pub const RUN_JSON: &str = "run.json";
 /// Per variant figures: `report::variants`.

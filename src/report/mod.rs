@@ -12,6 +12,7 @@ mod error;
 pub mod files;
 mod folder;
 mod progress;
+pub mod regrade;
 mod results;
 mod resume;
 mod run_json;

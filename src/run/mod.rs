@@ -24,6 +24,7 @@ mod feed;
 mod folder;
 mod phases;
 pub mod queue;
+pub mod regrade;
 mod resume;
 pub mod shared;
 mod signals;

@@ -85,6 +85,11 @@ pub struct Measured {
     /// Building or pulling its image and starting its container, in ms (outside the
     /// time limit); None without an environment.
     pub environment_ms: Option<u64>,
+    /// A SWE-bench verifier's counts of listed tests that passed and that did not.
+    pub tests_passed: Option<u32>,
+    pub tests_failed: Option<u32>,
+    /// A Harbor verifier's reward.
+    pub reward: Option<f64>,
 }
 
 /// A message to the reporter.

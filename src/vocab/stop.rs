@@ -30,10 +30,12 @@ pub enum StopReason {
     Cancelled,
     /// A bug in agentbatch (the task's code panicked): never mistaken for a Ctrl-C.
     InternalError,
+    /// The suite's verifier could not run (its container, the engine): no verdict.
+    VerifierError,
 }
 
 impl StopReason {
-    pub const ALL: [StopReason; 17] = [
+    pub const ALL: [StopReason; 18] = [
         StopReason::Completed,
         StopReason::MaxTurns,
         StopReason::TimeLimit,
@@ -51,6 +53,7 @@ impl StopReason {
         StopReason::ToolSetupError,
         StopReason::Cancelled,
         StopReason::InternalError,
+        StopReason::VerifierError,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -72,6 +75,7 @@ impl StopReason {
             StopReason::ToolSetupError => "tool_setup_error",
             StopReason::Cancelled => "cancelled",
             StopReason::InternalError => "internal_error",
+            StopReason::VerifierError => "verifier_error",
         }
     }
 
@@ -91,6 +95,7 @@ impl StopReason {
                 | StopReason::ToolSetupError
                 | StopReason::Cancelled
                 | StopReason::InternalError
+                | StopReason::VerifierError
         )
     }
 

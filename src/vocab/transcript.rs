@@ -15,7 +15,7 @@ use crate::vocab::usage::{Clamp, Usage};
 
 use super::transcript_parts::{known, lenient, present};
 pub use super::transcript_parts::{
-    CheckOutcome, ImageInfo, McpServerInfo, RequestParams, ToolOutcome, Usd,
+    CheckOutcome, ImageInfo, McpServerInfo, RequestParams, ToolOutcome, Usd, VerifierRecord,
 };
 
 /// One line of a task's transcript, without its timestamps.
@@ -516,6 +516,9 @@ pub enum TranscriptEvent {
         #[serde(default, deserialize_with = "lenient")]
         error: String,
     },
+    /// A suite verifier's verdict (SWE-bench's grading, Harbor's reward), in place of
+    /// a check; a regrade adds another with its number.
+    Verifier(Box<VerifierRecord>),
     /// The check command's verdict.
     Check {
         #[serde(default, deserialize_with = "lenient")]

@@ -162,3 +162,56 @@ pub enum CheckOutcome {
         output: String,
     },
 }
+
+/// What a suite's verifier found. Every field reads as its default when missing.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct VerifierRecord {
+    /// `swebench` or `harbor`.
+    #[serde(default, deserialize_with = "lenient")]
+    pub kind: String,
+    /// The verdict: resolved, or the reward reached the threshold.
+    #[serde(default, deserialize_with = "lenient")]
+    pub passed: bool,
+    /// The verifier could not run (an image, a container, the engine): no verdict, and
+    /// the task's outcome is `error`, which a resume runs again.
+    #[serde(default, deserialize_with = "lenient", skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// SWE-bench: why the test log does not count (the patch did not apply, the
+    /// markers are missing, the exit code contradicts the log): not resolved.
+    #[serde(default, deserialize_with = "lenient", skip_serializing_if = "Option::is_none")]
+    pub invalid: Option<String>,
+    #[serde(default, deserialize_with = "lenient", skip_serializing_if = "Option::is_none")]
+    pub tests_passed: Option<u32>,
+    #[serde(default, deserialize_with = "lenient", skip_serializing_if = "Option::is_none")]
+    pub tests_failed: Option<u32>,
+    /// SWE-bench: every test the log parser found, with its status.
+    #[serde(default, deserialize_with = "lenient", skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub tests: std::collections::BTreeMap<String, String>,
+    /// SWE-bench: the FAIL_TO_PASS and PASS_TO_PASS tests that did not pass.
+    #[serde(default, deserialize_with = "lenient", skip_serializing_if = "Vec::is_empty")]
+    pub fail_to_pass_failed: Vec<String>,
+    #[serde(default, deserialize_with = "lenient", skip_serializing_if = "Vec::is_empty")]
+    pub pass_to_pass_failed: Vec<String>,
+    /// Harbor: the reward that decides (`reward`, or the only one, or the mean).
+    #[serde(default, deserialize_with = "lenient", skip_serializing_if = "Option::is_none")]
+    pub reward: Option<f64>,
+    /// Harbor: every reward of reward.json.
+    #[serde(default, deserialize_with = "lenient", skip_serializing_if = "Option::is_none")]
+    pub rewards: Option<std::collections::BTreeMap<String, f64>>,
+    #[serde(default, deserialize_with = "lenient", skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub timed_out: bool,
+    #[serde(default, deserialize_with = "lenient")]
+    pub ms: u64,
+    /// The end of the test output.
+    #[serde(default, deserialize_with = "lenient")]
+    pub output: String,
+    /// 0 for the run's own verification, N for the Nth `agentbatch regrade`.
+    #[serde(default, deserialize_with = "lenient", skip_serializing_if = "is_zero")]
+    pub regrade: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}

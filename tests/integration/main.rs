@@ -40,6 +40,7 @@ mod shared_run;
 mod sim_batch;
 mod stream_runs;
 mod streaming;
+mod suites;
 mod summarize;
 mod usage_figures;
 mod workspace_links;

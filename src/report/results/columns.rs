@@ -38,6 +38,22 @@ pub(crate) struct Money;
 pub(crate) struct Verdict;
 /// A whole number from 1; 1 in files from before the column.
 pub(crate) struct FromOne;
+/// A finite number (a reward); empty when there is none.
+pub(crate) struct Real;
+
+impl Kind for Real {
+    type Value = Option<f64>;
+    const BAD: &'static str = "is not a number";
+    fn absent() -> Option<f64> {
+        None
+    }
+    fn write(value: &Option<f64>, out: &mut String) {
+        write_optional(value, out);
+    }
+    fn read(text: &str) -> Option<Option<f64>> {
+        read_optional::<f64>(text).filter(|v| v.is_none_or(f64::is_finite))
+    }
+}
 
 impl Kind for Text {
     type Value = String;
@@ -306,4 +322,10 @@ columns! {
     /// Building or pulling the image and starting the container, in ms, outside the
     /// time limit; empty without an environment.
     environment_ms: Count = r.measured.environment_ms;
+    /// SWE-bench verifier: the FAIL_TO_PASS and PASS_TO_PASS tests that passed and
+    /// that did not; empty without one.
+    tests_passed: Count = r.measured.tests_passed.map(u64::from);
+    tests_failed: Count = r.measured.tests_failed.map(u64::from);
+    /// Harbor verifier: the reward that decided the verdict; empty without one.
+    reward: Real = r.measured.reward;
 }

@@ -605,4 +605,54 @@ impl Container {
     pub fn engine(&self) -> &Engine {
         &self.engine
     }
+
+    /// Writes a new file into the control folder (a patch, a script for the container
+    /// to run) and returns its path inside the container.
+    pub fn put(&self, name: &str, bytes: &[u8]) -> Result<String, ContainerError> {
+        let path = self.control.join(name);
+        let _ = std::fs::remove_file(&path);
+        control::write_new(&path, bytes)?;
+        Ok(format!("{CONTROL}/{name}"))
+    }
+
+    /// The path inside the container of a file in the control folder, which a command
+    /// can write for [`Container::take`] to read.
+    pub fn control_path(name: &str) -> String {
+        format!("{CONTROL}/{name}")
+    }
+
+    /// Reads (and removes) a file a command wrote into the control folder, at most
+    /// `limit` bytes of its end: None when there is none.
+    pub fn take(&self, name: &str, limit: u64) -> Option<Vec<u8>> {
+        use std::io::{Read, Seek, SeekFrom};
+        use std::os::unix::fs::OpenOptionsExt;
+        let path = self.control.join(name);
+        let mut f = std::fs::File::options()
+            .read(true)
+            .custom_flags(nix::libc::O_NOFOLLOW)
+            .open(&path)
+            .ok()?;
+        let len = f.metadata().ok()?.len();
+        if len > limit {
+            f.seek(SeekFrom::Start(len - limit)).ok()?;
+        }
+        let mut out = Vec::new();
+        f.take(limit).read_to_end(&mut out).ok()?;
+        let _ = std::fs::remove_file(&path);
+        Some(out)
+    }
+
+    /// Copies a folder (or file) of this machine into the container at `to` (its
+    /// contents, for a folder), whatever the agent left there.
+    pub async fn copy_in(&self, from: &Path, to: &str) -> Result<(), ContainerError> {
+        let src = if from.is_dir() {
+            format!("{}/.", from.display())
+        } else {
+            from.display().to_string()
+        };
+        self.engine
+            .run(&["cp", &src, &format!("{}:{to}", self.name)], QUICK)
+            .await
+            .map(|_| ())
+    }
 }

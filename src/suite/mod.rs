@@ -1,0 +1,3 @@
+//! Suites in the formats people already have: their grading, without I/O.
+
+pub mod swebench;
