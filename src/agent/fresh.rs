@@ -59,7 +59,18 @@ impl Fresh {
     ) -> Result<Fresh, String> {
         let got = prepared.env.as_ref().ok_or("no environment")?;
         let repo = spec.repo.as_ref().ok_or("no repository")?;
-        let key = format!("{}@fresh", spec.id);
+        let key = crate::vocab::log::fresh_key(&spec.id);
+        // What a killed attempt (or a regrade's) left under the same name goes first.
+        let stale: Vec<PathBuf> = ["workspaces", "git", "tmp"]
+            .iter()
+            .map(|sub| env.work_dir.join(sub).join(&key))
+            .collect();
+        let _ = tokio::task::spawn_blocking(move || {
+            for p in stale.iter().filter(|p| p.exists()) {
+                let _ = std::fs::remove_dir_all(p);
+            }
+        })
+        .await;
         let made = super::workspace::make(
             &got.repo,
             env.pristines,
@@ -191,7 +202,18 @@ pub async fn fresh_check(
     }
     // The check's network: as the agent's, unless `check_sandbox: false` asks for it.
     let network = !repo.check_sandbox;
-    match Fresh::make(spec, &env.ground(), config, prepared, patch, "fresh check", network, log).await {
+    match Fresh::make(
+        spec,
+        &env.ground(),
+        config,
+        prepared,
+        patch,
+        "fresh check",
+        network,
+        log,
+    )
+    .await
+    {
         Ok(fresh) => {
             let view = super::repo::Prepared {
                 sandbox: Some(fresh.sandbox.clone()),

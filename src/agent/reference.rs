@@ -83,7 +83,9 @@ async fn solve(
         max_output: OUTPUT,
     };
     match sandbox.run(&command, limits, &env.cancel, reach).await {
-        Ok(out) if out.cancelled => Stop::new(StopReason::Cancelled, "run cancelled while the oracle ran"),
+        Ok(out) if out.cancelled => {
+            Stop::new(StopReason::Cancelled, "run cancelled while the oracle ran")
+        }
         Ok(out) => {
             log.emit(TranscriptEvent::Setup {
                 command: format!("oracle: {command}"),

@@ -62,8 +62,17 @@ pub(super) async fn after_loop(
     let check = match (&spec.environment, spec.check_environment) {
         _ if spec.verifier.is_some() => match spec.verifier.as_deref() {
             Some(v) => {
-                super::verify::verify(spec, &env.ground(), v, &prepared, patch.as_deref(), stop, log, 0)
-                    .await
+                super::verify::verify(
+                    spec,
+                    &env.ground(),
+                    v,
+                    &prepared,
+                    patch.as_deref(),
+                    stop,
+                    log,
+                    0,
+                )
+                .await
             }
             None => None,
         },

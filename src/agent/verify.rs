@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use super::fresh::{Fresh, Ground};
 use super::repo::{CheckResult, Prepared};
-use crate::job::{HarborVerifier, SwebenchVerifier, TaskSpec, Verifier};
 use crate::job::schema_suite::SwebenchEvalType;
+use crate::job::{HarborVerifier, SwebenchVerifier, TaskSpec, Verifier};
 use crate::suite::swebench;
 use crate::tools::container::{Container, EnvironmentConfig};
 use crate::tools::RunLimits;
@@ -41,7 +41,9 @@ pub async fn verify(
     regrade: u32,
 ) -> Option<CheckResult> {
     let config = spec.environment.as_ref()?;
-    if prepared.failed.is_some() || stop.reason == StopReason::Cancelled || env.cancel.is_cancelled()
+    if prepared.failed.is_some()
+        || stop.reason == StopReason::Cancelled
+        || env.cancel.is_cancelled()
     {
         return None;
     }
@@ -143,7 +145,12 @@ async fn swebench_verify(
         }
         if applied.is_none() {
             let out = c
-                .run(&format!("git apply --check --reverse {file}"), limits, env.cancel, &[])
+                .run(
+                    &format!("git apply --check --reverse {file}"),
+                    limits,
+                    env.cancel,
+                    &[],
+                )
                 .await
                 .map_err(|e| e.to_string())?;
             if out.success() {
@@ -158,7 +165,10 @@ async fn swebench_verify(
             )));
         }
         let script = c
-            .put("eval.sh", swebench::eval_script_with_exit_code(&v.eval_script).as_bytes())
+            .put(
+                "eval.sh",
+                swebench::eval_script_with_exit_code(&v.eval_script).as_bytes(),
+            )
             .map_err(|e| e.to_string())?;
         let log_file = Container::control_path("eval.log");
         let out = c
@@ -204,7 +214,11 @@ async fn swebench_verify(
             passed: graded.resolved,
             invalid: graded.invalid_reason.clone(),
             tests_passed: Some(if graded.valid { passed_n } else { 0 }),
-            tests_failed: Some(if graded.valid { listed - passed_n.min(listed) } else { listed }),
+            tests_failed: Some(if graded.valid {
+                listed - passed_n.min(listed)
+            } else {
+                listed
+            }),
             tests: graded
                 .statuses
                 .iter()
@@ -298,7 +312,11 @@ async fn run_harbor(
         Ok(rel) => format!("/tests/{}", rel.display()),
         Err(_) => format!("/tests/{name}"),
     };
-    let env: Vec<(&str, &str)> = v.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let env: Vec<(&str, &str)> = v
+        .env
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
     let out = c
         .run(
             &format!("chmod +x {inside} 2>/dev/null; bash {inside} > /logs/verifier/test-stdout.txt 2>&1"),
@@ -315,7 +333,10 @@ async fn run_harbor(
         return Err("cancelled".into());
     }
     let read = |file: &'static str| read_back(c, file, small, cancel);
-    let output = read("test-stdout.txt").await?.map(|b| tail(&b)).unwrap_or_default();
+    let output = read("test-stdout.txt")
+        .await?
+        .map(|b| tail(&b))
+        .unwrap_or_default();
     let mut record = VerifierRecord {
         kind: "harbor".into(),
         exit_code: out.exit_code,
@@ -347,8 +368,10 @@ async fn run_harbor(
             None
         }
         None => {
-            record.invalid =
-                Some("no reward file: the tests wrote neither /logs/verifier/reward.txt nor reward.json".into());
+            record.invalid = Some(
+                "no reward file: the tests wrote neither /logs/verifier/reward.txt nor reward.json"
+                    .into(),
+            );
             None
         }
     };
@@ -373,8 +396,15 @@ async fn read_back(
         "cat /logs/verifier/{file} > {} 2>/dev/null",
         Container::control_path(file)
     );
-    let got = c.run(&cmd, small, cancel, &[]).await.map_err(|e| e.to_string())?;
-    Ok(if got.success() { c.take(file, 1 << 20) } else { None })
+    let got = c
+        .run(&cmd, small, cancel, &[])
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(if got.success() {
+        c.take(file, 1 << 20)
+    } else {
+        None
+    })
 }
 
 /// The reward that decides: `reward` when reward.json has it, the only one, else the
@@ -398,7 +428,10 @@ pub fn parse_reward_text(bytes: &[u8]) -> Result<f64, String> {
     }
     match t.parse::<f64>() {
         Ok(v) if v.is_finite() => Ok(v),
-        _ => Err(format!("/logs/verifier/reward.txt holds \"{}\", not a number", t.chars().take(80).collect::<String>())),
+        _ => Err(format!(
+            "/logs/verifier/reward.txt holds \"{}\", not a number",
+            t.chars().take(80).collect::<String>()
+        )),
     }
 }
 

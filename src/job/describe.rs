@@ -49,12 +49,7 @@ pub fn describe(plan: &Plan) -> String {
     if !plan.job.suites.is_empty() {
         let _ = writeln!(s, "suites:");
         for (suite, n) in plan.job.suites.iter().zip(&plan.suite_tasks) {
-            let _ = writeln!(
-                s,
-                "  {} {}: {n} task(s)",
-                suite.format.as_str(),
-                suite.path
-            );
+            let _ = writeln!(s, "  {} {}: {n} task(s)", suite.format.as_str(), suite.path);
         }
     }
     describe_providers(plan, &mut s);

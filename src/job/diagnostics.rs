@@ -92,7 +92,11 @@ impl<'a> Diagnostics<'a> {
             if k == "tasks" && *i >= self.written {
                 if let Some(o) = self.suite_tasks.get(*i - self.written) {
                     let field = path_string(&path[2..]);
-                    let field = if field.is_empty() { String::new() } else { format!("{field}: ") };
+                    let field = if field.is_empty() {
+                        String::new()
+                    } else {
+                        format!("{field}: ")
+                    };
                     self.list.push(Diagnostic {
                         file: o.file.clone(),
                         line: o.line,

@@ -48,8 +48,8 @@ pub use schema_environment::CheckEnvironment;
 pub use schema_suite::SuiteFormat;
 pub use scripts::load_script_file;
 pub use spec::{
-    HarborVerifier, Solution, SwebenchVerifier, Verifier, AgentKind,
-    PeriodCap, Plan, ProviderKind, ProviderSpec, RepoSpec, TaskSpec, TeamSpec, ToolsetSpec,
+    AgentKind, HarborVerifier, PeriodCap, Plan, ProviderKind, ProviderSpec, RepoSpec, Solution,
+    SwebenchVerifier, TaskSpec, TeamSpec, ToolsetSpec, Verifier,
 };
 
 use crate::tools::Registry;

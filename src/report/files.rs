@@ -49,6 +49,7 @@ pub const WORKER_MARKER: &str = ".worker";
 /// folders), one sub-folder per key; the repository code writes them, a resume clears
 /// a re-run task's, the reporter drops the empty ones at the end.
 pub const WORK_FOLDERS: [&str; 3] = ["workspaces", "git", "tmp"];
+pub use crate::vocab::log::fresh_key;
 /// The pristine checkouts tasks' workspaces are made from.
 pub const PRISTINE: &str = "pristine";
 /// Container images' build and pull logs, and the workdirs copied out of images for

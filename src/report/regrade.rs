@@ -88,7 +88,8 @@ pub fn record(
     let mut old = Vec::new();
     let mut changed = 0;
     for row in &file.rows {
-        let Some(new) = by_unit.get(&(row.task_id.as_str(), row.variant.as_str(), row.epoch)) else {
+        let Some(new) = by_unit.get(&(row.task_id.as_str(), row.variant.as_str(), row.epoch))
+        else {
             rows.push(row.fields.clone());
             continue;
         };
@@ -108,7 +109,10 @@ pub fn record(
         set("outcome", new.outcome.as_str().to_string());
         set("stop_reason", new.stop_reason.clone());
         set("stop_detail", new.stop_detail.clone());
-        set("check_exit_code", opt(new.check_exit_code.map(|c| c.to_string())));
+        set(
+            "check_exit_code",
+            opt(new.check_exit_code.map(|c| c.to_string())),
+        );
         set("check_ms", new.check_ms.to_string());
         set("tests_passed", opt(new.tests_passed.map(|c| c.to_string())));
         set("tests_failed", opt(new.tests_failed.map(|c| c.to_string())));

@@ -47,9 +47,11 @@ impl ResumeChanges {
             let patch = files::patch_path(dir, key);
             set_aside(&patch).map_err(io(&patch))?;
             for sub in files::WORK_FOLDERS {
-                let p = dir.join(sub).join(key);
-                if p.exists() {
-                    std::fs::remove_dir_all(&p).map_err(io(&p))?;
+                for name in [key.to_string(), files::fresh_key(key)] {
+                    let p = dir.join(sub).join(name);
+                    if p.exists() {
+                        std::fs::remove_dir_all(&p).map_err(io(&p))?;
+                    }
                 }
             }
         }

@@ -105,7 +105,10 @@ pub async fn regrade(
         &dir,
         files::environments_dir(&dir),
     ));
-    let pristines = Arc::new(crate::tools::pristine::Pristines::new(dir.join(files::PRISTINE), None));
+    let pristines = Arc::new(crate::tools::pristine::Pristines::new(
+        dir.join(files::PRISTINE),
+        None,
+    ));
     let cancel = tokio_util::sync::CancellationToken::new();
     let ground = Ground {
         work_dir: &dir,
@@ -119,7 +122,10 @@ pub async fn regrade(
         .collect()
         .await;
     report.regraded = graded.len();
-    report.errors = graded.iter().filter(|g| g.outcome == Outcome::Error).count();
+    report.errors = graded
+        .iter()
+        .filter(|g| g.outcome == Outcome::Error)
+        .count();
     let before: HashMap<(&str, &str, u32), String> = rows
         .iter()
         .map(|r| {

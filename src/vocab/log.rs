@@ -92,6 +92,12 @@ pub struct Measured {
     pub reward: Option<f64>,
 }
 
+/// The name, in each of the run folder's work folders (`workspaces/`, `git/`, `tmp/`),
+/// of a task's second workspace (a fresh check's or a verifier's): `<key>@fresh`.
+pub fn fresh_key(key: &str) -> String {
+    format!("{key}@fresh")
+}
+
 /// A message to the reporter.
 #[derive(Debug)]
 pub enum Event {

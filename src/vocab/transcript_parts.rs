@@ -174,31 +174,71 @@ pub struct VerifierRecord {
     pub passed: bool,
     /// The verifier could not run (an image, a container, the engine): no verdict, and
     /// the task's outcome is `error`, which a resume runs again.
-    #[serde(default, deserialize_with = "lenient", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub error: Option<String>,
     /// SWE-bench: why the test log does not count (the patch did not apply, the
     /// markers are missing, the exit code contradicts the log): not resolved.
-    #[serde(default, deserialize_with = "lenient", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub invalid: Option<String>,
-    #[serde(default, deserialize_with = "lenient", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub tests_passed: Option<u32>,
-    #[serde(default, deserialize_with = "lenient", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub tests_failed: Option<u32>,
     /// SWE-bench: every test the log parser found, with its status.
-    #[serde(default, deserialize_with = "lenient", skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "std::collections::BTreeMap::is_empty"
+    )]
     pub tests: std::collections::BTreeMap<String, String>,
     /// SWE-bench: the FAIL_TO_PASS and PASS_TO_PASS tests that did not pass.
-    #[serde(default, deserialize_with = "lenient", skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub fail_to_pass_failed: Vec<String>,
-    #[serde(default, deserialize_with = "lenient", skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub pass_to_pass_failed: Vec<String>,
     /// Harbor: the reward that decides (`reward`, or the only one, or the mean).
-    #[serde(default, deserialize_with = "lenient", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub reward: Option<f64>,
     /// Harbor: every reward of reward.json.
-    #[serde(default, deserialize_with = "lenient", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub rewards: Option<std::collections::BTreeMap<String, f64>>,
-    #[serde(default, deserialize_with = "lenient", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub exit_code: Option<i32>,
     #[serde(default, deserialize_with = "lenient")]
     pub timed_out: bool,

@@ -34,7 +34,11 @@ fn git_out(dir: &Path, args: &[&str]) -> String {
         .current_dir(dir)
         .output()
         .expect("git runs");
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).to_string()
 }
 
@@ -80,14 +84,22 @@ fn calc_repo(case: &Case, dir: &str, first: u32) -> (PathBuf, String, Vec<Instan
     let instances = vec![
         Instance {
             id: format!("calc__calc-{first}"),
-            gold: diff_of("calc.py", "def add(a, b):\n    return a - b", "def add(a, b):\n    return a + b"),
+            gold: diff_of(
+                "calc.py",
+                "def add(a, b):\n    return a - b",
+                "def add(a, b):\n    return a + b",
+            ),
             test_patch: test("add", "assert add(2, 3) == 5"),
             f2p: vec!["tests/test_calc.py::test_add".into()],
             p2p: vec!["tests/test_calc.py::test_sub".into()],
         },
         Instance {
             id: format!("calc__calc-{}", first + 1),
-            gold: diff_of("calc.py", "def mul(a, b):\n    return a + b", "def mul(a, b):\n    return a * b"),
+            gold: diff_of(
+                "calc.py",
+                "def mul(a, b):\n    return a + b",
+                "def mul(a, b):\n    return a * b",
+            ),
             test_patch: test("mul", "assert mul(2, 3) == 6"),
             f2p: vec!["tests/test_calc.py::test_mul".into()],
             p2p: vec!["tests/test_calc.py::test_sub".into()],
@@ -109,7 +121,10 @@ fn testbed_dockerfile(ctx: &Path, repo: &Path) {
     copy_dir(repo, &ctx.join("testbed"));
     std::fs::write(
         ctx.join("Dockerfile"),
-        format!("FROM {}\nCOPY testbed /testbed\nWORKDIR /testbed\n", py_image()),
+        format!(
+            "FROM {}\nCOPY testbed /testbed\nWORKDIR /testbed\n",
+            py_image()
+        ),
     )
     .unwrap();
 }
@@ -124,10 +139,24 @@ fn copy_dir(from: &Path, to: &Path) {
     assert!(ok.success());
 }
 
-/// The image the harness would name for `id` under namespace `localhost`, built here.
+/// An image namespace of the test's own: tests run at once, and each builds its
+/// instances' images from a repository of its own (its commits differ).
+fn namespace(case: &Case) -> String {
+    let name = case
+        .dir
+        .path()
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .to_lowercase();
+    let name: String = name.chars().filter(|c| c.is_ascii_alphanumeric()).collect();
+    format!("localhost/t{name}")
+}
+
+/// The image the harness would name for `id` under the test's namespace, built here.
 fn build_instance_image(case: &Case, repo: &Path, id: &str) -> String {
     let key = format!("sweb.eval.x86_64.{id}:latest").to_lowercase();
-    let image = format!("localhost/{key}").replace("__", "_1776_");
+    let image = format!("{}/{key}", namespace(case)).replace("__", "_1776_");
     let ctx = case.path(&format!("images/{id}"));
     std::fs::create_dir_all(&ctx).unwrap();
     testbed_dockerfile(&ctx, repo);
@@ -136,7 +165,11 @@ fn build_instance_image(case: &Case, repo: &Path, id: &str) -> String {
         .arg(&ctx)
         .output()
         .expect("podman runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     image
 }
 
@@ -174,7 +207,10 @@ fn swebench_jsonl(case: &Case, name: &str) -> (PathBuf, String, Vec<Instance>) {
 /// A SWE-bench 5 task repo of the calc instances, one more in an unpublished split.
 fn swebench_task_repo(case: &Case, name: &str) -> PathBuf {
     let (repo, base, instances) = calc_repo(case, &format!("{name}-repo"), 11);
-    case.write(&format!("{name}/sweb.yaml"), "datasets: [calc-verified]\nsplits: [test]\n");
+    case.write(
+        &format!("{name}/sweb.yaml"),
+        "datasets: [calc-verified]\nsplits: [test]\n",
+    );
     for i in &instances {
         let dir = case.path(&format!("{name}/tasks/{}", i.id));
         std::fs::create_dir_all(&dir).unwrap();
@@ -217,7 +253,10 @@ fn harbor_tasks(case: &Case, name: &str) -> PathBuf {
         );
         case.write(
             &format!("{d}/environment/Dockerfile"),
-            &format!("FROM {}\nWORKDIR /app\nRUN echo start > /app/readme.txt\n", py_image()),
+            &format!(
+                "FROM {}\nWORKDIR /app\nRUN echo start > /app/readme.txt\n",
+                py_image()
+            ),
         );
         case.write(&format!("{d}/solution/solve.sh"), solve);
         case.write(&format!("{d}/tests/test.sh"), test);
@@ -252,10 +291,16 @@ fn terminal_bench_tasks(case: &Case, name: &str) -> PathBuf {
     );
     case.write(
         &format!("{d}/Dockerfile"),
-        &format!("FROM {}\nWORKDIR /app\nRUN printf 'a\\nb\\nc\\n' > /app/readme.txt\n", py_image()),
+        &format!(
+            "FROM {}\nWORKDIR /app\nRUN printf 'a\\nb\\nc\\n' > /app/readme.txt\n",
+            py_image()
+        ),
     );
     case.write(&format!("{d}/docker-compose.yaml"), "services: {}\n");
-    case.write(&format!("{d}/solution.sh"), "#!/bin/bash\nwc -l < /app/readme.txt > /app/count.txt\n");
+    case.write(
+        &format!("{d}/solution.sh"),
+        "#!/bin/bash\nwc -l < /app/readme.txt > /app/count.txt\n",
+    );
     case.write(
         &format!("{d}/run-tests.sh"),
         "#!/bin/bash\ncd /app\npython3 -m pytest -p no:cacheprovider -rA $TEST_DIR/test_outputs.py\n",
@@ -267,15 +312,48 @@ fn terminal_bench_tasks(case: &Case, name: &str) -> PathBuf {
     case.path(name)
 }
 
-/// A job over `suites` (YAML list items) with `defaults` lines.
-fn suite_job(defaults: &str, suites: &str) -> String {
+/// A job over `suites` (YAML list items, `NS` standing for the test's image
+/// namespace) with `defaults` lines.
+fn suite_job(case: &Case, defaults: &str, suites: &str) -> String {
+    let suites = suites.replace(
+        "image_namespace: NS",
+        &format!("image_namespace: {}", namespace(case)),
+    );
     format!(
         "name: s\nconcurrency: 4\ntoolsets:\n  coding:\n    tools: [read_file, write_file, edit_file, bash]\n    bash: {{ timeout: 20s }}\ndefaults:\n  provider: sim\n  model: claude-sonnet-4-5\n  toolset: coding\n  max_tokens: 1024\n{defaults}suites:\n{suites}"
     )
 }
 
+/// [`Case::run`] under run id `id`, so that one case can run several jobs.
+async fn run_named(case: &Case, yaml: &str, id: &str) -> crate::common::Ran {
+    use agentbatch::report::ProgressMode;
+    use agentbatch::run::{self, RunOptions};
+    use std::sync::Arc;
+    let path = case.write(&format!("{id}.yaml"), yaml);
+    let registry = agentbatch::tools::Registry::builtin();
+    let plan =
+        agentbatch::job::load(&path, &registry).unwrap_or_else(|e| panic!("job should load:\n{e}"));
+    let sim = Arc::new(
+        agentbatch::sim::Sim::start_local()
+            .await
+            .expect("sim starts"),
+    );
+    let mut opts = RunOptions::new(case.path("reports"));
+    opts.run_id = Some(id.into());
+    opts.progress = ProgressMode::Quiet;
+    opts.sim = Some(sim.clone());
+    let outcome = run::run(plan, opts).await.expect("run finishes");
+    crate::common::Ran {
+        outcome,
+        sim,
+        dir: case.path(&format!("reports/{id}")),
+    }
+}
+
 fn by_id(rows: &[HashMap<String, String>]) -> HashMap<String, HashMap<String, String>> {
-    rows.iter().map(|r| (r["task_id"].clone(), r.clone())).collect()
+    rows.iter()
+        .map(|r| (r["task_id"].clone(), r.clone()))
+        .collect()
 }
 
 /// Every suite format: the oracle resolves every task, nop none, `validate` lists the
@@ -287,25 +365,45 @@ async fn the_oracle_resolves_every_task_of_every_format_and_nop_none() {
     swebench_task_repo(&case, "taskrepo");
     harbor_tasks(&case, "harbor");
     terminal_bench_tasks(&case, "tb");
-    let suites = "  - { format: swebench, path: verified.jsonl, image_namespace: localhost }\n  - { format: swebench, path: taskrepo, only: ['*-12'] }\n  - { format: harbor, path: harbor, exclude: [tamper] }\n  - { format: terminal-bench, path: tb }\n";
-    let job = case.write("job.yaml", &suite_job("  agent: oracle\n", suites));
+    let suites = "  - { format: swebench, path: verified.jsonl, image_namespace: NS }\n  - { format: swebench, path: taskrepo, only: ['*-12'] }\n  - { format: harbor, path: harbor, exclude: [tamper] }\n  - { format: terminal-bench, path: tb }\n";
+    let job = case.write("job.yaml", &suite_job(&case, "  agent: oracle\n", suites));
     let out = case.agentbatch(&["validate", job.to_str().unwrap()]);
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
-    assert!(text.contains("swebench verified.jsonl: 2 task(s)"), "{text}");
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("swebench verified.jsonl: 2 task(s)"),
+        "{text}"
+    );
     assert!(text.contains("swebench taskrepo: 1 task(s)"), "{text}");
     assert!(text.contains("harbor harbor: 2 task(s)"), "{text}");
     assert!(text.contains("terminal-bench tb: 1 task(s)"), "{text}");
-    assert!(text.contains("agent: oracle (applies the gold patch"), "{text}");
-    assert!(!text.contains("calc__calc-0"), "the deprecated split is left out: {text}");
+    assert!(
+        text.contains("agent: oracle (applies the gold patch"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("calc__calc-0"),
+        "the deprecated split is left out: {text}"
+    );
 
-    let ran = case.run(&suite_job("  agent: oracle\n", suites)).await;
+    let ran = case
+        .run(&suite_job(&case, "  agent: oracle\n", suites))
+        .await;
     let rows = ran.rows();
     let ids: Vec<&str> = rows.iter().map(|r| r["task_id"].as_str()).collect();
     assert_eq!(rows.len(), 6, "{ids:?}");
     let seen: Vec<String> = rows
         .iter()
-        .map(|r| format!("{} {} {} {}", r["task_id"], r["outcome"], r["stop_reason"], r["stop_detail"]))
+        .map(|r| {
+            format!(
+                "{} {} {} {}",
+                r["task_id"], r["outcome"], r["stop_reason"], r["stop_detail"]
+            )
+        })
         .collect();
     for r in &rows {
         let _ = &seen;
@@ -324,10 +422,379 @@ async fn the_oracle_resolves_every_task_of_every_format_and_nop_none() {
     }
     let verifier = ran.events("calc__calc-1", "verifier");
     assert_eq!(verifier.len(), 1);
-    assert_eq!(verifier[0]["tests"]["tests/test_calc.py::test_add"], "PASSED");
+    assert_eq!(
+        verifier[0]["tests"]["tests/test_calc.py::test_add"],
+        "PASSED"
+    );
 
-    let ran = case.run(&suite_job("  agent: nop\n", suites)).await;
+    let ran = run_named(&case, &suite_job(&case, "  agent: nop\n", suites), "nop").await;
     for r in ran.rows() {
         assert_eq!(r["outcome"], "fail", "{r:?}");
     }
+}
+
+/// The calc fix of `add` as a scripted agent: right for calc__calc-1 only.
+const FIX_ADD: &str = "  sim:\n    turns:\n      - content:\n          - tool_use: { name: edit_file, input: { path: calc.py, old_string: \"return a - b\\n\\n\\ndef mul\", new_string: \"return a + b\\n\\n\\ndef mul\" } }\n      - content: [ { text: done } ]\n";
+
+/// A scripted agent that fixes one task resolves exactly that one; a patch that prints
+/// its own PASSED lines (and exits non-zero) is not resolved, as the official grading
+/// says of the same log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_scripted_fix_resolves_exactly_its_task_and_a_patch_printing_passed_lines_does_not() {
+    let case = Case::new();
+    swebench_jsonl(&case, "verified");
+    harbor_tasks(&case, "harbor");
+    let suites = "  - { format: swebench, path: verified.jsonl, image_namespace: NS }\n  - { format: harbor, path: harbor, only: [greet] }\n";
+    let ran = case.run(&suite_job(&case, FIX_ADD, suites)).await;
+    let rows = by_id(&ran.rows());
+    assert_eq!(rows.len(), 3);
+    assert_eq!(
+        rows["calc__calc-1"]["outcome"], "pass",
+        "{:?}",
+        rows["calc__calc-1"]
+    );
+    assert_eq!(rows["calc__calc-2"]["outcome"], "fail");
+    assert_eq!(rows["calc__calc-2"]["tests_passed"], "1");
+    assert_eq!(rows["calc__calc-2"]["tests_failed"], "1");
+    assert_eq!(rows["greet"]["outcome"], "fail");
+    assert_eq!(rows["greet"]["reward"], "0");
+    let v = &ran.events("calc__calc-2", "verifier")[0];
+    assert_eq!(v["fail_to_pass_failed"][0], "tests/test_calc.py::test_mul");
+    assert_eq!(v["tests"]["tests/test_calc.py::test_mul"], "FAILED");
+
+    // A conftest.py that prints PASSED for every listed test, then exits with 1
+    // before any test runs: the log alone would say resolved.
+    let liar = "  sim:\n    turns:\n      - content:\n          - tool_use: { name: write_file, input: { path: conftest.py, content: \"import os, sys\\nfor t in ('test_add', 'test_mul', 'test_sub'):\\n    print('PASSED tests/test_calc.py::' + t)\\nsys.stdout.flush()\\nos._exit(1)\\n\" } }\n      - content: [ { text: done } ]\n";
+    let case = Case::new();
+    swebench_jsonl(&case, "verified");
+    let ran = case
+        .run(&suite_job(
+            &case,
+            liar,
+            "  - { format: swebench, path: verified.jsonl, image_namespace: NS }\n",
+        ))
+        .await;
+    for r in ran.rows() {
+        assert_eq!(r["outcome"], "fail", "{r:?}");
+        let v = &ran.events(&r["task_id"], "verifier")[0];
+        assert!(
+            v["invalid"].as_str().is_some_and(|i| !i.is_empty()),
+            "the exit code contradicts the log: {v}"
+        );
+        assert!(v["output"]
+            .as_str()
+            .unwrap()
+            .contains("PASSED tests/test_calc.py::test_add"));
+        assert_eq!(v["exit_code"], 1, "{v}");
+    }
+}
+
+/// An agent that writes its own /tests/test.sh, its own reward file, and leaves a
+/// process rewriting the reward still gets the verifier's true reward.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_harbor_agent_that_tampers_with_the_tests_gets_the_true_reward() {
+    let case = Case::new();
+    harbor_tasks(&case, "harbor");
+    let tamper = "  sim:\n    turns:\n      - content:\n          - tool_use: { name: bash, input: { command: \"mkdir -p /tests /logs/verifier && printf '#!/bin/bash\\\\necho 1 > /logs/verifier/reward.txt\\\\n' > /tests/test.sh && chmod +x /tests/test.sh && echo 1 > /logs/verifier/reward.txt && (nohup sh -c 'while true; do echo 1 > /logs/verifier/reward.txt; sleep 0.05; done' >/dev/null 2>&1 &) && cat /tests/test.sh\" } }\n      - content: [ { text: done } ]\n";
+    let ran = case
+        .run(&suite_job(
+            &case,
+            tamper,
+            "  - { format: harbor, path: harbor, only: [tamper] }\n",
+        ))
+        .await;
+    let row = ran.row("tamper");
+    assert_eq!(row["outcome"], "fail", "{row:?}");
+    assert_eq!(row["reward"], "0", "{row:?}");
+    let calls = ran.events("tamper", "tool_result");
+    assert!(
+        calls[0].to_string().contains("reward.txt"),
+        "the agent's script ran: {}",
+        calls[0]
+    );
+    // The same task with the oracle passes: the tests do run.
+    let ran = run_named(
+        &case,
+        &suite_job(
+            &case,
+            "  agent: oracle\n",
+            "  - { format: harbor, path: harbor, only: [tamper] }\n",
+        ),
+        "oracle",
+    )
+    .await;
+    assert_eq!(ran.row("tamper")["outcome"], "pass");
+}
+
+/// `regrade` with a changed test patch changes exactly the verdicts it should, keeps
+/// the old ones readable, and sends no model request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn regrade_after_a_changed_test_patch_changes_exactly_the_expected_verdicts() {
+    let case = Case::new();
+    let (jsonl, base, instances) = swebench_jsonl(&case, "verified");
+    let suites = "  - { format: swebench, path: verified.jsonl, image_namespace: NS }\n";
+    let ran = case
+        .run(&suite_job(&case, "  agent: oracle\n", suites))
+        .await;
+    assert!(ran.rows().iter().all(|r| r["outcome"] == "pass"));
+    let dir = ran.dir.clone();
+
+    // The same verifiers: nothing changes.
+    let out = case.agentbatch(&["regrade", dir.to_str().unwrap()]);
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(said.contains("regraded 2 task runs: 0 changed"), "{said}");
+
+    // A fixed test patch for calc__calc-1 that the gold patch does not satisfy.
+    let text = std::fs::read_to_string(&jsonl).unwrap();
+    let mut lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let changed = instances[0]
+        .test_patch
+        .replace("add(2, 3) == 5", "add(2, 3) == 6");
+    lines[0]["test_patch"] = changed.clone().into();
+    lines[0]["eval_script"] = eval_script(&base, &changed).into();
+    let body: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    case.write("fixed.jsonl", &body);
+    let job2 = case.write(
+        "job2.yaml",
+        &suite_job(
+            &case,
+            "  agent: oracle\n",
+            "  - { format: swebench, path: fixed.jsonl, image_namespace: NS }\n",
+        ),
+    );
+    let out = case.agentbatch(&[
+        "regrade",
+        dir.to_str().unwrap(),
+        "--job",
+        job2.to_str().unwrap(),
+    ]);
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        said.contains("calc__calc-1: pass -> fail  (changed)"),
+        "{said}"
+    );
+    assert!(said.contains("calc__calc-2: pass -> pass"), "{said}");
+    let rows = by_id(&read_csv(&dir.join("results.csv")));
+    assert_eq!(rows["calc__calc-1"]["outcome"], "fail");
+    assert_eq!(rows["calc__calc-1"]["tests_failed"], "1");
+    assert_eq!(rows["calc__calc-2"]["outcome"], "pass");
+    // The old verdicts stay readable: the rows as they were, and every verifier event.
+    let old = read_csv(&dir.join("regraded.csv"));
+    assert_eq!(old.len(), 4, "two regrades of two rows: {old:?}");
+    assert!(old.iter().all(|r| r["outcome"] == "pass"));
+    let events = ran.events("calc__calc-1", "verifier");
+    let numbers: Vec<u64> = events
+        .iter()
+        .map(|e| e["regrade"].as_u64().unwrap_or(0))
+        .collect();
+    assert_eq!(numbers, [0, 1, 2]);
+    assert_eq!(events[2]["passed"], false);
+    let summary = read_csv(&dir.join("summary.csv"));
+    assert_eq!(summary[0]["pass"], "1", "{summary:?}");
+    assert!(std::fs::read_to_string(dir.join("report.html"))
+        .unwrap()
+        .contains("calc__calc-1"));
+    assert!(
+        ran.sim.requests().is_empty(),
+        "a regrade sends no model request"
+    );
+}
+
+/// kill -9 while the verifiers run (a fresh SWE-bench container, a Harbor test
+/// script), then resume: every task has exactly one verdict, and no container is left.
+#[test]
+fn kill_9_during_verification_then_resume_gives_every_task_one_verdict() {
+    let case = Case::new();
+    swebench_jsonl(&case, "verified");
+    harbor_tasks(&case, "harbor");
+    // Slow verifiers, so that the kill lands while they run.
+    let text = std::fs::read_to_string(case.path("verified.jsonl")).unwrap();
+    let slow: String = text
+        .lines()
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            let s = v["eval_script"]
+                .as_str()
+                .unwrap()
+                .replace("cd /testbed\n", "cd /testbed\nsleep 6\n");
+            v["eval_script"] = s.into();
+            format!("{v}\n")
+        })
+        .collect();
+    case.write("verified.jsonl", &slow);
+    let t = case.path("harbor/greet/tests/test.sh");
+    let body = std::fs::read_to_string(&t).unwrap();
+    std::fs::write(&t, body.replace("#!/bin/bash\n", "#!/bin/bash\nsleep 6\n")).unwrap();
+    case.write(
+        "job.yaml",
+        &suite_job(&case,
+            "  agent: oracle\n",
+            "  - { format: swebench, path: verified.jsonl, image_namespace: NS }\n  - { format: harbor, path: harbor, only: [greet] }\n",
+        ),
+    );
+    let mut child = case.start_run(&[]);
+    let dir = case.path("reports/r");
+    wait_until(
+        "every loop to end and its verifier to start",
+        Duration::from_secs(90),
+        || {
+            ["calc__calc-1", "calc__calc-2", "greet"].iter().all(|id| {
+                std::fs::read_to_string(dir.join(format!("transcripts/{id}.jsonl")))
+                    .unwrap_or_default()
+                    .contains("\"stop\"")
+            })
+        },
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        !dir.join("results.csv").exists() || read_csv(&dir.join("results.csv")).len() < 3,
+        "the kill must land before every verdict"
+    );
+    signal(child.id(), "KILL");
+    let _ = child.wait();
+    let out = case.agentbatch(&["run", "job.yaml", "--resume", "reports/r", "--quiet"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows = read_csv(&dir.join("results.csv"));
+    let mut ids: Vec<&str> = rows.iter().map(|r| r["task_id"].as_str()).collect();
+    ids.sort();
+    assert_eq!(
+        ids,
+        ["calc__calc-1", "calc__calc-2", "greet"],
+        "one row each: {rows:?}"
+    );
+    assert!(rows.iter().all(|r| r["outcome"] == "pass"), "{rows:?}");
+    let left = Command::new("podman")
+        .args(["ps", "-a", "--format", "{{.Names}}", "--filter"])
+        .arg(format!(
+            "label=agentbatch.run={}",
+            dir.canonicalize().unwrap().display()
+        ))
+        .output()
+        .unwrap();
+    let left = String::from_utf8_lossy(&left.stdout);
+    assert!(
+        left.lines().all(|n| n.ends_with("-kept")),
+        "only kept containers stay: {left}"
+    );
+}
+
+/// What a suite cannot give is named by its file (and line) and field, before
+/// anything runs; `suite show` prints what `validate` would list.
+#[test]
+fn bad_suites_are_named_by_file_and_field_and_suite_show_round_trips() {
+    let case = Case::new();
+    harbor_tasks(&case, "harbor");
+    std::fs::remove_file(case.path("harbor/score/tests/test.sh")).unwrap();
+    case.write(
+        "rows.jsonl",
+        concat!(
+            "{\"instance_id\": \"a__b-1\", \"problem_statement\": \"p\", \"repo\": \"psf/requests\", \"FAIL_TO_PASS\": \"[]\"}\n",
+            "{not json\n",
+            "{\"instance_id\": \"go__x-1\", \"problem_statement\": \"p\", \"eval_script\": \"x\", \"log_parser\": \"parse_log_gotest\", \"FAIL_TO_PASS\": [\"T\"]}\n",
+            "{\"instance_id\": \"bad id!\", \"problem_statement\": \"p\", \"eval_script\": \"x\", \"log_parser\": \"parse_log_pytest\", \"FAIL_TO_PASS\": [\"T\"]}\n",
+        ),
+    );
+    case.write(
+        "job.yaml",
+        &suite_job(&case,
+            "",
+            "  - { format: swebench, path: rows.jsonl }\n  - { format: harbor, path: harbor }\n  - { format: terminal-bench, path: nowhere }\n",
+        ),
+    );
+    let out = case.agentbatch(&["validate", "job.yaml"]);
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("rows.jsonl:1: instance a__b-1: no `eval_script`"),
+        "{err}"
+    );
+    assert!(err.contains("rows.jsonl:2: not a JSON object"), "{err}");
+    assert!(
+        err.contains("rows.jsonl:4: the task id \"bad id!\""),
+        "{err}"
+    );
+    assert!(
+        err.contains("harbor/score/tests/test.sh: the task folder has no tests/test.sh"),
+        "{err}"
+    );
+    assert!(
+        err.contains("nowhere: the terminal-bench suite's path does not exist"),
+        "{err}"
+    );
+    // An unknown parser is refused by name once the rows read.
+    case.write(
+        "rows.jsonl",
+        "{\"instance_id\": \"go__x-1\", \"problem_statement\": \"p\", \"eval_script\": \"x\", \"log_parser\": \"parse_log_gotest\", \"FAIL_TO_PASS\": [\"T\"]}\n",
+    );
+    case.write(
+        "job.yaml",
+        &suite_job(
+            &case,
+            "  agent: nop\n",
+            "  - { format: swebench, path: rows.jsonl }\n",
+        ),
+    );
+    let out = case.agentbatch(&["validate", "job.yaml"]);
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("rows.jsonl:1: task \"go__x-1\" of suites[0]: verifier.swebench.log_parser: log parser \"parse_log_gotest\" is not one agentbatch has"),
+        "{err}"
+    );
+
+    // suite show: the Harbor suite (score mended) as job YAML, which validates as the
+    // suite does.
+    case.write(
+        "harbor/score/tests/test.sh",
+        "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n",
+    );
+    let out = case.agentbatch(&["suite", "show", "harbor"]);
+    let yaml = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        yaml.contains("id: greet") && yaml.contains("id: tamper"),
+        "{yaml}"
+    );
+    let head = suite_job(&case, "  agent: oracle\n", "");
+    let head = head.strip_suffix("suites:\n").unwrap();
+    let shown = format!("{head}{}", &yaml[yaml.find("tasks:").unwrap()..]);
+    case.write("shown.yaml", &shown);
+    case.write(
+        "suite.yaml",
+        &suite_job(
+            &case,
+            "  agent: oracle\n",
+            "  - { format: harbor, path: harbor }\n",
+        ),
+    );
+    let a = case.agentbatch(&["validate", "shown.yaml"]);
+    let b = case.agentbatch(&["validate", "suite.yaml"]);
+    assert!(a.status.success(), "{}", String::from_utf8_lossy(&a.stderr));
+    assert!(b.status.success(), "{}", String::from_utf8_lossy(&b.stderr));
+    let tasks = |o: &std::process::Output| {
+        let t = String::from_utf8_lossy(&o.stdout).to_string();
+        t[t.find("tasks:").unwrap()..t.find("ok: ").unwrap()].to_string()
+    };
+    assert_eq!(tasks(&a), tasks(&b));
 }

@@ -221,10 +221,12 @@ fn harbor_task(dir: &Path, suite: &SuiteFields, read: &mut Read) {
         id: Some(id),
         prompt,
         environment: Some(environment),
-        limits: number(agent, "timeout_sec").and_then(secs).map(|t| LimitFields {
-            time_limit: Some(t),
-            ..Default::default()
-        }),
+        limits: number(agent, "timeout_sec")
+            .and_then(secs)
+            .map(|t| LimitFields {
+                time_limit: Some(t),
+                ..Default::default()
+            }),
         solution: solution.join("solve.sh").is_file().then(|| SolutionFields {
             patch: None,
             dir: Some(abs(&solution)),
@@ -312,8 +314,11 @@ fn terminal_bench_task(dir: &Path, suite: &SuiteFields, read: &mut Read) {
     let task: TbTask = match serde_yaml::from_str(&body) {
         Ok(t) => t,
         Err(e) => {
-            read.problems
-                .push(problem(&file, None, format!("not a Terminal-Bench task.yaml: {e}")));
+            read.problems.push(problem(
+                &file,
+                None,
+                format!("not a Terminal-Bench task.yaml: {e}"),
+            ));
             return;
         }
     };
@@ -339,8 +344,11 @@ fn terminal_bench_task(dir: &Path, suite: &SuiteFields, read: &mut Read) {
     }
     let script = dir.join("run-tests.sh");
     if !script.is_file() {
-        read.problems
-            .push(problem(&script, None, "the task folder has no run-tests.sh"));
+        read.problems.push(problem(
+            &script,
+            None,
+            "the task folder has no run-tests.sh",
+        ));
     }
     if read.problems.len() > before {
         return;
@@ -372,7 +380,10 @@ fn terminal_bench_task(dir: &Path, suite: &SuiteFields, read: &mut Read) {
             tests: abs(if tests.is_dir() { &tests } else { dir }),
             script: Some(abs(&script)),
             timeout: secs(task.max_test_timeout_sec),
-            env: Some(BTreeMap::from([("TEST_DIR".to_string(), "/tests".to_string())])),
+            env: Some(BTreeMap::from([(
+                "TEST_DIR".to_string(),
+                "/tests".to_string(),
+            )])),
             threshold: suite.threshold,
             environment_mode: None,
             reward_from_exit_code: Some(true),

@@ -90,7 +90,8 @@ fn select(suite: &SuiteFields, path: &Path, read: &mut Read) {
     let id = |t: &SuiteTask| t.fields.id.clone().unwrap_or_default();
     read.tasks.retain(|t| {
         let id = id(t);
-        only.as_ref().is_none_or(|g| g.is_match(&id)) && !exclude.as_ref().is_some_and(|g| g.is_match(&id))
+        only.as_ref().is_none_or(|g| g.is_match(&id))
+            && !exclude.as_ref().is_some_and(|g| g.is_match(&id))
     });
     read.tasks.sort_by_key(id);
     let mut seen = std::collections::BTreeMap::<String, PathBuf>::new();
@@ -114,7 +115,12 @@ fn select(suite: &SuiteFields, path: &Path, read: &mut Read) {
 
 /// A suite id as a task id: kept as it is when it is one (the ids in reports are the
 /// suite's own), else a problem.
-pub(super) fn task_id(id: &str, file: &Path, line: Option<usize>, read: &mut Read) -> Option<String> {
+pub(super) fn task_id(
+    id: &str,
+    file: &Path,
+    line: Option<usize>,
+    read: &mut Read,
+) -> Option<String> {
     if super::schema_rules::valid_id(id) {
         Some(id.to_string())
     } else {
@@ -158,7 +164,10 @@ pub fn guess_format(path: &Path) -> Option<SuiteFormat> {
     let has = |marker: &str| {
         path.join(marker).is_file()
             || std::fs::read_dir(path)
-                .map(|d| d.filter_map(Result::ok).any(|e| e.path().join(marker).is_file()))
+                .map(|d| {
+                    d.filter_map(Result::ok)
+                        .any(|e| e.path().join(marker).is_file())
+                })
                 .unwrap_or(false)
     };
     if path.is_file() {
@@ -196,15 +205,14 @@ pub fn show(path: &Path, format: Option<SuiteFormat>) -> Result<String, super::J
     let one = |message: String| super::JobError {
         diagnostics: vec![problem(path, None, message)],
     };
-    let format = match format.or_else(|| guess_format(path)) {
-        Some(f) => f,
-        None => {
-            return Err(one(
+    let format =
+        match format.or_else(|| guess_format(path)) {
+            Some(f) => f,
+            None => return Err(one(
                 "cannot tell the suite's format: give --format swebench, harbor or terminal-bench"
                     .into(),
-            ))
-        }
-    };
+            )),
+        };
     let suite = SuiteFields {
         format,
         path: abs(path),

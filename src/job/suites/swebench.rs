@@ -114,11 +114,8 @@ fn string(row: &Value, key: &str) -> Option<String> {
 fn row_task(row: &Value, file: &Path, line: Option<usize>, suite: &SuiteFields, read: &mut Read) {
     let before = read.problems.len();
     let mut missing = |key: &str, why: &str| {
-        read.problems.push(problem(
-            file,
-            line,
-            format!("{}no `{key}`{why}", who(row)),
-        ));
+        read.problems
+            .push(problem(file, line, format!("{}no `{key}`{why}", who(row))));
     };
     let id = string(row, "instance_id");
     let statement = string(row, "problem_statement");
@@ -143,7 +140,10 @@ fn row_task(row: &Value, file: &Path, line: Option<usize>, suite: &SuiteFields, 
             .map(|(_, p)| p.to_string())
     });
     if parser.is_none() {
-        missing("log_parser", " and the repository is not one SWE-bench's Python parsers are known for");
+        missing(
+            "log_parser",
+            " and the repository is not one SWE-bench's Python parsers are known for",
+        );
     }
     let (f2p, p2p) = match (tests(row, "FAIL_TO_PASS"), tests(row, "PASS_TO_PASS")) {
         (Ok(a), Ok(b)) => (a, b),
@@ -167,7 +167,10 @@ fn row_task(row: &Value, file: &Path, line: Option<usize>, suite: &SuiteFields, 
             read.problems.push(problem(
                 file,
                 line,
-                format!("{}`eval_type` \"{t}\" is neither PASS_AND_FAIL nor FAIL_ONLY", who(row)),
+                format!(
+                    "{}`eval_type` \"{t}\" is neither PASS_AND_FAIL nor FAIL_ONLY",
+                    who(row)
+                ),
             ));
             SwebenchEvalType::PassAndFail
         }
@@ -267,7 +270,8 @@ fn read_task_repo(root: &Path, suite: &SuiteFields, read: &mut Read) {
         {
             Ok(v) if v.is_object() => v,
             Ok(_) => {
-                read.problems.push(problem(&file, None, "not a map of task fields"));
+                read.problems
+                    .push(problem(&file, None, "not a map of task fields"));
                 continue;
             }
             Err(e) => {
@@ -281,7 +285,10 @@ fn read_task_repo(root: &Path, suite: &SuiteFields, read: &mut Read) {
             let in_sets = meta
                 .get("datasets")
                 .and_then(Value::as_array)
-                .is_some_and(|a| a.iter().any(|d| d.as_str().is_some_and(|d| datasets.iter().any(|x| x == d))));
+                .is_some_and(|a| {
+                    a.iter()
+                        .any(|d| d.as_str().is_some_and(|d| datasets.iter().any(|x| x == d)))
+                });
             if !splits.contains(&split) || !in_sets {
                 continue;
             }
@@ -399,14 +406,15 @@ mod tests {
     fn a_row_before_5_0_is_refused_by_name() {
         let row = serde_json::json!({"instance_id": "a__b-1", "problem_statement": "p",
             "repo": "psf/requests", "FAIL_TO_PASS": "[\"t\"]", "PASS_TO_PASS": "[]"});
-        let suite: SuiteFields =
-            serde_yaml::from_str("{format: swebench, path: x.jsonl}").unwrap();
+        let suite: SuiteFields = serde_yaml::from_str("{format: swebench, path: x.jsonl}").unwrap();
         let mut read = Read::default();
         row_task(&row, Path::new("x.jsonl"), Some(3), &suite, &mut read);
         assert!(read.tasks.is_empty());
         assert_eq!(read.problems.len(), 1);
         assert_eq!(read.problems[0].line, Some(3));
-        assert!(read.problems[0].message.contains("instance a__b-1: no `eval_script`"));
+        assert!(read.problems[0]
+            .message
+            .contains("instance a__b-1: no `eval_script`"));
     }
 
     #[test]
@@ -415,8 +423,7 @@ mod tests {
             "repo": "psf/requests", "eval_script": "x", "patch": "diff",
             "FAIL_TO_PASS": "[\"t1\", \"t2\"]", "PASS_TO_PASS": ["t3"]});
         let suite: SuiteFields =
-            serde_yaml::from_str("{format: swebench, path: x.jsonl, image_namespace: ns}")
-                .unwrap();
+            serde_yaml::from_str("{format: swebench, path: x.jsonl, image_namespace: ns}").unwrap();
         let mut read = Read::default();
         row_task(&row, Path::new("x.jsonl"), Some(1), &suite, &mut read);
         assert!(read.problems.is_empty(), "{:?}", read.problems);
