@@ -38,7 +38,7 @@ use crate::vocab::log::{Measured, TaskLog, TaskResult};
 use crate::vocab::stop::{Stop, StopReason};
 use crate::vocab::transcript::{ImageInfo, ToolOutcome, TranscriptEvent, Usd};
 pub use result::task_result;
-use steps::{after_loop, outcome_of, task_start, tool_context};
+use steps::{after_loop, task_start, tool_context};
 use stop::{after_response, check_turn_and_clock, Next};
 
 /// What every loop of a run shares.
@@ -280,10 +280,7 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
         };
     let ctx = tool_context(spec, env, &prepared, workspace);
     // The time limit covers the loop; setup and check have their own timeouts.
-    let loop_start = Instant::now();
-    let deadline = loop_start
-        .checked_add(spec.limits.time_limit)
-        .unwrap_or_else(|| loop_start + crate::vocab::values::MAX_DURATION);
+    let deadline = deadline_from_now(spec);
     let mut lp = Loop {
         spec,
         env,
@@ -321,15 +318,7 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
     if let Some(p) = patch {
         log.patch(p);
     }
-    // A verifier that could not run leaves no verdict: the run failed the task.
-    let stop = match check.as_ref().and_then(|c| c.infra.as_ref()) {
-        Some(e) => Stop::new(
-            StopReason::VerifierError,
-            format!("the verifier could not run: {e}"),
-        ),
-        None => stop,
-    };
-    let outcome = outcome_of(&stop, check.as_ref());
+    let (stop, outcome) = steps::verdict(stop, check.as_ref());
     let cost = spec.price.as_ref().map(|_| meter.cost);
     log.emit(TranscriptEvent::TaskEnd {
         outcome: Some(outcome),
@@ -363,21 +352,24 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
             tool_ms: tally.tools.as_millis() as u64,
             retries: tally.retries,
             rate_wait_ms: tally.rate_wait.as_millis() as u64,
-            check_exit_code: check.as_ref().and_then(|c| c.exit_code),
-            check_ms: check.as_ref().map(|c| c.ms),
             denied_calls: tally.denied_calls,
             sandbox: sandbox_level,
             workspace: kept,
             environment,
             environment_ms,
-            tests_passed: check.as_ref().and_then(|c| c.tests_passed),
-            tests_failed: check.as_ref().and_then(|c| c.tests_failed),
-            reward: check.as_ref().and_then(|c| c.reward),
+            ..steps::verdict_columns(check.as_ref())
         },
         ..task_result(spec, stop.reason, stop.detail, started_at)
     };
     log.finished(result.clone());
     result
+}
+
+/// When the task's time limit ends, counted from now (the loop's start).
+fn deadline_from_now(spec: &TaskSpec) -> Instant {
+    let now = Instant::now();
+    now.checked_add(spec.limits.time_limit)
+        .unwrap_or_else(|| now + crate::vocab::values::MAX_DURATION)
 }
 
 /// Opens the task's conversation with its provider and drives the loop to its stop.

@@ -96,6 +96,33 @@ pub(super) async fn after_loop(
     (check, patch, kept, level)
 }
 
+/// The task's stop and outcome once its check or verifier has run: a verifier that
+/// could not run leaves no verdict, and the run failed the task (`verifier_error`).
+pub(super) fn verdict(stop: Stop, check: Option<&repo::CheckResult>) -> (Stop, Outcome) {
+    let stop = match check.and_then(|c| c.infra.as_ref()) {
+        Some(e) => Stop::new(
+            crate::vocab::stop::StopReason::VerifierError,
+            format!("the verifier could not run: {e}"),
+        ),
+        None => stop,
+    };
+    let outcome = outcome_of(&stop, check);
+    (stop, outcome)
+}
+
+/// The figures of results.csv that the check or verifier gives (the rest at their
+/// defaults, for the caller to fill).
+pub(super) fn verdict_columns(check: Option<&repo::CheckResult>) -> crate::vocab::log::Measured {
+    crate::vocab::log::Measured {
+        check_exit_code: check.and_then(|c| c.exit_code),
+        check_ms: check.map(|c| c.ms),
+        tests_passed: check.and_then(|c| c.tests_passed),
+        tests_failed: check.and_then(|c| c.tests_failed),
+        reward: check.and_then(|c| c.reward),
+        ..Default::default()
+    }
+}
+
 /// The verdict: the check's when one ran, else what the stop reason implies.
 pub(super) fn outcome_of(stop: &Stop, check: Option<&repo::CheckResult>) -> Outcome {
     match check {

@@ -121,48 +121,8 @@ async fn swebench_verify(
     let record = async {
         let c = &fresh.container;
         let file = c.put("agent.patch", patch).map_err(|e| e.to_string())?;
-        let limits = RunLimits {
-            timeout: SMALL,
-            max_output: 8_000,
-        };
-        let mut applied = None;
-        let mut last = String::new();
-        for (n, command) in swebench::GIT_APPLY_CMDS.iter().enumerate() {
-            if n > 0 {
-                c.run("git checkout -- . ; git clean -fd", limits, env.cancel, &[])
-                    .await
-                    .map_err(|e| e.to_string())?;
-            }
-            let out = c
-                .run(&format!("{command} {file}"), limits, env.cancel, &[])
-                .await
-                .map_err(|e| e.to_string())?;
-            if out.success() {
-                applied = Some(command.to_string());
-                break;
-            }
-            last = out.output;
-        }
-        if applied.is_none() {
-            let out = c
-                .run(
-                    &format!("git apply --check --reverse {file}"),
-                    limits,
-                    env.cancel,
-                    &[],
-                )
-                .await
-                .map_err(|e| e.to_string())?;
-            if out.success() {
-                applied = Some("already applied".into());
-            }
-        }
-        if applied.is_none() {
-            return Ok(fail(format!(
-                "{}: {}",
-                swebench::APPLY_PATCH_FAIL,
-                last.trim().lines().last().unwrap_or("")
-            )));
+        if let Err(last) = apply_in(c, &file, env.cancel).await? {
+            return Ok(fail(format!("{}: {last}", swebench::APPLY_PATCH_FAIL)));
         }
         let script = c
             .put(
@@ -197,43 +157,91 @@ async fn swebench_verify(
                 ))
             });
         }
-        let graded = swebench::grade(
-            &String::from_utf8_lossy(&text),
-            &v.log_parser,
-            &v.fail_to_pass,
-            &v.pass_to_pass,
-            match v.eval_type {
-                SwebenchEvalType::PassAndFail => swebench::EvalType::PassAndFail,
-                SwebenchEvalType::FailOnly => swebench::EvalType::FailOnly,
-            },
-        );
-        let listed = (v.fail_to_pass.len() + v.pass_to_pass.len()) as u32;
-        let passed_n = (graded.f2p_success.len() + graded.p2p_success.len()) as u32;
-        Ok(VerifierRecord {
-            kind: KIND.into(),
-            passed: graded.resolved,
-            invalid: graded.invalid_reason.clone(),
-            tests_passed: Some(if graded.valid { passed_n } else { 0 }),
-            tests_failed: Some(if graded.valid {
-                listed - passed_n.min(listed)
-            } else {
-                listed
-            }),
-            tests: graded
-                .statuses
-                .iter()
-                .map(|(k, s)| (k.clone(), s.as_str().to_string()))
-                .collect(),
-            fail_to_pass_failed: graded.f2p_failure.clone(),
-            pass_to_pass_failed: graded.p2p_failure.clone(),
-            exit_code: graded.exit_code,
-            output: tail(&text),
-            ..Default::default()
-        })
+        Ok(graded(v, &text))
     }
     .await;
     fresh.remove().await;
     record.unwrap_or_else(|e| infra(KIND, e))
+}
+
+/// The harness's chain of apply commands on the patch at `file` inside the container,
+/// the tree reset between tries: Ok(Err(last output)) when none applied it.
+async fn apply_in(
+    c: &Container,
+    file: &str,
+    cancel: &tokio_util::sync::CancellationToken,
+) -> Result<Result<(), String>, String> {
+    let limits = RunLimits {
+        timeout: SMALL,
+        max_output: 8_000,
+    };
+    let mut last = String::new();
+    for (n, command) in swebench::GIT_APPLY_CMDS.iter().enumerate() {
+        if n > 0 {
+            c.run("git checkout -- . ; git clean -fd", limits, cancel, &[])
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        let out = c
+            .run(&format!("{command} {file}"), limits, cancel, &[])
+            .await
+            .map_err(|e| e.to_string())?;
+        if out.success() {
+            return Ok(Ok(()));
+        }
+        last = out.output;
+    }
+    // The chain can leave the patch applied while each command failed.
+    let out = c
+        .run(
+            &format!("git apply --check --reverse {file}"),
+            limits,
+            cancel,
+            &[],
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    if out.success() {
+        return Ok(Ok(()));
+    }
+    Ok(Err(last.trim().lines().last().unwrap_or("").to_string()))
+}
+
+/// The evaluation log graded as the harness grades it.
+fn graded(v: &SwebenchVerifier, text: &[u8]) -> VerifierRecord {
+    let graded = swebench::grade(
+        &String::from_utf8_lossy(text),
+        &v.log_parser,
+        &v.fail_to_pass,
+        &v.pass_to_pass,
+        match v.eval_type {
+            SwebenchEvalType::PassAndFail => swebench::EvalType::PassAndFail,
+            SwebenchEvalType::FailOnly => swebench::EvalType::FailOnly,
+        },
+    );
+    let listed = (v.fail_to_pass.len() + v.pass_to_pass.len()) as u32;
+    let passed_n = (graded.f2p_success.len() + graded.p2p_success.len()) as u32;
+    VerifierRecord {
+        kind: "swebench".into(),
+        passed: graded.resolved,
+        invalid: graded.invalid_reason.clone(),
+        tests_passed: Some(if graded.valid { passed_n } else { 0 }),
+        tests_failed: Some(if graded.valid {
+            listed - passed_n.min(listed)
+        } else {
+            listed
+        }),
+        tests: graded
+            .statuses
+            .iter()
+            .map(|(k, s)| (k.clone(), s.as_str().to_string()))
+            .collect(),
+        fail_to_pass_failed: graded.f2p_failure.clone(),
+        pass_to_pass_failed: graded.p2p_failure.clone(),
+        exit_code: graded.exit_code,
+        output: tail(text),
+        ..Default::default()
+    }
 }
 
 /// Harbor's verifier: `tests/` copied to `/tests` (whatever the agent left there),

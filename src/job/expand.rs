@@ -24,6 +24,7 @@ use super::repos::resolve_repo;
 use super::sampling::{resolve_max_tokens, resolve_request_fields};
 use super::schema::{JobFile, TaskFields};
 use super::schema_rules::{valid_id, MAX_ID};
+use super::schema_suite::AgentKind;
 use super::scripts::resolve_task_script;
 use super::spec::{Plan, ProviderSpec, TaskSpec, TeamSpec, ToolsetSpec};
 use super::streaming::resolve_stream;
@@ -368,14 +369,7 @@ fn expand_task(
     let solution = super::verifiers::resolve_solution(i, t, d, agent, cx);
     let verifier = super::verifiers::resolve_verifier(i, t, d, cx);
     let (provider, provider_at) = resolve_task_provider(i, t, d, shared.providers, cx);
-    let (model, model_at) = if agent == super::schema_suite::AgentKind::Model {
-        resolve_model(i, t, d, cx)
-    } else {
-        // A reference agent sends no request: its model is its name unless one is set.
-        let model = t.model.clone().or_else(|| d.model.clone());
-        let at = super::diagnostics::origin(i, t.model.is_some(), d.model.is_some(), &["model"]);
-        (model.unwrap_or_else(|| agent.as_str().to_string()), at)
-    };
+    let (model, model_at) = resolve_model(i, t, d, agent, cx);
     let (max_tokens, max_tokens_at) = resolve_max_tokens(i, t, d);
     let batch = resolve_batch(i, t, d, provider.as_deref(), cx);
     let stream = resolve_stream(
@@ -426,15 +420,7 @@ fn expand_task(
         !tools.is_empty(),
         cx,
     );
-    let mut sim = None;
-    if let Some(p) = &provider {
-        if agent == super::schema_suite::AgentKind::Model {
-            sim = resolve_task_script(i, t, d, p, cx);
-            if let Some(message) = missing_api_key(p, cx.env) {
-                cx.err(&provider_at, message);
-            }
-        }
-    }
+    let sim = resolve_sim(i, t, d, provider.as_deref(), &provider_at, agent, cx);
     let context =
         super::window::resolve_context(i, t, d, &model, provider.as_ref().map(|p| p.protocol), cx);
     if cx.diags.len() > before {
@@ -472,12 +458,31 @@ fn expand_task(
         context,
         stream,
         batch,
-        price: price.filter(|_| agent == super::schema_suite::AgentKind::Model),
+        price: price.filter(|_| agent == AgentKind::Model),
         sim,
         agent,
         solution,
         verifier,
     })
+}
+
+/// The simulator script of a task on the simulator, and the API key a real provider
+/// needs; a reference agent needs neither.
+fn resolve_sim(
+    i: usize,
+    t: &TaskFields,
+    d: &TaskFields,
+    provider: Option<&ProviderSpec>,
+    provider_at: &[Seg],
+    agent: AgentKind,
+    cx: &mut Ctx,
+) -> Option<Arc<crate::sim::script::Script>> {
+    let p = provider.filter(|_| agent == AgentKind::Model)?;
+    let sim = resolve_task_script(i, t, d, p, cx);
+    if let Some(message) = missing_api_key(p, cx.env) {
+        cx.err(provider_at, message);
+    }
+    sim
 }
 
 /// Each caching field from the task, else its provider, else the defaults (a provider
@@ -533,7 +538,20 @@ fn resolve_prompt(i: usize, t: &TaskFields, d: &TaskFields, cx: &mut Ctx) -> Str
 }
 
 /// The task's model, and where it was set.
-fn resolve_model(i: usize, t: &TaskFields, d: &TaskFields, cx: &mut Ctx) -> (String, Vec<Seg>) {
+/// The model; a reference agent sends no request, so its model is its name unless
+/// one is set.
+fn resolve_model(
+    i: usize,
+    t: &TaskFields,
+    d: &TaskFields,
+    agent: AgentKind,
+    cx: &mut Ctx,
+) -> (String, Vec<Seg>) {
+    if agent != AgentKind::Model {
+        let model = t.model.clone().or_else(|| d.model.clone());
+        let at = origin(i, t.model.is_some(), d.model.is_some(), &["model"]);
+        return (model.unwrap_or_else(|| agent.as_str().to_string()), at);
+    }
     let model = t
         .model
         .clone()

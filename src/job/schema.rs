@@ -23,7 +23,7 @@ use crate::vocab::values::{or_empty, values_or_empty, HumanDuration, Money};
 /// The top level of a job file.
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-#[schemars(title = "Job file")]
+#[schemars(title = "Job file", transform = super::schema_rules::tasks_or_suites)]
 pub struct JobFile {
     /// The job's name: the start of each run's folder name (`<name>-<UTC time>`).
     #[schemars(schema_with = "super::schema_rules::not_blank")]

@@ -69,6 +69,20 @@ pub(super) fn no_password(schema: &mut schemars::Schema) {
 }
 
 /// Every task needs an id of its own (`defaults` may not give one; `expand::check_id`).
+/// A job needs tasks: a non-empty `tasks`, or `suites` (whose tasks the schema cannot
+/// see).
+pub(super) fn tasks_or_suites(schema: &mut schemars::Schema) {
+    if let Some(o) = schema.as_object_mut() {
+        o.insert(
+            "anyOf".into(),
+            serde_json::json!([
+                { "required": ["tasks"], "properties": { "tasks": { "minItems": 1 } } },
+                { "required": ["suites"], "properties": { "suites": { "minItems": 1 } } }
+            ]),
+        );
+    }
+}
+
 pub(super) fn tasks_need_ids(schema: &mut schemars::Schema) {
     if let Some(items) = schema.get_mut("items").and_then(|i| i.as_object_mut()) {
         items.insert("required".into(), serde_json::json!(["id"]));

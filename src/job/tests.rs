@@ -29,7 +29,7 @@ fn load_with_env(text: &str, env: &Environment) -> Result<Plan, JobError> {
     let p = dir.path().join("job.yaml");
     std::fs::write(&p, text).unwrap();
     let job: JobFile = super::parse_yaml("job.yaml", text)?;
-    expand(job, text, &p, &Registry::builtin(), env)
+    expand(job, text, &p, &Registry::builtin(), env, Vec::new())
 }
 
 const INLINE: &str = "{ turns: [ { content: [ { text: hi } ] } ] }";

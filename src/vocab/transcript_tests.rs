@@ -15,7 +15,7 @@ const WRITTEN_BEFORE: &str = include_str!(concat!(
 
 /// Every event name on disk. Renaming one breaks every transcript already written and
 /// every reader of them (resume, audit, scripts): change this list only on purpose.
-const NAMES: [&str; 36] = [
+const NAMES: [&str; 37] = [
     "task_start",
     "workspace",
     "environment",
@@ -50,6 +50,7 @@ const NAMES: [&str; 36] = [
     "patch",
     "patch_error",
     "check",
+    "verifier",
     "workspace_end",
     "task_end",
 ];
@@ -92,6 +93,7 @@ fn name_of(e: &TranscriptEvent) -> &'static str {
         E::Patch { .. } => "patch",
         E::PatchError { .. } => "patch_error",
         E::Check { .. } => "check",
+        E::Verifier(..) => "verifier",
         E::WorkspaceEnd { .. } => "workspace_end",
         E::TaskEnd { .. } => "task_end",
     }

@@ -806,6 +806,7 @@ fn the_length_check_counts_a_function_to_its_closing_brace() {
 const RUN_FOLDER_NAMES: &[&str] = &[
     "RESULTS_CSV",
     "SUPERSEDED_CSV",
+    "REGRADED_CSV",
     "RUN_JSON",
     "SUMMARY_CSV",
     "REPORT_HTML",
@@ -821,6 +822,7 @@ const RUN_FOLDER_NAMES: &[&str] = &[
     "patch_rel(",
     "\"results.csv\"",
     "\"superseded.csv\"",
+    "\"regraded.csv\"",
     "\"run.json\"",
     "\"summary.csv\"",
     "\"report.html\"",

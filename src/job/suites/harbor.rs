@@ -153,24 +153,7 @@ fn harbor_task(dir: &Path, suite: &SuiteFields, read: &mut Read) {
         table(&config, "verifier"),
         table(&config, "environment"),
     );
-    let image = env
-        .and_then(|e| e.get("docker_image"))
-        .and_then(toml::Value::as_str)
-        .map(str::to_string);
-    let dockerfile = dir.join("environment").join("Dockerfile");
-    if image.is_none() && !dockerfile.is_file() {
-        let compose = dir.join("environment").join("docker-compose.yaml");
-        read.problems.push(problem(
-            &file,
-            None,
-            if compose.is_file() {
-                "environment: docker-compose tasks are not supported yet (one container per task): exclude this task"
-            } else {
-                "environment: neither `docker_image` nor environment/Dockerfile"
-            },
-        ));
-    }
-    let network = network_of(env, &file, read);
+    let environment = environment_of(dir, env, &file, read);
     let tests = dir.join("tests");
     if !tests.join("test.sh").is_file() {
         read.problems.push(problem(
@@ -179,21 +162,7 @@ fn harbor_task(dir: &Path, suite: &SuiteFields, read: &mut Read) {
             "the task folder has no tests/test.sh (the verifier)",
         ));
     }
-    let mode = match verifier
-        .and_then(|v| v.get("environment_mode"))
-        .and_then(toml::Value::as_str)
-    {
-        None | Some("shared") => VerifierMode::Shared,
-        Some("separate") => VerifierMode::Separate,
-        Some(other) => {
-            read.problems.push(problem(
-                &file,
-                None,
-                format!("verifier.environment_mode \"{other}\" is neither shared nor separate"),
-            ));
-            VerifierMode::Shared
-        }
-    };
+    let mode = verifier_mode(verifier, &file, read);
     if read.problems.len() > before {
         return;
     }
@@ -201,26 +170,11 @@ fn harbor_task(dir: &Path, suite: &SuiteFields, read: &mut Read) {
     let Some(id) = task_id(&name, &file, None, read) else {
         return;
     };
-    let environment = EnvironmentFields {
-        image: image.clone(),
-        dockerfile: image.is_none().then(|| abs(&dockerfile)),
-        context: image.is_none().then(|| abs(&dir.join("environment"))),
-        cpus: number(env, "cpus"),
-        memory: number(env, "memory_mb").map(|m| format!("{}m", m as u64)),
-        network,
-        workdir: env
-            .and_then(|e| e.get("workdir"))
-            .and_then(toml::Value::as_str)
-            .map(str::to_string),
-        env: strings(env, "env"),
-        build_timeout: secs(number(env, "build_timeout_sec").unwrap_or(600.0)),
-        ..Default::default()
-    };
     let solution = dir.join("solution");
     let fields = TaskFields {
         id: Some(id),
         prompt,
-        environment: Some(environment),
+        environment,
         limits: number(agent, "timeout_sec")
             .and_then(secs)
             .map(|t| LimitFields {
@@ -247,6 +201,69 @@ fn harbor_task(dir: &Path, suite: &SuiteFields, read: &mut Read) {
         file,
         line: None,
     });
+}
+
+/// `[environment]`: the image, or environment/Dockerfile with the folder as context,
+/// and the limits; None (with the problem recorded) when there is neither.
+fn environment_of(
+    dir: &Path,
+    env: Option<&toml::Table>,
+    file: &Path,
+    read: &mut Read,
+) -> Option<EnvironmentFields> {
+    let image = env
+        .and_then(|e| e.get("docker_image"))
+        .and_then(toml::Value::as_str)
+        .map(str::to_string);
+    let dockerfile = dir.join("environment").join("Dockerfile");
+    if image.is_none() && !dockerfile.is_file() {
+        let compose = dir.join("environment").join("docker-compose.yaml");
+        read.problems.push(problem(
+            file,
+            None,
+            if compose.is_file() {
+                "environment: docker-compose tasks are not supported yet (one container per task): exclude this task"
+            } else {
+                "environment: neither `docker_image` nor environment/Dockerfile"
+            },
+        ));
+        return None;
+    }
+    let network = network_of(env, file, read);
+    Some(EnvironmentFields {
+        dockerfile: image.is_none().then(|| abs(&dockerfile)),
+        context: image.is_none().then(|| abs(&dir.join("environment"))),
+        image,
+        cpus: number(env, "cpus"),
+        memory: number(env, "memory_mb").map(|m| format!("{}m", m as u64)),
+        network,
+        workdir: env
+            .and_then(|e| e.get("workdir"))
+            .and_then(toml::Value::as_str)
+            .map(str::to_string),
+        env: strings(env, "env"),
+        build_timeout: secs(number(env, "build_timeout_sec").unwrap_or(600.0)),
+        ..Default::default()
+    })
+}
+
+/// `[verifier] environment_mode`: shared (Harbor's default) or separate.
+fn verifier_mode(verifier: Option<&toml::Table>, file: &Path, read: &mut Read) -> VerifierMode {
+    match verifier
+        .and_then(|v| v.get("environment_mode"))
+        .and_then(toml::Value::as_str)
+    {
+        None | Some("shared") => VerifierMode::Shared,
+        Some("separate") => VerifierMode::Separate,
+        Some(other) => {
+            read.problems.push(problem(
+                file,
+                None,
+                format!("verifier.environment_mode \"{other}\" is neither shared nor separate"),
+            ));
+            VerifierMode::Shared
+        }
+    }
 }
 
 /// Harbor's network modes: `public` (the default) is the bridge, `no-network` is
