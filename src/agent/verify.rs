@@ -476,28 +476,6 @@ pub fn parse_reward_json(bytes: &[u8]) -> Result<BTreeMap<String, f64>, String> 
     Ok(out)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rewards_are_read_as_harbor_reads_them() {
-        assert_eq!(parse_reward_text(b" 1\n"), Ok(1.0));
-        assert!(parse_reward_text(b"").is_err());
-        assert!(parse_reward_text(b"nan").is_err());
-        assert!(parse_reward_text(b"inf").is_err());
-        assert!(parse_reward_text(b"yes").is_err());
-        let j = parse_reward_json(br#"{"reward": 0.5, "style": 1}"#).unwrap();
-        assert_eq!(deciding_reward(&j), 0.5);
-        let j = parse_reward_json(br#"{"a": 0.5, "b": 1}"#).unwrap();
-        assert_eq!(deciding_reward(&j), 0.75);
-        assert!(parse_reward_json(br#"{"a": "1"}"#).is_err());
-        assert!(parse_reward_json(br#"{}"#).is_err());
-        assert!(parse_reward_json(br#"[1]"#).is_err());
-        assert_eq!(deciding_reward(&parse_reward_json(b"0.25").unwrap()), 0.25);
-    }
-}
-
 /// Runs `spec`'s verifier again on its recorded `patch`, in fresh environments and
 /// without any model request (`agentbatch regrade`): the Nth regrade of the task.
 /// None when the task has no verifier.
@@ -536,4 +514,26 @@ pub async fn regrade(
     };
     let stop = Stop::new(StopReason::Completed, "regrade");
     verify(spec, ground, verifier, &prepared, patch, &stop, log, n).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rewards_are_read_as_harbor_reads_them() {
+        assert_eq!(parse_reward_text(b" 1\n"), Ok(1.0));
+        assert!(parse_reward_text(b"").is_err());
+        assert!(parse_reward_text(b"nan").is_err());
+        assert!(parse_reward_text(b"inf").is_err());
+        assert!(parse_reward_text(b"yes").is_err());
+        let j = parse_reward_json(br#"{"reward": 0.5, "style": 1}"#).unwrap();
+        assert_eq!(deciding_reward(&j), 0.5);
+        let j = parse_reward_json(br#"{"a": 0.5, "b": 1}"#).unwrap();
+        assert_eq!(deciding_reward(&j), 0.75);
+        assert!(parse_reward_json(br#"{"a": "1"}"#).is_err());
+        assert!(parse_reward_json(br#"{}"#).is_err());
+        assert!(parse_reward_json(br#"[1]"#).is_err());
+        assert_eq!(deciding_reward(&parse_reward_json(b"0.25").unwrap()), 0.25);
+    }
 }
