@@ -86,11 +86,17 @@ impl<'a> Diagnostics<'a> {
         })
     }
 
+    /// Where task `i` of the expanded list was read, when a suite gave it.
+    pub fn suite_origin(&self, i: usize) -> Option<&SuiteOrigin> {
+        i.checked_sub(self.written)
+            .and_then(|k| self.suite_tasks.get(k))
+    }
+
     /// Records `message` about the field at `path`, prefixed with the field's name.
     pub fn err(&mut self, path: &[Seg], message: impl Into<String>) {
         if let (Some(Seg::Key(k)), Some(Seg::Index(i))) = (path.first(), path.get(1)) {
-            if k == "tasks" && *i >= self.written {
-                if let Some(o) = self.suite_tasks.get(*i - self.written) {
+            if k == "tasks" {
+                if let Some(o) = self.suite_origin(*i) {
                     let field = path_string(&path[2..]);
                     let field = if field.is_empty() {
                         String::new()

@@ -281,9 +281,12 @@ fn check_tasks(job: &JobFile, raw: &serde_yaml::Value, cx: &mut Ctx) {
         check_id(i, t, cx);
         if let Some(id) = &t.id {
             if let Some(first) = seen.get(id) {
-                let first_line = locate(text, &[key("tasks"), Seg::Index(*first), key("id")])
-                    .map(|(l, _)| format!(" (first at line {l})"))
-                    .unwrap_or_default();
+                let first_line = match cx.diags.suite_origin(*first) {
+                    Some(o) => format!(" (first in {})", o.file),
+                    None => locate(text, &[key("tasks"), Seg::Index(*first), key("id")])
+                        .map(|(l, _)| format!(" (first at line {l})"))
+                        .unwrap_or_default(),
+                };
                 cx.err(
                     &[key("tasks"), Seg::Index(i), key("id")],
                     format!("duplicate task id \"{id}\"{first_line}; task ids must be unique"),
@@ -302,7 +305,9 @@ fn check_run_names(grid: &[Vec<TaskSpec>], cx: &mut Ctx) {
     for (i, row) in grid.iter().enumerate() {
         for spec in row {
             if let Some(other) = keys.insert(spec.id.clone(), i) {
-                if other != i {
+                // Two tasks of the same id are reported as such by `check_tasks`.
+                let same_id = grid[other].first().is_some_and(|o| o.task == spec.task);
+                if other != i && !same_id {
                     cx.err(
                         &[key("tasks"), Seg::Index(i), key("id")],
                         format!("this task's run \"{}\" has the same name as a run of tasks[{other}]: rename one of the tasks", spec.id),
