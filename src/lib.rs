@@ -5,7 +5,8 @@
 //! ([`model`]), governed by [`govern`], with [`tools`] executed locally, and every event
 //! goes to the single [`report`] writer. [`sim`] is the built-in simulated provider;
 //! [`audit`] reads a transcript back and checks its tool-call protocol turn by turn;
-//! [`page`] writes a run folder's report.html.
+//! [`page`] writes a run folder's report.html; [`export`] writes it in other tools'
+//! formats (SWE-bench predictions, ATIF trajectories).
 
 pub(crate) mod agent;
 pub mod audit;
@@ -13,6 +14,7 @@ pub mod bench;
 pub mod bucket;
 pub mod commands;
 pub mod compare;
+pub mod export;
 pub mod govern;
 pub mod job;
 pub mod model;

@@ -10,6 +10,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 
 use super::bench::BenchArgs;
+use super::export::ExportFormat;
 use super::run::RunArgs;
 use super::schema::SchemaArgs;
 use super::shared::WorkerArgs;
@@ -89,6 +90,13 @@ pub enum Command {
     Report {
         #[arg(value_name = "RUN_DIR")]
         dir: PathBuf,
+    },
+    /// Write a run folder in another tool's format: SWE-bench predictions for the
+    /// official evaluation harness, or ATIF trajectories (Harbor's format), by default
+    /// under RUN_DIR/exports/.
+    Export {
+        #[command(subcommand)]
+        format: ExportFormat,
     },
     /// List the tools each tool set of a job gives the model, starting its MCP servers.
     Tools {
@@ -226,6 +234,7 @@ impl Command {
             Command::Schema(args) => code(super::schema::print(&args)),
             Command::Audit { transcript } => code(super::audit::print(&transcript)),
             Command::Report { dir } => code(super::report::report(&dir)),
+            Command::Export { format } => code(super::export::export(format)),
             Command::Compare { runs, by, out } => code(super::compare::compare(runs, by, out)),
             Command::Tools {
                 job,

@@ -15,6 +15,7 @@
 //!   transcripts/<key>.jsonl              transcript_rel / transcript_path
 //!   patches/<key>.diff                   patch_rel / patch_path
 //!   environments/       ENVIRONMENTS    image build and pull logs, image workdirs copied out
+//!   exports/            EXPORTS         other tools' formats (`agentbatch export`)
 //!   .lock               LOCK            held by the run (run/folder.rs)
 //!   .collected, .worker COLLECTED_MARKER, WORKER_MARKER  what wrote the folder
 //! ```
@@ -56,6 +57,10 @@ pub const PRISTINE: &str = "pristine";
 /// tasks without a repository (the container code writes them).
 pub const ENVIRONMENTS: &str = "environments";
 
+/// What `agentbatch export` writes by default: the run in other tools' formats
+/// (SWE-bench predictions, ATIF trajectories), a view of the folder like the page.
+pub const EXPORTS: &str = "exports";
+
 /// The run folder's `environments/` folder.
 pub fn environments_dir(dir: &Path) -> PathBuf {
     dir.join(ENVIRONMENTS)
@@ -77,6 +82,48 @@ pub fn transcript_rel(key: &str) -> String {
 /// A task's transcript in run folder `dir`.
 pub fn transcript_path(dir: &Path, key: &str) -> PathBuf {
     dir.join(transcript_rel(key))
+}
+
+/// The key a transcript's path names, relative to the run folder as results.csv holds
+/// it (`transcripts/<key>.jsonl`); None for any other path (an earlier attempt's
+/// `.jsonl.tryN`, a path edited to point elsewhere).
+pub fn transcript_key(rel: &str) -> Option<&str> {
+    key_in(rel, TRANSCRIPTS, ".jsonl")
+}
+
+/// The key a patch's path names (`patches/<key>.diff`); None for any other path.
+pub fn patch_key(rel: &str) -> Option<&str> {
+    key_in(rel, PATCHES, ".diff")
+}
+
+/// `<folder>/<key><ext>` with a key that is one plain file name.
+fn key_in<'a>(rel: &'a str, folder: &str, ext: &str) -> Option<&'a str> {
+    let key = rel
+        .strip_prefix(folder)?
+        .strip_prefix('/')?
+        .strip_suffix(ext)?;
+    let plain = !key.is_empty() && key != "." && key != ".." && !key.contains(['/', '\\', '\0']);
+    plain.then_some(key)
+}
+
+/// The keys of the transcripts in run folder `dir` (`transcripts/<key>.jsonl`, earlier
+/// attempts' `.tryN` files left out), sorted; none when the folder has no transcripts.
+pub fn transcript_keys(dir: &Path) -> std::io::Result<Vec<String>> {
+    let entries = match std::fs::read_dir(dir.join(TRANSCRIPTS)) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut keys = Vec::new();
+    for entry in entries {
+        let name = entry?.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if let Some(key) = transcript_key(&format!("{TRANSCRIPTS}/{name}")) {
+            keys.push(key.to_string());
+        }
+    }
+    keys.sort();
+    Ok(keys)
 }
 
 /// A task's patch, relative to the run folder (as results.csv names it).
@@ -162,6 +209,32 @@ pub fn newer_format_message(file: &Path, found: u32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keys_are_read_back_from_the_paths_results_csv_holds_and_nothing_else() {
+        assert_eq!(transcript_key(&transcript_rel("a.b--c")), Some("a.b--c"));
+        assert_eq!(patch_key(&patch_rel("t.1")), Some("t.1"));
+        for bad in [
+            "transcripts/a.jsonl.try1",
+            "transcripts/../x.jsonl",
+            "transcripts/a/b.jsonl",
+            "transcripts/.jsonl",
+            "patches/a.jsonl",
+            "/transcripts/a.jsonl",
+            "",
+        ] {
+            assert_eq!(transcript_key(bad), None, "{bad}");
+        }
+        assert_eq!(patch_key("patches/../../etc/passwd.diff"), None);
+        let dir = tempfile::tempdir().unwrap();
+        assert!(transcript_keys(dir.path()).unwrap().is_empty(), "no folder");
+        let t = dir.path().join(TRANSCRIPTS);
+        std::fs::create_dir(&t).unwrap();
+        for name in ["b.jsonl", "a.jsonl", "a.jsonl.try1", "notes.txt"] {
+            std::fs::write(t.join(name), "").unwrap();
+        }
+        assert_eq!(transcript_keys(dir.path()).unwrap(), ["a", "b"]);
+    }
 
     #[test]
     fn the_version_is_read_from_the_head_or_from_the_whole_file() {

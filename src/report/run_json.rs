@@ -106,6 +106,22 @@ pub(crate) struct WorkersKilled {
     pub killed_spent_by_variant: BTreeMap<String, Decimal>,
 }
 
+/// One task run of the resolved plan (`tasks`), as far as readers after the run need
+/// it: who it was and what it was asked. Keys it lacks read as empty.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub(crate) struct PlannedTask {
+    /// The task run's key (names its transcript and patch).
+    pub id: String,
+    /// The task's id as written in the job file.
+    pub task: String,
+    pub variant: String,
+    pub epoch: u32,
+    pub prompt: String,
+    pub system: Option<String>,
+    pub model: String,
+}
+
 /// run.json could not be read back.
 #[derive(Debug, thiserror::Error)]
 pub enum RunJsonError {
@@ -144,6 +160,15 @@ impl RunJson {
         Ok(run)
     }
 
+    /// The task runs of the resolved plan; none when run.json has no plan, or one this
+    /// agentbatch cannot read as a list of tasks.
+    pub(crate) fn planned(&self) -> Vec<PlannedTask> {
+        self.tasks
+            .as_ref()
+            .and_then(|raw| serde_json::from_str(raw.get()).ok())
+            .unwrap_or_default()
+    }
+
     /// Writes `path` atomically: a temp file beside it, then a rename, so a crash
     /// leaves the old run.json or the new one.
     pub(crate) fn write(&self, path: &Path) -> Result<(), ReportError> {
@@ -166,6 +191,36 @@ mod tests {
 
     fn d(s: &str) -> Decimal {
         s.parse().unwrap()
+    }
+
+    #[test]
+    fn the_planned_tasks_read_back_from_the_plan_as_written() {
+        let text = r#"{"run_id": "r", "tasks": [
+            {"id": "t--a", "task": "t", "variant": "m=a", "epoch": 2, "prompt": "p", "system": "s", "model": "x", "limits": {}},
+            {"id": "u", "task": "u", "epoch": 1, "prompt": "q", "model": "y"}
+        ]}"#;
+        let run: RunJson = serde_json::from_str(text).unwrap();
+        let planned = run.planned();
+        assert_eq!(planned.len(), 2);
+        assert_eq!(
+            planned[0],
+            PlannedTask {
+                id: "t--a".into(),
+                task: "t".into(),
+                variant: "m=a".into(),
+                epoch: 2,
+                prompt: "p".into(),
+                system: Some("s".into()),
+                model: "x".into(),
+            }
+        );
+        assert_eq!(
+            (planned[1].variant.as_str(), planned[1].system.as_deref()),
+            ("", None)
+        );
+        let none: RunJson = serde_json::from_str(r#"{"tasks": {"not": "a list"}}"#).unwrap();
+        assert!(none.planned().is_empty());
+        assert!(RunJson::default().planned().is_empty());
     }
 
     #[test]

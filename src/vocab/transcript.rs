@@ -582,6 +582,31 @@ pub fn read_file(path: &std::path::Path) -> std::io::Result<String> {
     })
 }
 
+/// A transcript line read back with its timestamps, for readers that place events in
+/// time (the exports).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stamped {
+    /// Wall clock as written (RFC 3339 with milliseconds); empty when the line has none.
+    pub ts: String,
+    /// Milliseconds since the task started (0 when the line does not say).
+    pub t_ms: u64,
+    pub event: TranscriptEvent,
+}
+
+impl Stamped {
+    /// Reads one transcript line, as [`TranscriptEvent::read`] does (None for a line it
+    /// skips); timestamps of the wrong type read as empty.
+    pub fn read(line: &str) -> Option<Stamped> {
+        let v: Value = serde_json::from_str(line).ok()?;
+        let event = TranscriptEvent::from_value(&v)?;
+        Some(Stamped {
+            ts: v["ts"].as_str().unwrap_or_default().to_string(),
+            t_ms: v["t_ms"].as_u64().unwrap_or_default(),
+            event,
+        })
+    }
+}
+
 impl TranscriptEvent {
     /// Reads one transcript line; None for a line that is not JSON, an event this
     /// version does not know, or values of the wrong type (readers skip those).

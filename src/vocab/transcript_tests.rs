@@ -265,3 +265,22 @@ fn readers_take_partial_lines_and_pass_over_unknown_ones() {
         Some("reserve")
     );
 }
+
+#[test]
+fn a_stamped_line_keeps_its_timestamps_and_skips_what_read_skips() {
+    let line = r#"{"ts": "2026-01-02T03:04:05.678Z", "t_ms": 12, "event": "stop", "stop_reason": "completed", "detail": "end_turn"}"#;
+    let s = Stamped::read(line).unwrap();
+    assert_eq!((s.ts.as_str(), s.t_ms), ("2026-01-02T03:04:05.678Z", 12));
+    assert_eq!(Some(s.event), TranscriptEvent::read(line));
+    let untimed = Stamped::read(r#"{"ts": 5, "event": "wrap_up"}"#).unwrap();
+    assert_eq!((untimed.ts.as_str(), untimed.t_ms), ("", 0));
+    assert_eq!(
+        Stamped::read(r#"{"ts": "x", "event": "no_such_event"}"#),
+        None
+    );
+    assert_eq!(
+        Stamped::read(r#"{"ts": "x", "event": "stop""#),
+        None,
+        "cut off"
+    );
+}

@@ -14,7 +14,7 @@ const LAYERS: &[&[&str]] = &[
     &["job"],
     &["govern"],
     &["agent", "report", "trace"],
-    &["audit", "compare", "page"],
+    &["audit", "compare", "export", "page"],
     &["run"],
     &["bench"],
     &["commands"],
@@ -816,6 +816,7 @@ const RUN_FOLDER_NAMES: &[&str] = &[
     "files::LOCK",
     "files::TRANSCRIPTS",
     "files::PATCHES",
+    "EXPORTS",
     "transcript_path(",
     "transcript_rel(",
     "patch_path(",
@@ -828,6 +829,7 @@ const RUN_FOLDER_NAMES: &[&str] = &[
     "\"report.html\"",
     "\"transcripts",
     "\"patches",
+    "\"exports",
     "transcripts/",
     "patches/",
     ".jsonl\"",
@@ -866,6 +868,10 @@ const RUN_FOLDER_WRITERS: &[(&str, &str)] = &[
     (
         "page/live.rs",
         "the page's transcript chunks, staged while the run goes",
+    ),
+    (
+        "export/write.rs",
+        "exports/: the run in other tools' formats (agentbatch export), a view of the folder written on demand, like the page",
     ),
     (
         "bench/mod.rs",

@@ -13,6 +13,7 @@ mod conformance;
 mod containers;
 mod context;
 mod docs;
+mod exports;
 mod faults;
 mod folder_format;
 mod govern;

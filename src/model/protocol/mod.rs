@@ -103,6 +103,13 @@ pub trait Wire: Sync {
     fn logged_calls(&self, body: &Value, turn: u32) -> Vec<LoggedCall>;
     /// The tool results among a request's new messages (with their transcript lines).
     fn logged_results(&self, messages: &[(usize, Value)]) -> Vec<Returned>;
+    /// The text a logged history entry gives the model to read (the prompt, a note, a
+    /// system message), with its role; None for tool calls, tool results and entries
+    /// without text.
+    fn logged_text(&self, entry: &Value) -> Option<LoggedText>;
+    /// The reasoning a logged answer shows (thinking, reasoning summaries), its parts
+    /// joined by blank lines; None when it shows none (or only redacted or encrypted).
+    fn logged_reasoning(&self, body: &Value) -> Option<String>;
 }
 
 /// The wire of `protocol`: the one place a protocol is registered.
@@ -222,6 +229,36 @@ pub struct LoggedCall {
     pub id_made_up: bool,
     pub name: Option<String>,
     pub args: Args,
+}
+
+/// The text of one logged history entry, as [`Wire::logged_text`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoggedText {
+    /// `user`, `system`, `developer` or `assistant`, as the entry says.
+    pub role: String,
+    pub text: String,
+}
+
+/// The text of a message's `content`: the string itself, or the `text` of each part
+/// that has one (text blocks and parts; tool results carry `content`, not `text`),
+/// joined by newlines. None when there is no text.
+pub(in crate::model) fn content_text(content: &Value) -> Option<String> {
+    let text = match content {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => return None,
+    };
+    (!text.is_empty()).then_some(text)
+}
+
+/// Reasoning parts joined by blank lines; None when there are none.
+pub(in crate::model) fn joined(parts: Vec<&str>) -> Option<String> {
+    let parts: Vec<&str> = parts.into_iter().filter(|p| !p.is_empty()).collect();
+    (!parts.is_empty()).then(|| parts.join("\n\n"))
 }
 
 /// A result found in a request's new messages.

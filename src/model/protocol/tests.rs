@@ -174,3 +174,67 @@ fn every_wire_has_its_own_headers_and_stream() {
         );
     }
 }
+
+/// The exports read a transcript's history back: each wire finds the prompt in the first
+/// message it builds (plain or in blocks), and no text in the tool results it writes.
+#[test]
+fn every_wire_reads_back_the_text_of_its_first_message_and_none_of_its_results() {
+    for p in Protocol::ALL {
+        let w = wire(p);
+        for blocks in [false, true] {
+            let first = w.first_message("fix it", blocks);
+            let read = w.logged_text(&first);
+            assert_eq!(
+                read,
+                Some(LoggedText {
+                    role: "user".into(),
+                    text: "fix it".into()
+                }),
+                "{p}, blocks {blocks}: {first}"
+            );
+        }
+        let results = w.results(&[ToolResult {
+            id: "c1".into(),
+            content: "the result".into(),
+            is_error: false,
+            images: Vec::new(),
+        }]);
+        assert!(!results.is_empty(), "{p}");
+        for r in &results {
+            assert_eq!(w.logged_text(r), None, "{p}: a result is not text: {r}");
+        }
+        assert_eq!(
+            w.logged_reasoning(&answer_calling_t(p)),
+            None,
+            "{p}: no reasoning shown"
+        );
+    }
+}
+
+/// Each protocol's reasoning as its answers show it.
+#[test]
+fn every_wire_reads_the_reasoning_its_answers_show() {
+    let shown = |p: Protocol| match p {
+        Protocol::Anthropic => json!({"content": [
+            {"type": "thinking", "thinking": "first", "signature": "s"},
+            {"type": "redacted_thinking", "data": "x"},
+            {"type": "thinking", "thinking": "second", "signature": "s"},
+            {"type": "text", "text": "answer"}
+        ]}),
+        Protocol::OpenaiResponses => json!({"output": [
+            {"type": "reasoning", "summary": [{"type": "summary_text", "text": "first"}]},
+            {"type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": "second"}]},
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "answer"}]}
+        ]}),
+        Protocol::OpenaiChat => json!({"choices": [{"message": {
+            "role": "assistant", "content": "answer", "reasoning_content": "first", "reasoning": "second"
+        }}]}),
+    };
+    for p in Protocol::ALL {
+        assert_eq!(
+            wire(p).logged_reasoning(&shown(p)).as_deref(),
+            Some("first\n\nsecond"),
+            "{p}"
+        );
+    }
+}

@@ -10,8 +10,8 @@ use reqwest::header::{HeaderName, HeaderValue};
 use serde_json::{json, Value};
 
 use super::{
-    kind_of, secret, str_of, AnswerEdits, Args, Assembler, Auth, BatchKind, BodyParts, Entries,
-    LoggedCall, Returned, Wire,
+    content_text, joined, kind_of, secret, str_of, AnswerEdits, Args, Assembler, Auth, BatchKind,
+    BodyParts, Entries, LoggedCall, LoggedText, Returned, Wire,
 };
 use crate::model::{Parsed, ToolResult, WireError};
 use crate::vocab::context::{ContextPolicy, SUMMARY_HEADING};
@@ -210,6 +210,25 @@ impl Wire for Anthropic {
                 },
             })
             .collect()
+    }
+
+    fn logged_text(&self, entry: &Value) -> Option<LoggedText> {
+        Some(LoggedText {
+            role: str_of(entry, "role")?.to_string(),
+            text: content_text(entry.get("content")?)?,
+        })
+    }
+
+    fn logged_reasoning(&self, body: &Value) -> Option<String> {
+        joined(
+            body["content"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|b| b["type"] == "thinking")
+                .filter_map(|b| b["thinking"].as_str())
+                .collect(),
+        )
     }
 
     fn logged_results(&self, messages: &[(usize, Value)]) -> Vec<Returned> {

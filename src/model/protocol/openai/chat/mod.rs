@@ -10,7 +10,8 @@ use reqwest::header::{HeaderName, HeaderValue};
 use serde_json::{json, Value};
 
 use crate::model::protocol::{
-    str_of, AnswerEdits, Assembler, Auth, BatchKind, BodyParts, Entries, LoggedCall, Returned, Wire,
+    content_text, joined, str_of, AnswerEdits, Assembler, Auth, BatchKind, BodyParts, Entries,
+    LoggedCall, LoggedText, Returned, Wire,
 };
 use crate::model::{Parsed, ToolResult, WireError};
 use crate::vocab::context::ContextPolicy;
@@ -175,5 +176,26 @@ impl Wire for Chat {
             }
         }
         out
+    }
+
+    fn logged_text(&self, entry: &Value) -> Option<LoggedText> {
+        let role = str_of(entry, "role")?;
+        if role == "tool" {
+            return None;
+        }
+        Some(LoggedText {
+            role: role.to_string(),
+            text: content_text(entry.get("content")?)?,
+        })
+    }
+
+    fn logged_reasoning(&self, body: &Value) -> Option<String> {
+        let message = body.pointer("/choices/0/message")?;
+        joined(
+            ["reasoning_content", "reasoning"]
+                .iter()
+                .filter_map(|k| message.get(*k).and_then(Value::as_str))
+                .collect(),
+        )
     }
 }

@@ -10,7 +10,8 @@ use reqwest::header::{HeaderName, HeaderValue};
 use serde_json::{json, Value};
 
 use crate::model::protocol::{
-    str_of, AnswerEdits, Assembler, Auth, BatchKind, BodyParts, Entries, LoggedCall, Returned, Wire,
+    content_text, joined, str_of, AnswerEdits, Assembler, Auth, BatchKind, BodyParts, Entries,
+    LoggedCall, LoggedText, Returned, Wire,
 };
 use crate::model::{Parsed, ToolResult, WireError};
 use crate::vocab::context::ContextPolicy;
@@ -157,5 +158,31 @@ impl Wire for Responses {
                 misplaced: None,
             })
             .collect()
+    }
+
+    fn logged_text(&self, entry: &Value) -> Option<LoggedText> {
+        // A message item (`type` may be left out of an input message); function calls,
+        // their outputs, reasoning and compaction items are not text.
+        if entry.get("type").is_some_and(|t| t != "message") {
+            return None;
+        }
+        Some(LoggedText {
+            role: str_of(entry, "role")?.to_string(),
+            text: content_text(entry.get("content")?)?,
+        })
+    }
+
+    fn logged_reasoning(&self, body: &Value) -> Option<String> {
+        let mut parts = Vec::new();
+        for item in body["output"].as_array().into_iter().flatten() {
+            if item["type"] == "reasoning" {
+                for key in ["summary", "content"] {
+                    for part in item[key].as_array().into_iter().flatten() {
+                        parts.extend(part["text"].as_str());
+                    }
+                }
+            }
+        }
+        joined(parts)
     }
 }
