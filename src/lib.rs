@@ -5,7 +5,8 @@
 //! ([`model`]), governed by [`govern`], with [`tools`] executed locally, and every event
 //! goes to the single [`report`] writer. [`sim`] is the built-in simulated provider;
 //! [`audit`] reads a transcript back and checks its tool-call protocol turn by turn;
-//! [`page`] writes a run folder's report.html.
+//! [`page`] writes a run folder's report.html; [`suite`] grades benchmark suites' logs by
+//! their official rules.
 
 pub(crate) mod agent;
 pub mod audit;
@@ -22,6 +23,7 @@ pub mod resources;
 pub mod run;
 pub mod sim;
 pub mod stats;
+pub mod suite;
 pub mod text;
 pub mod tools;
 pub mod trace;

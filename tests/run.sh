@@ -54,8 +54,11 @@ if [ ! -f tests/browser/node_modules/.installed ] || [ tests/browser/package-loc
 fi
 
 # Python packages the tests use (an independent JSON Schema validator; the official OTLP
-# protobuf definitions the test OTLP receiver decodes with), in a virtual environment of
-# their own, pinned in tests/python/requirements.txt.
+# protobuf definitions the test OTLP receiver decodes with; the official SWE-bench harness,
+# the oracle of the grading port), in a virtual environment of their own, pinned in
+# tests/python/requirements.txt and tests/python/requirements-no-deps.txt. The latter is
+# installed with --no-deps, which a requirements file cannot say per package: swebench
+# declares docker, datasets, modal and more, which its grading code never imports.
 if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
   echo "tests/run.sh: installing python3-venv" >&2
   sudo_cmd=()
@@ -63,11 +66,12 @@ if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
   "${sudo_cmd[@]}" apt-get update -qq
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq python3-venv
 fi
-if [ ! -f tests/python/.venv/.installed ] || [ tests/python/requirements.txt -nt tests/python/.venv/.installed ]; then
+if [ ! -f tests/python/.venv/.installed ] || [ tests/python/requirements.txt -nt tests/python/.venv/.installed ] || [ tests/python/requirements-no-deps.txt -nt tests/python/.venv/.installed ]; then
   echo "tests/run.sh: installing the tests' Python packages (tests/python/.venv)" >&2
   rm -rf tests/python/.venv
   python3 -m venv tests/python/.venv
   tests/python/.venv/bin/pip install --quiet --disable-pip-version-check -r tests/python/requirements.txt
+  tests/python/.venv/bin/pip install --quiet --disable-pip-version-check --no-deps -r tests/python/requirements-no-deps.txt
   touch tests/python/.venv/.installed
 fi
 export AGENTBATCH_TEST_PYTHON="$PWD/tests/python/.venv/bin/python"

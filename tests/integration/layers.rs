@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 /// Bottom first. Keep in step with the layer table in docs/ARCHITECTURE.md.
 const LAYERS: &[&[&str]] = &[
     &["text", "stats", "resources", "bucket"],
-    &["vocab"],
+    &["vocab", "suite"],
     &["model"],
     &["tools"],
     &["sim"],

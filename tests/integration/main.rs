@@ -41,6 +41,7 @@ mod sim_batch;
 mod stream_runs;
 mod streaming;
 mod summarize;
+mod swebench_grading;
 mod usage_figures;
 mod workspace_links;
 mod workspaces;
