@@ -6,7 +6,8 @@
 //! goes to the single [`report`] writer. [`sim`] is the built-in simulated provider;
 //! [`audit`] reads a transcript back and checks its tool-call protocol turn by turn;
 //! [`page`] writes a run folder's report.html; [`export`] writes it in other tools'
-//! formats (SWE-bench predictions, ATIF trajectories).
+//! formats (SWE-bench predictions, ATIF trajectories); [`suite`] grades benchmark
+//! suites' logs by their official rules.
 
 pub(crate) mod agent;
 pub mod audit;

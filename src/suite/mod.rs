@@ -1,3 +1,3 @@
-//! Suites in the formats people already have: their grading, without I/O.
+//! Task suites in the formats people already have, graded by their official rules.
 
 pub mod swebench;

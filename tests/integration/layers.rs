@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 /// Bottom first. Keep in step with the layer table in docs/ARCHITECTURE.md.
 const LAYERS: &[&[&str]] = &[
-    &["text", "stats", "resources", "bucket", "suite"],
-    &["vocab"],
+    &["text", "stats", "resources", "bucket"],
+    &["vocab", "suite"],
     &["model"],
     &["tools"],
     &["sim"],

@@ -43,6 +43,7 @@ mod stream_runs;
 mod streaming;
 mod suites;
 mod summarize;
+mod swebench_grading;
 mod usage_figures;
 mod workspace_links;
 mod workspaces;

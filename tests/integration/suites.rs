@@ -461,6 +461,16 @@ async fn a_scripted_fix_resolves_exactly_its_task_and_a_patch_printing_passed_li
     let v = &ran.events("calc__calc-2", "verifier")[0];
     assert_eq!(v["fail_to_pass_failed"][0], "tests/test_calc.py::test_mul");
     assert_eq!(v["tests"]["tests/test_calc.py::test_mul"], "FAILED");
+    // The predictions file the official harness takes carries each recorded patch.
+    let out = case.agentbatch(&["export", "swebench-predictions", ran.dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let preds = std::fs::read_to_string(ran.dir.join("exports/predictions.jsonl")).unwrap();
+    let preds: Vec<serde_json::Value> =
+        preds.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let fix = preds.iter().find(|p| p["instance_id"] == "calc__calc-1").unwrap();
+    let recorded = std::fs::read_to_string(ran.dir.join("patches/calc__calc-1.diff")).unwrap();
+    assert_eq!(fix["model_patch"], recorded.as_str());
+    assert!(recorded.contains("+    return a + b"), "{recorded}");
 
     // A conftest.py that prints PASSED for every listed test, then exits with 1
     // before any test runs: the log alone would say resolved.
