@@ -463,18 +463,32 @@ async fn a_scripted_fix_resolves_exactly_its_task_and_a_patch_printing_passed_li
     assert_eq!(v["tests"]["tests/test_calc.py::test_mul"], "FAILED");
     // The predictions file the official harness takes carries each recorded patch.
     let out = case.agentbatch(&["export", "swebench-predictions", ran.dir.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let preds = std::fs::read_to_string(ran.dir.join("exports/predictions.jsonl")).unwrap();
-    let preds: Vec<serde_json::Value> =
-        preds.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    let fix = preds.iter().find(|p| p["instance_id"] == "calc__calc-1").unwrap();
+    let preds: Vec<serde_json::Value> = preds
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let fix = preds
+        .iter()
+        .find(|p| p["instance_id"] == "calc__calc-1")
+        .unwrap();
     let recorded = std::fs::read_to_string(ran.dir.join("patches/calc__calc-1.diff")).unwrap();
     assert_eq!(fix["model_patch"], recorded.as_str());
     assert!(recorded.contains("+    return a + b"), "{recorded}");
 
-    // A conftest.py that prints PASSED for every listed test, then exits with 1
-    // before any test runs: the log alone would say resolved.
-    let liar = "  sim:\n    turns:\n      - content:\n          - tool_use: { name: write_file, input: { path: conftest.py, content: \"import os, sys\\nfor t in ('test_add', 'test_mul', 'test_sub'):\\n    print('PASSED tests/test_calc.py::' + t)\\nsys.stdout.flush()\\nos._exit(1)\\n\" } }\n      - content: [ { text: done } ]\n";
+    for id in ["calc__calc-1", "calc__calc-2"] {
+        agrees_with_the_official_grading(&ran.events(id, "verifier")[0], &instances_of(&case, id));
+    }
+
+    // A conftest.py whose hook prints PASSED for every listed test after pytest's own
+    // summary (whose FAILED lines it overrides in the parsed log): the log alone would
+    // say resolved, the test command's exit code says otherwise.
+    let liar = "  sim:\n    turns:\n      - content:\n          - tool_use: { name: write_file, input: { path: conftest.py, content: \"def pytest_unconfigure(config):\\n    for t in ('test_add', 'test_mul', 'test_sub'):\\n        print('PASSED tests/test_calc.py::' + t)\\n\" } }\n      - content: [ { text: done } ]\n";
     let case = Case::new();
     swebench_jsonl(&case, "verified");
     let ran = case
@@ -491,11 +505,94 @@ async fn a_scripted_fix_resolves_exactly_its_task_and_a_patch_printing_passed_li
             v["invalid"].as_str().is_some_and(|i| !i.is_empty()),
             "the exit code contradicts the log: {v}"
         );
-        assert!(v["output"]
-            .as_str()
-            .unwrap()
-            .contains("PASSED tests/test_calc.py::test_add"));
+        assert!(
+            v["output"]
+                .as_str()
+                .unwrap()
+                .contains("PASSED tests/test_calc.py::test_add"),
+            "{v}"
+        );
         assert_eq!(v["exit_code"], 1, "{v}");
+        assert!(
+            v["tests"].is_null(),
+            "an invalid log has no statuses, as in the harness: {v}"
+        );
+        agrees_with_the_official_grading(v, &instances_of(&case, &r["task_id"]));
+    }
+}
+
+/// The FAIL_TO_PASS and PASS_TO_PASS of instance `id` in the case's verified.jsonl.
+fn instances_of(case: &Case, id: &str) -> (Vec<String>, Vec<String>) {
+    let text = std::fs::read_to_string(case.path("verified.jsonl")).unwrap();
+    for l in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        if v["instance_id"] == id {
+            let list =
+                |k: &str| -> Vec<String> { serde_json::from_str(v[k].as_str().unwrap()).unwrap() };
+            return (list("FAIL_TO_PASS"), list("PASS_TO_PASS"));
+        }
+    }
+    panic!("no instance {id}")
+}
+
+/// The verifier's verdict and parsed statuses equal what the official swebench
+/// package's grading computes on the same log (tests/python/swebench_grade.py).
+fn agrees_with_the_official_grading(v: &serde_json::Value, tests: &(Vec<String>, Vec<String>)) {
+    let python = std::env::var("AGENTBATCH_TEST_PYTHON").expect(
+        "AGENTBATCH_TEST_PYTHON is not set: run the tests through ./tests/run.sh, which installs the official swebench package",
+    );
+    let log = v["output"].as_str().unwrap();
+    assert!(log.len() < 16_000, "the whole log is in the transcript");
+    let cases = serde_json::json!([{
+        "kind": "grade", "log": log, "parser": "parse_log_pytest",
+        "FAIL_TO_PASS": tests.0, "PASS_TO_PASS": tests.1, "eval_type": "pass_and_fail",
+    }]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("cases.json");
+    std::fs::write(&file, cases.to_string()).unwrap();
+    let driver =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/swebench_grade.py");
+    let out = Command::new(python)
+        .arg(driver)
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let official: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let grade = &official[0]["grade"];
+    assert_eq!(
+        grade["resolved"], v["passed"],
+        "official {grade} vs ours {v}"
+    );
+    let ours: Vec<(String, String)> = v["tests"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, s)| (k.clone(), s.as_str().unwrap().to_string()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut theirs: Vec<(String, String)> = grade["statuses"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|p| {
+                    (
+                        p[0].as_str().unwrap().to_string(),
+                        p[1].as_str().unwrap().to_string(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    theirs.sort();
+    // An invalid log has no statuses in the official report; ours keeps what parsed.
+    if grade["valid"] == true {
+        assert_eq!(ours, theirs, "official {grade} vs ours {v}");
     }
 }
 
