@@ -905,3 +905,40 @@ fn bad_suites_are_named_by_file_and_field_and_suite_show_round_trips() {
     };
     assert_eq!(tasks(&a), tasks(&b));
 }
+
+/// The reference agents as a matrix axis: one run gives both, and `compare` reads them
+/// like any two variants.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oracle_and_nop_as_a_matrix_axis_compare_like_variants() {
+    let case = Case::new();
+    harbor_tasks(&case, "harbor");
+    let job = suite_job(
+        &case,
+        "",
+        "  - { format: harbor, path: harbor, exclude: [tamper] }\n",
+    )
+    .replace("suites:\n", "matrix:\n  agent: [oracle, nop]\nsuites:\n");
+    let ran = case.run(&job).await;
+    let rows = ran.rows();
+    assert_eq!(rows.len(), 4, "{rows:?}");
+    for r in &rows {
+        let want = if r["variant"] == "agent=oracle" {
+            "pass"
+        } else {
+            "fail"
+        };
+        assert_eq!(r["outcome"], want, "{r:?}");
+        assert_eq!(r["matrix.agent"], &r["variant"]["agent=".len()..]);
+    }
+    let out = case.agentbatch(&["compare", ran.dir.to_str().unwrap()]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        said.contains("agent=oracle") && said.contains("agent=nop"),
+        "{said}"
+    );
+}
