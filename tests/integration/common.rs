@@ -302,3 +302,19 @@ pub async fn post_to_sim(sim: &Sim, path: &str, body: &Value) -> reqwest::Respon
         .await
         .expect("the simulator answers")
 }
+
+/// The container image in variable `var` (else `default`), which tests/run.sh builds;
+/// the test fails, saying so, when podman or the image is missing.
+pub fn test_image(var: &str, default: &str) -> String {
+    let image = std::env::var(var).unwrap_or_else(|_| default.into());
+    let ok = std::process::Command::new("podman")
+        .args(["image", "exists", &image])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    assert!(
+        ok,
+        "podman and the image {image} are needed: tests/run.sh installs podman and builds it (or set {var})"
+    );
+    image
+}

@@ -10,18 +10,7 @@ use crate::common::{calc_fixture, make_git_repository, read_csv, signal, wait_un
 
 /// The base image tests/run.sh builds (Debian minbase with python3 and git).
 fn base_image() -> String {
-    let image = std::env::var("AGENTBATCH_TEST_IMAGE")
-        .unwrap_or_else(|_| "localhost/agentbatch-test-base:1".into());
-    let ok = Command::new("podman")
-        .args(["image", "exists", &image])
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    assert!(
-        ok,
-        "podman and the image {image} are needed: tests/run.sh installs podman and builds it (or set AGENTBATCH_TEST_IMAGE)"
-    );
-    image
+    crate::common::test_image("AGENTBATCH_TEST_IMAGE", "localhost/agentbatch-test-base:1")
 }
 
 /// The containers on podman whose labels say they belong to the run folder `dir`.

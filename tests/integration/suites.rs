@@ -13,18 +13,7 @@ use crate::common::{git_in, read_csv, signal, wait_until, Case};
 
 /// The image with python3, git, pytest and patch that tests/run.sh builds.
 fn py_image() -> String {
-    let image = std::env::var("AGENTBATCH_TEST_PY_IMAGE")
-        .unwrap_or_else(|_| "localhost/agentbatch-test-py:1".into());
-    let ok = Command::new("podman")
-        .args(["image", "exists", &image])
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    assert!(
-        ok,
-        "podman and the image {image} are needed: tests/run.sh builds it (or set AGENTBATCH_TEST_PY_IMAGE)"
-    );
-    image
+    crate::common::test_image("AGENTBATCH_TEST_PY_IMAGE", "localhost/agentbatch-test-py:1")
 }
 
 fn git_out(dir: &Path, args: &[&str]) -> String {
