@@ -22,7 +22,7 @@ use crate::vocab::transcript::{TranscriptEvent, VerifierRecord};
 const OUTPUT_TAIL: usize = 16_000;
 /// The most of a test log read back for grading: a parser reads the whole of what the
 /// markers enclose, so this is generous.
-const LOG_LIMIT: u64 = 64 << 20;
+const LOG_LIMIT: usize = 64 << 20;
 /// Copying files in and reading rewards back.
 const SMALL: Duration = Duration::from_secs(120);
 
@@ -130,13 +130,15 @@ async fn swebench_verify(
                 swebench::eval_script_with_exit_code(&v.eval_script).as_bytes(),
             )
             .map_err(|e| e.to_string())?;
-        let log_file = Container::control_path("eval.log");
+        // The log is the command's own output, which the runner reads as it comes:
+        // nothing the tests leave in the container (a FIFO where a log file was
+        // expected, a log rewritten afterwards) can stall or forge it.
         let out = c
             .run(
-                &format!("/bin/bash {script} > {log_file} 2>&1"),
+                &format!("/bin/bash {script}"),
                 RunLimits {
                     timeout: v.timeout,
-                    max_output: 4_000,
+                    max_output: LOG_LIMIT,
                 },
                 env.cancel,
                 &[],
@@ -146,7 +148,7 @@ async fn swebench_verify(
         if out.cancelled {
             return Err("cancelled".to_string());
         }
-        let text = c.take("eval.log", LOG_LIMIT).unwrap_or_default();
+        let text = out.output.into_bytes();
         if out.timed_out {
             return Ok(VerifierRecord {
                 timed_out: true,
@@ -288,38 +290,38 @@ async fn run_harbor(
         timeout: SMALL,
         max_output: 8_000,
     };
-    let prep = c
-        .run(
-            "rm -rf /tests /logs/verifier && mkdir -p /tests /logs/verifier",
-            small,
-            cancel,
-            &[],
-        )
-        .await
-        .map_err(|e| e.to_string())?;
-    if !prep.success() {
-        return Err(format!(
-            "cannot make /tests and /logs/verifier in the container: {}",
-            prep.output.trim()
-        ));
-    }
-    c.copy_in(&v.tests, "/tests")
-        .await
-        .map_err(|e| format!("cannot copy the tests in: {e}"))?;
-    let name = v
-        .script
-        .file_name()
-        .map(|n| n.to_string_lossy().to_string())
-        .unwrap_or_else(|| "test.sh".into());
-    if !v.script.starts_with(&v.tests) {
-        c.copy_in(&v.script, &format!("/tests/{name}"))
+    // As root, as Harbor does it: whatever the agent left at /tests (its own tests, a
+    // file it made read-only) and any stale reward go, and the tests may write their
+    // logs whatever USER they run as.
+    c.exec_as_root(
+        "rm -rf /tests /logs/verifier && mkdir -p /tests /logs/verifier && chmod 0777 /logs/verifier",
+        SMALL,
+    )
+    .await
+    .map_err(|e| format!("cannot make /tests and /logs/verifier in the container: {e}"))?;
+    if let Some(tests) = &v.tests {
+        c.copy_in(tests, "/tests")
             .await
-            .map_err(|e| format!("cannot copy the test script in: {e}"))?;
+            .map_err(|e| format!("cannot copy the tests in: {e}"))?;
     }
-    let inside = match v.script.strip_prefix(&v.tests) {
-        Ok(rel) => format!("/tests/{}", rel.display()),
-        Err(_) => format!("/tests/{name}"),
+    let inside = match v.tests.as_ref().and_then(|t| v.script.strip_prefix(t).ok()) {
+        Some(rel) if !rel.as_os_str().is_empty() => format!("/tests/{}", rel.display()),
+        _ => {
+            let name = v
+                .script
+                .file_name()
+                .map(|n| n.to_string_lossy().to_string())
+                .unwrap_or_else(|| "test.sh".into());
+            let inside = format!("/tests/{name}");
+            c.copy_in(&v.script, &inside)
+                .await
+                .map_err(|e| format!("cannot copy the test script in: {e}"))?;
+            inside
+        }
     };
+    let script = shell_quote(&inside);
+    // Harbor runs the script itself (its shebang decides), made executable as root.
+    let _ = c.exec_as_root(&format!("chmod +x {script}"), SMALL).await;
     let env: Vec<(&str, &str)> = v
         .env
         .iter()
@@ -327,7 +329,7 @@ async fn run_harbor(
         .collect();
     let out = c
         .run(
-            &format!("chmod +x {inside} 2>/dev/null; bash {inside} > /logs/verifier/test-stdout.txt 2>&1"),
+            &format!("({script}) > /logs/verifier/test-stdout.txt 2>&1"),
             RunLimits {
                 timeout: v.timeout,
                 max_output: 4_000,
@@ -392,27 +394,39 @@ async fn run_harbor(
     Ok(record)
 }
 
-/// A file of `/logs/verifier`, copied through the control folder; None when the
-/// tests did not write it.
+/// A file of `/logs/verifier`, read as the output of `cat` (a larger file is cut to its
+/// first and last half MiB, which no reward parses); None when the tests did not
+/// write it as a regular file (a FIFO there would stall a reader).
 async fn read_back(
     c: &Container,
     file: &'static str,
     small: RunLimits,
     cancel: &tokio_util::sync::CancellationToken,
 ) -> Result<Option<Vec<u8>>, String> {
-    let cmd = format!(
-        "cat /logs/verifier/{file} > {} 2>/dev/null",
-        Container::control_path(file)
-    );
+    const MAX: usize = 1 << 20;
     let got = c
-        .run(&cmd, small, cancel, &[])
+        .run(
+            &format!("f=/logs/verifier/{file}; [ -f \"$f\" ] || exit 3; cat -- \"$f\""),
+            RunLimits {
+                max_output: MAX,
+                ..small
+            },
+            cancel,
+            &[],
+        )
         .await
         .map_err(|e| e.to_string())?;
-    Ok(if got.success() {
-        c.take(file, 1 << 20)
-    } else {
-        None
-    })
+    if got.cancelled {
+        return Err("cancelled".into());
+    }
+    if !got.success() {
+        return Ok(None);
+    }
+    Ok(Some(got.output.into_bytes()))
+}
+
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
 }
 
 /// The reward that decides: `reward` when reward.json has it, the only one, else the
@@ -443,7 +457,7 @@ pub fn parse_reward_text(bytes: &[u8]) -> Result<f64, String> {
     }
 }
 
-/// reward.json: an object of finite numbers (or one number).
+/// reward.json: an object of finite numbers or booleans (or one of them).
 pub fn parse_reward_json(bytes: &[u8]) -> Result<BTreeMap<String, f64>, String> {
     let bad = |why: &str| Err(format!("/logs/verifier/reward.json {why}"));
     let value: serde_json::Value = match serde_json::from_slice(bytes) {
@@ -455,9 +469,16 @@ pub fn parse_reward_json(bytes: &[u8]) -> Result<BTreeMap<String, f64>, String> 
         serde_json::Value::Number(n) => {
             out.insert("reward".to_string(), n.as_f64().unwrap_or(f64::NAN));
         }
+        serde_json::Value::Bool(b) => {
+            out.insert("reward".to_string(), f64::from(u8::from(b)));
+        }
         serde_json::Value::Object(m) => {
             for (k, v) in m {
-                match v.as_f64() {
+                // Python's bool is an int, so Harbor takes `true` as 1.
+                match v
+                    .as_f64()
+                    .or_else(|| v.as_bool().map(|b| f64::from(u8::from(b))))
+                {
                     Some(f) => {
                         out.insert(k, f);
                     }
@@ -535,5 +556,7 @@ mod tests {
         assert!(parse_reward_json(br#"{}"#).is_err());
         assert!(parse_reward_json(br#"[1]"#).is_err());
         assert_eq!(deciding_reward(&parse_reward_json(b"0.25").unwrap()), 0.25);
+        let j = parse_reward_json(br#"{"reward": true, "style": false}"#).unwrap();
+        assert_eq!((j["reward"], j["style"]), (1.0, 0.0));
     }
 }

@@ -152,6 +152,11 @@ pub enum Command {
         /// a fixed test patch or verifier.
         #[arg(long)]
         job: Option<PathBuf>,
+        /// Also regrade Harbor tasks whose verifier shares the agent's container (the
+        /// default mode): from the recorded patch alone, without what the agent changed
+        /// outside the workspace.
+        #[arg(long)]
+        shared: bool,
     },
     /// Run the simulated provider as a standalone server.
     Sim(SimArgs),
@@ -250,9 +255,12 @@ impl Command {
             Command::Suite {
                 action: SuiteAction::Show { path, format },
             } => code(super::suite::show(&path, format)),
-            Command::Regrade { run, only, job } => {
-                super::suite::regrade(&run, only.as_deref(), job.as_deref()).await
-            }
+            Command::Regrade {
+                run,
+                only,
+                job,
+                shared,
+            } => super::suite::regrade(&run, only.as_deref(), job.as_deref(), shared).await,
             Command::Sim(args) => super::sim::command(args).await,
             Command::Bench(args) => super::bench::command(args).await,
         }

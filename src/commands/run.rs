@@ -38,8 +38,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "RUN_DIR")]
     resume: Option<PathBuf>,
     /// With --resume: keep rows that ended in provider_error, rate_limited,
-    /// ledger_error, tool_setup_error, cancelled or internal_error instead of running
-    /// those tasks again.
+    /// ledger_error, tool_setup_error, cancelled, internal_error or verifier_error
+    /// instead of running those tasks again.
     #[arg(long, requires = "resume")]
     no_retry_errors: bool,
     /// With --resume: go on even though the job file changed since the run started.
@@ -134,4 +134,30 @@ pub async fn run(job: PathBuf, args: RunArgs) -> ExitCode {
         force: args.force,
     });
     ExitCode::from(super::outcome::report(run::run(plan, opts).await))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use crate::vocab::stop::StopReason;
+
+    /// The help of --no-retry-errors names every stop reason a resume runs again.
+    #[test]
+    fn no_retry_errors_names_every_infra_reason() {
+        let cli = super::super::cli::Cli::command();
+        let run = cli.find_subcommand("run").expect("a run command");
+        let arg = run
+            .get_arguments()
+            .find(|a| a.get_id() == "no_retry_errors")
+            .expect("--no-retry-errors");
+        let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+        for r in StopReason::ALL.into_iter().filter(|r| r.is_infra()) {
+            assert!(
+                help.contains(r.as_str()),
+                "{} is not in: {help}",
+                r.as_str()
+            );
+        }
+    }
 }

@@ -158,10 +158,13 @@ pub enum SwebenchEvalType {
 #[serde(deny_unknown_fields)]
 #[schemars(title = "Harbor verifier")]
 pub struct HarborVerifierFields {
-    /// The tests folder, relative to the job file: copied to `/tests` after the agent.
+    /// The tests folder, relative to the job file: copied to `/tests` after the agent
+    /// (none: only the script is).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "super::schema_rules::not_blank")]
-    pub tests: String,
-    /// The script in it that runs them (default `test.sh`).
+    pub tests: Option<String>,
+    /// The script that runs them (default: `test.sh` in the tests folder), copied into
+    /// `/tests` when it is not in that folder.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub script: Option<String>,
     /// How long the tests may run (default 10m).

@@ -242,6 +242,18 @@ pub enum Verifier {
     Harbor(HarborVerifier),
 }
 
+impl Verifier {
+    /// Whether it grades in the agent's own container (Harbor's `shared` mode), so that
+    /// what the agent changed outside the workspace counts: a regrade, which has only
+    /// the recorded patch, cannot grade it the same.
+    pub fn shares_container(&self) -> bool {
+        match self {
+            Verifier::Swebench(_) => false,
+            Verifier::Harbor(h) => !h.separate,
+        }
+    }
+}
+
 /// SWE-bench's grading of one instance.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SwebenchVerifier {
@@ -259,8 +271,9 @@ pub struct SwebenchVerifier {
 /// A Harbor (or Terminal-Bench) verifier, resolved.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct HarborVerifier {
-    /// The tests folder on this machine, copied to `/tests`.
-    pub tests: PathBuf,
+    /// The tests folder on this machine, copied to `/tests` (none: only the script).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tests: Option<PathBuf>,
     /// The test script on this machine (in `tests` or beside it), run from `/tests`.
     pub script: PathBuf,
     #[serde(serialize_with = "human")]

@@ -118,22 +118,31 @@ pub(super) fn resolve_verifier(
             })
         }
         VerifierFields::Harbor(h) => {
-            let tests = cx.files.join(&h.tests);
-            if !tests.is_dir() {
+            let tests = h.tests.as_ref().map(|t| cx.files.join(t));
+            if let Some(t) = tests.as_ref().filter(|t| !t.is_dir()) {
                 cx.err(
                     &at(&["harbor", "tests"]),
-                    format!("the tests folder {} does not exist", tests.display()),
+                    format!("the tests folder {} does not exist", t.display()),
                 );
             }
-            let script = match &h.script {
-                Some(s) => cx.files.join(s),
-                None => tests.join("test.sh"),
+            let script = match (&h.script, &tests) {
+                (Some(s), _) => Some(cx.files.join(s)),
+                (None, Some(t)) => Some(t.join("test.sh")),
+                (None, None) => {
+                    cx.err(
+                        &at(&["harbor"]),
+                        "give `tests` (the tests folder) or `script` (the test script), or both",
+                    );
+                    None
+                }
             };
-            if tests.is_dir() && !script.is_file() {
-                cx.err(
-                    &at(&["harbor", "script"]),
-                    format!("the test script {} does not exist", script.display()),
-                );
+            if let Some(s) = script.as_ref().filter(|s| !s.is_file()) {
+                if tests.as_ref().is_none_or(|t| t.is_dir()) {
+                    cx.err(
+                        &at(&["harbor", "script"]),
+                        format!("the test script {} does not exist", s.display()),
+                    );
+                }
             }
             let threshold = h.threshold.unwrap_or(1.0);
             if !threshold.is_finite() {
@@ -141,7 +150,7 @@ pub(super) fn resolve_verifier(
             }
             Verifier::Harbor(HarborVerifier {
                 tests,
-                script,
+                script: script.unwrap_or_default(),
                 timeout: h.timeout.map_or(HARBOR_TIMEOUT, |h| h.0),
                 env: h.env.clone().unwrap_or_default(),
                 threshold,

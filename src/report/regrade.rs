@@ -93,6 +93,16 @@ pub fn record(
             rows.push(row.fields.clone());
             continue;
         };
+        if !row.transcript.is_empty() && !new.events.is_empty() {
+            let t = dir.join(&row.transcript);
+            append_transcript_events(&t, &new.events).map_err(io(&t))?;
+        }
+        // A verifier that could not run this time says nothing of the patch: the
+        // row keeps its verdict (a resume would otherwise pay the model again).
+        if new.outcome == Outcome::Error {
+            rows.push(row.fields.clone());
+            continue;
+        }
         old.push(row.fields.clone());
         if row.outcome != Some(new.outcome) {
             changed += 1;
@@ -118,10 +128,6 @@ pub fn record(
         set("tests_failed", opt(new.tests_failed.map(|c| c.to_string())));
         set("reward", opt(new.reward.map(|c| c.to_string())));
         rows.push(csv::StringRecord::from(fields));
-        if !row.transcript.is_empty() && !new.events.is_empty() {
-            let t = dir.join(&row.transcript);
-            append_transcript_events(&t, &new.events).map_err(io(&t))?;
-        }
     }
     if !old.is_empty() {
         let path = dir.join(files::REGRADED_CSV);

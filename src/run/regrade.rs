@@ -12,7 +12,7 @@ use futures::StreamExt;
 
 use super::RunError;
 use crate::agent::fresh::Ground;
-use crate::job::{Plan, TaskSpec};
+use crate::job::{Plan, TaskSpec, Verifier};
 use crate::report::regrade::{Regraded, RowRef};
 use crate::report::{files, RunJson};
 use crate::tools::Registry;
@@ -29,8 +29,12 @@ pub struct RegradeReport {
     pub changed: usize,
     /// Rows left as they were: no verifier, no recorded patch, or not picked.
     pub skipped: usize,
-    /// Rows whose verifier could not run this time (outcome `error`).
+    /// Rows whose verifier could not run this time: they keep their verdict.
     pub errors: usize,
+    /// Rows left as they were because their verifier shares the agent's container
+    /// (Harbor's default): what the agent changed outside the workspace is gone, so a
+    /// fresh container would grade something else. `--shared` grades them anyway.
+    pub shared_skipped: usize,
     /// The new outcome of each regraded row: (task id, variant, epoch, before, after).
     pub verdicts: Vec<(String, String, u32, String, String)>,
 }
@@ -55,11 +59,13 @@ fn job_file(dir: &Path, job: Option<&Path>) -> Result<PathBuf, RunError> {
 
 /// Regrades the rows of run folder `dir` whose task has a verifier (those whose id or
 /// key matches `only`, when given) with the verifiers of `job` (default: the run's
-/// own job file, read again).
+/// own job file, read again); Harbor tasks whose verifier shares the agent's container
+/// only with `shared`.
 pub async fn regrade(
     dir: &Path,
     only: Option<&str>,
     job: Option<&Path>,
+    shared: bool,
     registry: &Registry,
 ) -> Result<RegradeReport, RunError> {
     let dir = std::path::absolute(dir).map_err(|e| RunError::Invalid(e.to_string()))?;
@@ -96,7 +102,15 @@ pub async fn regrade(
             .is_none_or(|g| g.is_match(&row.task_id) || spec.is_some_and(|s| g.is_match(&s.id)));
         match spec {
             Some(s) if chosen && s.verifier.is_some() && !row.patch.is_empty() => {
-                picked.push((row, s))
+                if !shared
+                    && s.verifier
+                        .as_deref()
+                        .is_some_and(Verifier::shares_container)
+                {
+                    report.shared_skipped += 1;
+                } else {
+                    picked.push((row, s))
+                }
             }
             _ => report.skipped += 1,
         }
@@ -136,16 +150,18 @@ pub async fn regrade(
         })
         .collect();
     for g in &graded {
-        report.verdicts.push((
-            g.task_id.clone(),
-            g.variant.clone(),
-            g.epoch,
-            before
-                .get(&(g.task_id.as_str(), g.variant.as_str(), g.epoch))
-                .cloned()
-                .unwrap_or_default(),
-            g.outcome.as_str().to_string(),
-        ));
+        let was = before
+            .get(&(g.task_id.as_str(), g.variant.as_str(), g.epoch))
+            .cloned()
+            .unwrap_or_default();
+        let now = if g.outcome == Outcome::Error {
+            format!("{was} (kept: {})", g.stop_detail)
+        } else {
+            g.outcome.as_str().to_string()
+        };
+        report
+            .verdicts
+            .push((g.task_id.clone(), g.variant.clone(), g.epoch, was, now));
     }
     let mut order: Vec<String> = Vec::new();
     for t in &plan.tasks {

@@ -620,6 +620,87 @@ async fn a_harbor_agent_that_tampers_with_the_tests_gets_the_true_reward() {
     )
     .await;
     assert_eq!(ran.row("tamper")["outcome"], "pass");
+
+    // Its verifier shares the agent's container: a regrade, which has only the
+    // recorded patch, leaves it alone unless asked.
+    let dir = ran.dir.to_str().unwrap().to_string();
+    let out = case.agentbatch(&["regrade", &dir]);
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains(
+            "1 task runs not regraded: their Harbor verifier shares the agent's container"
+        ),
+        "{said}"
+    );
+    let out = case.agentbatch(&["regrade", &dir, "--shared"]);
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("regraded 1 task runs"), "{said}");
+}
+
+/// An agent that plants FIFOs where a verifier might read a file back (the control
+/// folder the runner shares with the container) cannot stall or fail the verifier:
+/// the reward it earned comes back at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fifos_planted_by_the_agent_neither_stall_nor_fail_the_verifier() {
+    let case = Case::new();
+    harbor_tasks(&case, "harbor");
+    let plant = "  sim:\n    turns:\n      - content:\n          - tool_use: { name: bash, input: { command: \"echo hello > /app/greeting.txt && for f in reward.txt reward.json test-stdout.txt eval.log; do rm -f /.agentbatch/$f; mkfifo /.agentbatch/$f; done && ls -l /.agentbatch\" } }\n      - content: [ { text: done } ]\n";
+    let started = std::time::Instant::now();
+    let ran = case
+        .run(&suite_job(
+            &case,
+            plant,
+            "  - { format: harbor, path: harbor, only: [greet] }\n",
+        ))
+        .await;
+    let row = ran.row("greet");
+    assert_eq!(row["outcome"], "pass", "{row:?}");
+    assert_eq!(row["reward"], "1", "{row:?}");
+    let calls = ran.events("greet", "tool_result");
+    assert!(
+        calls[0].to_string().contains("prw"),
+        "FIFOs planted: {}",
+        calls[0]
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(100),
+        "no read back waited for a writer ({:?})",
+        started.elapsed()
+    );
+}
+
+/// A Harbor task whose image runs as a user other than root: the verifier still
+/// prepares /tests and /logs/verifier (as root, as Harbor does), and the tests run as
+/// the image's user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_harbor_image_with_a_non_root_user_is_verified() {
+    let case = Case::new();
+    harbor_tasks(&case, "harbor");
+    case.write(
+        "harbor/greet/environment/Dockerfile",
+        &format!(
+            "FROM {}\nRUN useradd -m runner && mkdir /app && chown runner /app\nUSER runner\nWORKDIR /app\n",
+            py_image()
+        ),
+    );
+    case.write(
+        "harbor/greet/tests/test.sh",
+        "#!/bin/bash\nif [ \"$(cat /app/greeting.txt 2>/dev/null)\" = hello ] && [ \"$(id -un)\" = runner ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n",
+    );
+    let suites = "  - { format: harbor, path: harbor, only: [greet] }\n";
+    let ran = run_named(
+        &case,
+        &suite_job(&case, "  agent: oracle\n", suites),
+        "oracle",
+    )
+    .await;
+    let row = ran.row("greet");
+    assert_eq!(row["outcome"], "pass", "{row:?}");
+    assert_eq!(row["reward"], "1", "{row:?}");
+    let ran = run_named(&case, &suite_job(&case, "  agent: nop\n", suites), "nop").await;
+    assert_eq!(ran.row("greet")["outcome"], "fail");
 }
 
 /// `regrade` with a changed test patch changes exactly the verdicts it should, keeps
@@ -707,6 +788,37 @@ async fn regrade_after_a_changed_test_patch_changes_exactly_the_expected_verdict
         ran.sim.requests().is_empty(),
         "a regrade sends no model request"
     );
+
+    // A regrade whose verifier cannot run (its images are not there) keeps every
+    // verdict: nothing turns into an error that a resume would pay the model for.
+    let gone = case.write(
+        "gone.yaml",
+        &suite_job(
+            &case,
+            "  agent: oracle\n",
+            "  - { format: swebench, path: fixed.jsonl, image_namespace: localhost/nowhere }\n",
+        ),
+    );
+    let before = std::fs::read_to_string(dir.join("results.csv")).unwrap();
+    let out = case.agentbatch(&[
+        "regrade",
+        dir.to_str().unwrap(),
+        "--job",
+        gone.to_str().unwrap(),
+    ]);
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("2 could not be verified"), "{said}");
+    assert!(
+        said.contains("calc__calc-1: fail -> fail (kept: "),
+        "{said}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("results.csv")).unwrap(),
+        before,
+        "results.csv is as it was"
+    );
+    assert_eq!(read_csv(&dir.join("regraded.csv")).len(), 4);
 }
 
 /// kill -9 while the verifiers run (a fresh SWE-bench container, a Harbor test

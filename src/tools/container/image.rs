@@ -84,6 +84,8 @@ pub struct Ready {
     pub id: String,
     /// The image's own working directory (`WORKDIR`), "" when it sets none.
     pub workdir: String,
+    /// The image's own `USER`, "" when it sets none (root).
+    pub user: String,
     pub made: Made,
     /// Milliseconds spent pulling or building (0 when present).
     pub ms: u64,
@@ -187,13 +189,33 @@ struct Inspected {
 struct InspectedConfig {
     #[serde(default)]
     working_dir: Option<String>,
+    #[serde(default)]
+    user: Option<String>,
+}
+
+/// What the engine says of an image: its id, `WORKDIR` and `USER`.
+pub struct Inspect {
+    pub id: String,
+    pub workdir: String,
+    pub user: String,
+}
+
+impl Inspect {
+    fn ready(self, name: &str, made: Made, ms: u64, log: Option<PathBuf>) -> Ready {
+        Ready {
+            name: name.to_string(),
+            id: self.id,
+            workdir: self.workdir,
+            user: self.user,
+            made,
+            ms,
+            log,
+        }
+    }
 }
 
 /// The image `name` as the engine has it; None when it has not.
-pub async fn inspect(
-    engine: &Engine,
-    name: &str,
-) -> Result<Option<(String, String)>, ContainerError> {
+pub async fn inspect(engine: &Engine, name: &str) -> Result<Option<Inspect>, ContainerError> {
     match engine.run(&["image", "inspect", name], QUICK).await {
         Ok(out) => {
             let v: Vec<Inspected> =
@@ -202,14 +224,21 @@ pub async fn inspect(
                     message: format!("cannot read its answer: {e}"),
                 })?;
             Ok(v.into_iter().next().map(|i| {
-                let wd = i.config.and_then(|c| c.working_dir).unwrap_or_default();
+                let (workdir, user) = i
+                    .config
+                    .map(|c| (c.working_dir, c.user))
+                    .unwrap_or_default();
                 // Docker says `sha256:<hex>`, podman the bare hex: one form.
                 let id = if i.id.contains(':') {
                     i.id
                 } else {
                     format!("sha256:{}", i.id)
                 };
-                (id, wd)
+                Inspect {
+                    id,
+                    workdir: workdir.unwrap_or_default(),
+                    user: user.unwrap_or_default(),
+                }
             }))
         }
         // "no such image" and its variants: the engine has not got it.
@@ -304,14 +333,7 @@ impl Images {
         timeout: Duration,
     ) -> Result<Ready, String> {
         let have = inspect(engine, name).await.map_err(|e| e.to_string())?;
-        let ready = |(id, workdir): (String, String), made, ms, log| Ready {
-            name: name.to_string(),
-            id,
-            workdir,
-            made,
-            ms,
-            log,
-        };
+        let ready = |found: Inspect, made, ms, log| found.ready(name, made, ms, log);
         match (have, pull) {
             (Some(found), Pull::Missing | Pull::Never) => {
                 return Ok(ready(found, Made::Present, 0, None))
@@ -356,15 +378,8 @@ impl Images {
             .map_err(|e| e.to_string())?
             .map_err(|e| e.to_string())?;
         let tag = build_tag(&digest);
-        if let Some((id, workdir)) = inspect(engine, &tag).await.map_err(|e| e.to_string())? {
-            return Ok(Ready {
-                name: tag,
-                id,
-                workdir,
-                made: Made::Present,
-                ms: 0,
-                log: None,
-            });
+        if let Some(found) = inspect(engine, &tag).await.map_err(|e| e.to_string())? {
+            return Ok(found.ready(&tag, Made::Present, 0, None));
         }
         let log = self.log_file(&format!("build-{}", &digest[..16]))?;
         let started = Instant::now();
@@ -387,20 +402,13 @@ impl Images {
                 )
             })?;
         let ms = started.elapsed().as_millis() as u64;
-        let (id, workdir) = inspect(engine, &tag)
+        let found = inspect(engine, &tag)
             .await
             .map_err(|e| e.to_string())?
             .ok_or_else(|| {
                 format!("the image of {df} was built as {tag} but the engine does not show it")
             })?;
-        Ok(Ready {
-            name: tag,
-            id,
-            workdir,
-            made: Made::Built,
-            ms,
-            log: Some(log),
-        })
+        Ok(found.ready(&tag, Made::Built, ms, Some(log)))
     }
 
     fn log_file(&self, stem: &str) -> Result<PathBuf, String> {

@@ -195,6 +195,12 @@ pub struct Container {
     network_cut: AtomicBool,
 }
 
+/// Whether a `--user` / `USER` value is root (or unset, which is root).
+fn is_root(user: &str) -> bool {
+    let name = user.split(':').next().unwrap_or("");
+    matches!(name, "" | "root" | "0")
+}
+
 /// `run -d` and its arguments: the name, labels, limits, mounts and variables of a
 /// task's container, and the loop as its first process.
 fn run_args(s: &Start<'_>) -> Vec<String> {
@@ -317,10 +323,24 @@ impl Container {
             ),
         };
         match tokio::time::timeout(START, ready_rx).await {
-            Ok(Ok(())) => Ok(Container {
-                start_ms: started.elapsed().as_millis() as u64,
-                ..container
-            }),
+            Ok(Ok(())) => {
+                let user = s
+                    .config
+                    .user
+                    .as_deref()
+                    .filter(|u| !u.is_empty())
+                    .unwrap_or(&s.image.user);
+                if !is_root(user) {
+                    if let Err(e) = container.give_workdir().await {
+                        container.remove().await;
+                        return Err(e);
+                    }
+                }
+                Ok(Container {
+                    start_ms: started.elapsed().as_millis() as u64,
+                    ..container
+                })
+            }
             _ => {
                 let said = container.logs().await;
                 container.remove().await;
@@ -615,31 +635,53 @@ impl Container {
         Ok(format!("{CONTROL}/{name}"))
     }
 
-    /// The path inside the container of a file in the control folder, which a command
-    /// can write for [`Container::take`] to read.
-    pub fn control_path(name: &str) -> String {
-        format!("{CONTROL}/{name}")
+    /// Gives the workspace (bind-mounted at the workdir, made by this machine's user) to
+    /// the container's user, when that is not root: an image with `USER runner` can
+    /// then write its own workdir, as it could in the image.
+    async fn give_workdir(&self) -> Result<(), ContainerError> {
+        let ids = self
+            .engine
+            .run(
+                &[
+                    "exec",
+                    &self.name,
+                    "/bin/sh",
+                    "-c",
+                    "echo \"$(id -u):$(id -g)\"",
+                ],
+                QUICK,
+            )
+            .await?
+            .text();
+        let owner = ids.trim();
+        if owner.is_empty() || !owner.chars().all(|c| c.is_ascii_digit() || c == ':') {
+            return Err(ContainerError::Gone {
+                name: self.name.clone(),
+                what: format!("does not say its user's ids (`id -u` gave \"{owner}\")"),
+            });
+        }
+        self.exec_as_root(
+            &format!("chown -R {owner} {}", quote(&self.workdir)),
+            QUICK * 10,
+        )
+        .await
     }
 
-    /// Reads (and removes) a file a command wrote into the control folder, at most
-    /// `limit` bytes of its end: None when there is none.
-    pub fn take(&self, name: &str, limit: u64) -> Option<Vec<u8>> {
-        use std::io::{Read, Seek, SeekFrom};
-        use std::os::unix::fs::OpenOptionsExt;
-        let path = self.control.join(name);
-        let mut f = std::fs::File::options()
-            .read(true)
-            .custom_flags(nix::libc::O_NOFOLLOW)
-            .open(&path)
-            .ok()?;
-        let len = f.metadata().ok()?.len();
-        if len > limit {
-            f.seek(SeekFrom::Start(len - limit)).ok()?;
-        }
-        let mut out = Vec::new();
-        f.take(limit).read_to_end(&mut out).ok()?;
-        let _ = std::fs::remove_file(&path);
-        Some(out)
+    /// Runs a short shell script as root through the engine, beside the command loop:
+    /// a verifier's own preparation, which must work whatever USER the image runs its
+    /// commands as (Harbor prepares `/tests` and `/logs/verifier` as root too).
+    pub async fn exec_as_root(
+        &self,
+        script: &str,
+        timeout: Duration,
+    ) -> Result<(), ContainerError> {
+        self.engine
+            .run(
+                &["exec", "--user", "0", &self.name, "/bin/sh", "-c", script],
+                timeout,
+            )
+            .await
+            .map(|_| ())
     }
 
     /// Copies a folder (or file) of this machine into the container at `to` (its
