@@ -293,9 +293,10 @@ async fn run_harbor(
     // As root, as Harbor does it: whatever the agent left at /tests (its own tests, a
     // file it made read-only) and any stale reward go, and the tests may write their
     // logs whatever USER they run as.
-    c.exec_as_root(
+    as_root(
+        c,
         "rm -rf /tests /logs/verifier && mkdir -p /tests /logs/verifier && chmod 0777 /logs/verifier",
-        SMALL,
+        cancel,
     )
     .await
     .map_err(|e| format!("cannot make /tests and /logs/verifier in the container: {e}"))?;
@@ -321,7 +322,7 @@ async fn run_harbor(
     };
     let script = shell_quote(&inside);
     // Harbor runs the script itself (its shebang decides), made executable as root.
-    let _ = c.exec_as_root(&format!("chmod +x {script}"), SMALL).await;
+    let _ = as_root(c, &format!("chmod +x {script}"), cancel).await;
     let env: Vec<(&str, &str)> = v
         .env
         .iter()
@@ -392,6 +393,30 @@ async fn run_harbor(
         record.rewards = Some(r);
     }
     Ok(record)
+}
+
+/// Runs `script` through the command loop, and again as root through the engine when
+/// that fails (an image whose USER is not root): an engine `exec` costs a tenth of a
+/// second or more, the loop a few milliseconds.
+async fn as_root(
+    c: &Container,
+    script: &str,
+    cancel: &tokio_util::sync::CancellationToken,
+) -> Result<(), String> {
+    let limits = RunLimits {
+        timeout: SMALL,
+        max_output: 4_000,
+    };
+    let out = c
+        .run(script, limits, cancel, &[])
+        .await
+        .map_err(|e| e.to_string())?;
+    if out.success() {
+        return Ok(());
+    }
+    c.exec_as_root(script, SMALL)
+        .await
+        .map_err(|e| e.to_string())
 }
 
 /// A file of `/logs/verifier`, read as the output of `cat` (a larger file is cut to its
