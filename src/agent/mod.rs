@@ -294,6 +294,7 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
         tally: Tally::default(),
         repeats: repeats::Repeats::new(spec.limits.max_repeats),
         refused_too_long: false,
+        admitted_at: None,
         summaries: window::Summaries::default(),
     };
     let stop = match prepared.failed.clone().or(mcp_failed) {
@@ -429,6 +430,9 @@ struct Loop<'a> {
     repeats: repeats::Repeats,
     /// The last request was refused as too long and only a summary can shorten it.
     refused_too_long: bool,
+    /// When the last request passed the rate gates (a 429 for a request sent before
+    /// the adaptive rate was last cut is not counted again).
+    admitted_at: Option<Instant>,
     summaries: window::Summaries,
 }
 

@@ -225,6 +225,10 @@ impl Loop<'_> {
             }
         }
         self.note_rate_headers(&turn.rate);
+        // An answer, not a refusal: what the adaptive rate measures the server by.
+        if let Some(g) = self.provider_gate() {
+            g.answered();
+        }
         turn
     }
 
@@ -309,6 +313,10 @@ impl Loop<'_> {
         // A 429 that says when to come back is the rate limit: it pauses the
         // whole provider and retries on its own budget. One without any wait (a
         // spend cap, a quota) rarely recovers: it counts against max_retries.
+        self.learn_limits(&failure.rate);
+        if let Some(g) = self.provider_gate() {
+            g.refused(self.admitted_at.unwrap_or_else(Instant::now));
+        }
         let signalled = failure.server_wait.is_some() || failure.rate.pause(Utc::now()).is_some();
         let (used, budget) = if signalled {
             (tries.limited, self.spec.provider.max_rate_limit_retries)
@@ -480,11 +488,10 @@ impl Loop<'_> {
     /// The team's gate and the provider's; a batched request passes the team's only:
     /// the batch APIs have their own limits, apart from the per-minute ones.
     fn gates(&self) -> [Option<std::sync::Arc<crate::govern::rate::Gate>>; 2] {
-        let provider = match self.spec.batch {
-            Some(_) => None,
-            None => self.env.gates.provider(&self.spec.provider.name),
-        };
-        [self.env.gates.team(self.spec.team_name()), provider]
+        [
+            self.env.gates.team(self.spec.team_name()),
+            self.provider_gate(),
+        ]
     }
 
     /// Corrects the gates' pre-charge to what the provider counted (None: nothing).
@@ -513,6 +520,7 @@ impl Loop<'_> {
         )
         .await;
         self.tally.rate_wait += started.elapsed();
+        self.admitted_at = Some(Instant::now());
         if admitted.is_err() {
             let n = passed.load(std::sync::atomic::Ordering::SeqCst);
             for g in gates.iter().take(n) {
@@ -586,9 +594,34 @@ impl Loop<'_> {
         }
     }
 
+    /// The provider's gate, unless the request is batched (the batch APIs have limits
+    /// of their own, apart from the per-minute ones).
+    fn provider_gate(&self) -> Option<std::sync::Arc<crate::govern::rate::Gate>> {
+        match self.spec.batch {
+            Some(_) => None,
+            None => self.env.gates.provider(&self.spec.provider.name),
+        }
+    }
+
+    /// The limits a provider's answer states pace its gate where the job configures
+    /// none; a change goes in the transcript.
+    fn learn_limits(&self, rate: &RateHeaders) {
+        let Some(g) = self.provider_gate() else {
+            return;
+        };
+        if let Some(change) = g.learn(&rate.limits) {
+            self.log.emit(TranscriptEvent::RateLearned {
+                provider: self.spec.provider.name.clone(),
+                before: change.before,
+                now: change.now,
+            });
+        }
+    }
+
     /// A provider that reports a used-up window is paused (until its reset, see
     /// `RateHeaders::pause`), before its limit is hit.
     fn note_rate_headers(&self, rate: &RateHeaders) {
+        self.learn_limits(rate);
         let Some(wait) = rate.pause(Utc::now()) else {
             return;
         };

@@ -41,6 +41,10 @@ pub struct SimArgs {
     /// Burst allowance of those limits.
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     burst: Duration,
+    /// Do not state those limits in rate-limit headers (a 429 still says
+    /// retry-after), as vLLM, llama.cpp or a proxy would not.
+    #[arg(long)]
+    no_limit_headers: bool,
     /// Keep only each request's metadata in GET /_sim/requests, not its body (for
     /// long benchmark runs, which would otherwise hold every body sent).
     #[arg(long)]
@@ -76,6 +80,7 @@ pub async fn command(args: SimArgs) -> ExitCode {
         job: args.job,
         script: args.script,
         limits,
+        limit_headers: !args.no_limit_headers,
         batches,
         keep_bodies: !args.no_request_bodies,
     })
@@ -92,6 +97,8 @@ pub struct SimOptions {
     /// Register this script under the empty key (requests to the bare endpoints).
     pub script: Option<PathBuf>,
     pub limits: RateLimits,
+    /// Whether answers state the limits in headers.
+    pub limit_headers: bool,
     pub batches: BatchSettings,
     pub keep_bodies: bool,
 }
@@ -106,6 +113,7 @@ pub async fn serve(o: SimOptions) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {addr}"))?;
     sim.set_limits(Some(&o.limits));
+    sim.send_limit_headers(o.limit_headers);
     sim.set_batch_settings(o.batches);
     sim.keep_request_bodies(o.keep_bodies);
     let mut registered = 0;

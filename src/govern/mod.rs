@@ -1,6 +1,7 @@
 //! Governance: what a request may cost, whether another one may be sent, and when to
 //! retry. Money is exact decimal dollars throughout.
 
+mod adaptive;
 pub(crate) mod budget;
 pub(crate) mod ledger;
 pub mod pg;
@@ -8,6 +9,7 @@ pub mod pg_rate;
 pub mod pg_store;
 pub mod pg_tls;
 pub(crate) mod rate;
+mod rate_shared;
 pub mod store;
 
 use std::path::Path;

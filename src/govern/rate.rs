@@ -4,20 +4,23 @@
 //! second's worth unless configured, plus a pause that a 429 or a provider's "nothing
 //! remaining" headers put on everyone using that provider.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use chrono::{DateTime, Utc};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 
-use super::pg_rate::{SharedRates, Take};
+use super::adaptive::Adaptive;
+use super::pg_rate::SharedRates;
+use super::rate_shared::{Shapes, Shared};
 use crate::bucket::Bucket;
 use crate::job::Plan;
-use crate::vocab::limits::{RateLimits, TokenCount};
+use crate::vocab::limits::{RateLimits, StatedLimits, TokenCount};
 
 /// The requests-per-minute limit.
-struct Limit {
+pub(super) struct Limit {
     limiter: DefaultDirectRateLimiter,
     /// The most cells one wait may ask for (the burst allowance).
     burst: u32,
@@ -27,11 +30,11 @@ struct Limit {
 /// burst (at least one request) in reserve: a server enforcing exactly the configured
 /// limit then never sees requests closer together than it allows, whatever the network
 /// jitter between the runner's clock and the server's.
-const RATE_SHARE: f64 = 0.99;
+pub(super) const RATE_SHARE: f64 = 0.99;
 const BURST_RESERVE: f64 = 0.10;
 
 /// Cells per `burst` span, at least one, minus the reserve.
-fn burst_cells(per_minute: u32, burst: Duration) -> u32 {
+pub(super) fn burst_cells(per_minute: u32, burst: Duration) -> u32 {
     let cells = (u64::from(per_minute) * burst.as_millis() as u64) / 60_000;
     let reserve = ((cells as f64 * BURST_RESERVE).ceil() as u64).max(1);
     let cells = cells.saturating_sub(reserve).clamp(1, u64::from(u32::MAX));
@@ -39,7 +42,18 @@ fn burst_cells(per_minute: u32, burst: Duration) -> u32 {
 }
 
 impl Limit {
-    fn new(per_minute: u32, burst: Duration) -> Limit {
+    /// A limit whose burst is used up: it starts at its steady rate. For a limit learned
+    /// part-way through a provider's window, whose burst the requests before it may
+    /// have taken already.
+    pub(super) fn drained(per_minute: u32, burst: Duration) -> Limit {
+        let l = Limit::new(per_minute, burst);
+        if let Some(n) = NonZeroU32::new(l.burst) {
+            let _ = l.limiter.check_n(n);
+        }
+        l
+    }
+
+    pub(super) fn new(per_minute: u32, burst: Duration) -> Limit {
         let per_minute = per_minute.max(1);
         let burst_cells = burst_cells(per_minute, burst);
         let period = Duration::from_secs_f64(60.0 / (f64::from(per_minute) * RATE_SHARE));
@@ -54,7 +68,7 @@ impl Limit {
 
     /// Waits until `n` cells are available, in burst-sized steps (so a request larger
     /// than the burst is paced rather than refused).
-    async fn take(&self, mut n: u64) {
+    pub(super) async fn take(&self, mut n: u64) {
         while n > 0 {
             let step = n.min(u64::from(self.burst));
             let cells = NonZeroU32::new(u32::try_from(step).unwrap_or(self.burst))
@@ -83,6 +97,17 @@ impl TokenLimit {
             bucket: Mutex::new(Bucket::new(capacity, per_second, Instant::now())),
             refunded: tokio::sync::Notify::new(),
         }
+    }
+
+    /// As [`Limit::drained`]: no burst to start with.
+    fn drained(per_minute: u32, burst: Duration) -> TokenLimit {
+        let t = TokenLimit::new(per_minute, burst);
+        {
+            let mut b = t.bucket();
+            let all = b.capacity();
+            let _ = b.take(all, Instant::now());
+        }
+        t
     }
 
     fn bucket(&self) -> std::sync::MutexGuard<'_, Bucket> {
@@ -126,160 +151,73 @@ impl TokenLimit {
     }
 }
 
-/// What a worker takes from a shared bucket beyond the request at hand, so that at high
-/// rates it does not make one database call per request: this much of the bucket's
-/// refill, at most a quarter of its capacity. Taken ahead by many workers at once it
-/// adds to a full bucket's burst: 5 ms each stays within the 10% burst reserve for up
-/// to 20 workers on one limit.
-const BATCH: Duration = Duration::from_millis(5);
-
-/// How long what was taken ahead may be used: after that it is dropped (never given
-/// back, so the shared rate is never exceeded, only not quite reached).
-const CREDIT_TTL: Duration = Duration::from_millis(250);
-
-/// A pause another worker set is seen within this long: what was taken ahead is used
-/// only while the database was asked this recently.
-const PAUSE_CHECK: Duration = Duration::from_millis(100);
-
-/// A gate's buckets in the database, shared with every other process on it.
-struct Shared {
-    /// Tokens taken ahead, by bucket key, and until when they may be used.
-    credits: Mutex<HashMap<String, (f64, Instant)>>,
-    /// When the database last answered a take (and so said there was no pause).
-    asked: Mutex<Option<Instant>>,
-    rates: Arc<SharedRates>,
-    /// `provider:<name>` or `team:<name>`: the rows are `<scope>:rpm` and so on.
-    scope: String,
-    /// Capacity and refill a second of each limit, as the local buckets have them.
-    rpm: Option<(f64, f64)>,
-    itpm: Option<(f64, f64)>,
-    otpm: Option<(f64, f64)>,
+/// The limiters of a gate now: configured ones, and those learned from the provider's
+/// headers, which replace the set when a stated limit changes.
+#[derive(Clone, Default)]
+struct Windows {
+    rpm: Option<Arc<Limit>>,
+    itpm: Option<Arc<TokenLimit>>,
+    otpm: Option<Arc<TokenLimit>>,
+    /// Input and output together (learned only).
+    tpm: Option<Arc<TokenLimit>>,
 }
 
-/// Capacity and refill a second of a per-minute limit, as [`TokenLimit`] makes them.
-fn shape(per_minute: Option<u32>, burst: Duration) -> Option<(f64, f64)> {
-    per_minute.map(|r| {
-        let r = r.max(1);
-        (
-            f64::from(burst_cells(r, burst)),
-            f64::from(r) * RATE_SHARE / 60.0,
-        )
-    })
-}
-
-impl Shared {
-    /// What is in hand, expired credit dropped first.
-    fn credits(&self) -> std::sync::MutexGuard<'_, HashMap<String, (f64, Instant)>> {
-        let mut c = self.credits.lock().unwrap_or_else(PoisonError::into_inner);
-        let now = Instant::now();
-        c.retain(|_, (_, until)| *until > now);
-        c
-    }
-
-    /// Pays for `takes` from what was taken ahead, if it covers all of them.
-    fn spend_credit(&self, takes: &[Take]) -> bool {
-        let now = Instant::now();
-        let recent = self
-            .asked
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .is_some_and(|at| now.duration_since(at) < PAUSE_CHECK);
-        let mut credits = self.credits();
-        if !recent {
-            return false;
-        }
-        let covered = takes
-            .iter()
-            .filter(|t| t.amount > 0.0)
-            .all(|t| credits.get(&t.key).is_some_and(|(c, _)| *c >= t.amount));
-        if covered {
-            for t in takes.iter().filter(|t| t.amount > 0.0) {
-                if let Some((c, _)) = credits.get_mut(&t.key) {
-                    *c -= t.amount;
-                }
-            }
-        }
-        covered
-    }
-
-    /// What to ask the database for: each take less what is in hand, plus a batch.
-    fn asks(&self, takes: &[Take]) -> Vec<Take> {
-        let credits = self.credits();
-        takes
-            .iter()
-            .map(|t| {
-                if t.amount <= 0.0 {
-                    return t.clone();
-                }
-                let held = credits.get(&t.key).map_or(0.0, |(c, _)| *c);
-                let batch = (t.per_second * BATCH.as_secs_f64()).min(t.capacity / 4.0);
-                Take {
-                    amount: (t.amount - held).max(0.0) + batch.max(0.0),
-                    ..t.clone()
-                }
-            })
-            .collect()
-    }
-
-    /// Adds what the database gave to what is in hand.
-    fn credit(&self, asks: &[Take]) {
-        *self.asked.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
-        let until = Instant::now() + CREDIT_TTL;
-        let mut credits = self.credits();
-        for a in asks.iter().filter(|a| a.amount > 0.0) {
-            // New tokens expire with what is in hand already: nothing lives longer
-            // than CREDIT_TTL from when the oldest of it was taken.
-            let e = credits.entry(a.key.clone()).or_insert((0.0, until));
-            e.0 += a.amount;
+impl Windows {
+    fn of(l: &StatedLimits, burst: Duration) -> Windows {
+        Windows {
+            rpm: l.rpm.map(|r| Arc::new(Limit::new(r, burst))),
+            itpm: l.itpm.map(|r| Arc::new(TokenLimit::new(r, burst))),
+            otpm: l.otpm.map(|r| Arc::new(TokenLimit::new(r, burst))),
+            tpm: l.tpm.map(|r| Arc::new(TokenLimit::new(r, burst))),
         }
     }
 
-    /// The takes of a request; the pause row always (taking nothing).
-    fn takes(&self, input: u64, output: u64) -> Vec<Take> {
-        let mut v = vec![Take {
-            key: format!("{}:pause", self.scope),
-            amount: 0.0,
-            capacity: 1.0,
-            per_second: 1.0,
-        }];
-        for (name, shape, amount) in [
-            ("rpm", self.rpm, 1.0),
-            ("itpm", self.itpm, input as f64),
-            ("otpm", self.otpm, output as f64),
-        ] {
-            if let Some((capacity, per_second)) = shape {
-                v.push(Take {
-                    key: format!("{}:{name}", self.scope),
-                    amount,
-                    capacity,
-                    per_second,
-                });
-            }
-        }
-        v
-    }
-
-    /// Runs `f` off the async workers, not waiting for it (corrections, pauses).
-    fn later(
-        &self,
-        f: impl FnOnce(&SharedRates) -> Result<(), super::pg::PgError> + Send + 'static,
-    ) {
-        let rates = self.rates.clone();
-        if let Ok(h) = tokio::runtime::Handle::try_current() {
-            h.spawn_blocking(move || {
-                if let Err(e) = f(&rates) {
-                    eprintln!("agentbatch: the shared rate limits: {e}");
-                }
-            });
+    /// Limiters for limits learned mid-window: drained, so that what was sent before
+    /// they were known is not sent again as a burst.
+    fn learned(l: &StatedLimits, burst: Duration) -> Windows {
+        Windows {
+            rpm: l.rpm.map(|r| Arc::new(Limit::drained(r, burst))),
+            itpm: l.itpm.map(|r| Arc::new(TokenLimit::drained(r, burst))),
+            otpm: l.otpm.map(|r| Arc::new(TokenLimit::drained(r, burst))),
+            tpm: l.tpm.map(|r| Arc::new(TokenLimit::drained(r, burst))),
         }
     }
 }
+
+/// The configured limits of a gate as stated limits (no `tpm`: a job cannot set one).
+fn configured(limits: &RateLimits) -> StatedLimits {
+    StatedLimits {
+        rpm: limits.rpm,
+        itpm: limits.itpm,
+        otpm: limits.otpm,
+        tpm: None,
+    }
+}
+
+/// A change of the limits a gate paces to, learned from a provider's headers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Learned {
+    /// What the gate paced to before (configured and learned).
+    pub before: StatedLimits,
+    /// What it paces to now.
+    pub now: StatedLimits,
+}
+
+/// The most learned changes a gate keeps for run.json.
+const HISTORY: usize = 100;
 
 /// The limits of one provider or team.
 pub struct Gate {
-    rpm: Option<Limit>,
-    itpm: Option<TokenLimit>,
-    otpm: Option<TokenLimit>,
+    /// The job's own limits: a window it sets is never learned.
+    configured: RateLimits,
+    /// What the gate paces to (configured, with what was learned where nothing is).
+    pacing: Mutex<StatedLimits>,
+    /// Each change learned, with when (at most [`HISTORY`] kept: a provider whose
+    /// stated limits flap would otherwise grow it without bound).
+    history: Mutex<Vec<(DateTime<Utc>, StatedLimits)>>,
+    windows: Mutex<Windows>,
+    /// While nothing is configured or learned: the adaptive rate.
+    adaptive: Mutex<Option<Adaptive>>,
     /// Waiters are served in arrival order (tokio's mutex is fair), one at a time, so
     /// nobody starves and the limiter is not polled by a herd.
     queue: tokio::sync::Mutex<()>,
@@ -289,11 +227,23 @@ pub struct Gate {
 }
 
 impl Gate {
+    /// A gate pacing to `limits`; with none, to what the provider's answers state, or
+    /// to an adaptive rate when they state nothing.
+    #[cfg(test)]
     pub fn new(limits: &RateLimits) -> Gate {
+        Gate::with(limits, limits.is_empty())
+    }
+
+    /// As [`Gate::new`], the adaptive rate only when `adaptive` (never for the runner's
+    /// own simulator without limits: it has none to find).
+    fn with(limits: &RateLimits, adaptive: bool) -> Gate {
+        let pacing = configured(limits);
         Gate {
-            rpm: limits.rpm.map(|r| Limit::new(r, limits.burst)),
-            itpm: limits.itpm.map(|r| TokenLimit::new(r, limits.burst)),
-            otpm: limits.otpm.map(|r| TokenLimit::new(r, limits.burst)),
+            configured: limits.clone(),
+            pacing: Mutex::new(pacing),
+            history: Mutex::new(Vec::new()),
+            windows: Mutex::new(Windows::of(&pacing, limits.burst)),
+            adaptive: Mutex::new(adaptive.then(Adaptive::new)),
             queue: tokio::sync::Mutex::new(()),
             paused_until: Mutex::new(None),
             shared: None,
@@ -302,18 +252,122 @@ impl Gate {
 
     /// A gate whose buckets and pause are rows `<scope>:...` of a database that other
     /// processes pace on too.
-    fn shared(limits: &RateLimits, rates: Arc<SharedRates>, scope: String) -> Gate {
-        let mut g = Gate::new(limits);
+    fn shared(limits: &RateLimits, adaptive: bool, rates: Arc<SharedRates>, scope: String) -> Gate {
+        let mut g = Gate::with(limits, adaptive);
         g.shared = Some(Shared {
             credits: Mutex::new(HashMap::new()),
             asked: Mutex::new(None),
             rates,
             scope,
-            rpm: shape(limits.rpm, limits.burst),
-            itpm: shape(limits.itpm, limits.burst),
-            otpm: shape(limits.otpm, limits.burst),
+            shapes: Mutex::new(Shapes::of(&configured(limits), limits.burst)),
         });
         g
+    }
+
+    fn adaptive(&self) -> std::sync::MutexGuard<'_, Option<Adaptive>> {
+        self.adaptive.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// An answer came (for the adaptive rate).
+    pub fn answered(&self) {
+        if let Some(a) = self.adaptive().as_mut() {
+            a.answered();
+        }
+    }
+
+    /// A 429 came for a request admitted at `sent`: the adaptive rate, if that is what
+    /// paces, is cut.
+    pub fn refused(&self, sent: Instant) {
+        if let Some(a) = self.adaptive().as_mut() {
+            a.refused(sent);
+        }
+    }
+
+    /// The adaptive rate now (requests a second), while it paces.
+    pub fn adaptive_rate(&self) -> Option<f64> {
+        self.adaptive().as_ref().and_then(|a| a.rate)
+    }
+
+    fn windows(&self) -> Windows {
+        self.windows
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The changes learned so far, oldest first: when, and what the gate paced to from
+    /// then on.
+    pub fn learned(&self) -> Vec<(DateTime<Utc>, StatedLimits)> {
+        self.history
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// What the gate paces to now: the configured limits, and those learned where the
+    /// job configures none.
+    #[cfg(test)]
+    fn pacing(&self) -> StatedLimits {
+        *self.pacing.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes the limits a provider's answer states for every window the job does not
+    /// configure (a `tpm` only where no input or output limit is configured or
+    /// stated); Some(change) when what the gate paces to changed. The limiters of a
+    /// changed window start afresh at the new rate.
+    pub fn learn(&self, stated: &StatedLimits) -> Option<Learned> {
+        if stated.is_empty() {
+            return None;
+        }
+        let c = &self.configured;
+        let mut pacing = self.pacing.lock().unwrap_or_else(PoisonError::into_inner);
+        let before = *pacing;
+        let mut now = before;
+        if c.rpm.is_none() && stated.rpm.is_some() {
+            now.rpm = stated.rpm;
+        }
+        if c.itpm.is_none() && stated.itpm.is_some() {
+            now.itpm = stated.itpm;
+        }
+        if c.otpm.is_none() && stated.otpm.is_some() {
+            now.otpm = stated.otpm;
+        }
+        if stated.tpm.is_some() && c.itpm.is_none() && c.otpm.is_none() {
+            now.tpm = stated.tpm;
+        }
+        if now == before {
+            return None;
+        }
+        *pacing = now;
+        {
+            let mut h = self.history.lock().unwrap_or_else(PoisonError::into_inner);
+            if h.len() < HISTORY {
+                h.push((Utc::now(), now));
+            }
+        }
+        let burst = c.burst;
+        // Limits are known now: the adaptive rate has done its part.
+        *self.adaptive.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        {
+            let mut w = self.windows.lock().unwrap_or_else(PoisonError::into_inner);
+            let fresh = Windows::learned(&now, burst);
+            if now.rpm != before.rpm {
+                w.rpm = fresh.rpm;
+            }
+            if now.itpm != before.itpm {
+                w.itpm = fresh.itpm;
+            }
+            if now.otpm != before.otpm {
+                w.otpm = fresh.otpm;
+            }
+            if now.tpm != before.tpm {
+                w.tpm = fresh.tpm;
+            }
+        }
+        if let Some(sh) = &self.shared {
+            *sh.shapes.lock().unwrap_or_else(PoisonError::into_inner) = Shapes::of(&now, burst);
+        }
+        Some(Learned { before, now })
     }
 
     /// Stops every request through this gate until `until` (a 429's retry time, or the
@@ -378,19 +432,28 @@ impl Gate {
                 tokio::time::sleep(wait).await;
             }
         }
-        if let Some(l) = &self.rpm {
+        let adaptive = self.adaptive().as_mut().map(Adaptive::current);
+        if let Some(l) = adaptive {
+            l.take(1).await;
+        }
+        let w = self.windows();
+        if let Some(l) = &w.rpm {
             l.take(1).await;
         }
         let mut held = Held {
             gate: self,
             taken: TokenCount::default(),
+            combined: 0,
             admitted: false,
         };
-        if let Some(l) = &self.itpm {
+        if let Some(l) = &w.itpm {
             l.take(input, &mut held.taken.input).await;
         }
-        if let Some(l) = &self.otpm {
+        if let Some(l) = &w.otpm {
             l.take(output, &mut held.taken.output).await;
+        }
+        if let Some(l) = &w.tpm {
+            l.take(input + output, &mut held.combined).await;
         }
         held.admitted = true;
     }
@@ -398,12 +461,26 @@ impl Gate {
     /// Corrects what [`Gate::admit`] took (`charged`) to what the provider counted:
     /// tokens not used go back at once, tokens used beyond the charge are owed.
     pub fn correct(&self, charged: TokenCount, counted: TokenCount) {
+        self.correct_each(charged, counted, charged.input + charged.output);
+    }
+
+    /// As [`Gate::correct`], with what the combined window took given apart (an admit
+    /// cut off part-way took less there than the charge).
+    fn correct_each(&self, charged: TokenCount, counted: TokenCount, combined: u64) {
+        let counted_combined = counted.input + counted.output;
         if let Some(sh) = &self.shared {
+            let shapes = sh.shapes();
             let mut keys = Vec::new();
             let mut deltas = Vec::new();
             for (name, on, c, n) in [
-                ("itpm", sh.itpm.is_some(), charged.input, counted.input),
-                ("otpm", sh.otpm.is_some(), charged.output, counted.output),
+                ("itpm", shapes.itpm.is_some(), charged.input, counted.input),
+                (
+                    "otpm",
+                    shapes.otpm.is_some(),
+                    charged.output,
+                    counted.output,
+                ),
+                ("tpm", shapes.tpm.is_some(), combined, counted_combined),
             ] {
                 if on && c != n {
                     keys.push(format!("{}:{name}", sh.scope));
@@ -415,11 +492,15 @@ impl Gate {
             }
             return;
         }
-        if let Some(l) = &self.itpm {
+        let w = self.windows();
+        if let Some(l) = &w.itpm {
             l.correct(charged.input, counted.input);
         }
-        if let Some(l) = &self.otpm {
+        if let Some(l) = &w.otpm {
             l.correct(charged.output, counted.output);
+        }
+        if let Some(l) = &w.tpm {
+            l.correct(combined, counted_combined);
         }
     }
 }
@@ -428,13 +509,16 @@ impl Gate {
 struct Held<'a> {
     gate: &'a Gate,
     taken: TokenCount,
+    /// What the combined window took.
+    combined: u64,
     admitted: bool,
 }
 
 impl Drop for Held<'_> {
     fn drop(&mut self) {
         if !self.admitted {
-            self.gate.correct(self.taken, TokenCount::default());
+            self.gate
+                .correct_each(self.taken, TokenCount::default(), self.combined);
         }
     }
 }
@@ -448,24 +532,30 @@ pub struct Gates {
 
 impl Gates {
     pub fn new(plan: &Plan) -> Gates {
-        Gates::build(plan, |limits, _| Gate::new(limits))
+        Gates::build(plan, |limits, adaptive, _| Gate::with(limits, adaptive))
     }
 
     /// Gates whose buckets and pauses live in the database `rates` (the workers of a
     /// shared run): every process on it paces together, by provider and team name.
     pub fn shared(plan: &Plan, rates: Arc<SharedRates>) -> Gates {
-        Gates::build(plan, |limits, scope| {
-            Gate::shared(limits, rates.clone(), scope)
+        Gates::build(plan, |limits, adaptive, scope| {
+            Gate::shared(limits, adaptive, rates.clone(), scope)
         })
     }
 
-    fn build(plan: &Plan, make: impl Fn(&RateLimits, String) -> Gate) -> Gates {
+    fn build(plan: &Plan, make: impl Fn(&RateLimits, bool, String) -> Gate) -> Gates {
         let mut providers = HashMap::new();
         for t in &plan.tasks {
-            providers.entry(t.provider.name.clone()).or_insert_with(|| {
+            let p = &t.provider;
+            // The simulator a run starts enforces limits only when given some.
+            let own_unlimited_sim = p.kind == crate::job::ProviderKind::Sim
+                && p.base_url.is_none()
+                && p.server_limits.is_none();
+            providers.entry(p.name.clone()).or_insert_with(|| {
                 Arc::new(make(
-                    &t.provider.rate,
-                    format!("provider:{}", t.provider.name),
+                    &p.rate,
+                    p.rate.is_empty() && !own_unlimited_sim,
+                    format!("provider:{}", p.name),
                 ))
             });
         }
@@ -476,7 +566,7 @@ impl Gates {
             .map(|t| {
                 (
                     t.name.clone(),
-                    Arc::new(make(&t.rate, format!("team:{}", t.name))),
+                    Arc::new(make(&t.rate, false, format!("team:{}", t.name))),
                 )
             })
             .collect();
@@ -490,121 +580,34 @@ impl Gates {
     pub fn team(&self, name: Option<&str>) -> Option<Arc<Gate>> {
         name.and_then(|n| self.teams.get(n)).cloned()
     }
+
+    /// Per provider paced by its adaptive rate at the end (it refused requests and
+    /// states no limits): that rate, in requests a minute.
+    pub fn adaptive_rpm(&self) -> BTreeMap<String, u32> {
+        self.providers
+            .iter()
+            .filter_map(|(name, g)| {
+                g.adaptive_rate().map(|r| {
+                    (
+                        name.clone(),
+                        (r * 60.0).round().clamp(0.0, f64::from(u32::MAX)) as u32,
+                    )
+                })
+            })
+            .collect()
+    }
+
+    /// Per provider whose answers' headers changed what it paces to: each change, when,
+    /// and the limits from then on.
+    pub fn learned(&self) -> BTreeMap<String, Vec<(DateTime<Utc>, StatedLimits)>> {
+        self.providers
+            .iter()
+            .map(|(name, g)| (name.clone(), g.learned()))
+            .filter(|(_, h)| !h.is_empty())
+            .collect()
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn limits(rpm: u32, burst_ms: u64) -> RateLimits {
-        RateLimits {
-            rpm: Some(rpm),
-            itpm: None,
-            otpm: None,
-            burst: Duration::from_millis(burst_ms),
-        }
-    }
-
-    #[tokio::test]
-    async fn paces_to_the_rate_after_the_burst() {
-        // 1200 rpm = one every 50 ms (50.5 at 99%); one second's worth = 20, 2 kept in
-        // reserve: 18 at once, then 12 more
-        let g = Gate::new(&limits(1200, 1000));
-        let start = Instant::now();
-        for _ in 0..30 {
-            g.admit(0, 0).await;
-        }
-        let took = start.elapsed();
-        assert!(took >= Duration::from_millis(12 * 50), "{took:?}");
-        assert!(took < Duration::from_millis(1000), "{took:?}");
-    }
-
-    #[tokio::test]
-    async fn token_charges_larger_than_the_burst_are_paced_not_refused() {
-        let g = Gate::new(&RateLimits {
-            rpm: None,
-            itpm: Some(60_000),
-            otpm: None,
-            burst: Duration::from_secs(1),
-        });
-        let start = Instant::now();
-        g.admit(3000, 0).await; // 990/s with a burst of 900: over two seconds
-        assert!(
-            start.elapsed() >= Duration::from_millis(1900),
-            "{:?}",
-            start.elapsed()
-        );
-    }
-
-    #[tokio::test]
-    async fn a_wait_cut_off_gives_back_what_it_had_taken() {
-        // 60,000 itpm: 990 a second, a burst of 900.
-        let g = Gate::new(&RateLimits {
-            rpm: None,
-            itpm: Some(60_000),
-            otpm: None,
-            burst: Duration::from_secs(1),
-        });
-        // 1,800 takes the burst at once, then waits for the rest: cut it off.
-        let cut = tokio::time::timeout(Duration::from_millis(100), g.admit(1800, 0)).await;
-        assert!(cut.is_err());
-        // The 900 it took are back: the next 900 go at once.
-        let start = Instant::now();
-        g.admit(850, 0).await;
-        assert!(
-            start.elapsed() < Duration::from_millis(300),
-            "{:?}",
-            start.elapsed()
-        );
-    }
-
-    #[tokio::test]
-    async fn tokens_given_back_wake_a_waiter_and_debts_hold_the_next() {
-        let g = Arc::new(Gate::new(&RateLimits {
-            rpm: None,
-            itpm: Some(60_000),
-            otpm: None,
-            burst: Duration::from_secs(1),
-        }));
-        g.admit(900, 0).await; // the whole burst; refilling takes about 909 ms
-        let start = Instant::now();
-        let waiter = tokio::spawn({
-            let g = g.clone();
-            async move { g.admit(900, 0).await }
-        });
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let charged = TokenCount {
-            input: 900,
-            output: 0,
-        };
-        g.correct(charged, TokenCount::default());
-        waiter.await.unwrap();
-        let woke = start.elapsed();
-        assert!(woke < Duration::from_millis(500), "{woke:?}");
-        // Counted at twice the charge: the next request waits out the debt too.
-        g.correct(
-            charged,
-            TokenCount {
-                input: 1800,
-                output: 0,
-            },
-        );
-        let start = Instant::now();
-        g.admit(1, 0).await;
-        assert!(
-            start.elapsed() >= Duration::from_millis(800),
-            "{:?}",
-            start.elapsed()
-        );
-    }
-
-    #[tokio::test]
-    async fn a_pause_holds_everyone() {
-        let g = Gate::new(&limits(60_000, 1000));
-        g.pause_until(Instant::now() + Duration::from_millis(200));
-        g.pause_until(Instant::now() + Duration::from_millis(50)); // never shortens
-        let start = Instant::now();
-        g.admit(0, 0).await;
-        assert!(start.elapsed() >= Duration::from_millis(190));
-    }
-}
+#[path = "rate_tests.rs"]
+mod tests;

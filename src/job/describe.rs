@@ -114,6 +114,7 @@ fn describe_providers(plan: &Plan, s: &mut String) {
             p.max_rate_limit_retries,
             rates(&p.rate)
         );
+        let _ = writeln!(s, "    pacing: {}", pacing(p));
     }
 }
 
@@ -263,6 +264,48 @@ fn price_warnings(plan: &Plan) -> Vec<String> {
         }
     }
     out
+}
+
+/// What paces a provider: its configured limits, those its answers' headers will give
+/// for the windows the job leaves out, and the adaptive rate if they state none.
+fn pacing(p: &crate::job::ProviderSpec) -> String {
+    let r = &p.rate;
+    let configured: Vec<&str> = [("rpm", r.rpm), ("itpm", r.itpm), ("otpm", r.otpm)]
+        .iter()
+        .filter(|(_, v)| v.is_some())
+        .map(|(k, _)| *k)
+        .collect();
+    let own_sim = p.kind == crate::job::ProviderKind::Sim && p.base_url.is_none();
+    if own_sim && p.server_limits.is_none() && configured.is_empty() {
+        return "none (the run's simulator enforces no limits)".into();
+    }
+    let learned: Vec<&str> = p
+        .protocol
+        .facts()
+        .stated_limits
+        .iter()
+        .filter(|w| match **w {
+            "tpm" => r.itpm.is_none() && r.otpm.is_none(),
+            w => !configured.contains(&w),
+        })
+        .copied()
+        .collect();
+    let mut parts = Vec::new();
+    if !configured.is_empty() {
+        parts.push(format!("configured {}", configured.join(", ")));
+    }
+    if !learned.is_empty() {
+        parts.push(format!(
+            "{} learned from its answers' headers",
+            learned.join(", ")
+        ));
+    }
+    if configured.is_empty() {
+        parts.push(
+            "an adaptive request rate found from its 429s if its answers state no limits".into(),
+        );
+    }
+    parts.join("; ")
 }
 
 fn rates(r: &RateLimits) -> String {

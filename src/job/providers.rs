@@ -174,6 +174,9 @@ fn resolve_provider(
     }
     let base = vec![key("providers"), key(name)];
     let rate = rate_limits(cx, &base, rpm, itpm, otpm, burst);
+    let server_limits_unstated = server_limits
+        .as_ref()
+        .is_some_and(|s| s.headers == Some(false));
     let server_limits = resolve_server_limits(
         name,
         (kind, base_url.is_some()),
@@ -238,6 +241,7 @@ fn resolve_provider(
         max_rate_limit_retries: max_rate_limit_retries.unwrap_or(DEFAULT_RATE_LIMIT_RETRIES),
         rate,
         server_limits,
+        server_limits_unstated,
     }
 }
 

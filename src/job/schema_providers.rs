@@ -190,6 +190,10 @@ pub struct ServerLimitFields {
     /// How much of the rate may be used at once (default 1s worth).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub burst: Option<HumanDuration>,
+    /// Whether answers state the limits in rate-limit headers, as Anthropic and OpenAI
+    /// do (default true); false plays a server that states none (vLLM, a proxy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub headers: Option<bool>,
 }
 
 /// `stream_options` on Chat Completions: ask for the usage (default), or leave it out.

@@ -82,6 +82,9 @@ pub struct ProviderSpec {
     /// Limits the simulator enforces (provider sim only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server_limits: Option<RateLimits>,
+    /// Whether the simulator states its limits in headers (provider sim only).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub server_limits_unstated: bool,
 }
 
 /// A spend cap per calendar period, kept in the persistent ledger.

@@ -11,6 +11,7 @@ use reqwest::{Client, Url};
 use serde_json::Value;
 
 use crate::model::backoff::{parse_retry_after, status_is_retryable};
+use crate::vocab::limits::StatedLimits;
 
 /// Builds the HTTP client a run shares (one connection pool for all its tasks). It
 /// follows no redirect: reqwest strips `Authorization` on a redirect to another origin
@@ -60,6 +61,9 @@ pub struct Reply {
 pub struct RateHeaders {
     /// (remaining, reset) per window that the response reported.
     pub windows: Vec<(String, u64, Option<DateTime<Utc>>)>,
+    /// The limits the `*-limit` headers state (Anthropic's
+    /// `anthropic-ratelimit-*-limit`, OpenAI's `x-ratelimit-limit-*`).
+    pub limits: StatedLimits,
 }
 
 impl RateHeaders {
@@ -94,7 +98,10 @@ impl RateHeaders {
                 .and_then(|d| Utc::now().checked_add_signed(d));
             windows.push((w.to_string(), remaining, reset));
         }
-        RateHeaders { windows }
+        RateHeaders {
+            windows,
+            limits: stated_limits(&text),
+        }
     }
 
     /// How long to hold requests back because a window is used up, as of `now`: until
@@ -112,6 +119,27 @@ impl RateHeaders {
             })
             .max()
             .filter(|w| !w.is_zero())
+    }
+}
+
+/// The limits an answer's headers state. A value that is not a whole number above 0
+/// (`-1` from Azure and some proxies, garbage) states nothing.
+fn stated_limits(text: &dyn Fn(&str) -> Option<String>) -> StatedLimits {
+    let limit = |name: &str| {
+        text(name)
+            .and_then(|v| v.parse::<u64>().ok())
+            .filter(|v| *v > 0)
+            .map(|v| u32::try_from(v).unwrap_or(u32::MAX))
+    };
+    let a = |w: &str| limit(&format!("anthropic-ratelimit-{w}-limit"));
+    let (itpm, otpm) = (a("input-tokens"), a("output-tokens"));
+    StatedLimits {
+        rpm: a("requests").or_else(|| limit("x-ratelimit-limit-requests")),
+        itpm,
+        otpm,
+        // Anthropic's combined window paces only when it states no separate ones.
+        tpm: limit("x-ratelimit-limit-tokens")
+            .or_else(|| a("tokens").filter(|_| itpm.is_none() && otpm.is_none())),
     }
 }
 
@@ -472,6 +500,7 @@ mod tests {
                 .into_iter()
                 .map(|(n, r, t)| (n.to_string(), r, t))
                 .collect(),
+            limits: StatedLimits::default(),
         };
         assert_eq!(h(vec![("requests", 3, at(10))]).pause(now), None);
         let p = h(vec![("requests", 0, at(10))]).pause(now).unwrap();
@@ -512,6 +541,48 @@ mod tests {
         let read = RateHeaders::read(&map);
         assert_eq!(read.windows.len(), 1, "-1 means not reported");
         assert_eq!(read.pause(Utc::now()), Some(Duration::from_secs(60)));
+    }
+
+    #[test]
+    fn stated_limits_are_read_from_either_provider_and_nonsense_states_nothing() {
+        let read = |pairs: &[(&str, &str)]| {
+            let mut m = HeaderMap::new();
+            for (k, v) in pairs {
+                m.insert(
+                    reqwest::header::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                    v.parse().unwrap(),
+                );
+            }
+            RateHeaders::read(&m).limits
+        };
+        let a = read(&[
+            ("anthropic-ratelimit-requests-limit", "4000"),
+            ("anthropic-ratelimit-input-tokens-limit", "400000"),
+            ("anthropic-ratelimit-output-tokens-limit", "80000"),
+            ("anthropic-ratelimit-tokens-limit", "480000"),
+        ]);
+        assert_eq!(
+            a,
+            StatedLimits {
+                rpm: Some(4000),
+                itpm: Some(400000),
+                otpm: Some(80000),
+                tpm: None
+            }
+        );
+        let combined = read(&[("anthropic-ratelimit-tokens-limit", "90000")]);
+        assert_eq!(combined.tpm, Some(90000));
+        let o = read(&[
+            ("x-ratelimit-limit-requests", "500"),
+            ("x-ratelimit-limit-tokens", "30000"),
+        ]);
+        assert_eq!((o.rpm, o.tpm, o.itpm), (Some(500), Some(30000), None));
+        for bad in ["-1", "0", "", "lots", "1e9", "99999999999999999999999"] {
+            let l = read(&[("x-ratelimit-limit-requests", bad)]);
+            assert_eq!(l.rpm, None, "{bad}");
+        }
+        let huge = read(&[("x-ratelimit-limit-tokens", "99999999999")]);
+        assert_eq!(huge.tpm, Some(u32::MAX));
     }
 
     #[test]

@@ -40,6 +40,7 @@ pub(super) fn event_note(event: TranscriptEvent) -> (u32, Item) {
     match event {
         E::AttemptFailed { .. }
         | E::RatePause { .. }
+        | E::RateLearned { .. }
         | E::BudgetWait { .. }
         | E::BudgetGranted { .. }
         | E::BudgetStop { .. }
@@ -105,6 +106,14 @@ fn money_note(event: TranscriptEvent) -> (u32, Item) {
         E::RatePause { ms, reason } => (
             0,
             note("rate_pause", "rate", format!("paused {ms} ms: {reason}")),
+        ),
+        E::RateLearned { provider, now, .. } => (
+            0,
+            note(
+                "rate_learned",
+                "rate",
+                format!("{provider} states its limits: pacing to {}", now.describe()),
+            ),
         ),
         E::BudgetWait { reason } => (0, note("budget_wait", "budget", reason)),
         E::BudgetGranted { waited_ms } => (

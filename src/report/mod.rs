@@ -31,6 +31,7 @@ pub use patches::PatchError;
 pub(crate) use results::{axes_in, header_for, parse_results, read_results, ResultRow};
 pub use results::{ResultsError, COLUMNS};
 pub(crate) use resume::ResumeChanges;
+pub use run_json::LearnedLimits;
 pub use run_json::RunJsonError;
 pub(crate) use run_json::{PlannedTask, ResumeRecord, RunJson, WorkersKilled};
 pub use spend::{paid_answers, spent_in_text, spent_in_transcript};

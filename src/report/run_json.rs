@@ -52,6 +52,14 @@ pub(crate) struct RunJson {
     /// What became of the run's traces (`--otlp`): spans exported and dropped.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub telemetry: Option<Value>,
+    /// Per provider, the rate limits learned from its answers' headers: each change,
+    /// oldest first, with when and what was paced to from then on.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub learned_limits: BTreeMap<String, Vec<LearnedLimits>>,
+    /// Per provider that states no limits and refused requests: the adaptive rate it
+    /// was paced at by the end, in requests a minute.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub adaptive_rpm: BTreeMap<String, u32>,
     /// One record per resume, oldest first.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub resumes: Vec<ResumeRecord>,
@@ -71,6 +79,15 @@ pub(crate) struct RunJson {
 /// was read as: the folder is now of that format.
 fn this_format<S: serde::Serializer>(_: &u32, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_u32(FORMAT_VERSION)
+}
+
+/// One change of the limits a provider's gate paces to, learned from its headers.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct LearnedLimits {
+    pub at: String,
+    #[serde(flatten)]
+    pub limits: crate::vocab::limits::StatedLimits,
 }
 
 /// What one resume found and did. Money is written as decimal strings, never floats.

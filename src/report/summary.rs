@@ -79,6 +79,14 @@ pub struct Summary {
     /// Per variant, over every row of results.csv (a resumed run's earlier ones too).
     #[serde(skip)]
     pub variants: Vec<super::VariantSummary>,
+    /// Per provider, the rate limits its answers' headers stated, which it was paced to
+    /// (where the job configures none) by the end.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub learned_limits: std::collections::BTreeMap<String, crate::vocab::limits::StatedLimits>,
+    /// Per provider that states no limits and refused requests: its adaptive rate at
+    /// the end, a minute.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub adaptive_rpm: std::collections::BTreeMap<String, u32>,
 }
 
 impl Summary {
@@ -165,6 +173,19 @@ impl Summary {
                 .map(|(k, v)| format!("{k} ${v:.4}"))
                 .collect();
             let _ = write!(s, "\nby team: {}", teams.join(", "));
+        }
+        for (provider, limits) in &self.learned_limits {
+            let _ = write!(
+                s,
+                "\nrate limits learned from {provider}'s answers: {} (paced at 99%)",
+                limits.describe()
+            );
+        }
+        for (provider, rpm) in &self.adaptive_rpm {
+            let _ = write!(
+                s,
+                "\n{provider} states no rate limits and refused requests: paced adaptively, at {rpm} rpm by the end"
+            );
         }
         if t.retries > 0 || t.rate_wait_ms > 0 {
             let _ = write!(

@@ -142,6 +142,23 @@ impl Reporter {
     }
 
     /// Keeps what became of the run's traces for run.json.
+    /// The rate limits learned from the providers' headers, for run.json (after what
+    /// earlier attempts of a resumed run learned), and the adaptive rates at the end.
+    pub fn note_learned_limits(
+        &mut self,
+        learned: std::collections::BTreeMap<String, Vec<super::LearnedLimits>>,
+        adaptive_rpm: std::collections::BTreeMap<String, u32>,
+    ) {
+        self.run_json.adaptive_rpm.extend(adaptive_rpm);
+        for (provider, changes) in learned {
+            self.run_json
+                .learned_limits
+                .entry(provider)
+                .or_default()
+                .extend(changes);
+        }
+    }
+
     pub fn note_telemetry(&mut self, telemetry: Value) {
         self.run_json.telemetry = Some(telemetry);
     }
@@ -181,12 +198,19 @@ impl Reporter {
         if let Some(e) = done.error {
             return Err(e);
         }
+        let learned_limits = run_json
+            .learned_limits
+            .iter()
+            .filter_map(|(p, h)| h.last().map(|l| (p.clone(), l.limits)))
+            .collect();
         Ok(Summary {
             run_id,
             dir,
             totals,
             rows: done.results,
             variants: Vec::new(),
+            learned_limits,
+            adaptive_rpm: run_json.adaptive_rpm.clone(),
         })
     }
 }

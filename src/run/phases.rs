@@ -51,6 +51,8 @@ pub(super) struct Run {
     traces: Option<Arc<Tracing>>,
     /// The report page's views of the transcripts, built as they are written.
     page_views: Option<Arc<crate::page::LiveViews>>,
+    /// The run's rate gates, for what they learned (run.json, the summary).
+    gates: Option<Arc<Gates>>,
 }
 
 impl Run {
@@ -98,6 +100,7 @@ impl Run {
             uploads: None,
             traces: None,
             page_views: None,
+            gates: None,
         })
     }
 
@@ -258,12 +261,12 @@ impl Run {
                     }
                 }
             }
-            let server_limits = tasks
-                .iter()
-                .find(|t| t.provider.kind == ProviderKind::Sim)
-                .and_then(|t| t.provider.server_limits.as_ref());
-            if server_limits.is_some() {
-                sim.set_limits(server_limits);
+            let limited = tasks.iter().find(|t| {
+                t.provider.kind == ProviderKind::Sim && t.provider.server_limits.is_some()
+            });
+            if let Some(t) = limited {
+                sim.set_limits(t.provider.server_limits.as_ref());
+                sim.send_limit_headers(!t.provider.server_limits_unstated);
             }
         }
         Ok(sim)
@@ -350,7 +353,7 @@ impl Run {
 
     /// What every task's loop shares.
     fn agent_env(
-        &self,
+        &mut self,
         ledger: &Arc<Ledger>,
         sim: Option<&Arc<Sim>>,
     ) -> Result<AgentEnv, RunError> {
@@ -362,6 +365,17 @@ impl Run {
                 source,
             })
         })?;
+        let gates = Arc::new(match &self.opts.queue {
+            Some(work) => Gates::shared(
+                &self.plan,
+                Arc::new(
+                    crate::govern::pg_rate::SharedRates::open(&work.url)
+                        .map_err(|e| RunError::Invalid(e.to_string()))?,
+                ),
+            ),
+            None => Gates::new(&self.plan),
+        });
+        self.gates = Some(gates.clone());
         Ok(AgentEnv {
             // The runner's own simulator is plain HTTP; any other endpoint may be TLS.
             client: crate::model::client(self.tasks.iter().any(|t| {
@@ -374,16 +388,7 @@ impl Run {
             sim_base: sim.map(|s| s.base_url()),
             run_id: self.run_id.clone(),
             ledger: ledger.clone(),
-            gates: Arc::new(match &self.opts.queue {
-                Some(work) => Gates::shared(
-                    &self.plan,
-                    Arc::new(
-                        crate::govern::pg_rate::SharedRates::open(&work.url)
-                            .map_err(|e| RunError::Invalid(e.to_string()))?,
-                    ),
-                ),
-                None => Gates::new(&self.plan),
-            }),
+            gates,
             cancel: self.cancel.clone(),
             mcp: Arc::new(crate::tools::mcp::McpHub::for_run(&self.dir())),
             batchers: Arc::default(),
@@ -471,6 +476,24 @@ impl Run {
             None => None,
         };
         let mut reporter = reporter;
+        if let Some(g) = self.gates.take() {
+            reporter.note_learned_limits(
+                g.learned()
+                    .into_iter()
+                    .map(|(provider, changes)| {
+                        let changes = changes
+                            .into_iter()
+                            .map(|(at, limits)| crate::report::LearnedLimits {
+                                at: at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+                                limits,
+                            })
+                            .collect();
+                        (provider, changes)
+                    })
+                    .collect(),
+                g.adaptive_rpm(),
+            );
+        }
         if let Some(t) = &telemetry {
             reporter.note_telemetry(serde_json::to_value(t).unwrap_or_default());
         }

@@ -59,15 +59,30 @@ pub(super) async fn answer(
         Some(_) => None,
         None => lock(&state.limits).clone(),
     };
+    let stated = state
+        .limit_headers
+        .load(std::sync::atomic::Ordering::Relaxed);
     let mut rate_headers = match charge(state, served, limits.as_deref(), &read, rec) {
-        Ok(h) => h,
+        Ok(h) if stated => h,
+        Ok(_) => Vec::new(),
         Err(refused) => {
+            // retry-after stays: a server that states no limits still says when to
+            // come back.
+            let headers: Headers = if stated {
+                refused.1
+            } else {
+                refused
+                    .1
+                    .into_iter()
+                    .filter(|(k, _)| !k.contains("ratelimit"))
+                    .collect()
+            };
             return Ok(error_response(
                 served.protocol(),
                 &refused.0,
                 request_id,
-                &refused.1,
-            ))
+                &headers,
+            ));
         }
     };
     rec.step = Some(read.step);
@@ -115,7 +130,10 @@ pub(super) async fn answer(
     }
     if let Some(l) = &limits {
         let used = used.unwrap_or_else(|| (bytes.len() as u64).div_ceil(4));
-        rate_headers.extend(l.correct_output(served.protocol(), read.max_tokens, used));
+        let headers = l.correct_output(served.protocol(), read.max_tokens, used);
+        if stated {
+            rate_headers.extend(headers);
+        }
     }
     rec.response = sent;
     Ok(answered.send(bytes, streamed, &rate_headers))

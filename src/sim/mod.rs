@@ -98,6 +98,9 @@ type Key = (String, usize);
 struct SimState {
     started: std::time::Instant,
     limits: Mutex<Option<Arc<limits::ServerLimits>>>,
+    /// Whether answers carry the rate-limit headers (a server such as vLLM states
+    /// none: its limits are found by their 429s alone).
+    limit_headers: std::sync::atomic::AtomicBool,
     scripts: Mutex<HashMap<String, Arc<Script>>>,
     /// Shared, so checking a long history's replays copies no answers.
     sent: Mutex<HashMap<Key, Arc<SentTurn>>>,
@@ -150,6 +153,7 @@ impl Sim {
         let state = Arc::new(SimState {
             started: std::time::Instant::now(),
             limits: Mutex::default(),
+            limit_headers: std::sync::atomic::AtomicBool::new(true),
             scripts: Mutex::default(),
             sent: Mutex::default(),
             attempts: Mutex::default(),
@@ -236,6 +240,13 @@ impl Sim {
         *lock(&self.state.limits) = limits
             .filter(|l| !l.is_empty())
             .map(|l| Arc::new(limits::ServerLimits::new(l)));
+    }
+
+    /// Whether answers state the limits (`*-ratelimit-*` headers; on by default). Off,
+    /// the simulator plays a server that enforces limits it does not state: a 429
+    /// still says `retry-after`.
+    pub fn send_limit_headers(&self, send: bool) {
+        self.state.limit_headers.store(send, Ordering::Relaxed);
     }
 
     /// Whether the request log keeps bodies (and rendered answers); on by default.

@@ -221,6 +221,15 @@ impl TaskTrace {
                     vec![KeyValue::new("agentbatch.waited_ms", ms(*waited_ms))],
                 );
             }
+            E::RateLearned { provider, now, .. } => self.task_event(
+                state,
+                at,
+                "agentbatch.rate_learned",
+                vec![
+                    KeyValue::new("agentbatch.provider", provider.clone()),
+                    KeyValue::new("agentbatch.limits", now.describe()),
+                ],
+            ),
             E::RatePause { ms: pause, reason } => self.task_event(
                 state,
                 at,

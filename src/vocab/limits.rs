@@ -164,6 +164,42 @@ impl RateLimits {
     }
 }
 
+/// The per-minute limits a provider states on its answers (`*-limit` headers), which
+/// the runner paces to where the job configures none. `tpm` is a limit on input and
+/// output tokens together (OpenAI's `x-ratelimit-limit-tokens`, or Anthropic's combined
+/// `tokens` window when it states no separate ones).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatedLimits {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rpm: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub itpm: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub otpm: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tpm: Option<u32>,
+}
+
+impl StatedLimits {
+    pub fn is_empty(&self) -> bool {
+        *self == StatedLimits::default()
+    }
+
+    /// "4000 rpm, 400000 itpm": the limits stated, for people.
+    pub fn describe(&self) -> String {
+        [
+            ("rpm", self.rpm),
+            ("itpm", self.itpm),
+            ("otpm", self.otpm),
+            ("tpm", self.tpm),
+        ]
+        .iter()
+        .filter_map(|(name, v)| v.map(|v| format!("{v} {name}")))
+        .collect::<Vec<_>>()
+        .join(", ")
+    }
+}
+
 /// Tokens as a provider's per-minute limits count them: what one request takes from the
 /// gates, and what the provider counted once it answered (the gates correct the one to
 /// the other).

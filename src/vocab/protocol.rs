@@ -58,6 +58,9 @@ pub struct Facts {
     /// The input-tokens-per-minute limit leaves out cache reads (for the models
     /// whose limit does not count them, as `cache.rs` says).
     pub itpm_skips_cache_reads: bool,
+    /// The per-minute limits the vendor's answers state in headers, as job limits
+    /// name them (what `validate` says will be learned; `model::http` reads them).
+    pub stated_limits: &'static [&'static str],
     /// The most requests one batch of the provider's batch API takes.
     pub batch_max_requests: u32,
     /// The most bytes of request bodies the runner puts in one batch: nine tenths of
@@ -125,6 +128,7 @@ const ANTHROPIC: Facts = Facts {
     // 1.25x and 2x the input rate.
     cache_write_rates: (Decimal::from_parts(125, 0, 0, false, 2), Decimal::TWO),
     itpm_skips_cache_reads: true,
+    stated_limits: &["rpm", "itpm", "otpm"],
     batch_max_requests: 100_000,
     batch_max_bytes: 230 * 1024 * 1024,
     long_requests_stream: true,
@@ -156,6 +160,8 @@ const OPENAI: Facts = Facts {
     // Plain input unless a model publishes a write price.
     cache_write_rates: (Decimal::ONE, Decimal::ONE),
     itpm_skips_cache_reads: false,
+    // x-ratelimit-limit-tokens counts input and output together.
+    stated_limits: &["rpm", "tpm"],
     batch_max_requests: 50_000,
     batch_max_bytes: 180 * 1024 * 1024,
     long_requests_stream: false,

@@ -10,6 +10,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::vocab::limits::StatedLimits;
 use crate::vocab::stop::{Outcome, StopReason};
 use crate::vocab::usage::{Clamp, Usage};
 
@@ -404,6 +405,18 @@ pub enum TranscriptEvent {
         ms: u64,
         #[serde(default, deserialize_with = "lenient")]
         reason: String,
+    },
+    /// The provider's answer stated rate limits the job does not configure: its gate
+    /// now paces to them (at the same 99% share as configured ones).
+    RateLearned {
+        #[serde(default, deserialize_with = "lenient")]
+        provider: String,
+        /// What the provider's gate paced to before (configured and learned).
+        #[serde(default, deserialize_with = "lenient")]
+        before: StatedLimits,
+        /// What it paces to now.
+        #[serde(default, deserialize_with = "lenient")]
+        now: StatedLimits,
     },
     /// The last request the budgets allow goes out with tools off.
     WrapUp {

@@ -83,6 +83,7 @@ fn name_of(e: &TranscriptEvent) -> &'static str {
         E::LedgerError { .. } => "ledger_error",
         E::Settle { .. } => "settle",
         E::RatePause { .. } => "rate_pause",
+        E::RateLearned { .. } => "rate_learned",
         E::WrapUp { .. } => "wrap_up",
         E::RepeatWarning { .. } => "repeat_warning",
         E::RepeatStop { .. } => "repeat_stop",

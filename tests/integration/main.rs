@@ -21,6 +21,7 @@ mod hostile;
 mod instructions;
 mod kill_runner;
 mod layers;
+mod learned_limits;
 mod limits;
 mod load;
 mod matrix;

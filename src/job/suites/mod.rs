@@ -2,8 +2,12 @@
 //! job file would write by hand (what `agentbatch suite show` prints), each problem
 //! named by the file (and line) and field it is in.
 
+#[cfg(test)]
+mod folder_tests;
 mod harbor;
 mod swebench;
+mod task_folder;
+mod terminal_bench;
 
 use std::path::{Path, PathBuf};
 
@@ -59,7 +63,7 @@ pub fn read(dir: &Path, suite: &SuiteFields) -> Read {
     match suite.format {
         SuiteFormat::Swebench => swebench::read(&path, suite, &mut read),
         SuiteFormat::Harbor => harbor::read(&path, suite, &mut read),
-        SuiteFormat::TerminalBench => harbor::read_terminal_bench(&path, suite, &mut read),
+        SuiteFormat::TerminalBench => terminal_bench::read_terminal_bench(&path, suite, &mut read),
     }
     select(suite, &path, &mut read);
     read

@@ -1,0 +1,234 @@
+//! The adaptive request rate of a provider that has no configured limits and states
+//! none (vLLM, llama.cpp, a proxy): found by its 429s alone.
+//!
+//! A rate, not a number of requests in flight: a per-minute limit is a rate, and at a
+//! server's latency of 50 ms one request in flight is already 1,200 a minute. The first
+//! request goes alone (its answer may state limits, which then pace instead); after its
+//! answer the rate starts at [`START`] a second and doubles each second (slow start).
+//! A 429 for a request sent after the last cut sets the rate to [`CUT`] of what the
+//! server answered over the last [`MEASURE`] (a 429 for one sent before it is the same
+//! episode, and is not counted twice); the rate then grows back quickly to
+//! [`NEAR`] of that, stays there for [`HOLD`], and only then tries higher, slowly. It
+//! never grows past twice the rate the answers came at, so an idle spell does not
+//! build a burst.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::rate::{Limit, RATE_SHARE};
+
+pub(super) struct Adaptive {
+    /// Requests a second now; None until the first answer.
+    pub(super) rate: Option<f64>,
+    limit: Arc<Limit>,
+    slow_start: bool,
+    /// What the server was found to answer a second when it last refused.
+    found: Option<f64>,
+    /// When the rate last grew, when it was last cut, and since when it has held near
+    /// what was found.
+    grown: Instant,
+    cut: Option<Instant>,
+    held: Option<Instant>,
+    /// When the recent answers came, oldest first (the last [`WINDOW`]).
+    answers: VecDeque<Instant>,
+}
+
+const START: f64 = 2.0;
+const CUT: f64 = 0.8;
+const NEAR: f64 = 0.9;
+/// What a cut measures the server's rate over: long enough that one answer more or
+/// less at its edges moves it little.
+const MEASURE: Duration = Duration::from_secs(3);
+const HOLD: Duration = Duration::from_secs(30);
+/// Growth a second: back toward what was found, and past it after the hold.
+const RECOVER: f64 = 0.10;
+const PROBE: f64 = 0.01;
+const WINDOW: Duration = Duration::from_secs(10);
+
+impl Adaptive {
+    pub(super) fn new() -> Adaptive {
+        Adaptive {
+            rate: None,
+            // One request, then one a second, until an answer comes.
+            limit: Arc::new(Limit::new(60, Duration::ZERO)),
+            slow_start: true,
+            found: None,
+            grown: Instant::now(),
+            cut: None,
+            held: None,
+            answers: VecDeque::new(),
+        }
+    }
+
+    /// A limiter at `rate` a second, with no burst beyond one request.
+    fn limit(rate: f64) -> Limit {
+        let per_minute = (rate * 60.0 / RATE_SHARE)
+            .ceil()
+            .clamp(1.0, f64::from(u32::MAX));
+        Limit::drained(per_minute as u32, Duration::ZERO)
+    }
+
+    /// The rate the answers came at over the last `span`.
+    fn answered_rate(&mut self, now: Instant, span: Duration) -> f64 {
+        while self
+            .answers
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > WINDOW)
+        {
+            self.answers.pop_front();
+        }
+        let n = self
+            .answers
+            .iter()
+            .rev()
+            .take_while(|t| now.duration_since(**t) <= span)
+            .count();
+        n as f64 / span.as_secs_f64()
+    }
+
+    fn set(&mut self, rate: f64) {
+        let rate = rate.clamp(0.05, 100_000.0);
+        if self.rate.is_none_or(|r| (r - rate).abs() > f64::EPSILON) {
+            self.rate = Some(rate);
+            self.limit = Arc::new(Adaptive::limit(rate));
+        }
+    }
+
+    /// The limiter to wait at, grown first when a second has passed.
+    pub(super) fn current(&mut self) -> Arc<Limit> {
+        self.current_at(Instant::now())
+    }
+
+    fn current_at(&mut self, now: Instant) -> Arc<Limit> {
+        let Some(rate) = self.rate else {
+            return self.limit.clone();
+        };
+        let secs = now.duration_since(self.grown).as_secs_f64();
+        if secs >= 1.0 {
+            self.grown = now;
+            let ceiling = (2.0 * self.answered_rate(now, Duration::from_secs(1))).max(rate);
+            let target = match self.found {
+                _ if self.slow_start => rate * 2f64.powf(secs.floor()),
+                Some(found) if rate < NEAR * found => {
+                    (rate * (1.0 + RECOVER * secs)).min(NEAR * found)
+                }
+                Some(_) => {
+                    let held = *self.held.get_or_insert(now);
+                    if now.duration_since(held) >= HOLD {
+                        rate * (1.0 + PROBE * secs)
+                    } else {
+                        rate
+                    }
+                }
+                None => rate * (1.0 + RECOVER * secs),
+            };
+            self.set(target.min(ceiling));
+        }
+        self.limit.clone()
+    }
+
+    pub(super) fn answered(&mut self) {
+        self.answers.push_back(Instant::now());
+        if self.answers.len() > 100_000 {
+            self.answers.pop_front();
+        }
+        if self.rate.is_none() {
+            self.grown = Instant::now();
+            self.set(START);
+        }
+    }
+
+    /// A 429 for a request admitted at `sent`: the rate is cut below what the server
+    /// answered over the last [`MEASURE`], unless the request went before the last cut.
+    pub(super) fn refused(&mut self, sent: Instant) {
+        if self.cut.is_some_and(|c| sent < c) {
+            return;
+        }
+        let now = Instant::now();
+        self.cut = Some(now);
+        self.grown = now;
+        self.held = None;
+        self.slow_start = false;
+        let answered = self.answered_rate(now, MEASURE);
+        let found = match self.rate {
+            Some(r) if answered > 0.0 => r.min(answered),
+            Some(r) => r,
+            None if answered > 0.0 => answered,
+            // Refused before any answer: a request a second to start from.
+            None => 1.0,
+        };
+        self.found = Some(found);
+        self.set(found * CUT);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Answers at `per_second` over the second before `at`.
+    fn answers(a: &mut Adaptive, at: Instant, per_second: u32) {
+        for i in 0..per_second {
+            a.answers
+                .push_back(at - Duration::from_millis(u64::from(i) * 1000 / u64::from(per_second)));
+        }
+        a.answers.make_contiguous().sort();
+    }
+
+    #[test]
+    fn it_grows_back_to_near_what_was_found_holds_there_then_tries_higher() {
+        let mut a = Adaptive::new();
+        a.answered();
+        let t0 = a.grown;
+        // Slow start: 2, then doubling each second while the answers keep up.
+        answers(&mut a, t0 + Duration::from_secs(1), 4);
+        a.current_at(t0 + Duration::from_secs(1));
+        assert_eq!(a.rate, Some(4.0));
+        answers(&mut a, t0 + Duration::from_secs(2), 8);
+        a.current_at(t0 + Duration::from_secs(2));
+        assert_eq!(a.rate, Some(8.0));
+        // The server answered 5 a second over the last three: found 5, cut to 4.
+        let now = Instant::now();
+        a.answers.clear();
+        for back in 0..3 {
+            answers(&mut a, now - Duration::from_secs(back), 5);
+        }
+        a.refused(now);
+        assert_eq!(a.found, Some(5.0));
+        assert!((a.rate.unwrap() - 4.0).abs() < 1e-9);
+        // Back to 90% of 5 within a few seconds, and no further for the hold.
+        let mut at = now;
+        for s in 1..=5 {
+            at = now + Duration::from_secs(s);
+            answers(&mut a, at, 5);
+            a.current_at(at);
+        }
+        assert!((a.rate.unwrap() - 4.5).abs() < 1e-9, "{:?}", a.rate);
+        let held = a.rate;
+        at += Duration::from_secs(20);
+        answers(&mut a, at, 5);
+        a.current_at(at);
+        assert_eq!(a.rate, held, "holds near what was found");
+        // After the hold it tries higher, slowly.
+        at += Duration::from_secs(11);
+        answers(&mut a, at, 5);
+        a.current_at(at);
+        let r = a.rate.unwrap();
+        assert!(r > 4.5 && r < 4.5 * 1.2, "{r}");
+    }
+
+    #[test]
+    fn an_idle_spell_neither_lowers_the_rate_nor_builds_a_burst() {
+        let t0 = Instant::now();
+        let mut a = Adaptive::new();
+        a.answered();
+        a.refused(t0 + Duration::from_millis(1));
+        let r = a.rate.unwrap();
+        // Ten idle seconds: no answers, so no growth past twice the answers, and no
+        // fall either.
+        a.answers.clear();
+        a.current_at(t0 + Duration::from_secs(10));
+        assert_eq!(a.rate, Some(r));
+    }
+}
