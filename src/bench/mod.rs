@@ -71,9 +71,37 @@ const RATE_TASKS: usize = 200;
 const RATE_TURNS: usize = 10;
 const BASE_RPM: u32 = 600;
 
+/// How the runner knows the simulator's limit in the rate benchmark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pacing {
+    /// The job configures it.
+    Configured,
+    /// The job configures nothing; the answers' headers state it.
+    Learned,
+    /// The job configures nothing and the answers state nothing: found from 429s.
+    Adaptive,
+}
+
+impl Pacing {
+    pub const ALL: [Pacing; 3] = [Pacing::Configured, Pacing::Learned, Pacing::Adaptive];
+
+    fn says(self) -> &'static str {
+        match self {
+            Pacing::Configured => "runner configured at the same limit",
+            Pacing::Learned => {
+                "runner configured with nothing, the limit stated in the answers' headers"
+            }
+            Pacing::Adaptive => {
+                "runner configured with nothing, the limit stated nowhere (adaptive rate)"
+            }
+        }
+    }
+}
+
 /// Rate-limit goodput of one run.
 #[derive(Debug, Clone)]
 pub struct RateReport {
+    pub pacing: Pacing,
     pub requests: usize,
     pub limit_rpm: u32,
     pub scale: u32,
@@ -90,8 +118,8 @@ impl fmt::Display for RateReport {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
         writeln!(
             f,
-            "rate goodput: {} requests against a simulator limited to {} rpm ({} rpm x scale {}), runner paced at the same limit",
-            self.requests, self.limit_rpm, BASE_RPM, self.scale
+            "rate goodput: {} requests against a simulator limited to {} rpm ({} rpm x scale {}), {}",
+            self.requests, self.limit_rpm, BASE_RPM, self.scale, self.pacing.says()
         )?;
         write!(
             f,
@@ -149,9 +177,14 @@ async fn run_job_with(
 }
 
 /// 2,000 requests (200 tasks of 10 turns) against a simulator limited to 600 x `scale`
-/// rpm, with the runner configured at the same limit.
-pub async fn rate_goodput(scale: u32, out: &Path) -> anyhow::Result<RateReport> {
+/// rpm, with the runner knowing the limit as `pacing` says.
+pub async fn rate_goodput(scale: u32, pacing: Pacing, out: &Path) -> anyhow::Result<RateReport> {
     let limit = BASE_RPM * scale.max(1);
+    let (runner, headers) = match pacing {
+        Pacing::Configured => (format!("    rpm: {limit}\n"), ""),
+        Pacing::Learned => (String::new(), ""),
+        Pacing::Adaptive => (String::new(), ", headers: false"),
+    };
     let mut turns = String::new();
     for _ in 0..RATE_TURNS - 1 {
         turns.push_str("        - content: [ { tool_use: { name: get_time, input: {} } } ]\n");
@@ -161,7 +194,7 @@ pub async fn rate_goodput(scale: u32, out: &Path) -> anyhow::Result<RateReport> 
         .map(|i| format!("  - {{ id: t{i:04}, prompt: go }}\n"))
         .collect();
     let yaml = format!(
-        "name: bench-rate\nconcurrency: {RATE_TASKS}\nproviders:\n  sim:\n    rpm: {limit}\n    max_rate_limit_retries: 20\n    server_limits: {{ rpm: {limit} }}\ndefaults:\n  model: claude-haiku-4-5\n  max_tokens: 256\n  tools: [get_time]\n  limits: {{ max_turns: {RATE_TURNS}, time_limit: 30m, max_repeats: off }}\n  sim:\n      turns:\n{turns}tasks:\n{tasks}"
+        "name: bench-rate\nconcurrency: {RATE_TASKS}\nproviders:\n  sim:\n{runner}    max_rate_limit_retries: 20\n    server_limits: {{ rpm: {limit}{headers} }}\ndefaults:\n  model: claude-haiku-4-5\n  max_tokens: 256\n  tools: [get_time]\n  limits: {{ max_turns: {RATE_TURNS}, time_limit: 30m, max_repeats: off }}\n  sim:\n      turns:\n{turns}tasks:\n{tasks}"
     );
     let dir = bench_dir(out, "rate");
     let sim = Arc::new(Sim::start_local().await?);
@@ -192,6 +225,7 @@ pub async fn rate_goodput(scale: u32, out: &Path) -> anyhow::Result<RateReport> 
         .filter(|r| r.stop_reason.as_str() == "completed")
         .count();
     Ok(RateReport {
+        pacing,
         requests: ok.len(),
         limit_rpm: limit,
         scale,

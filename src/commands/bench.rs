@@ -55,8 +55,10 @@ async fn run(args: &BenchArgs) -> anyhow::Result<()> {
         }
     }
     if matches!(which, Which::Rate | Which::All) {
-        let r = bench::rate_goodput(args.scale, out).await?;
-        println!("{r}");
+        for pacing in bench::Pacing::ALL {
+            let r = bench::rate_goodput(args.scale, pacing, out).await?;
+            println!("{r}");
+        }
     }
     if matches!(which, Which::Cache | Which::All) {
         let r = bench::cache_savings(out).await?;

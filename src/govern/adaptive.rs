@@ -6,7 +6,7 @@
 //! request goes alone (its answer may state limits, which then pace instead); after its
 //! answer the rate starts at [`START`] a second and doubles each second (slow start).
 //! A 429 for a request sent after the last cut sets the rate to [`CUT`] of what the
-//! server answered over the last [`MEASURE`] (a 429 for one sent before it is the same
+//! server answered over the last [`MEASURE`] (the last second, in slow start) (a 429 for one sent before it is the same
 //! episode, and is not counted twice); the rate then grows back quickly to
 //! [`NEAR`] of that, stays there for [`HOLD`], and only then tries higher, slowly. It
 //! never grows past twice the rate the answers came at, so an idle spell does not
@@ -149,8 +149,15 @@ impl Adaptive {
         self.cut = Some(now);
         self.grown = now;
         self.held = None;
+        // In slow start the rate doubled each second: only the last one shows the
+        // server at the rate that was refused.
+        let span = if self.slow_start {
+            Duration::from_secs(1)
+        } else {
+            MEASURE
+        };
         self.slow_start = false;
-        let answered = self.answered_rate(now, MEASURE);
+        let answered = self.answered_rate(now, span);
         let found = match self.rate {
             Some(r) if answered > 0.0 => r.min(answered),
             Some(r) => r,

@@ -52,7 +52,11 @@ async fn anthropic_limit_headers_pace_a_job_that_configures_none() {
     assert!(any, "some task's transcript has the change");
     let run: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(ran.dir.join("run.json")).unwrap()).unwrap();
-    assert_eq!(run["learned_limits"]["hidden"][0]["rpm"], 300, "{run}");
+    assert_eq!(
+        run["learned_limits"]["hidden"][0]["rpm"], 300,
+        "{}",
+        run["learned_limits"]
+    );
     assert!(ran
         .outcome
         .summary
@@ -87,8 +91,8 @@ async fn openai_limit_headers_pace_a_job_that_configures_none() {
     let run: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(ran.dir.join("run.json")).unwrap()).unwrap();
     let learned = &run["learned_limits"]["hidden"][0];
-    assert_eq!(learned["rpm"], 600, "{run}");
-    assert_eq!(learned["tpm"], 10000000, "{run}");
+    assert_eq!(learned["rpm"], 600, "{learned}");
+    assert_eq!(learned["tpm"], 10000000, "{learned}");
 }
 
 /// A server with a hidden 300 rpm that states no limits (its 429s still say
@@ -134,6 +138,7 @@ async fn a_server_that_states_no_limits_is_paced_by_an_adaptive_rate() {
         run["learned_limits"].is_null(),
         "nothing stated, nothing learned: {run}"
     );
+    // Near the hidden limit: below it after a cut, a little above while it probes.
     let adaptive = run["adaptive_rpm"]["hidden"].as_u64().unwrap_or(0);
-    assert!((200..=330).contains(&adaptive), "{run}");
+    assert!((200..=400).contains(&adaptive), "{}", run["adaptive_rpm"]);
 }
