@@ -42,6 +42,11 @@ pub struct RunArgs {
     /// instead of running those tasks again.
     #[arg(long, requires = "resume")]
     no_retry_errors: bool,
+    /// With --resume: run again the tasks a team's cap stopped (team_budget), for
+    /// when the cap allows them now (a new period, a raised cap; a cap that still
+    /// binds stops them again before any request). What they spent still counts.
+    #[arg(long, requires = "resume")]
+    retry_budget_stops: bool,
     /// With --resume: go on even though the job file changed since the run started.
     #[arg(long, requires = "resume")]
     force: bool,
@@ -131,6 +136,7 @@ pub async fn run(job: PathBuf, args: RunArgs) -> ExitCode {
     opts.resume = args.resume.map(|dir| run::ResumeOptions {
         dir,
         retry_errors: !args.no_retry_errors,
+        retry_budget_stops: args.retry_budget_stops,
         force: args.force,
     });
     ExitCode::from(super::outcome::report(run::run(plan, opts).await))

@@ -106,6 +106,9 @@ pub(crate) struct ResumeRecord {
     pub killed_spent_by_team: BTreeMap<String, Decimal>,
     pub killed_spent_by_variant: BTreeMap<String, Decimal>,
     pub retry_errors: bool,
+    /// `--retry-budget-stops`: tasks a team's cap stopped ran again.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub retry_budget_stops: bool,
 }
 
 /// What the attempts of a shared run that died with their worker were charged: no row

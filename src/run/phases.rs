@@ -310,6 +310,11 @@ impl Run {
                     killed_spent_by_team: normal(&r.killed_teams),
                     killed_spent_by_variant: normal(&r.killed_variants),
                     retry_errors: self.opts.resume.as_ref().is_some_and(|o| o.retry_errors),
+                    retry_budget_stops: self
+                        .opts
+                        .resume
+                        .as_ref()
+                        .is_some_and(|o| o.retry_budget_stops),
                 });
                 v.job = job;
                 v.totals_scope =

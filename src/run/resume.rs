@@ -21,6 +21,9 @@ pub struct ResumeOptions {
     pub dir: PathBuf,
     /// Re-run tasks whose previous end was an infrastructure failure.
     pub retry_errors: bool,
+    /// Re-run tasks a team's cap stopped (`team_budget`): the cap may allow them now
+    /// (a new period, a raised cap). Their spend still counts.
+    pub retry_budget_stops: bool,
     /// Resume even though the job file changed.
     pub force: bool,
 }
@@ -186,11 +189,14 @@ pub(super) fn prepare(
         if !row.team.is_empty() {
             *spent_teams.entry(row.team.clone()).or_default() += cost;
         }
-        let infra = StopReason::parse(&row.stop_reason).is_some_and(StopReason::is_infra);
+        let reason = StopReason::parse(&row.stop_reason);
+        let infra = reason.is_some_and(StopReason::is_infra);
+        let capped = reason == Some(StopReason::TeamBudget) && opts.retry_budget_stops;
         // A task that never got to its first turn has nothing to keep.
         let never_ran = row.stop_reason == "cancelled" && row.turns == Some(0);
         let unit = unit(&row);
-        let again = (never_ran || (infra && opts.retry_errors)) && selected_units.contains(&unit);
+        let again =
+            (never_ran || (infra && opts.retry_errors) || capped) && selected_units.contains(&unit);
         if again || stands.contains(&unit) {
             superseded.push(row);
         } else {

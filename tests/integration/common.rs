@@ -199,6 +199,7 @@ impl Case {
         opts.resume = Some(run::ResumeOptions {
             dir: dir.to_path_buf(),
             retry_errors,
+            retry_budget_stops: false,
             force: false,
         });
         run::run(plan, opts).await.expect("resume finishes")

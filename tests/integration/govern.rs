@@ -773,3 +773,88 @@ async fn a_resume_reuses_the_answers_a_killed_attempt_paid_for() {
     // request in flight at the kill.
     assert!(sim.received() <= 8, "{}", sim.received());
 }
+
+/// Tasks a team's cap stopped stay stopped on a plain resume; with
+/// `--retry-budget-stops` (the cap raised) they run again, what they spent before still
+/// counted, their old rows in superseded.csv.
+#[test]
+fn a_resume_runs_budget_stopped_tasks_again_only_when_asked() {
+    let case = Case::new();
+    let job = |cap: &str| {
+        format!(
+            "name: capped\nconcurrency: 1\nteams:\n  t: {{ max_cost_usd: {cap} }}\ndefaults:\n  team: t\n  model: claude-sonnet-4-5\n  max_tokens: 1024\n  tools: [get_time]\n  limits: {{ min_max_tokens: 128, max_repeats: off }}\n  sim:\n    turns:\n      - content: [ {{ tool_use: {{ name: get_time, input: {{}} }} }} ]\n        usage: {{ output_tokens: 500 }}\n      - content: [ {{ text: done }} ]\n        usage: {{ output_tokens: 500 }}\ntasks:\n  - {{ id: a, prompt: go }}\n  - {{ id: b, prompt: go }}\n  - {{ id: c, prompt: go }}\n  - {{ id: d, prompt: go }}\n"
+        )
+    };
+    case.write("job.yaml", &job("0.05"));
+    let run = |extra: &[&str]| {
+        let id: &[&str] = if extra.is_empty() {
+            &["--run-id", "r"]
+        } else {
+            &[]
+        };
+        let out = bin()
+            .args(["run", "job.yaml", "--quiet"])
+            .args(id)
+            .args(extra)
+            .current_dir(case.dir.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.code().is_some_and(|c| c <= 1),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(&[]);
+    let rows = read_csv(&case.path("reports/r/results.csv"));
+    let stopped: Vec<String> = rows
+        .iter()
+        .filter(|r| r["stop_reason"] == "team_budget")
+        .map(|r| r["task_id"].clone())
+        .collect();
+    assert!(!stopped.is_empty(), "the cap binds: {rows:?}");
+    let spent_first: f64 = rows
+        .iter()
+        .map(|r| r["cost_usd"].parse::<f64>().unwrap_or(0.0))
+        .sum();
+
+    // A plain resume, the cap raised: nothing to run, the stops stand.
+    case.write("job.yaml", &job("1.00"));
+    let resume = ["--resume", "reports/r", "--force"];
+    run(&resume);
+    let rows = read_csv(&case.path("reports/r/results.csv"));
+    assert_eq!(
+        rows.iter()
+            .filter(|r| r["stop_reason"] == "team_budget")
+            .count(),
+        stopped.len()
+    );
+
+    // Asked to, it runs them again: every task completes, the old rows kept apart.
+    run(&[&resume[..], &["--retry-budget-stops"]].concat());
+    let rows = read_csv(&case.path("reports/r/results.csv"));
+    assert_eq!(rows.len(), 4);
+    assert!(
+        rows.iter().all(|r| r["stop_reason"] == "completed"),
+        "{rows:?}"
+    );
+    let old = read_csv(&case.path("reports/r/superseded.csv"));
+    let mut old_ids: Vec<&str> = old.iter().map(|r| r["task_id"].as_str()).collect();
+    old_ids.sort();
+    let mut want: Vec<&str> = stopped.iter().map(String::as_str).collect();
+    want.sort();
+    assert_eq!(old_ids, want);
+    let run_json: Value =
+        serde_json::from_str(&std::fs::read_to_string(case.path("reports/r/run.json")).unwrap())
+            .unwrap();
+    assert_eq!(run_json["resumes"][1]["retry_budget_stops"], true);
+    let spent_before = run_json["resumes"][1]["spent_before_usd"]
+        .as_str()
+        .unwrap()
+        .parse::<f64>()
+        .unwrap();
+    assert!(
+        (spent_before - spent_first).abs() < 1e-9,
+        "what the stopped attempts spent still counts: {spent_before} vs {spent_first}"
+    );
+}
