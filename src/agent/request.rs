@@ -94,7 +94,7 @@ impl Loop<'_> {
             let (charged, spent_note) = self
                 .account_failure(conv, &failure, paced, &plan, held, turn_no)
                 .await;
-            self.note_rate_headers(&failure.rate);
+            self.note_rate_headers(&failure.rate, None);
             if failure.error.is_context_overflow() {
                 // Not billed; compact and send again, or stop if nothing is left to
                 // compact.
@@ -214,7 +214,8 @@ impl Loop<'_> {
             self.tally.replayed_turns += 1;
             return turn;
         }
-        self.correct_gates(paced, Some(conv.rate_counted(&turn.usage)));
+        let counted = conv.rate_counted(&turn.usage);
+        self.correct_gates(paced, Some(counted));
         let cost = self
             .settle(&turn.usage, turn.usage_estimated, plan, held, turn_no)
             .await;
@@ -224,7 +225,7 @@ impl Loop<'_> {
                 self.tally.batch_saved += p.standard_cost_of(c) - c;
             }
         }
-        self.note_rate_headers(&turn.rate);
+        self.note_rate_headers(&turn.rate, Some(counted));
         // An answer, not a refusal: what the adaptive rate measures the server by.
         if let Some(g) = self.provider_gate() {
             g.answered();
@@ -313,7 +314,7 @@ impl Loop<'_> {
         // A 429 that says when to come back is the rate limit: it pauses the
         // whole provider and retries on its own budget. One without any wait (a
         // spend cap, a quota) rarely recovers: it counts against max_retries.
-        self.learn_limits(&failure.rate);
+        self.learn_limits(&failure.rate, None);
         if let Some(g) = self.provider_gate() {
             g.refused(self.admitted_at.unwrap_or_else(Instant::now));
         }
@@ -605,11 +606,15 @@ impl Loop<'_> {
 
     /// The limits a provider's answer states pace its gate where the job configures
     /// none; a change goes in the transcript.
-    fn learn_limits(&self, rate: &RateHeaders) {
+    fn learn_limits(&self, rate: &RateHeaders, accepted: Option<TokenCount>) {
         let Some(g) = self.provider_gate() else {
             return;
         };
-        if let Some(change) = g.learn(&rate.limits) {
+        let stated = match accepted {
+            Some(a) => rate.limits.consistent_with(a),
+            None => rate.limits,
+        };
+        if let Some(change) = g.learn(&stated) {
             self.log.emit(TranscriptEvent::RateLearned {
                 provider: self.spec.provider.name.clone(),
                 before: change.before,
@@ -620,8 +625,8 @@ impl Loop<'_> {
 
     /// A provider that reports a used-up window is paused (until its reset, see
     /// `RateHeaders::pause`), before its limit is hit.
-    fn note_rate_headers(&self, rate: &RateHeaders) {
-        self.learn_limits(rate);
+    fn note_rate_headers(&self, rate: &RateHeaders, accepted: Option<TokenCount>) {
+        self.learn_limits(rate, accepted);
         let Some(wait) = rate.pause(Utc::now()) else {
             return;
         };

@@ -185,6 +185,19 @@ impl StatedLimits {
         *self == StatedLimits::default()
     }
 
+    /// What of these limits an answer that `accepted` this many tokens can have meant:
+    /// a token limit below what it just took is a contradiction (paced to, it would hold
+    /// every later request of that size for minutes), so that window states nothing.
+    pub fn consistent_with(&self, accepted: TokenCount) -> StatedLimits {
+        let fits = |limit: Option<u32>, n: u64| limit.filter(|l| u64::from(*l) >= n);
+        StatedLimits {
+            rpm: self.rpm,
+            itpm: fits(self.itpm, accepted.input),
+            otpm: fits(self.otpm, accepted.output),
+            tpm: fits(self.tpm, accepted.input + accepted.output),
+        }
+    }
+
     /// "4000 rpm, 400000 itpm": the limits stated, for people.
     pub fn describe(&self) -> String {
         [
@@ -207,4 +220,37 @@ impl StatedLimits {
 pub struct TokenCount {
     pub input: u64,
     pub output: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_token_limit_below_what_the_answer_just_took_states_nothing() {
+        let stated = StatedLimits {
+            rpm: Some(50),
+            itpm: Some(1),
+            otpm: Some(8000),
+            tpm: Some(3000),
+        };
+        let took = TokenCount {
+            input: 2500,
+            output: 600,
+        };
+        assert_eq!(
+            stated.consistent_with(took),
+            StatedLimits {
+                rpm: Some(50),
+                itpm: None,
+                otpm: Some(8000),
+                tpm: None,
+            }
+        );
+        let small = TokenCount {
+            input: 1,
+            output: 10,
+        };
+        assert_eq!(stated.consistent_with(small), stated);
+    }
 }
