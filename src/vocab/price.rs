@@ -273,22 +273,40 @@ impl Price {
         }
     }
 
+    /// The highest input and output rates a request whose prompt is at most
+    /// `prompt_tokens` can be billed at: a long-context tier's only when the prompt may
+    /// cross its threshold (the bound is an upper bound, so a prompt within it cannot).
+    fn worst_rates(&self, prompt_tokens: u64) -> (Decimal, Decimal) {
+        match &self.long_context {
+            Some((above, _)) if prompt_tokens > *above => {
+                (self.max_input_rate(), self.max_output_rate())
+            }
+            _ => {
+                let mut input = self.input.max(self.cache_write).max(self.cache_read);
+                if self.one_hour_writes {
+                    input = input.max(self.cache_write_1h);
+                }
+                (input, self.output)
+            }
+        }
+    }
+
     /// Worst-case cost of a request: every prompt token at the highest input rate, every
-    /// allowed output token at the highest output rate.
+    /// allowed output token at the highest output rate, of the tier the prompt can reach.
     pub fn worst_case(&self, prompt_tokens: u64, max_tokens: u64) -> Decimal {
-        per_million(prompt_tokens, self.max_input_rate())
-            .saturating_add(per_million(max_tokens, self.max_output_rate()))
+        let (input, output) = self.worst_rates(prompt_tokens);
+        per_million(prompt_tokens, input).saturating_add(per_million(max_tokens, output))
     }
 
     /// How many output tokens `budget` pays for after `prompt_tokens` at worst case.
     pub fn affordable_output(&self, budget: Decimal, prompt_tokens: u64) -> u64 {
+        let (input, rate) = self.worst_rates(prompt_tokens);
         let left = budget
             .saturating_mul(MILLION)
-            .saturating_sub(Decimal::from(prompt_tokens).saturating_mul(self.max_input_rate()));
+            .saturating_sub(Decimal::from(prompt_tokens).saturating_mul(input));
         if left <= Decimal::ZERO {
             return 0;
         }
-        let rate = self.max_output_rate();
         if rate.is_zero() {
             return u64::MAX;
         }

@@ -36,7 +36,8 @@ fn openai_cached_tokens_are_billed_at_the_cached_rate() {
     };
     // 200*2.5 + 1000*0.25 + 300*15 = 500 + 250 + 4500 = 5250 per M
     assert_eq!(p.cost(&u), d("0.00525"));
-    assert_eq!(p.max_input_rate(), d("2.50"));
+    // Below its long-context threshold a prompt is reserved at the standard rates.
+    assert_eq!(p.worst_case(1_000_000 / 4, 0), d("2.50") / d("4"));
     assert!(lookup(&BTreeMap::new(), "gpt-5.4-mini").is_some());
     assert_eq!(strip_date("gpt-5.4-2026-03-05"), Some("gpt-5.4"));
     assert_eq!(strip_date("gpt-5.4-mini"), None);
@@ -59,6 +60,57 @@ fn long_context_tier_applies_to_whole_request() {
     assert_eq!(p.cost(&big), d("0.0525005"));
     assert_eq!(p.max_input_rate(), d("0.625"));
     assert_eq!(p.max_output_rate(), d("2.50"));
+}
+
+/// OpenAI's 1.05M-context models bill a prompt above 272k tokens at 2x input and 1.5x
+/// output for the whole request, with no `pricing:` in the job.
+#[test]
+fn openai_long_context_tiers_are_built_in() {
+    for (model, input, long_input, long_output) in [
+        ("gpt-5.4", "2.50", "5.00", "22.50"),
+        ("gpt-5.5", "5.00", "10.00", "45.00"),
+        ("gpt-5.5-pro", "30.00", "60.00", "270.00"),
+    ] {
+        let p = lookup_for(&BTreeMap::new(), model, Protocol::OpenaiResponses).unwrap();
+        let at = |prompt: u64| Usage {
+            input_tokens: prompt,
+            output_tokens: 1_000_000,
+            ..Default::default()
+        };
+        let short = p.cost(&at(272_000));
+        assert_eq!(
+            short,
+            d(input) * d("0.272") + p.output,
+            "{model} at the threshold"
+        );
+        let long = p.cost(&at(272_001));
+        assert_eq!(
+            long,
+            d(long_input) * d("0.272001") + d(long_output),
+            "{model} above it"
+        );
+        // A prompt that may cross the threshold is reserved at the higher tier's rates,
+        // one that cannot at the standard ones.
+        assert_eq!(
+            p.worst_case(272_001, 1_000_000),
+            d(long_input) * d("0.272001") + d(long_output),
+            "{model}"
+        );
+        assert_eq!(
+            p.worst_case(272_000, 1_000_000),
+            d(input) * d("0.272") + p.output,
+            "{model}"
+        );
+    }
+    for flat in [
+        "gpt-5.4-mini",
+        "gpt-5.4-nano",
+        "claude-sonnet-4-6",
+        "claude-opus-4-6",
+    ] {
+        let p = lookup(&BTreeMap::new(), flat).unwrap();
+        assert!(p.long_context.is_none(), "{flat}");
+    }
 }
 
 #[test]
