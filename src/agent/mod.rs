@@ -216,6 +216,8 @@ struct Tally {
     replayed_turns: u32,
     rate_wait: Duration,
     budget_wait: Duration,
+    /// Waiting for a team's period cap (`on_cap: wait`), part of `budget_wait`.
+    cap_wait: Duration,
     longest_request: Duration,
     tool_calls: u32,
     tool_errors: u32,
@@ -337,33 +339,44 @@ pub async fn run_task(spec: &TaskSpec, env: &AgentEnv, log: TaskLog) -> TaskResu
         finished_at: Utc::now(),
         measured: Measured {
             turns: meter.turns,
-            tool_calls: tally.tool_calls,
-            tool_errors: tally.tool_errors,
             usage: meter.usage,
-            usage_estimated_turns: tally.usage_estimated_turns,
-            compactions: tally.compactions,
-            ttft_ms: crate::stats::median_u64(&mut tally.ttfts.clone()).map(|m| m.round() as u64),
             cost_usd: cost,
             cache_saved_usd: spec.price.as_ref().map(|_| meter.saved),
-            batched_turns: tally.batched_turns,
             batch_saved_usd: (spec.price.is_some() && spec.batch.is_some())
                 .then_some(tally.batch_saved),
             wall_ms: t0.elapsed().as_millis() as u64,
-            model_ms: tally.model.as_millis() as u64,
-            tool_ms: tally.tools.as_millis() as u64,
-            retries: tally.retries,
-            rate_wait_ms: tally.rate_wait.as_millis() as u64,
-            denied_calls: tally.denied_calls,
             sandbox: sandbox_level,
             workspace: kept,
             environment,
             environment_ms,
-            ..steps::verdict_columns(check.as_ref())
+            ..tally.measured(steps::verdict_columns(check.as_ref()))
         },
         ..task_result(spec, stop.reason, stop.detail, started_at)
     };
     log.finished(result.clone());
     result
+}
+
+impl Tally {
+    /// The columns the tally counts, over `base`.
+    fn measured(&self, base: Measured) -> Measured {
+        let ms = |d: Duration| d.as_millis() as u64;
+        Measured {
+            tool_calls: self.tool_calls,
+            tool_errors: self.tool_errors,
+            usage_estimated_turns: self.usage_estimated_turns,
+            compactions: self.compactions,
+            ttft_ms: crate::stats::median_u64(&mut self.ttfts.clone()).map(|m| m.round() as u64),
+            batched_turns: self.batched_turns,
+            model_ms: ms(self.model),
+            tool_ms: ms(self.tools),
+            retries: self.retries,
+            rate_wait_ms: ms(self.rate_wait),
+            cap_wait_ms: ms(self.cap_wait),
+            denied_calls: self.denied_calls,
+            ..base
+        }
+    }
 }
 
 /// When the task's time limit ends, counted from now (the loop's start).

@@ -461,6 +461,7 @@ impl Loop<'_> {
             floor: floor.min(plan.max_tokens),
             in_flight_for: self.deadline.saturating_duration_since(Instant::now())
                 + IN_FLIGHT_MARGIN,
+            cap_wait_since: std::sync::Mutex::new(None),
         };
         let waited = Instant::now();
         let got = guarded(
@@ -470,6 +471,13 @@ impl Loop<'_> {
         )
         .await;
         self.tally.budget_wait += waited.elapsed();
+        let cap_wait = *need
+            .cap_wait_since
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(since) = cap_wait {
+            self.tally.cap_wait += since.elapsed();
+        }
         let (res, max_tokens) = match got {
             Err(interrupt) => {
                 return Err(interrupted(

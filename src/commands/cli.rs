@@ -117,14 +117,18 @@ pub enum Command {
         #[arg(long, default_value = "30s", value_parser = parse_duration)]
         timeout: Duration,
     },
-    /// Show what each team spent per period, from the persistent ledger.
+    /// Show what each team spent per period, from the persistent ledger; `set-cap`
+    /// changes a team's period cap there.
     Ledger {
+        #[command(subcommand)]
+        action: Option<LedgerAction>,
         /// Only this team.
         #[arg(long)]
         team: Option<String>,
         /// A SQLite file or a postgres:// URL.
         #[arg(
             long,
+            global = true,
             default_value = "reports/ledger.sqlite",
             value_name = "PATH|URL",
             env = "AGENTBATCH_LEDGER_URL"
@@ -165,6 +169,19 @@ pub enum Command {
     Schema(SchemaArgs),
     /// Measure rate-limit goodput and cap precision against the simulator.
     Bench(BenchArgs),
+}
+
+/// What `agentbatch ledger` does besides showing the ledger.
+#[derive(Debug, Subcommand)]
+pub enum LedgerAction {
+    /// Set team TEAM's period cap to USD dollars for every run on this ledger, in
+    /// place of what their job files say; tasks waiting for the cap (`on_cap: wait`)
+    /// see it within a second.
+    SetCap {
+        team: String,
+        #[arg(value_parser = crate::vocab::values::parse_money)]
+        usd: rust_decimal::Decimal,
+    },
 }
 
 /// What `agentbatch suite` does.
@@ -249,9 +266,17 @@ impl Command {
             Command::McpCheck { target, timeout } => {
                 super::inspect::mcp_check(&target, timeout).await
             }
-            Command::Ledger { team, ledger, json } => {
-                code(super::ledger::report(team.as_deref(), &ledger, json))
-            }
+            Command::Ledger {
+                action: Some(LedgerAction::SetCap { team, usd }),
+                ledger,
+                ..
+            } => code(super::ledger::set_cap(&team, usd, &ledger)),
+            Command::Ledger {
+                action: None,
+                team,
+                ledger,
+                json,
+            } => code(super::ledger::report(team.as_deref(), &ledger, json)),
             Command::Suite {
                 action: SuiteAction::Show { path, format },
             } => code(super::suite::show(&path, format)),

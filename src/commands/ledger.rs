@@ -3,6 +3,34 @@
 
 use std::path::Path;
 
+/// Sets team `team`'s period cap in the ledger; the exit code.
+pub fn set_cap(team: &str, usd: rust_decimal::Decimal, path: &Path) -> u8 {
+    let url = path
+        .to_str()
+        .is_some_and(crate::vocab::values::is_postgres_url);
+    if !url && !path.exists() {
+        eprintln!(
+            "agentbatch ledger set-cap: {} does not exist: no run with a team period cap has used it (pass --ledger PATH)",
+            path.display()
+        );
+        return 2;
+    }
+    match crate::govern::open_store(path).and_then(|s| s.set_cap(team, usd, chrono::Utc::now())) {
+        Ok(()) => {
+            println!(
+                "team {team}'s period cap is ${} in {} from now on, for every run on it",
+                usd.normalize(),
+                path.display()
+            );
+            0
+        }
+        Err(e) => {
+            eprintln!("agentbatch ledger set-cap: {e}");
+            1
+        }
+    }
+}
+
 /// Prints what each team spent per period; the exit code.
 pub fn report(team: Option<&str>, path: &Path, json: bool) -> u8 {
     let url = path

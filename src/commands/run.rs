@@ -50,6 +50,10 @@ pub struct RunArgs {
     /// With --resume: go on even though the job file changed since the run started.
     #[arg(long, requires = "resume")]
     force: bool,
+    /// No task waits for a team's period cap (`on_cap: wait`) past this time: an RFC 3339
+    /// time ("2026-12-05T06:00:00Z") or "HH:MM" (the next such time, UTC).
+    #[arg(long, value_name = "TIME", value_parser = crate::vocab::values::parse_until)]
+    until: Option<chrono::DateTime<chrono::Utc>>,
     /// After the first Ctrl-C or SIGTERM, how long running tasks may finish before they
     /// are cancelled ("90s", "5m").
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = humantime::parse_duration)]
@@ -131,6 +135,7 @@ pub async fn run(job: PathBuf, args: RunArgs) -> ExitCode {
     opts.handle_signals = true;
     opts.ledger = args.ledger;
     opts.grace = args.grace;
+    opts.until = args.until;
     opts.pristine_cache = args.pristine_cache;
     opts.trace = trace;
     opts.resume = args.resume.map(|dir| run::ResumeOptions {

@@ -16,7 +16,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::rate::{Limit, RATE_SHARE};
+use super::limiters::{Limit, RATE_SHARE};
 
 pub(super) struct Adaptive {
     /// Requests a second now; None until the first answer.

@@ -18,10 +18,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
 use tokio::sync::{oneshot, Notify};
 
+use super::cap_wait::CapWait;
+use super::pools::{Pool, Pools};
 use super::store::{period_key, CapKey, CapStore, EntryId, EntryMeta, PeriodTotals, StoreError};
 use crate::job::{Plan, TeamSpec};
 use crate::vocab::limits::Period;
@@ -35,19 +37,6 @@ use crate::vocab::transcript::{TranscriptEvent, Usd};
 const POLL_FIRST: Duration = Duration::from_millis(50);
 const POLL_MAX: Duration = Duration::from_secs(1);
 
-#[derive(Debug, Default)]
-struct Pool {
-    cap: Option<Decimal>,
-    spent: Decimal,
-    reserved: Decimal,
-}
-
-#[derive(Debug)]
-struct Pools {
-    run: Pool,
-    teams: HashMap<String, Pool>,
-}
-
 /// What one pool can give a request.
 #[derive(Debug, Clone)]
 struct Room {
@@ -60,6 +49,8 @@ struct Room {
     unspent: Decimal,
     /// Unspent minus the reservations of requests in flight.
     free: Decimal,
+    /// A task this room cannot pay for waits for it (`on_cap: wait`).
+    waits: bool,
 }
 
 /// A reservation held for one request. Settle or release it; if it is dropped instead
@@ -85,6 +76,10 @@ struct StoreCap {
     label: String,
     reason: StopReason,
     what: String,
+    /// A team's period cap (`agentbatch ledger set-cap` may have set it in the store).
+    period_cap: bool,
+    /// `on_cap: wait`: a task it cannot pay for waits instead of stopping.
+    waits: bool,
 }
 
 impl Reservation {
@@ -115,6 +110,10 @@ pub struct Need<'a> {
     pub floor: u32,
     /// How long the request may be in flight (for stale-reservation detection).
     pub in_flight_for: Duration,
+    /// Set when the request starts waiting for a team's period cap (`on_cap: wait`),
+    /// so that the caller can count the wait however it ends (granted, stopped, cut
+    /// off by the task's time limit).
+    pub cap_wait_since: Mutex<Option<std::time::Instant>>,
 }
 
 /// The money of a run.
@@ -127,6 +126,8 @@ pub struct Ledger {
     shared: Option<SharedPools>,
     /// Who holds this process's reservations in the store, when it renews them.
     holder: Option<Holder>,
+    /// The run's `--until`: no task waits for a period cap past it.
+    until: Option<DateTime<Utc>>,
 }
 
 /// A worker of a shared run. Its reservations stay in flight while its heartbeat
@@ -154,6 +155,9 @@ enum Step {
         max_tokens: u32,
     },
     Wait,
+    /// A period cap with `on_cap: wait` cannot pay for the request: wait for the next
+    /// period or a raised cap, holding nothing. What to stop with if waiting ends.
+    CapWait(Stop, Box<TranscriptEvent>),
     /// The event is boxed: it is far larger than the other steps.
     Stop(Stop, Box<TranscriptEvent>),
 }
@@ -202,7 +206,15 @@ impl Ledger {
             run_id: run_id.to_string(),
             shared: None,
             holder: None,
+            until: None,
         }
+    }
+
+    /// No task waits for a period cap (`on_cap: wait`) past `until` (the run's
+    /// `--until`): it stops with `team_budget` then.
+    pub fn wait_until(mut self, until: Option<DateTime<Utc>>) -> Ledger {
+        self.until = until;
+        self
     }
 
     /// Keeps the run's own pools (the run's and each team's `max_cost_usd`) in the store
@@ -242,6 +254,8 @@ impl Ledger {
                     period: key,
                     cap: c.usd,
                     reason: StopReason::TeamBudget,
+                    period_cap: true,
+                    waits: c.on_cap == crate::vocab::limits::OnCap::Wait,
                 });
             }
         }
@@ -255,6 +269,8 @@ impl Ledger {
                     label: "run".into(),
                     reason: StopReason::RunBudget,
                     what: "the run's max_cost_usd (shared by its workers)".into(),
+                    period_cap: false,
+                    waits: false,
                 });
             }
             if let Some((name, cap)) = team.and_then(|t| s.teams.get_key_value(&t.name)) {
@@ -265,6 +281,8 @@ impl Ledger {
                     label: format!("team:{name}"),
                     reason: StopReason::TeamBudget,
                     what: format!("team {name}'s max_cost_usd (shared by the run's workers)"),
+                    period_cap: false,
+                    waits: false,
                 });
             }
         }
@@ -295,9 +313,11 @@ impl Ledger {
     }
 
     /// The rooms of the caps kept in the store, read from it.
-    async fn store_rooms(&self, caps: &[StoreCap]) -> Result<Vec<Room>, StoreError> {
+    /// The rooms of `caps`, from the store; a period cap set in the ledger
+    /// (`agentbatch ledger set-cap`) replaces the job's, in `caps` too.
+    async fn store_rooms(&self, caps: &mut [StoreCap]) -> Result<Vec<Room>, StoreError> {
         let mut rooms = Vec::with_capacity(caps.len());
-        for c in caps {
+        for c in caps.iter_mut() {
             let Some(store) = self.store.clone() else {
                 return Err(StoreError {
                     path: None,
@@ -312,6 +332,9 @@ impl Ledger {
                         path: None,
                         detail: format!("ledger worker failed: {e}"),
                     })??;
+            if let Some(set) = t.cap_set.filter(|_| c.period_cap) {
+                c.cap = set;
+            }
             rooms.push(Room {
                 label: c.label.clone(),
                 reason: c.reason,
@@ -319,6 +342,7 @@ impl Ledger {
                 cap: c.cap,
                 unspent: c.cap - t.settled - t.stale,
                 free: c.cap - t.settled - t.reserved,
+                waits: c.waits,
             });
         }
         Ok(rooms)
@@ -335,6 +359,7 @@ impl Ledger {
                     cap,
                     unspent: cap - pool.spent,
                     free: cap - pool.spent - pool.reserved,
+                    waits: false,
                 });
             }
         };
@@ -399,6 +424,9 @@ impl Ledger {
                 need.prompt_tokens,
                 need.floor
             );
+            if r.waits {
+                return Step::CapWait(Stop::new(r.reason, detail), ev);
+            }
             return Step::Stop(Stop::new(r.reason, detail), ev);
         }
         let max_tokens = u32::try_from(desired).unwrap_or(need.max_tokens);
@@ -428,16 +456,24 @@ impl Ledger {
         let started = std::time::Instant::now();
         let mut waited = false;
         let mut poll = POLL_FIRST;
-        let caps = self.store_caps(need.team);
+        let mut cap_wait = CapWait::default();
+        let mut caps = self.store_caps(need.team);
         loop {
             let notified = self.changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let stored = self.store_rooms(&caps).await.map_err(ledger_failed)?;
+            let stored = self.store_rooms(&mut caps).await.map_err(ledger_failed)?;
             match self.decide(need, &stored) {
                 Step::Stop(stop, ev) => {
                     log.emit(*ev);
                     return Err(stop);
+                }
+                Step::CapWait(stop, ev) => {
+                    let nap = cap_wait.step(self.until, &need.cap_wait_since, log, stop, *ev)?;
+                    tokio::time::sleep(nap).await;
+                    // The period may have rolled over: its key is taken again.
+                    caps = self.store_caps(need.team);
+                    continue;
                 }
                 Step::Take { amount, max_tokens } => {
                     let team = need.team.map(|t| t.name.clone());
@@ -467,6 +503,7 @@ impl Ledger {
                         }
                     }
                     hold.armed = false;
+                    cap_wait.granted(log);
                     let res = Reservation {
                         ledger: self.clone(),
                         team,
@@ -550,16 +587,17 @@ impl Ledger {
 
     /// Whether a task that has not started yet could pay for its smallest request
     /// (`smallest`, at worst case) from the unspent money of its pools; if not, the stop
-    /// it is reported with.
+    /// it is reported with. A period cap with `on_cap: wait` lets it start: its first
+    /// request waits for the cap instead.
     pub async fn can_start(&self, team: Option<&TeamSpec>, smallest: Decimal) -> Option<Stop> {
-        let stored = match self.store_rooms(&self.store_caps(team)).await {
+        let stored = match self.store_rooms(&mut self.store_caps(team)).await {
             Ok(r) => r,
             Err(e) => return Some(ledger_failed(e)),
         };
         let p = self.lock();
         let mut rooms = Self::memory_rooms(&p, team.map(|t| t.name.as_str()));
         rooms.extend(stored);
-        rooms.into_iter().find(|r| r.unspent < smallest).map(|r| {
+        rooms.into_iter().find(|r| r.unspent < smallest && !r.waits).map(|r| {
             Stop::new(
                 r.reason,
                 format!(
@@ -646,17 +684,5 @@ impl Drop for Hold<'_> {
             self.ledger
                 .finish_memory(self.team.as_deref(), self.amount, None);
         }
-    }
-}
-
-impl Pools {
-    /// The run's pool and the team's, if it has one.
-    fn chain_mut(&mut self, team: Option<&str>) -> Vec<&mut Pool> {
-        let Pools { run, teams } = self;
-        let mut v = vec![run];
-        if let Some(t) = team.and_then(|t| teams.get_mut(t)) {
-            v.push(t);
-        }
-        v
     }
 }

@@ -3,11 +3,14 @@
 
 mod adaptive;
 pub(crate) mod budget;
+mod cap_wait;
 pub(crate) mod ledger;
+mod limiters;
 pub mod pg;
 pub mod pg_rate;
 pub mod pg_store;
 pub mod pg_tls;
+mod pools;
 pub(crate) mod rate;
 mod rate_shared;
 pub mod store;

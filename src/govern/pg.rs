@@ -19,7 +19,7 @@ use super::pg_tls::{self, Tls};
 
 /// The schema version this program writes. Each step of [`MIGRATIONS`] brings a
 /// database from the version before it to its own.
-pub const SCHEMA_VERSION: i32 = 4;
+pub const SCHEMA_VERSION: i32 = 5;
 
 /// Version `i + 1` is reached by running `MIGRATIONS[i]`.
 const MIGRATIONS: &[&str] = &[
@@ -154,6 +154,14 @@ $f$;
     "
 ALTER TABLE ledger_entries ADD COLUMN holder TEXT;
 CREATE INDEX ledger_entries_by_holder ON ledger_entries (holder) WHERE state = 'reserved';
+",
+    // A team's cap set in the ledger (`agentbatch ledger set-cap`), over its job's.
+    "
+CREATE TABLE ledger_caps (
+    team TEXT PRIMARY KEY,
+    usd NUMERIC NOT NULL,
+    set_at TIMESTAMPTZ NOT NULL
+);
 ",
 ];
 

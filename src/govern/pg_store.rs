@@ -46,12 +46,17 @@ async fn totals_in(
     now: DateTime<Utc>,
 ) -> Result<PeriodTotals, tokio_postgres::Error> {
     let row = tx
-        .query_opt(
-            "SELECT settled, reserved FROM ledger_totals WHERE team = $1 AND period = $2",
+        .query_one(
+            "SELECT (SELECT settled FROM ledger_totals WHERE team = $1 AND period = $2),
+                    (SELECT reserved FROM ledger_totals WHERE team = $1 AND period = $2),
+                    (SELECT usd FROM ledger_caps WHERE team = $1)",
             &[&team, &period],
         )
         .await?;
-    let (settled, reserved) = row.map_or((Decimal::ZERO, Decimal::ZERO), |r| (r.get(0), r.get(1)));
+    let settled: Option<Decimal> = row.get(0);
+    let reserved: Option<Decimal> = row.get(1);
+    let cap_set: Option<Decimal> = row.get(2);
+    let (settled, reserved) = (settled.unwrap_or_default(), reserved.unwrap_or_default());
     let stale: Option<Decimal> = tx
         .query_one(
             "SELECT SUM(amount) FROM ledger_entries
@@ -64,6 +69,7 @@ async fn totals_in(
         settled: settled.normalize(),
         reserved: reserved.normalize(),
         stale: stale.unwrap_or_default().normalize(),
+        cap_set: cap_set.map(|c| c.normalize()),
     })
 }
 
@@ -277,6 +283,24 @@ impl CapStore for PgStore {
                         open: r.get::<_, Decimal>(4).normalize(),
                     })
                     .collect())
+            });
+            r.map_err(|e| link.pg(&e))
+        })
+    }
+
+    fn set_cap(&self, team: &str, usd: Decimal, now: DateTime<Utc>) -> Result<(), StoreError> {
+        let team = team.to_string();
+        self.call(move |Conn { rt, link }| {
+            let client = link.client(rt)?;
+            let r: Result<_, tokio_postgres::Error> = rt.block_on(async {
+                client
+                    .execute(
+                        "INSERT INTO ledger_caps (team, usd, set_at) VALUES ($1, $2, $3)
+                         ON CONFLICT (team) DO UPDATE SET usd = $2, set_at = $3",
+                        &[&team, &usd, &now],
+                    )
+                    .await
+                    .map(|_| ())
             });
             r.map_err(|e| link.pg(&e))
         })

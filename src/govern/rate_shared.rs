@@ -6,9 +6,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use super::limiters::{burst_cells, RATE_SHARE};
 use super::pg_rate::{SharedRates, Take};
-use super::rate::burst_cells;
-use super::rate::RATE_SHARE;
 use crate::vocab::limits::StatedLimits;
 
 /// What a worker takes from a shared bucket beyond the request at hand, so that at high

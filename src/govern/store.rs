@@ -36,6 +36,10 @@ pub struct PeriodTotals {
     /// The part of `reserved` whose request should have ended long ago: its process
     /// died. Still counted as spent (it may have been billed), but nobody waits for it.
     pub stale: Decimal,
+    /// The team's cap as `agentbatch ledger set-cap` set it in the ledger, which every
+    /// run on the ledger uses in place of its job's `cap.usd`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cap_set: Option<Decimal>,
 }
 
 /// Who a reservation is for, and until when it may be considered in flight.
@@ -136,6 +140,9 @@ pub trait CapStore: Send + Sync {
     /// dead worker's spend from.
     fn run_charges(&self, run_id: &str) -> Result<Vec<TaskCharge>, StoreError>;
     fn report(&self, team: Option<&str>, now: DateTime<Utc>) -> Result<Vec<PeriodRow>, StoreError>;
+    /// Sets team `team`'s period cap to `usd` for every run on this ledger, from now
+    /// on (in place of what their job files say).
+    fn set_cap(&self, team: &str, usd: Decimal, now: DateTime<Utc>) -> Result<(), StoreError>;
 }
 
 /// The period a moment falls in, as stored: `day:2026-11-29`, `week:2026-W48`,
@@ -184,6 +191,11 @@ CREATE TABLE IF NOT EXISTS totals (
     reserved TEXT NOT NULL,
     cap TEXT,
     PRIMARY KEY (team, period)
+);
+CREATE TABLE IF NOT EXISTS caps (
+    team TEXT PRIMARY KEY,
+    usd TEXT NOT NULL,
+    set_at TEXT NOT NULL
 );
 ";
 
@@ -294,10 +306,16 @@ fn totals_in(
     for a in stmt.query_map(params![team, period, now], |r| r.get::<_, String>(0))? {
         stale += dec(a?)?;
     }
+    let cap_set: Option<String> = tx
+        .query_row("SELECT usd FROM caps WHERE team = ?1", params![team], |r| {
+            r.get(0)
+        })
+        .optional()?;
     Ok(PeriodTotals {
         settled,
         reserved,
         stale,
+        cap_set: cap_set.map(dec).transpose()?,
     })
 }
 
@@ -460,6 +478,17 @@ impl CapStore for SqliteStore {
                 c.open = c.open.normalize();
             }
             Ok(out)
+        })
+    }
+
+    fn set_cap(&self, team: &str, usd: Decimal, now: DateTime<Utc>) -> Result<(), StoreError> {
+        self.with(|c| {
+            c.execute(
+                "INSERT INTO caps (team, usd, set_at) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (team) DO UPDATE SET usd = ?2, set_at = ?3",
+                params![team, usd.normalize().to_string(), ts(now)],
+            )
+            .map(|_| ())
         })
     }
 

@@ -52,7 +52,8 @@ fn reserve_settle_release_keep_totals_exact() {
         PeriodTotals {
             settled: d("0.123456789"),
             reserved: Decimal::ZERO,
-            stale: Decimal::ZERO
+            stale: Decimal::ZERO,
+            cap_set: None,
         }
     );
     // settling twice changes nothing

@@ -212,6 +212,11 @@ pub struct PeriodCapFields {
     pub usd: Money,
     /// The calendar period (UTC; weeks start on Monday).
     pub period: Period,
+    /// When the cap cannot pay for a task's next request: `stop` (default: the task
+    /// ends with `team_budget`) or `wait` (until the period rolls over or the cap is
+    /// raised with `agentbatch ledger set-cap`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_cap: Option<crate::vocab::limits::OnCap>,
 }
 
 /// Everything a task may set; `defaults` uses the same fields (except `id`).

@@ -92,6 +92,7 @@ pub struct ProviderSpec {
 pub struct PeriodCap {
     pub usd: Decimal,
     pub period: Period,
+    pub on_cap: crate::vocab::limits::OnCap,
 }
 
 /// A team: shared caps, concurrency and rate limits of its tasks.

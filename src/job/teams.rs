@@ -48,6 +48,7 @@ pub(super) fn resolve_teams(job: &JobFile, cx: &mut Ctx) -> BTreeMap<String, Arc
                 cap: cap.map(|c| PeriodCap {
                     usd: c.usd.0,
                     period: c.period,
+                    on_cap: c.on_cap.unwrap_or_default(),
                 }),
                 concurrency,
                 rate,

@@ -41,6 +41,7 @@ pub(super) fn event_note(event: TranscriptEvent) -> (u32, Item) {
         E::AttemptFailed { .. }
         | E::RatePause { .. }
         | E::RateLearned { .. }
+        | E::CapWait { .. }
         | E::BudgetWait { .. }
         | E::BudgetGranted { .. }
         | E::BudgetStop { .. }
@@ -106,6 +107,14 @@ fn money_note(event: TranscriptEvent) -> (u32, Item) {
         E::RatePause { ms, reason } => (
             0,
             note("rate_pause", "rate", format!("paused {ms} ms: {reason}")),
+        ),
+        E::CapWait { waited_ms, ended } => (
+            0,
+            note(
+                "cap_wait",
+                "budget",
+                format!("waited {waited_ms} ms for the team's period cap ({ended})"),
+            ),
         ),
         E::RateLearned { provider, now, .. } => (
             0,

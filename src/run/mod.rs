@@ -65,6 +65,8 @@ pub struct RunOptions {
     pub queue: Option<Arc<worker::QueueWork>>,
     /// Export each task's trace over OTLP (None: no traces).
     pub trace: Option<crate::trace::Settings>,
+    /// No task waits for a team's period cap (`on_cap: wait`) past this (`--until`).
+    pub until: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 impl RunOptions {
@@ -84,6 +86,7 @@ impl RunOptions {
             pristine_cache: None,
             queue: None,
             trace: None,
+            until: None,
         }
     }
 }

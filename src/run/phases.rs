@@ -131,7 +131,7 @@ impl Run {
             crate::tools::sandbox::protect_runner();
         }
         let sim = self.start_sim().await?;
-        let ledger = Ledger::new(&self.plan, &self.run_id, store);
+        let ledger = Ledger::new(&self.plan, &self.run_id, store).wait_until(self.opts.until);
         let ledger = Arc::new(match &self.opts.queue {
             Some(work) => ledger.share_run_pools(&work.worker, work.lease),
             None => ledger,

@@ -25,6 +25,7 @@ mod attrs;
 mod config;
 mod export;
 mod task;
+mod task_events;
 
 pub use config::{Headers, Settings, DEFAULT_TIMEOUT, DEFAULT_VALUE_LIMIT};
 

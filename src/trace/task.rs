@@ -15,6 +15,7 @@ use opentelemetry_sdk::trace::{SdkTracer, Span};
 
 use super::attrs;
 use super::export::Counters;
+use super::task_events::ms;
 use crate::job::TaskSpec;
 use crate::vocab::log::EventSink;
 use crate::vocab::log::TaskResult;
@@ -204,14 +205,12 @@ impl TaskTrace {
         ) {
             Self::close_chat(state, at);
         }
+        if let Some((name, attributes)) = super::task_events::on_task_span(event) {
+            self.task_event(state, at, name, attributes);
+            return;
+        }
         match event {
             E::Reserve { .. } => state.reserved_at = Some(at),
-            E::BudgetWait { reason } => self.task_event(
-                state,
-                at,
-                "agentbatch.budget_wait",
-                vec![KeyValue::new("agentbatch.reason", reason.clone())],
-            ),
             E::BudgetGranted { waited_ms } => {
                 state.budget_wait_ms += waited_ms;
                 self.task_event(
@@ -221,24 +220,6 @@ impl TaskTrace {
                     vec![KeyValue::new("agentbatch.waited_ms", ms(*waited_ms))],
                 );
             }
-            E::RateLearned { provider, now, .. } => self.task_event(
-                state,
-                at,
-                "agentbatch.rate_learned",
-                vec![
-                    KeyValue::new("agentbatch.provider", provider.clone()),
-                    KeyValue::new("agentbatch.limits", now.describe()),
-                ],
-            ),
-            E::RatePause { ms: pause, reason } => self.task_event(
-                state,
-                at,
-                "agentbatch.rate_pause",
-                vec![
-                    KeyValue::new("agentbatch.pause_ms", ms(*pause)),
-                    KeyValue::new("agentbatch.reason", reason.clone()),
-                ],
-            ),
             E::Request { .. } => self.on_request(state, at, event),
             E::BatchJoined { batch_id, .. } => {
                 if let Some(chat) = &mut state.chat {
@@ -252,39 +233,6 @@ impl TaskTrace {
             E::RequestAborted { charged_usd, .. } => Self::on_aborted(state, at, charged_usd),
             E::ToolCall { .. } => self.on_tool_call(state, at, event),
             E::ToolResult { .. } => self.on_tool_result(state, at, event),
-            E::Compaction {
-                strategy,
-                tokens_before,
-                tokens_after,
-                ..
-            } => self.task_event(
-                state,
-                at,
-                "agentbatch.compaction",
-                vec![
-                    KeyValue::new("agentbatch.strategy", strategy.clone()),
-                    KeyValue::new("agentbatch.tokens_before", ms(*tokens_before)),
-                    KeyValue::new("agentbatch.tokens_after", ms(*tokens_after)),
-                ],
-            ),
-            E::WrapUp { why, .. } => self.task_event(
-                state,
-                at,
-                "agentbatch.wrap_up",
-                vec![KeyValue::new("agentbatch.reason", why.clone())],
-            ),
-            E::RepeatWarning { times, .. } | E::RepeatStop { times, .. } => {
-                let name = match event {
-                    E::RepeatStop { .. } => "agentbatch.repeat_stop",
-                    _ => "agentbatch.repeat_warning",
-                };
-                self.task_event(
-                    state,
-                    at,
-                    name,
-                    vec![KeyValue::new("agentbatch.times", i64::from(*times))],
-                );
-            }
             _ => {
                 self.root(state, at);
             }
@@ -649,11 +597,6 @@ fn tool_outcome(span: &mut Span, outcome: &ToolOutcome, content: Option<usize>, 
             }
         }
     }
-}
-
-/// A count of milliseconds (or tokens) as an attribute.
-fn ms(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 /// `server.address` and `server.port` of a request URL.

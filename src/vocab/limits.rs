@@ -137,6 +137,21 @@ mod humantime_serde_compat {
     }
 }
 
+/// What a task does when a team's period cap cannot pay for its next request.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum OnCap {
+    /// Stop with `team_budget` (a resume runs it again with `--retry-budget-stops`).
+    #[default]
+    Stop,
+    /// Wait, holding no reservation, until the period rolls over or the cap is raised
+    /// (`agentbatch ledger set-cap`), within the task's time limit and the run's
+    /// `--until`; then carry on with the same conversation.
+    Wait,
+}
+
 /// Calendar periods of team caps, in UTC; weeks start on Monday.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]

@@ -70,6 +70,8 @@ pub struct Measured {
     pub retries: u32,
     /// Time spent waiting for rate limits (and provider pauses after 429s).
     pub rate_wait_ms: u64,
+    /// Time spent waiting for a team's period cap (`on_cap: wait`).
+    pub cap_wait_ms: u64,
     /// The check command's exit code (None: no check, or it was killed).
     pub check_exit_code: Option<i32>,
     pub check_ms: Option<u64>,

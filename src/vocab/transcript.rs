@@ -406,6 +406,15 @@ pub enum TranscriptEvent {
         #[serde(default, deserialize_with = "lenient")]
         reason: String,
     },
+    /// A wait for a team's period cap (`on_cap: wait`) ended: the request was granted
+    /// (the next period, a raised cap) or the run's `--until` came.
+    CapWait {
+        #[serde(default, deserialize_with = "lenient")]
+        waited_ms: u64,
+        /// `granted` or `until`.
+        #[serde(default, deserialize_with = "lenient")]
+        ended: String,
+    },
     /// The provider's answer stated rate limits the job does not configure: its gate
     /// now paces to them (at the same 99% share as configured ones).
     RateLearned {

@@ -84,6 +84,7 @@ fn name_of(e: &TranscriptEvent) -> &'static str {
         E::Settle { .. } => "settle",
         E::RatePause { .. } => "rate_pause",
         E::RateLearned { .. } => "rate_learned",
+        E::CapWait { .. } => "cap_wait",
         E::WrapUp { .. } => "wrap_up",
         E::RepeatWarning { .. } => "repeat_warning",
         E::RepeatStop { .. } => "repeat_stop",

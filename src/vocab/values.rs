@@ -186,6 +186,31 @@ const SIZE_UNITS: [(&str, u64); 8] = [
 ];
 
 /// Parses `64MB`, `512 KiB`, `1048576`; zero is refused.
+/// `--until`: an RFC 3339 time, or `HH:MM`, the next such time in UTC (today's if it is
+/// still ahead, else tomorrow's).
+pub fn parse_until(s: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
+    parse_until_at(s, chrono::Utc::now())
+}
+
+fn parse_until_at(
+    s: &str,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<chrono::DateTime<chrono::Utc>, String> {
+    let s = s.trim();
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(s) {
+        return Ok(t.with_timezone(&chrono::Utc));
+    }
+    let time = chrono::NaiveTime::parse_from_str(s, "%H:%M").map_err(|_| {
+        format!("\"{s}\" is neither an RFC 3339 time (2026-12-05T06:00:00Z) nor HH:MM (UTC)")
+    })?;
+    let today = now.date_naive().and_time(time).and_utc();
+    Ok(if today > now {
+        today
+    } else {
+        today + chrono::Duration::days(1)
+    })
+}
+
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
@@ -289,6 +314,21 @@ impl<'de> Deserialize<'de> for Money {
     }
 }
 
+/// An amount of dollars given on the command line ("2.50", "$2.50"): exact, not
+/// negative, at most [`MAX_MONEY`].
+pub fn parse_money(s: &str) -> Result<Decimal, String> {
+    let t = s.trim().trim_start_matches('$');
+    let v =
+        Decimal::from_str(t).map_err(|_| format!("\"{s}\" is not an amount of dollars (2.50)"))?;
+    if v.is_sign_negative() && !v.is_zero() {
+        return Err(format!("{s}: must not be negative"));
+    }
+    if v > Decimal::from(MAX_MONEY) {
+        return Err(format!("{s}: at most {MAX_MONEY} dollars"));
+    }
+    Ok(v)
+}
+
 /// The largest amount (dollars, or dollars per million tokens) a job may write; it keeps
 /// every cost computation far from the decimal type's range.
 pub const MAX_MONEY: u64 = 1_000_000_000;
@@ -389,6 +429,22 @@ mod tests {
             let has = is_postgres_url(url) && postgres_url_has_password(url);
             assert_eq!(re.is_match(url), has, "{url:?}");
         }
+    }
+
+    #[test]
+    fn until_takes_rfc_3339_or_the_next_hh_mm() {
+        let now = chrono::DateTime::parse_from_rfc3339("2026-12-04T23:40:00Z")
+            .unwrap()
+            .with_timezone(&chrono::Utc);
+        let at = |s: &str| parse_until_at(s, now).map(|t| t.to_rfc3339());
+        assert_eq!(at("06:00").unwrap(), "2026-12-05T06:00:00+00:00");
+        assert_eq!(at("23:50").unwrap(), "2026-12-04T23:50:00+00:00");
+        assert_eq!(
+            at("2026-12-05T01:00:00+01:00").unwrap(),
+            "2026-12-05T00:00:00+00:00"
+        );
+        assert!(at("tomorrow").is_err());
+        assert!(at("25:00").is_err());
     }
 
     #[test]

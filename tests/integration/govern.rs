@@ -13,7 +13,7 @@ use agentbatch::vocab::price;
 use rust_decimal::Decimal;
 use serde_json::Value;
 
-use crate::common::{bin, num, read_csv, Case, Ran};
+use crate::common::{bin, num, read_csv, wait_until, Case, Ran};
 
 fn d(s: &str) -> Decimal {
     Decimal::from_str(s).unwrap()
@@ -857,4 +857,147 @@ fn a_resume_runs_budget_stopped_tasks_again_only_when_asked() {
         (spent_before - spent_first).abs() < 1e-9,
         "what the stopped attempts spent still counts: {spent_before} vs {spent_first}"
     );
+}
+
+/// A team's daily cap with `on_cap: wait`: the tasks it cannot pay for wait, holding
+/// nothing, and `agentbatch ledger set-cap` (from another process) lifts them within a
+/// second; they carry on with the same conversation and every task completes, the cap
+/// held at every moment. With `--until`, a wait ends there with `team_budget`.
+#[test]
+fn tasks_wait_for_a_capped_period_and_a_raised_cap_lifts_them() {
+    let case = Case::new();
+    let job = |tasks: usize| {
+        let ids: String = (0..tasks)
+            .map(|i| format!("  - {{ id: t{i}, prompt: go }}\n"))
+            .collect();
+        format!(
+            "name: waits\nconcurrency: {tasks}\nledger: ledger.sqlite\nteams:\n  t: {{ cap: {{ usd: 0.05, period: day, on_cap: wait }} }}\ndefaults:\n  team: t\n  model: claude-sonnet-4-5\n  max_tokens: 1024\n  tools: [get_time]\n  limits: {{ min_max_tokens: 1024, max_repeats: off, time_limit: 2m }}\n  sim:\n    turns:\n      - content: [ {{ tool_use: {{ name: get_time, input: {{}} }} }} ]\n        usage: {{ output_tokens: 400 }}\n      - content: [ {{ tool_use: {{ name: get_time, input: {{}} }} }} ]\n        usage: {{ output_tokens: 400 }}\n      - content: [ {{ text: done }} ]\n        usage: {{ output_tokens: 400 }}\ntasks:\n{ids}"
+        )
+    };
+    case.write("job.yaml", &job(6));
+    let ledger = || -> Value {
+        let out = bin()
+            .args(["ledger", "--json", "--ledger", "ledger.sqlite"])
+            .current_dir(case.dir.path())
+            .output()
+            .unwrap();
+        serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
+    };
+    let spent = |v: &Value| -> f64 {
+        v.as_array()
+            .map(|rows| {
+                rows.iter()
+                    .map(|r| {
+                        r["totals"]["settled"]
+                            .as_str()
+                            .unwrap_or("0")
+                            .parse::<f64>()
+                            .unwrap()
+                            + r["totals"]["reserved"]
+                                .as_str()
+                                .unwrap_or("0")
+                                .parse::<f64>()
+                                .unwrap()
+                    })
+                    .sum()
+            })
+            .unwrap_or(0.0)
+    };
+    let mut child = case.start_run(&[]);
+    let dir = case.path("reports/r");
+    let waiting = |dir: &std::path::Path| {
+        (0..6)
+            .filter(|i| {
+                std::fs::read_to_string(dir.join(format!("transcripts/t{i}.jsonl")))
+                    .unwrap_or_default()
+                    .contains("on_cap: wait")
+            })
+            .count()
+    };
+    wait_until(
+        "some task to wait for the cap",
+        Duration::from_secs(60),
+        || waiting(&dir) > 0,
+    );
+    // The cap holds while they wait.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(spent(&ledger()) <= 0.05 + 1e-9, "{}", ledger());
+    assert!(!dir.join("results.csv").exists() || read_csv(&dir.join("results.csv")).len() < 6);
+    let out = bin()
+        .args([
+            "ledger",
+            "set-cap",
+            "t",
+            "5.00",
+            "--ledger",
+            "ledger.sqlite",
+        ])
+        .current_dir(case.dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lifted = Instant::now();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "the run ends well");
+    let rows = read_csv(&dir.join("results.csv"));
+    assert_eq!(rows.len(), 6);
+    assert!(
+        rows.iter().all(|r| r["stop_reason"] == "completed"),
+        "{rows:?}"
+    );
+    assert!(lifted.elapsed() < Duration::from_secs(30));
+    let waited: Vec<&HashMap<String, String>> =
+        rows.iter().filter(|r| num(r, "cap_wait_ms") > 0).collect();
+    assert!(!waited.is_empty(), "cap_wait_ms counts the wait: {rows:?}");
+    for r in &waited {
+        let t = std::fs::read_to_string(dir.join(&r["transcript"])).unwrap();
+        assert!(t.contains("\"cap_wait\""), "{t}");
+        assert!(t.contains("\"granted\""), "{t}");
+    }
+    assert!(spent(&ledger()) <= 5.0);
+
+    // A new run, the cap at what is spent already: every task waits, and --until ends
+    // the waits with team_budget.
+    let spent_now = spent(&ledger());
+    let out = bin()
+        .args([
+            "ledger",
+            "set-cap",
+            "t",
+            &format!("{spent_now:.6}"),
+            "--ledger",
+            "ledger.sqlite",
+        ])
+        .current_dir(case.dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    case.write("job.yaml", &job(2));
+    let until = (chrono::Utc::now() + chrono::Duration::seconds(3))
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let started = Instant::now();
+    let out = bin()
+        .args([
+            "run", "job.yaml", "--run-id", "r2", "--quiet", "--until", &until,
+        ])
+        .current_dir(case.dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.code().is_some_and(|c| c <= 1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(started.elapsed() < Duration::from_secs(30));
+    let rows = read_csv(&case.path("reports/r2/results.csv"));
+    assert_eq!(rows.len(), 2);
+    for r in &rows {
+        assert_eq!(r["stop_reason"], "team_budget", "{r:?}");
+        assert!(r["stop_detail"].contains("--until"), "{r:?}");
+        assert!(num(r, "cap_wait_ms") >= 1000, "{r:?}");
+    }
 }

@@ -328,4 +328,7 @@ columns! {
     tests_failed: Count = r.measured.tests_failed.map(u64::from);
     /// Harbor verifier: the reward that decided the verdict; empty without one.
     reward: Real = r.measured.reward;
+    /// Time spent waiting for a team's period cap (`on_cap: wait`), in ms (empty in
+    /// runs from before the column).
+    cap_wait_ms: Count = Some(r.measured.cap_wait_ms);
 }

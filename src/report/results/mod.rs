@@ -190,14 +190,14 @@ mod tests {
     /// only ever added at the end.
     #[test]
     fn the_row_type_has_the_columns_in_order() {
-        let header = "run_id,task_id,provider,model,outcome,stop_reason,stop_detail,turns,tool_calls,tool_errors,input_tokens,output_tokens,cache_read_tokens,cache_write_tokens,cost_usd,wall_ms,model_ms,tool_ms,retries,started_at,finished_at,transcript,team,rate_wait_ms,check_exit_code,check_ms,denied_calls,sandbox,patch,workspace,protocol,reasoning_tokens,usage_estimated_turns,variant,epoch,cache_saved_usd,compactions,ttft_ms,batched_turns,batch_saved_usd,environment,environment_ms,tests_passed,tests_failed,reward";
+        let header = "run_id,task_id,provider,model,outcome,stop_reason,stop_detail,turns,tool_calls,tool_errors,input_tokens,output_tokens,cache_read_tokens,cache_write_tokens,cost_usd,wall_ms,model_ms,tool_ms,retries,started_at,finished_at,transcript,team,rate_wait_ms,check_exit_code,check_ms,denied_calls,sandbox,patch,workspace,protocol,reasoning_tokens,usage_estimated_turns,variant,epoch,cache_saved_usd,compactions,ttft_ms,batched_turns,batch_saved_usd,environment,environment_ms,tests_passed,tests_failed,reward,cap_wait_ms";
         assert_eq!(COLUMNS.join(","), header);
         assert_eq!(header_for(&[]).join(","), header);
         let names: Vec<&str> = TABLE.iter().map(|c| c.name).collect();
         assert_eq!(names, COLUMNS);
         let empty = String::from_utf8(ResultRow::default().encode(&[]).unwrap()).unwrap();
         assert_eq!(
-            empty, ",,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,1,,,,,,,,,,\n",
+            empty, ",,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,1,,,,,,,,,,,\n",
             "a row without values: every column empty, epoch 1"
         );
     }
