@@ -226,10 +226,6 @@ impl Loop<'_> {
             }
         }
         self.note_rate_headers(&turn.rate, Some(counted));
-        // An answer, not a refusal: what the adaptive rate measures the server by.
-        if let Some(g) = self.provider_gate() {
-            g.answered();
-        }
         turn
     }
 
@@ -615,6 +611,9 @@ impl Loop<'_> {
     /// The limits a provider's answer states pace its gate where the job configures
     /// none; a change goes in the transcript.
     fn learn_limits(&self, rate: &RateHeaders, accepted: Option<TokenCount>) {
+        if rate.limits.is_empty() {
+            return;
+        }
         let Some(g) = self.provider_gate() else {
             return;
         };
@@ -635,6 +634,12 @@ impl Loop<'_> {
     /// `RateHeaders::pause`), before its limit is hit.
     fn note_rate_headers(&self, rate: &RateHeaders, accepted: Option<TokenCount>) {
         self.learn_limits(rate, accepted);
+        // An answer, not a refusal: what the adaptive rate measures the server by.
+        if accepted.is_some() {
+            if let Some(g) = self.provider_gate() {
+                g.answered();
+            }
+        }
         let Some(wait) = rate.pause(Utc::now()) else {
             return;
         };

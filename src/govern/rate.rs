@@ -84,6 +84,8 @@ pub struct Gate {
     windows: Mutex<Windows>,
     /// While nothing is configured or learned: the adaptive rate.
     adaptive: Mutex<Option<Adaptive>>,
+    /// Whether `adaptive` may hold a rate (checked without its lock on every request).
+    adaptive_on: std::sync::atomic::AtomicBool,
     /// Waiters are served in arrival order (tokio's mutex is fair), one at a time, so
     /// nobody starves and the limiter is not polled by a herd.
     queue: tokio::sync::Mutex<()>,
@@ -110,6 +112,7 @@ impl Gate {
             history: Mutex::new(Vec::new()),
             windows: Mutex::new(Windows::of(&pacing, limits.burst)),
             adaptive: Mutex::new(adaptive.then(Adaptive::new)),
+            adaptive_on: std::sync::atomic::AtomicBool::new(adaptive),
             queue: tokio::sync::Mutex::new(()),
             paused_until: Mutex::new(None),
             shared: None,
@@ -134,8 +137,15 @@ impl Gate {
         self.adaptive.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    fn adaptive_on(&self) -> bool {
+        self.adaptive_on.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// An answer came (for the adaptive rate).
     pub fn answered(&self) {
+        if !self.adaptive_on() {
+            return;
+        }
         if let Some(a) = self.adaptive().as_mut() {
             a.answered();
         }
@@ -144,6 +154,9 @@ impl Gate {
     /// A 429 came for a request admitted at `sent`: the adaptive rate, if that is what
     /// paces, is cut.
     pub fn refused(&self, sent: Instant) {
+        if !self.adaptive_on() {
+            return;
+        }
         if let Some(a) = self.adaptive().as_mut() {
             a.refused(sent);
         }
@@ -214,6 +227,8 @@ impl Gate {
         let burst = c.burst;
         // Limits are known now: the adaptive rate has done its part.
         *self.adaptive.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        self.adaptive_on
+            .store(false, std::sync::atomic::Ordering::Relaxed);
         {
             let mut w = self.windows.lock().unwrap_or_else(PoisonError::into_inner);
             let fresh = Windows::learned(&now, burst);
@@ -298,7 +313,11 @@ impl Gate {
                 tokio::time::sleep(wait).await;
             }
         }
-        let adaptive = self.adaptive().as_mut().map(Adaptive::current);
+        let adaptive = if self.adaptive_on() {
+            self.adaptive().as_mut().map(Adaptive::current)
+        } else {
+            None
+        };
         if let Some(l) = adaptive {
             l.take(1).await;
         }

@@ -100,7 +100,7 @@ impl RateHeaders {
         }
         RateHeaders {
             windows,
-            limits: stated_limits(&text),
+            limits: stated_limits(h),
         }
     }
 
@@ -123,23 +123,29 @@ impl RateHeaders {
 }
 
 /// The limits an answer's headers state. A value that is not a whole number above 0
-/// (`-1` from Azure and some proxies, garbage) states nothing.
-fn stated_limits(text: &dyn Fn(&str) -> Option<String>) -> StatedLimits {
+/// (`-1` from Azure and some proxies, garbage) states nothing. Looked up by fixed
+/// names, with no allocation: this runs on every answer.
+fn stated_limits(h: &HeaderMap) -> StatedLimits {
     let limit = |name: &str| {
-        text(name)
-            .and_then(|v| v.parse::<u64>().ok())
+        h.get(name)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
             .filter(|v| *v > 0)
             .map(|v| u32::try_from(v).unwrap_or(u32::MAX))
     };
-    let a = |w: &str| limit(&format!("anthropic-ratelimit-{w}-limit"));
-    let (itpm, otpm) = (a("input-tokens"), a("output-tokens"));
+    let (itpm, otpm) = (
+        limit("anthropic-ratelimit-input-tokens-limit"),
+        limit("anthropic-ratelimit-output-tokens-limit"),
+    );
     StatedLimits {
-        rpm: a("requests").or_else(|| limit("x-ratelimit-limit-requests")),
+        rpm: limit("anthropic-ratelimit-requests-limit")
+            .or_else(|| limit("x-ratelimit-limit-requests")),
         itpm,
         otpm,
         // Anthropic's combined window paces only when it states no separate ones.
-        tpm: limit("x-ratelimit-limit-tokens")
-            .or_else(|| a("tokens").filter(|_| itpm.is_none() && otpm.is_none())),
+        tpm: limit("x-ratelimit-limit-tokens").or_else(|| {
+            limit("anthropic-ratelimit-tokens-limit").filter(|_| itpm.is_none() && otpm.is_none())
+        }),
     }
 }
 
