@@ -450,6 +450,7 @@ impl Loop<'_> {
         );
         let need = Need {
             task_id: &self.spec.id,
+            variant: &self.spec.variant,
             team,
             price,
             prompt_tokens: plan.prompt_tokens,

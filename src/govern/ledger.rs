@@ -24,6 +24,7 @@ use tokio::sync::{oneshot, Notify};
 
 use super::cap_wait::CapWait;
 use super::pools::{Pool, Pools};
+use super::slices::{SliceKey, Slices, Taken};
 use super::store::{period_key, CapKey, CapStore, EntryId, EntryMeta, PeriodTotals, StoreError};
 use crate::job::{Plan, TeamSpec};
 use crate::vocab::limits::Period;
@@ -61,6 +62,9 @@ pub struct Reservation {
     amount: Decimal,
     /// Its entries in the store, one per cap kept there.
     entries: Vec<EntryId>,
+    /// Or the slices it was taken from (a worker of a shared run), and its task.
+    sliced: Vec<Taken>,
+    task: String,
     open: bool,
 }
 
@@ -82,6 +86,36 @@ struct StoreCap {
     waits: bool,
 }
 
+impl StoreCap {
+    fn key(&self, owner: &str) -> SliceKey {
+        SliceKey {
+            team: self.team.clone(),
+            period: self.period.clone(),
+            owner: owner.to_string(),
+        }
+    }
+
+    /// What the cap has room for, from its totals and this worker's slice of it: its
+    /// settled spend not yet written is spent, and what the slice has spare is free to
+    /// this worker. A cap set in the ledger replaces the job's (in `self` too).
+    fn room(&mut self, t: &PeriodTotals, local: Option<&super::slices::Local>) -> Room {
+        if let Some(set) = t.cap_set.filter(|_| self.period_cap) {
+            self.cap = set;
+        }
+        let (unwritten, spare) =
+            local.map_or((Decimal::ZERO, Decimal::ZERO), |l| (l.unwritten, l.spare));
+        Room {
+            label: self.label.clone(),
+            reason: self.reason,
+            what: self.what.clone(),
+            cap: self.cap,
+            unspent: self.cap - t.settled - t.stale - unwritten,
+            free: self.cap - t.settled - t.reserved + spare,
+            waits: self.waits,
+        }
+    }
+}
+
 impl Reservation {
     /// The worst case reserved.
     pub fn usd(&self) -> Decimal {
@@ -94,6 +128,9 @@ impl Drop for Reservation {
         if self.open {
             self.ledger
                 .finish_memory(self.team.as_deref(), self.amount, Some(self.amount));
+            if let Some(s) = &self.ledger.slices {
+                s.finish(&self.sliced, self.amount, Some(self.amount), &self.task);
+            }
         }
     }
 }
@@ -101,6 +138,8 @@ impl Drop for Reservation {
 /// What a request needs from the ledger.
 pub struct Need<'a> {
     pub task_id: &'a str,
+    /// Its variant (a worker's slices of the caps are kept per team and variant).
+    pub variant: &'a str,
     pub team: Option<&'a TeamSpec>,
     pub price: &'a Price,
     pub prompt_tokens: u64,
@@ -128,6 +167,8 @@ pub struct Ledger {
     holder: Option<Holder>,
     /// The run's `--until`: no task waits for a period cap past it.
     until: Option<DateTime<Utc>>,
+    /// A worker of a shared run spends from slices of the caps in the store.
+    slices: Option<Arc<Slices>>,
 }
 
 /// A worker of a shared run. Its reservations stay in flight while its heartbeat
@@ -207,6 +248,7 @@ impl Ledger {
             shared: None,
             holder: None,
             until: None,
+            slices: None,
         }
     }
 
@@ -223,10 +265,15 @@ impl Ledger {
     /// `worker` holds the reservations this process makes, and must [`Ledger::renew`]
     /// them within every `lease`.
     pub fn share_run_pools(mut self, worker: &str, lease: Duration) -> Ledger {
-        self.holder = Some(Holder {
+        let holder = Holder {
             id: format!("{worker}#{:016x}", rand::random::<u64>()),
             lease,
-        });
+        };
+        self.slices = self
+            .store
+            .clone()
+            .map(|store| Arc::new(Slices::new(store, &self.run_id, &holder.id, lease)));
+        self.holder = Some(holder);
         let mut shared = SharedPools::default();
         {
             let p = self.pools.get_mut().unwrap_or_else(PoisonError::into_inner);
@@ -246,7 +293,7 @@ impl Ledger {
         let mut caps = Vec::new();
         if let Some(t) = team {
             if let Some(c) = &t.cap {
-                let key = period_key(c.period, Utc::now());
+                let key = period_key(c.period, super::clock::period_now());
                 caps.push(StoreCap {
                     team: t.name.clone(),
                     label: format!("team:{}:{key}", t.name),
@@ -312,10 +359,25 @@ impl Ledger {
             || team.is_some_and(|t| t.max_cost_usd.is_some() || t.cap.is_some())
     }
 
-    /// The rooms of the caps kept in the store, read from it.
+    /// The rooms of `caps` from this worker's slices of them, without asking the store:
+    /// None unless it holds a slice of each.
+    fn sliced_rooms(&self, caps: &mut [StoreCap], owner: &str) -> Option<Vec<Room>> {
+        let slices = self.slices.as_ref()?;
+        let mut rooms = Vec::with_capacity(caps.len());
+        for c in caps.iter_mut() {
+            let local = slices.local(&c.key(owner))?;
+            rooms.push(c.room(&local.totals, Some(&local)));
+        }
+        Some(rooms)
+    }
+
     /// The rooms of `caps`, from the store; a period cap set in the ledger
     /// (`agentbatch ledger set-cap`) replaces the job's, in `caps` too.
-    async fn store_rooms(&self, caps: &mut [StoreCap]) -> Result<Vec<Room>, StoreError> {
+    async fn store_rooms(
+        &self,
+        caps: &mut [StoreCap],
+        owner: &str,
+    ) -> Result<Vec<Room>, StoreError> {
         let mut rooms = Vec::with_capacity(caps.len());
         for c in caps.iter_mut() {
             let Some(store) = self.store.clone() else {
@@ -332,18 +394,8 @@ impl Ledger {
                         path: None,
                         detail: format!("ledger worker failed: {e}"),
                     })??;
-            if let Some(set) = t.cap_set.filter(|_| c.period_cap) {
-                c.cap = set;
-            }
-            rooms.push(Room {
-                label: c.label.clone(),
-                reason: c.reason,
-                what: c.what.clone(),
-                cap: c.cap,
-                unspent: c.cap - t.settled - t.stale,
-                free: c.cap - t.settled - t.reserved,
-                waits: c.waits,
-            });
+            let local = self.slices.as_ref().and_then(|s| s.local(&c.key(owner)));
+            rooms.push(c.room(&t, local.as_ref()));
         }
         Ok(rooms)
     }
@@ -458,12 +510,34 @@ impl Ledger {
         let mut poll = POLL_FIRST;
         let mut cap_wait = CapWait::default();
         let mut caps = self.store_caps(need.team);
+        // A worker's slices size most requests without asking the store; anything but
+        // a request that fits is decided again on the store's own figures.
+        let mut fresh = false;
+        let owner =
+            super::store::slice_task(need.team.map_or("", |t| t.name.as_str()), need.variant);
         loop {
             let notified = self.changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let stored = self.store_rooms(&mut caps).await.map_err(ledger_failed)?;
-            match self.decide(need, &stored) {
+            let cached = if fresh {
+                None
+            } else {
+                self.sliced_rooms(&mut caps, &owner)
+            };
+            let from_slices = cached.is_some();
+            let stored = match cached {
+                Some(rooms) => rooms,
+                None => self
+                    .store_rooms(&mut caps, &owner)
+                    .await
+                    .map_err(ledger_failed)?,
+            };
+            let step = self.decide(need, &stored);
+            if from_slices && !matches!(step, Step::Take { .. }) {
+                fresh = true;
+                continue;
+            }
+            match step {
                 Step::Stop(stop, ev) => {
                     log.emit(*ev);
                     return Err(stop);
@@ -486,7 +560,26 @@ impl Ledger {
                         armed: true,
                     };
                     let mut entries = Vec::new();
-                    if !caps.is_empty() {
+                    let mut sliced = Vec::new();
+                    if let (Some(slices), false) = (&self.slices, caps.is_empty()) {
+                        let keys: Vec<(SliceKey, Decimal)> =
+                            caps.iter().map(|c| (c.key(&owner), c.cap)).collect();
+                        match slices.take(&keys, amount).await {
+                            Ok(Some(t)) => sliced = t,
+                            Ok(None) => {
+                                // The caps have no room for it beyond what others hold.
+                                drop(hold);
+                                fresh = true;
+                                tokio::time::sleep(poll).await;
+                                poll = (poll * 2).min(POLL_MAX);
+                                continue;
+                            }
+                            Err(e) => {
+                                drop(hold);
+                                return Err(ledger_failed(e));
+                            }
+                        }
+                    } else if !caps.is_empty() {
                         match self.take_stored(need, &caps, amount).await {
                             Ok(Some(ids)) => entries = ids,
                             Ok(None) => {
@@ -509,6 +602,8 @@ impl Ledger {
                         team,
                         amount,
                         entries,
+                        sliced,
+                        task: need.task_id.to_string(),
                         open: true,
                     };
                     if waited {
@@ -589,10 +684,20 @@ impl Ledger {
     /// (`smallest`, at worst case) from the unspent money of its pools; if not, the stop
     /// it is reported with. A period cap with `on_cap: wait` lets it start: its first
     /// request waits for the cap instead.
-    pub async fn can_start(&self, team: Option<&TeamSpec>, smallest: Decimal) -> Option<Stop> {
-        let stored = match self.store_rooms(&mut self.store_caps(team)).await {
-            Ok(r) => r,
-            Err(e) => return Some(ledger_failed(e)),
+    pub async fn can_start(
+        &self,
+        team: Option<&TeamSpec>,
+        variant: &str,
+        smallest: Decimal,
+    ) -> Option<Stop> {
+        let mut caps = self.store_caps(team);
+        let owner = super::store::slice_task(team.map_or("", |t| t.name.as_str()), variant);
+        let stored = match self.sliced_rooms(&mut caps, &owner) {
+            Some(r) => r,
+            None => match self.store_rooms(&mut caps, &owner).await {
+                Ok(r) => r,
+                Err(e) => return Some(ledger_failed(e)),
+            },
         };
         let p = self.lock();
         let mut rooms = Self::memory_rooms(&p, team.map(|t| t.name.as_str()));
@@ -609,6 +714,15 @@ impl Ledger {
                 ),
             )
         })
+    }
+
+    /// Writes what this worker's slices of the caps settled and gives back the rest
+    /// (the run is over here: nothing is in flight).
+    pub async fn close(&self) -> Result<(), StoreError> {
+        match &self.slices {
+            Some(s) => s.tick(true).await,
+            None => Ok(()),
+        }
     }
 
     /// Keeps this worker's reservations in the store in flight for another lease (its
@@ -657,6 +771,9 @@ impl Ledger {
     ) -> Result<(), StoreError> {
         res.open = false;
         self.finish_memory(res.team.as_deref(), res.amount, actual);
+        if let Some(s) = &self.slices {
+            s.finish(&res.sliced, res.amount, actual, &res.task);
+        }
         let entries = std::mem::take(&mut res.entries);
         let (false, Some(store)) = (entries.is_empty(), self.store.clone()) else {
             return Ok(());

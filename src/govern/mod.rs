@@ -4,6 +4,7 @@
 mod adaptive;
 pub(crate) mod budget;
 mod cap_wait;
+pub mod clock;
 pub(crate) mod ledger;
 mod limiters;
 pub mod pg;
@@ -13,6 +14,7 @@ pub mod pg_tls;
 mod pools;
 pub(crate) mod rate;
 mod rate_shared;
+mod slices;
 pub mod store;
 
 use std::path::Path;

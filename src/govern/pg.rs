@@ -19,7 +19,7 @@ use super::pg_tls::{self, Tls};
 
 /// The schema version this program writes. Each step of [`MIGRATIONS`] brings a
 /// database from the version before it to its own.
-pub const SCHEMA_VERSION: i32 = 5;
+pub const SCHEMA_VERSION: i32 = 6;
 
 /// Version `i + 1` is reached by running `MIGRATIONS[i]`.
 const MIGRATIONS: &[&str] = &[
@@ -162,6 +162,10 @@ CREATE TABLE ledger_caps (
     usd NUMERIC NOT NULL,
     set_at TIMESTAMPTZ NOT NULL
 );
+",
+    // A worker's slice of a cap: the part it may not have spent (see CapStore::slices).
+    "
+ALTER TABLE ledger_entries ADD COLUMN idle NUMERIC NOT NULL DEFAULT 0;
 ",
 ];
 

@@ -9,7 +9,8 @@ use rust_decimal::Decimal;
 
 use super::pg::{Conn, Pg, PgError};
 use super::store::{
-    CapKey, CapStore, EntryId, EntryMeta, PeriodRow, PeriodTotals, StoreError, TaskCharge,
+    slice_grant, CapKey, CapStore, EntryId, EntryMeta, PeriodRow, PeriodTotals, SliceChange,
+    SliceGrant, StoreError, TaskCharge,
 };
 
 /// The ledger in a PostgreSQL database.
@@ -57,17 +58,19 @@ async fn totals_in(
     let reserved: Option<Decimal> = row.get(1);
     let cap_set: Option<Decimal> = row.get(2);
     let (settled, reserved) = (settled.unwrap_or_default(), reserved.unwrap_or_default());
-    let stale: Option<Decimal> = tx
+    // A stale slice's idle part has come back: it is neither spent nor reserved.
+    let row = tx
         .query_one(
-            "SELECT SUM(amount) FROM ledger_entries
+            "SELECT SUM(amount - idle), SUM(idle) FROM ledger_entries
              WHERE team = $1 AND period = $2 AND state = 'reserved' AND expires_at <= $3",
             &[&team, &period, &now],
         )
-        .await?
-        .get(0);
+        .await?;
+    let stale: Option<Decimal> = row.get(0);
+    let returned: Option<Decimal> = row.get(1);
     Ok(PeriodTotals {
         settled: settled.normalize(),
-        reserved: reserved.normalize(),
+        reserved: (reserved - returned.unwrap_or_default()).normalize(),
         stale: stale.unwrap_or_default().normalize(),
         cap_set: cap_set.map(|c| c.normalize()),
     })
@@ -248,8 +251,10 @@ impl CapStore for PgStore {
             let r: Result<_, tokio_postgres::Error> = rt.block_on(async {
                 client
                     .execute(
+                        // A slice whose lease ran out has given its idle part back:
+                        // only a change with room in the cap takes it again.
                         "UPDATE ledger_entries SET expires_at = $2
-                         WHERE holder = $1 AND state = 'reserved'",
+                         WHERE holder = $1 AND state = 'reserved' AND (idle = 0 OR expires_at > now())",
                         &[&holder, &until],
                     )
                     .await
@@ -267,7 +272,7 @@ impl CapStore for PgStore {
                     .query(
                         "SELECT task_id, team, period,
                                 COALESCE(SUM(amount) FILTER (WHERE state = 'settled'), 0),
-                                COALESCE(SUM(amount) FILTER (WHERE state = 'reserved'), 0)
+                                COALESCE(SUM(amount - idle) FILTER (WHERE state = 'reserved'), 0)
                          FROM ledger_entries WHERE run_id = $1
                          GROUP BY 1, 2, 3 ORDER BY 1, 2, 3",
                         &[&run_id],
@@ -303,6 +308,144 @@ impl CapStore for PgStore {
                     .map(|_| ())
             });
             r.map_err(|e| link.pg(&e))
+        })
+    }
+
+    fn slices(
+        &self,
+        changes: &[SliceChange],
+        meta: &EntryMeta,
+    ) -> Result<Option<Vec<SliceGrant>>, StoreError> {
+        let changes = changes.to_vec();
+        let meta = meta.clone();
+        let url = self.pg.url().to_string();
+        let out = self.call(move |Conn { rt, link }| {
+            let client = link.client(rt)?;
+            let r: Result<Result<Option<Vec<SliceGrant>>, String>, tokio_postgres::Error> =
+                rt.block_on(async {
+                    let tx = client.transaction().await?;
+                    // The same lock order as reservations take.
+                    let mut order: Vec<&SliceChange> = changes.iter().collect();
+                    order.sort_by(|a, b| (&a.team, &a.period).cmp(&(&b.team, &b.period)));
+                    for ch in order {
+                        tx.execute(
+                            "INSERT INTO ledger_totals (team, period, cap) VALUES ($1, $2, $3)
+                             ON CONFLICT (team, period) DO NOTHING",
+                            &[&ch.team, &ch.period, &ch.cap],
+                        )
+                        .await?;
+                        tx.execute(
+                            "SELECT 1 FROM ledger_totals WHERE team = $1 AND period = $2 FOR UPDATE",
+                            &[&ch.team, &ch.period],
+                        )
+                        .await?;
+                    }
+                    let now = Utc::now();
+                    let mut plans = Vec::with_capacity(changes.len());
+                    for ch in &changes {
+                        let old = match ch.id {
+                            Some(id) => {
+                                let Some(row) = tx
+                                    .query_opt(
+                                        "SELECT amount, idle, expires_at > $2 FROM ledger_entries
+                                         WHERE id = $1 AND state = 'reserved' FOR UPDATE",
+                                        &[&id, &now],
+                                    )
+                                    .await?
+                                else {
+                                    tx.rollback().await?;
+                                    return Ok(Err(format!(
+                                        "slice {id} of {} {} is not in the ledger",
+                                        ch.team, ch.period
+                                    )));
+                                };
+                                (row.get::<_, Decimal>(0), row.get::<_, Decimal>(1), row.get::<_, bool>(2))
+                            }
+                            None => (Decimal::ZERO, Decimal::ZERO, true),
+                        };
+                        let t = totals_in(&tx, &ch.team, &ch.period, now).await?;
+                        match slice_grant(ch, old, ch.cap - t.settled - t.reserved) {
+                            Ok(Some(g)) => plans.push((old.0, g)),
+                            Ok(None) => {
+                                tx.rollback().await?;
+                                return Ok(Ok(None));
+                            }
+                            Err(e) => {
+                                tx.rollback().await?;
+                                return Ok(Err(e));
+                            }
+                        }
+                    }
+                    let mut grants = Vec::with_capacity(changes.len());
+                    for (ch, (old_amount, (size, armed))) in changes.iter().zip(plans) {
+                        let moved: Decimal = ch.settled.iter().map(|(_, a)| *a).sum();
+                        for (task, a) in &ch.settled {
+                            tx.execute(
+                                "INSERT INTO ledger_entries
+                                   (team, period, amount, state, run_id, task_id, created_at, expires_at, settled_at)
+                                 VALUES ($1, $2, $3, 'settled', $4, $5, $6, $6, $6)",
+                                &[&ch.team, &ch.period, a, &meta.run_id, task, &now],
+                            )
+                            .await?;
+                        }
+                        let idle = size - armed;
+                        let id = match (ch.id, size.is_zero()) {
+                            (Some(id), true) => {
+                                tx.execute("DELETE FROM ledger_entries WHERE id = $1", &[&id])
+                                    .await?;
+                                None
+                            }
+                            (Some(id), false) => {
+                                tx.execute(
+                                    "UPDATE ledger_entries SET amount = $2, idle = $3, expires_at = $4 WHERE id = $1",
+                                    &[&id, &size, &idle, &meta.expires_at],
+                                )
+                                .await?;
+                                Some(id)
+                            }
+                            (None, true) => None,
+                            (None, false) => Some(
+                                tx.query_one(
+                                    "INSERT INTO ledger_entries
+                                       (team, period, amount, state, run_id, task_id, created_at, expires_at, holder, idle)
+                                     VALUES ($1, $2, $3, 'reserved', $4, $5, $6, $7, $8, $9) RETURNING id",
+                                    &[
+                                        &ch.team,
+                                        &ch.period,
+                                        &size,
+                                        &meta.run_id,
+                                        &ch.owner,
+                                        &now,
+                                        &meta.expires_at,
+                                        &meta.holder,
+                                        &idle,
+                                    ],
+                                )
+                                .await?
+                                .get::<_, i64>(0),
+                            ),
+                        };
+                        tx.execute(
+                            "UPDATE ledger_totals SET settled = settled + $3, reserved = reserved + $4, cap = $5
+                             WHERE team = $1 AND period = $2",
+                            &[&ch.team, &ch.period, &moved, &(size - old_amount), &ch.cap],
+                        )
+                        .await?;
+                        grants.push(SliceGrant {
+                            id,
+                            size,
+                            armed,
+                            totals: totals_in(&tx, &ch.team, &ch.period, now).await?,
+                        });
+                    }
+                    tx.commit().await?;
+                    Ok(Ok(Some(grants)))
+                });
+            r.map_err(|e| link.pg(&e))
+        })?;
+        out.map_err(|detail| StoreError {
+            path: Some(url.into()),
+            detail,
         })
     }
 

@@ -83,6 +83,94 @@ pub struct CapKey<'a> {
     pub cap: Decimal,
 }
 
+/// A change to one process's slice of one cap, for [`CapStore::slices`]. A slice is a
+/// reservation its holder spends from locally, request by request, telling the store
+/// only now and then: what it spent (per task) and how much of the slice it may spend
+/// before it tells the store again (`armed`). Should the holder die, the armed part
+/// stays spent (it may have been billed) and the rest comes back when the lease ends.
+#[derive(Debug, Clone)]
+pub struct SliceChange {
+    pub team: String,
+    pub period: String,
+    pub cap: Decimal,
+    /// The task id of its entry ([`slice_task`]).
+    pub owner: String,
+    /// Its entry; none for a new slice.
+    pub id: Option<EntryId>,
+    /// Spend that moves out of the slice into settled entries, per task (from its armed part).
+    pub settled: Vec<(String, Decimal)>,
+    /// The size wanted after the change, and the least that will do: the store grants
+    /// as much between them as the cap has room for. A size of 0 ends the slice.
+    pub size: Decimal,
+    pub min_size: Decimal,
+    /// How much of the slice may be spent before the next change (at most its size).
+    pub armed: Decimal,
+}
+
+/// What a slice is after a change, and its cap's totals then.
+#[derive(Debug, Clone)]
+pub struct SliceGrant {
+    /// None once the slice has ended.
+    pub id: Option<EntryId>,
+    pub size: Decimal,
+    pub armed: Decimal,
+    pub totals: PeriodTotals,
+}
+
+/// What the task id of a slice's entry starts with (its settled spend goes to entries
+/// of their tasks).
+pub const SLICE_TASK: &str = "(slice)";
+
+/// The task id of the entry of a slice spent by tasks of `team` (empty: none) and
+/// `variant`: what `collect` charges a dead worker's slice to.
+pub fn slice_task(team: &str, variant: &str) -> String {
+    format!("{SLICE_TASK}\u{1f}{team}\u{1f}{variant}")
+}
+
+/// The team and variant of a slice's task id; None for a task's own.
+pub fn slice_of(task_id: &str) -> Option<(&str, &str)> {
+    let rest = task_id.strip_prefix(SLICE_TASK)?.strip_prefix('\u{1f}')?;
+    rest.split_once('\u{1f}')
+}
+
+/// How one slice changes, decided from its entry as stored. `old` is its amount,
+/// idle part and whether its lease still runs; `room` is what its cap has free
+/// (cap - settled - reserved, this slice's live part included in reserved).
+/// Returns the size and armed part granted, or None when the cap cannot give it
+/// `min_size`. A slice whose lease ran out has given its idle part back: keeping
+/// more than its armed part again needs room like a new reservation.
+pub(crate) fn slice_grant(
+    change: &SliceChange,
+    old: (Decimal, Decimal, bool),
+    room: Decimal,
+) -> Result<Option<(Decimal, Decimal)>, String> {
+    let (amount, idle, live) = old;
+    let settled: Decimal = change.settled.iter().map(|(_, a)| *a).sum();
+    if settled > amount - idle || settled < Decimal::ZERO {
+        return Err(format!(
+            "slice {:?} of {} {}: ${settled} settled out of an armed ${}",
+            change.id,
+            change.team,
+            change.period,
+            amount - idle
+        ));
+    }
+    let kept = if live { amount } else { amount - idle } - settled;
+    let granted = if change.size <= kept {
+        change.size
+    } else {
+        let g = change.size.min(kept + room.max(Decimal::ZERO));
+        if g < change.min_size {
+            return Ok(None);
+        }
+        g
+    };
+    Ok(Some((
+        granted,
+        change.armed.min(granted).max(Decimal::ZERO),
+    )))
+}
+
 /// Storage of period caps. A request's reservation goes into every cap over it in one
 /// transaction, and is settled or dropped in all of them in one: a process killed at
 /// any moment leaves the caps agreeing on what each request holds (two transactions
@@ -143,6 +231,14 @@ pub trait CapStore: Send + Sync {
     /// Sets team `team`'s period cap to `usd` for every run on this ledger, from now
     /// on (in place of what their job files say).
     fn set_cap(&self, team: &str, usd: Decimal, now: DateTime<Utc>) -> Result<(), StoreError>;
+    /// Changes slices (see [`SliceChange`]) of `meta.holder`, all or none, in one
+    /// transaction, and renews their leases to `meta.expires_at`. None when a cap has
+    /// no room for a slice's `min_size` (nothing changed).
+    fn slices(
+        &self,
+        changes: &[SliceChange],
+        meta: &EntryMeta,
+    ) -> Result<Option<Vec<SliceGrant>>, StoreError>;
 }
 
 /// The period a moment falls in, as stored: `day:2026-11-29`, `week:2026-W48`,
@@ -181,7 +277,8 @@ CREATE TABLE IF NOT EXISTS entries (
     created_at TEXT NOT NULL,
     expires_at TEXT NOT NULL,
     settled_at TEXT,
-    holder TEXT
+    holder TEXT,
+    idle TEXT NOT NULL DEFAULT '0'
 );
 CREATE INDEX IF NOT EXISTS entries_by_state ON entries (team, period, state);
 CREATE TABLE IF NOT EXISTS totals (
@@ -250,6 +347,15 @@ impl SqliteStore {
             if !has_holder {
                 conn.execute_batch("ALTER TABLE entries ADD COLUMN holder TEXT")?;
             }
+            // ... and before slices had an idle part.
+            let has_idle = conn
+                .prepare("SELECT 1 FROM pragma_table_info('entries') WHERE name = 'idle'")?
+                .exists([])?;
+            if !has_idle {
+                conn.execute_batch(
+                    "ALTER TABLE entries ADD COLUMN idle TEXT NOT NULL DEFAULT '0'",
+                )?;
+            }
             conn.execute_batch("COMMIT")
         });
         made.inspect_err(|_| {
@@ -300,11 +406,17 @@ fn totals_in(
         None => (Decimal::ZERO, Decimal::ZERO),
     };
     let mut stmt = tx.prepare(
-        "SELECT amount FROM entries WHERE team = ?1 AND period = ?2 AND state = 'reserved' AND expires_at <= ?3",
+        "SELECT amount, idle FROM entries WHERE team = ?1 AND period = ?2 AND state = 'reserved' AND expires_at <= ?3",
     )?;
-    let mut stale = Decimal::ZERO;
-    for a in stmt.query_map(params![team, period, now], |r| r.get::<_, String>(0))? {
-        stale += dec(a?)?;
+    // A stale slice's idle part has come back: it is neither spent nor reserved.
+    let (mut stale, mut returned) = (Decimal::ZERO, Decimal::ZERO);
+    for row in stmt.query_map(params![team, period, now], |r| {
+        Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+    })? {
+        let (amount, idle) = row?;
+        let (amount, idle) = (dec(amount)?, dec(idle)?);
+        stale += amount - idle;
+        returned += idle;
     }
     let cap_set: Option<String> = tx
         .query_row("SELECT usd FROM caps WHERE team = ?1", params![team], |r| {
@@ -313,10 +425,26 @@ fn totals_in(
         .optional()?;
     Ok(PeriodTotals {
         settled,
-        reserved,
-        stale,
+        reserved: (reserved - returned).normalize(),
+        stale: stale.normalize(),
         cap_set: cap_set.map(dec).transpose()?,
     })
+}
+
+/// The running sums of a team's period, as stored (expired slices' idle parts in
+/// `reserved` too).
+fn stored_sums(tx: &Connection, team: &str, period: &str) -> rusqlite::Result<(Decimal, Decimal)> {
+    let row: Option<(String, String)> = tx
+        .query_row(
+            "SELECT settled, reserved FROM totals WHERE team = ?1 AND period = ?2",
+            params![team, period],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?;
+    match row {
+        Some((s, r)) => Ok((dec(s)?, dec(r)?)),
+        None => Ok((Decimal::ZERO, Decimal::ZERO)),
+    }
 }
 
 impl CapStore for SqliteStore {
@@ -338,16 +466,15 @@ impl CapStore for SqliteStore {
         self.with(|c| {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let now = Utc::now();
-            let mut totals = Vec::with_capacity(caps.len());
             for k in caps {
                 let t = totals_in(&tx, k.team, k.period, &ts(now))?;
                 if t.settled + t.reserved + amount > k.cap {
                     return Ok(None);
                 }
-                totals.push(t);
             }
             let mut ids = Vec::with_capacity(caps.len());
-            for (k, t) in caps.iter().zip(totals) {
+            for k in caps {
+                let (settled, reserved) = stored_sums(&tx, k.team, k.period)?;
                 tx.execute(
                     "INSERT INTO entries (team, period, amount, state, run_id, task_id, created_at, expires_at, holder)
                      VALUES (?1, ?2, ?3, 'reserved', ?4, ?5, ?6, ?7, ?8)",
@@ -357,7 +484,7 @@ impl CapStore for SqliteStore {
                 tx.execute(
                     "INSERT INTO totals (team, period, settled, reserved, cap) VALUES (?1, ?2, ?3, ?4, ?5)
                      ON CONFLICT (team, period) DO UPDATE SET reserved = ?4, cap = ?5",
-                    params![k.team, k.period, t.settled.to_string(), (t.reserved + amount).normalize().to_string(), k.cap.to_string()],
+                    params![k.team, k.period, settled.to_string(), (reserved + amount).normalize().to_string(), k.cap.to_string()],
                 )?;
             }
             tx.commit()?;
@@ -387,14 +514,14 @@ impl CapStore for SqliteStore {
                     )?,
                     None => tx.execute("DELETE FROM entries WHERE id = ?1", params![id])?,
                 };
-                let t = totals_in(&tx, &team, &period, "")?;
+                let (settled, reserved) = stored_sums(&tx, &team, &period)?;
                 tx.execute(
                     "UPDATE totals SET settled = ?3, reserved = ?4 WHERE team = ?1 AND period = ?2",
                     params![
                         team,
                         period,
-                        (t.settled + actual.unwrap_or_default()).normalize().to_string(),
-                        (t.reserved - amount).normalize().to_string()
+                        (settled + actual.unwrap_or_default()).normalize().to_string(),
+                        (reserved - amount).normalize().to_string()
                     ],
                 )?;
             }
@@ -426,9 +553,12 @@ impl CapStore for SqliteStore {
 
     fn renew(&self, holder: &str, until: DateTime<Utc>) -> Result<u64, StoreError> {
         self.with(|c| {
+            // A slice whose lease ran out has given its idle part back: only a change
+            // with room in the cap takes it again, never a renewal.
             let n = c.execute(
-                "UPDATE entries SET expires_at = ?2 WHERE holder = ?1 AND state = 'reserved'",
-                params![holder, ts(until)],
+                "UPDATE entries SET expires_at = ?2 WHERE holder = ?1 AND state = 'reserved'
+                 AND (idle = '0' OR expires_at > ?3)",
+                params![holder, ts(until), ts(Utc::now())],
             )?;
             Ok(n as u64)
         })
@@ -437,7 +567,7 @@ impl CapStore for SqliteStore {
     fn run_charges(&self, run_id: &str) -> Result<Vec<TaskCharge>, StoreError> {
         self.with(|c| {
             let mut stmt = c.prepare(
-                "SELECT task_id, team, period, state, amount FROM entries WHERE run_id = ?1
+                "SELECT task_id, team, period, state, amount, idle FROM entries WHERE run_id = ?1
                  ORDER BY task_id, team, period",
             )?;
             let rows = stmt.query_map(params![run_id], |r| {
@@ -447,12 +577,14 @@ impl CapStore for SqliteStore {
                     r.get::<_, String>(2)?,
                     r.get::<_, String>(3)?,
                     r.get::<_, String>(4)?,
+                    r.get::<_, String>(5)?,
                 ))
             })?;
             let mut out: Vec<TaskCharge> = Vec::new();
             for row in rows {
-                let (task_id, team, period, state, amount) = row?;
-                let amount = dec(amount)?;
+                let (task_id, team, period, state, amount, idle) = row?;
+                // A slice's idle part was never spendable without telling the ledger.
+                let amount = dec(amount)? - dec(idle)?;
                 let same = out.last().is_some_and(|l| {
                     (l.task_id.as_str(), l.team.as_str(), l.period.as_str())
                         == (task_id.as_str(), team.as_str(), period.as_str())
@@ -490,6 +622,107 @@ impl CapStore for SqliteStore {
             )
             .map(|_| ())
         })
+    }
+
+    fn slices(
+        &self,
+        changes: &[SliceChange],
+        meta: &EntryMeta,
+    ) -> Result<Option<Vec<SliceGrant>>, StoreError> {
+        let mut bug = None;
+        let out = self.with(|c| {
+            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let now = Utc::now();
+            let mut plans = Vec::with_capacity(changes.len());
+            for ch in changes {
+                let old = match ch.id {
+                    Some(id) => {
+                        let row: Option<(String, String, String)> = tx
+                            .query_row(
+                                "SELECT amount, idle, expires_at FROM entries WHERE id = ?1 AND state = 'reserved'",
+                                params![id],
+                                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                            )
+                            .optional()?;
+                        let Some((amount, idle, expires)) = row else {
+                            bug = Some(format!("slice {id} of {} {} is not in the ledger", ch.team, ch.period));
+                            return Ok(None);
+                        };
+                        (dec(amount)?, dec(idle)?, expires > ts(now))
+                    }
+                    None => (Decimal::ZERO, Decimal::ZERO, true),
+                };
+                let t = totals_in(&tx, &ch.team, &ch.period, &ts(now))?;
+                match slice_grant(ch, old, ch.cap - t.settled - t.reserved) {
+                    Ok(Some(g)) => plans.push((old.0, g)),
+                    Ok(None) => return Ok(None),
+                    Err(e) => {
+                        bug = Some(e);
+                        return Ok(None);
+                    }
+                }
+            }
+            let mut grants = Vec::with_capacity(changes.len());
+            for (ch, (old_amount, (size, armed))) in changes.iter().zip(plans) {
+                let moved: Decimal = ch.settled.iter().map(|(_, a)| *a).sum();
+                for (task, a) in &ch.settled {
+                    tx.execute(
+                        "INSERT INTO entries (team, period, amount, state, run_id, task_id, created_at, expires_at, settled_at)
+                         VALUES (?1, ?2, ?3, 'settled', ?4, ?5, ?6, ?6, ?6)",
+                        params![ch.team, ch.period, a.normalize().to_string(), meta.run_id, task, ts(now)],
+                    )?;
+                }
+                let id = match (ch.id, size.is_zero()) {
+                    (Some(id), true) => {
+                        tx.execute("DELETE FROM entries WHERE id = ?1", params![id])?;
+                        None
+                    }
+                    (Some(id), false) => {
+                        tx.execute(
+                            "UPDATE entries SET amount = ?2, idle = ?3, expires_at = ?4 WHERE id = ?1",
+                            params![id, size.normalize().to_string(), (size - armed).normalize().to_string(), ts(meta.expires_at)],
+                        )?;
+                        Some(id)
+                    }
+                    (None, true) => None,
+                    (None, false) => {
+                        tx.execute(
+                            "INSERT INTO entries (team, period, amount, state, run_id, task_id, created_at, expires_at, holder, idle)
+                             VALUES (?1, ?2, ?3, 'reserved', ?4, ?5, ?6, ?7, ?8, ?9)",
+                            params![ch.team, ch.period, size.normalize().to_string(), meta.run_id, ch.owner, ts(now), ts(meta.expires_at), meta.holder, (size - armed).normalize().to_string()],
+                        )?;
+                        Some(tx.last_insert_rowid())
+                    }
+                };
+                let (settled, reserved) = stored_sums(&tx, &ch.team, &ch.period)?;
+                tx.execute(
+                    "INSERT INTO totals (team, period, settled, reserved, cap) VALUES (?1, ?2, ?3, ?4, ?5)
+                     ON CONFLICT (team, period) DO UPDATE SET settled = ?3, reserved = ?4, cap = ?5",
+                    params![
+                        ch.team,
+                        ch.period,
+                        (settled + moved).normalize().to_string(),
+                        (reserved + size - old_amount).normalize().to_string(),
+                        ch.cap.to_string()
+                    ],
+                )?;
+                grants.push(SliceGrant {
+                    id,
+                    size,
+                    armed,
+                    totals: totals_in(&tx, &ch.team, &ch.period, &ts(now))?,
+                });
+            }
+            tx.commit()?;
+            Ok(Some(grants))
+        })?;
+        match bug {
+            Some(detail) => Err(StoreError {
+                path: Some(self.path.clone()),
+                detail,
+            }),
+            None => Ok(out),
+        }
     }
 
     fn report(&self, team: Option<&str>, now: DateTime<Utc>) -> Result<Vec<PeriodRow>, StoreError> {

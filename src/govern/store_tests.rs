@@ -237,3 +237,135 @@ fn a_reservation_goes_into_every_cap_or_none_and_settles_in_all_at_once() {
         .iter()
         .all(|c| c.settled == d("0.1") && c.open == d("0")));
 }
+
+fn slice(
+    id: Option<EntryId>,
+    size: &str,
+    min: &str,
+    armed: &str,
+    settled: &[(&str, &str)],
+) -> SliceChange {
+    SliceChange {
+        team: "t".into(),
+        period: "day:x".into(),
+        cap: d("1"),
+        owner: slice_task("", "v"),
+        id,
+        settled: settled.iter().map(|(t, a)| (t.to_string(), d(a))).collect(),
+        size: d(size),
+        min_size: d(min),
+        armed: d(armed),
+    }
+}
+
+fn holder_meta(holder: &str, expires_in_ms: i64) -> EntryMeta {
+    EntryMeta {
+        run_id: "r".into(),
+        task_id: SLICE_TASK.into(),
+        expires_at: Utc::now() + chrono::Duration::milliseconds(expires_in_ms),
+        holder: Some(holder.into()),
+    }
+}
+
+#[test]
+fn slices_grow_within_the_cap_and_write_settlements_per_task() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = SqliteStore::open(&dir.path().join("l.sqlite")).unwrap();
+    let m = holder_meta("w1", 60_000);
+    let a = s
+        .slices(&[slice(None, "0.6", "0.1", "0.2", &[])], &m)
+        .unwrap()
+        .unwrap();
+    let a_id = a[0].id;
+    assert_eq!((a[0].size, a[0].armed), (d("0.6"), d("0.2")));
+    assert_eq!(a[0].totals.reserved, d("0.6"));
+    // Another worker wants 0.6 and must do with the 0.4 left, since it needs only 0.3.
+    let b = s
+        .slices(
+            &[slice(None, "0.6", "0.3", "0.3", &[])],
+            &holder_meta("w2", 60_000),
+        )
+        .unwrap()
+        .unwrap();
+    assert_eq!((b[0].size, b[0].armed), (d("0.4"), d("0.3")));
+    // Nothing left: a third cannot have its least.
+    assert!(s
+        .slices(
+            &[slice(None, "0.2", "0.01", "0.01", &[])],
+            &holder_meta("w3", 60_000)
+        )
+        .unwrap()
+        .is_none());
+    assert!(s
+        .try_reserve("t", "day:x", d("1"), d("0.01"), &meta(60))
+        .unwrap()
+        .is_none());
+    // The first settles 0.15 for two tasks out of its armed part and shrinks to 0.1.
+    let a = s
+        .slices(
+            &[slice(
+                a_id,
+                "0.1",
+                "0.1",
+                "0.05",
+                &[("x", "0.1"), ("y", "0.05")],
+            )],
+            &m,
+        )
+        .unwrap()
+        .unwrap();
+    assert_eq!(a[0].totals.settled, d("0.15"));
+    assert_eq!(a[0].totals.reserved, d("0.5"));
+    // Settling more than the armed part is refused as a defect.
+    assert!(s
+        .slices(&[slice(a_id, "0.1", "0.1", "0.05", &[("x", "0.06")])], &m)
+        .is_err());
+    let charges = s.run_charges("r").unwrap();
+    let x = charges.iter().find(|c| c.task_id == "x").unwrap();
+    assert_eq!(x.settled, d("0.1"));
+    // Ending the slice gives its rest back.
+    let a = s
+        .slices(&[slice(a_id, "0", "0", "0", &[])], &m)
+        .unwrap()
+        .unwrap();
+    assert_eq!(a[0].id, None);
+    assert_eq!(a[0].totals.reserved, d("0.4"));
+    assert_eq!(a[0].totals.settled, d("0.15"));
+}
+
+#[test]
+fn a_dead_workers_slice_keeps_its_armed_part_spent_and_gives_the_rest_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = SqliteStore::open(&dir.path().join("l.sqlite")).unwrap();
+    let m = holder_meta("dead", 300);
+    s.slices(&[slice(None, "0.8", "0.8", "0.3", &[])], &m)
+        .unwrap()
+        .unwrap();
+    let t = s.totals("t", "day:x", Utc::now()).unwrap();
+    assert_eq!((t.reserved, t.stale), (d("0.8"), d("0")));
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    let t = s.totals("t", "day:x", Utc::now()).unwrap();
+    // The armed 0.3 may have been billed: spent. The idle 0.5 came back.
+    assert_eq!((t.reserved, t.stale), (d("0.3"), d("0.3")));
+    // A renewal by a holder that was only slow does not take the idle part again.
+    s.renew("dead", Utc::now() + chrono::Duration::seconds(60))
+        .unwrap();
+    let t = s.totals("t", "day:x", Utc::now()).unwrap();
+    assert_eq!((t.reserved, t.stale), (d("0.3"), d("0.3")));
+    // So another worker can reserve up to 0.7 and not a cent more.
+    assert!(s
+        .try_reserve("t", "day:x", d("1"), d("0.71"), &meta(60))
+        .unwrap()
+        .is_none());
+    let r = s
+        .try_reserve("t", "day:x", d("1"), d("0.7"), &meta(60))
+        .unwrap()
+        .unwrap();
+    s.settle(r, d("0.7")).unwrap();
+    // What the dead worker held is what collect counts against the run.
+    let open: Decimal = s.run_charges("r").unwrap().iter().map(|c| c.open).sum();
+    assert_eq!(open, d("0.3"));
+    // The slow holder's next change to its expired slice needs room like a new one.
+    let id = s.report(None, Utc::now()).unwrap();
+    assert_eq!(id[0].totals.settled, d("0.7"));
+}

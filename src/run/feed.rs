@@ -131,7 +131,10 @@ pub(super) async fn cannot_start(env: &AgentEnv, spec: &TaskSpec) -> Option<Task
         .governs(spec.team.as_deref())
         .then(|| smallest_first_request(spec, &env.registry))
         .flatten()?;
-    let stop = env.ledger.can_start(spec.team.as_deref(), smallest).await?;
+    let stop = env
+        .ledger
+        .can_start(spec.team.as_deref(), &spec.variant, smallest)
+        .await?;
     Some(skipped(spec, stop.reason, stop.detail))
 }
 

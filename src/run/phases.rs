@@ -153,6 +153,9 @@ impl Run {
         let env = self.agent_env(&ledger, sim.as_ref())?;
         let pristines = env.pristines.clone();
         self.feed(&reporter, env).await;
+        if let Err(e) = ledger.close().await {
+            eprintln!("agentbatch: cannot give this worker's unused cap slices back to the ledger: {e} (they come back when their lease runs out; what they may have spent stays counted)");
+        }
         // The pristine checkouts go, unless a kept layer is over one.
         tokio::task::spawn_blocking(move || pristines.finish())
             .await

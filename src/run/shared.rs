@@ -321,7 +321,44 @@ fn killed_with_workers(
                 .or_default() += lost;
         }
     }
+    // What dead workers' slices of the caps kept: their requests in flight and their
+    // spend not yet written, charged to no task but to its slice's team and variant.
+    for ((team, variant), kept) in slices_kept(&charges) {
+        killed.killed_spent_usd += kept;
+        killed.in_flight_usd += kept;
+        *killed
+            .killed_spent_by_variant
+            .entry(variant.to_string())
+            .or_default() += kept;
+        if !team.is_empty() {
+            *killed
+                .killed_spent_by_team
+                .entry(team.to_string())
+                .or_default() += kept;
+        }
+    }
     Ok((killed.killed_spent_usd > Decimal::ZERO).then_some(killed))
+}
+
+/// Per team and variant, what the slices dead workers left hold as possibly spent.
+/// A slice of each cap over the same tasks holds their spend: the largest is taken,
+/// as for a task's entries.
+fn slices_kept(charges: &[TaskCharge]) -> HashMap<(&str, &str), Decimal> {
+    let mut families: HashMap<((&str, &str), &str, bool), Decimal> = HashMap::new();
+    for c in charges {
+        if let Some(group) = crate::govern::store::slice_of(&c.task_id) {
+            *families
+                .entry((group, c.team.as_str(), c.period.starts_with("run:")))
+                .or_default() += c.open;
+        }
+    }
+    let mut out: HashMap<(&str, &str), Decimal> = HashMap::new();
+    for ((group, _, _), kept) in families {
+        let best = out.entry(group).or_default();
+        *best = (*best).max(kept);
+    }
+    out.retain(|_, k| *k > Decimal::ZERO);
+    out
 }
 
 /// Per task, what the ledger charged it (settled and open) and the open part. Each

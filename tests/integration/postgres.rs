@@ -185,7 +185,91 @@ fn exercise(s: &dyn CapStore) -> Vec<String> {
             s.totals(team, "run:r5", Utc::now()).unwrap()
         ));
     }
-    for run in ["r1", "r2", "r4", "r5", "none"] {
+    // Slices: granted as the cap has room, settlements written per task, an
+    // expired slice's idle part back and its armed part spent, never renewed.
+    let change =
+        |id, size: &str, min: &str, armed: &str, settled: &[(&str, &str)]| store::SliceChange {
+            team: "green".into(),
+            period: "day:s".into(),
+            cap: d("1"),
+            owner: store::slice_task("green", ""),
+            id,
+            settled: settled.iter().map(|(t, a)| (t.to_string(), d(a))).collect(),
+            size: d(size),
+            min_size: d(min),
+            armed: d(armed),
+        };
+    let lease = |holder: &str, ms| EntryMeta {
+        holder: Some(holder.into()),
+        expires_at: Utc::now() + chrono::Duration::milliseconds(ms),
+        ..meta("r6", store::SLICE_TASK, 0)
+    };
+    let shown = |g: &Option<Vec<store::SliceGrant>>| {
+        g.as_ref().map(|g| {
+            g.iter()
+                .map(|g| format!("{} {} {} {:?}", g.id.is_some(), g.size, g.armed, g.totals))
+                .collect::<Vec<_>>()
+        })
+    };
+    let a = s
+        .slices(
+            &[change(None, "0.6", "0.1", "0.2", &[])],
+            &lease("s#1", 60_000),
+        )
+        .unwrap();
+    note(format!("slice a {:?}", shown(&a)));
+    let a_id = a.and_then(|g| g[0].id);
+    let b = s
+        .slices(
+            &[change(None, "0.6", "0.3", "0.3", &[])],
+            &lease("s#2", 300),
+        )
+        .unwrap();
+    note(format!("slice b {:?}", shown(&b)));
+    let c = s
+        .slices(
+            &[change(None, "0.2", "0.01", "0.01", &[])],
+            &lease("s#3", 60_000),
+        )
+        .unwrap();
+    note(format!("slice c {:?}", shown(&c)));
+    let a2 = s
+        .slices(
+            &[change(
+                a_id,
+                "0.1",
+                "0.1",
+                "0.05",
+                &[("x", "0.1"), ("y", "0.05")],
+            )],
+            &lease("s#1", 60_000),
+        )
+        .unwrap();
+    note(format!("slice a settled {:?}", shown(&a2)));
+    note(format!(
+        "over armed refused {}",
+        s.slices(
+            &[change(a_id, "0.1", "0.1", "0.05", &[("x", "0.06")])],
+            &lease("s#1", 60_000)
+        )
+        .is_err()
+    ));
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    note(format!(
+        "b expired: {:?}",
+        s.totals("green", "day:s", Utc::now()).unwrap()
+    ));
+    s.renew("s#2", Utc::now() + chrono::Duration::seconds(60))
+        .unwrap();
+    note(format!(
+        "b renewed: {:?}",
+        s.totals("green", "day:s", Utc::now()).unwrap()
+    ));
+    let a3 = s
+        .slices(&[change(a_id, "0", "0", "0", &[])], &lease("s#1", 60_000))
+        .unwrap();
+    note(format!("slice a ended {:?}", shown(&a3)));
+    for run in ["r1", "r2", "r4", "r5", "r6", "none"] {
         note(format!("{run}: {:?}", s.run_charges(run).unwrap()));
     }
     for r in s.report(None, later).unwrap() {
@@ -213,6 +297,14 @@ fn postgres_answers_every_ledger_operation_as_the_sqlite_file_does() {
         "renewed: stale 0",
         "another holder renewed 0",
         "renewed into the past: stale 0.3",
+    ] {
+        assert!(want.iter().any(|w| w == line), "{line} in {want:#?}");
+    }
+    for line in [
+        "over armed refused true",
+        "b expired: PeriodTotals { settled: 0.15, reserved: 0.4, stale: 0.3, cap_set: None }",
+        "b renewed: PeriodTotals { settled: 0.15, reserved: 0.4, stale: 0.3, cap_set: None }",
+        "slice c None",
     ] {
         assert!(want.iter().any(|w| w == line), "{line} in {want:#?}");
     }

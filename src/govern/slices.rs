@@ -1,0 +1,409 @@
+//! A worker's slices of the caps a shared run keeps in the store (a team's period cap,
+//! the run's and its teams' `max_cost_usd`). Reserving each request in the database
+//! took three transactions on one row per request, which capped a shared run at a
+//! third of its uncapped rate. A worker instead holds a slice of each cap: a
+//! reservation in the store that it spends from in memory, request by request.
+//!
+//! The store knows how much of a slice is *armed*: what the worker may have spent or
+//! sent without telling it. A request is taken locally only while the slice's settled
+//! spend not yet written, its requests in flight and this one fit in the armed part;
+//! beyond it, the worker changes the slice first (one transaction, shared by every
+//! request waiting for it, which also writes what was settled, per task). So when a
+//! worker dies, its armed part stays spent (it may have been billed) and the rest of
+//! its slice comes back when its lease runs out: the cap never overshoots, and what a
+//! dead worker keeps is what it had in flight and about one tick of its spend.
+//!
+//! Every tick (200 ms) each slice writes what was settled, lowers its armed part to
+//! what is in flight plus the last tick's spend, and a slice nothing was taken from
+//! since the last tick shrinks to what is in flight: money a worker does not use goes
+//! back to the others within a tick or two.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
+
+use rust_decimal::Decimal;
+
+use super::store::{CapStore, EntryMeta, PeriodTotals, SliceChange, SliceGrant, StoreError};
+
+/// How often slices write their settlements and give back what they do not use.
+const TICK: Duration = Duration::from_millis(200);
+
+/// A cap a slice is of: the store's team key and period, and the cap.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) struct SliceKey {
+    pub(super) team: String,
+    pub(super) period: String,
+    /// Whose slice: a team's and a variant's tasks ([`super::store::slice_task`]), so
+    /// that what a dead worker's slice kept is charged to them.
+    pub(super) owner: String,
+}
+
+/// Which slice a request was taken from (a slice replaced after a failed change is
+/// another generation: what it held is left to its lease).
+#[derive(Debug, Clone)]
+pub(super) struct Taken {
+    key: SliceKey,
+    generation: u64,
+}
+
+/// What the ledger needs from a slice to size a request: the cap's totals when the
+/// slice last changed, what this worker has settled and not written yet, and what its
+/// slice has that no request of this worker holds.
+#[derive(Debug, Clone)]
+pub(super) struct Local {
+    pub(super) totals: PeriodTotals,
+    pub(super) unwritten: Decimal,
+    pub(super) spare: Decimal,
+}
+
+#[derive(Debug, Default)]
+struct Slice {
+    generation: u64,
+    id: Option<i64>,
+    cap: Decimal,
+    size: Decimal,
+    /// What may be spent before the next change; while one is being written, the
+    /// lower of the old and the new.
+    armed: Decimal,
+    /// Worst cases of requests in flight, plus `pending` and `writing`.
+    used: Decimal,
+    /// Settled and not yet written, per task.
+    pending: HashMap<String, Decimal>,
+    /// What the change being written moves out of the slice.
+    writing: Decimal,
+    /// Taken since the last tick, and the last request's worst case.
+    taken: Decimal,
+    last: Decimal,
+    totals: PeriodTotals,
+}
+
+impl Slice {
+    fn fits(&self, amount: Decimal) -> bool {
+        self.used + amount <= self.armed
+    }
+
+    /// Room for one more request, or for one tick at the rate of the last (what a
+    /// worker that dies now may have sent beyond what is in flight).
+    fn margin(&self, amount: Decimal) -> Decimal {
+        amount.max(self.last).max(self.taken)
+    }
+}
+
+/// A change being written: what to restore or apply when the store answers.
+struct Writing {
+    key: SliceKey,
+    generation: u64,
+    moved: Vec<(String, Decimal)>,
+    armed_before: Decimal,
+}
+
+/// This worker's slices.
+pub(super) struct Slices {
+    store: Arc<dyn CapStore>,
+    run_id: String,
+    holder: String,
+    lease: Duration,
+    state: Arc<Mutex<HashMap<SliceKey, Slice>>>,
+    /// One change at a time per worker: requests that need one wait for it together.
+    changing: tokio::sync::Mutex<()>,
+    generations: std::sync::atomic::AtomicU64,
+    ticking: std::sync::Once,
+}
+
+fn failed(e: impl std::fmt::Display) -> StoreError {
+    StoreError {
+        path: None,
+        detail: format!("ledger worker failed: {e}"),
+    }
+}
+
+impl Slices {
+    pub(super) fn new(
+        store: Arc<dyn CapStore>,
+        run_id: &str,
+        holder: &str,
+        lease: Duration,
+    ) -> Slices {
+        Slices {
+            store,
+            run_id: run_id.to_string(),
+            holder: holder.to_string(),
+            lease,
+            state: Arc::new(Mutex::new(HashMap::new())),
+            changing: tokio::sync::Mutex::new(()),
+            generations: std::sync::atomic::AtomicU64::new(1),
+            ticking: std::sync::Once::new(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SliceKey, Slice>> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The slice of `key`, when this worker holds one.
+    pub(super) fn local(&self, key: &SliceKey) -> Option<Local> {
+        let state = self.lock();
+        let s = state.get(key)?;
+        let unwritten = s.pending.values().copied().sum::<Decimal>() + s.writing;
+        Some(Local {
+            totals: s.totals.clone(),
+            unwritten,
+            spare: (s.size - s.used).max(Decimal::ZERO),
+        })
+    }
+
+    /// Takes `amount` from the slice of every cap in `keys` (each with its cap), changing
+    /// slices in the store when they cannot hold it. False when a cap has no room for
+    /// it (nothing taken).
+    pub(super) async fn take(
+        self: &Arc<Self>,
+        keys: &[(SliceKey, Decimal)],
+        amount: Decimal,
+    ) -> Result<Option<Vec<Taken>>, StoreError> {
+        self.start_ticking();
+        loop {
+            if let Some(t) = self.take_local(keys, amount) {
+                return Ok(Some(t));
+            }
+            let _one = self.changing.lock().await;
+            if let Some(t) = self.take_local(keys, amount) {
+                return Ok(Some(t));
+            }
+            let (changes, writing) = {
+                let mut state = self.lock();
+                let mut changes = Vec::new();
+                let mut writing = Vec::new();
+                for (key, cap) in keys {
+                    let generation = self
+                        .generations
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let s = state.entry(key.clone()).or_insert_with(|| Slice {
+                        generation,
+                        ..Slice::default()
+                    });
+                    s.cap = *cap;
+                    let (change, w) = Self::plan(key, s, Some(amount));
+                    changes.push(change);
+                    writing.push(w);
+                }
+                (changes, writing)
+            };
+            if !self.write(changes, writing).await? {
+                return Ok(None);
+            }
+        }
+    }
+
+    fn take_local(&self, keys: &[(SliceKey, Decimal)], amount: Decimal) -> Option<Vec<Taken>> {
+        let mut state = self.lock();
+        let all = keys
+            .iter()
+            .all(|(k, _)| state.get(k).is_some_and(|s| s.fits(amount)));
+        if !all {
+            return None;
+        }
+        let mut taken = Vec::with_capacity(keys.len());
+        for (k, _) in keys {
+            if let Some(s) = state.get_mut(k) {
+                s.used += amount;
+                s.taken += amount;
+                s.last = amount;
+                taken.push(Taken {
+                    key: k.clone(),
+                    generation: s.generation,
+                });
+            }
+        }
+        Some(taken)
+    }
+
+    /// The change of slice `s`: for a request of `amount` (room for it, and a margin),
+    /// or a tick's (`None`: keep a margin only if it was used since the last tick).
+    /// Marks what it writes, and lowers the armed part to what both sides agree on.
+    fn plan(key: &SliceKey, s: &mut Slice, amount: Option<Decimal>) -> (SliceChange, Writing) {
+        let moved: Vec<(String, Decimal)> = s.pending.drain().collect();
+        let out: Decimal = moved.iter().map(|(_, a)| *a).sum();
+        s.writing += out;
+        let in_use = s.used - s.writing;
+        let (size, min_size, armed) = match amount {
+            Some(a) => {
+                let margin = s.margin(a);
+                let armed = in_use + a + margin;
+                ((s.size - out).max(armed + margin), in_use + a, armed)
+            }
+            None if s.taken.is_zero() => (in_use, in_use, in_use),
+            None => {
+                let armed = (in_use + s.taken).min(s.size - out);
+                (s.size - out, (s.size - out).min(in_use), armed)
+            }
+        };
+        if amount.is_none() {
+            s.taken = Decimal::ZERO;
+        }
+        let armed_before = s.armed;
+        // Until the store answers, only what both the old and the new armed part allow.
+        s.armed = s.armed.min(armed + s.writing);
+        let change = SliceChange {
+            team: key.team.clone(),
+            period: key.period.clone(),
+            cap: s.cap,
+            owner: key.owner.clone(),
+            id: s.id,
+            settled: moved.clone(),
+            size,
+            min_size,
+            armed,
+        };
+        (
+            change,
+            Writing {
+                key: key.clone(),
+                generation: s.generation,
+                moved,
+                armed_before,
+            },
+        )
+    }
+
+    /// Writes `changes`; applies the grants (even if the caller is gone), or puts
+    /// back what was not written. False when a cap had no room.
+    async fn write(
+        &self,
+        changes: Vec<SliceChange>,
+        writing: Vec<Writing>,
+    ) -> Result<bool, StoreError> {
+        if changes.is_empty() {
+            return Ok(true);
+        }
+        let store = self.store.clone();
+        let state = self.state.clone();
+        let meta = EntryMeta {
+            run_id: self.run_id.clone(),
+            task_id: super::store::SLICE_TASK.to_string(), // each change names its own
+            expires_at: chrono::Utc::now()
+                + chrono::Duration::from_std(self.lease).unwrap_or(chrono::Duration::hours(1)),
+            holder: Some(self.holder.clone()),
+        };
+        tokio::task::spawn_blocking(move || {
+            let result = store.slices(&changes, &meta);
+            let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
+            Self::apply(&mut state, &writing, &result);
+            result.map(|g| g.is_some())
+        })
+        .await
+        .map_err(failed)?
+    }
+
+    fn apply(
+        state: &mut HashMap<SliceKey, Slice>,
+        writing: &[Writing],
+        result: &Result<Option<Vec<SliceGrant>>, StoreError>,
+    ) {
+        for (i, w) in writing.iter().enumerate() {
+            let Some(s) = state
+                .get_mut(&w.key)
+                .filter(|s| s.generation == w.generation)
+            else {
+                continue;
+            };
+            let out: Decimal = w.moved.iter().map(|(_, a)| *a).sum();
+            match result {
+                Ok(Some(grants)) => {
+                    let Some(g) = grants.get(i) else { continue };
+                    s.writing -= out;
+                    s.used -= out;
+                    s.id = g.id;
+                    s.size = g.size;
+                    s.armed = g.armed;
+                    s.totals = g.totals.clone();
+                }
+                Ok(None) => {
+                    s.writing -= out;
+                    s.armed = w.armed_before;
+                    for (task, a) in &w.moved {
+                        *s.pending.entry(task.clone()).or_default() += *a;
+                    }
+                }
+                Err(_) => {
+                    // Whether the store took the change is unknown: the slice is left
+                    // to its lease (its armed part stays spent) and requests in flight
+                    // from it finish without it. The next request starts a new one.
+                    state.remove(&w.key);
+                }
+            }
+        }
+        state.retain(|_, s| s.id.is_some() || !s.used.is_zero() || !s.pending.is_empty());
+    }
+
+    /// A request taken from `taken` ended: `actual` is what it cost (None: it was
+    /// surely not billed). Memory only; the next change or tick writes it.
+    pub(super) fn finish(
+        &self,
+        taken: &[Taken],
+        amount: Decimal,
+        actual: Option<Decimal>,
+        task: &str,
+    ) {
+        let mut state = self.lock();
+        for t in taken {
+            let Some(s) = state
+                .get_mut(&t.key)
+                .filter(|s| s.generation == t.generation)
+            else {
+                continue;
+            };
+            s.used -= amount;
+            if let Some(a) = actual {
+                s.used += a;
+                *s.pending.entry(task.to_string()).or_default() += a;
+            }
+        }
+    }
+
+    fn start_ticking(self: &Arc<Self>) {
+        self.ticking.call_once(|| {
+            let me = Arc::downgrade(self);
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(TICK).await;
+                    let Some(me) = Weak::upgrade(&me) else { return };
+                    if let Err(e) = me.tick(false).await {
+                        eprintln!("agentbatch: cannot write this worker's cap slices to the ledger (they stay spent until their lease ends): {e}");
+                    }
+                }
+            });
+        });
+    }
+
+    /// Writes every slice's settlements and gives back what it does not use; `close`
+    /// ends every slice with nothing in flight (the run is over).
+    pub(super) async fn tick(&self, close: bool) -> Result<(), StoreError> {
+        let _one = self.changing.lock().await;
+        let (changes, writing) = {
+            let mut state = self.lock();
+            let mut changes = Vec::new();
+            let mut writing = Vec::new();
+            for (key, s) in state.iter_mut() {
+                if s.id.is_none() {
+                    continue;
+                }
+                if close {
+                    s.taken = Decimal::ZERO;
+                }
+                let idle = s.pending.is_empty()
+                    && s.taken.is_zero()
+                    && s.size == s.used
+                    && s.armed == s.used;
+                if idle && !(close && s.used.is_zero()) {
+                    continue;
+                }
+                let (change, w) = Self::plan(key, s, None);
+                changes.push(change);
+                writing.push(w);
+            }
+            (changes, writing)
+        };
+        self.write(changes, writing).await.map(|_| ())
+    }
+}
