@@ -16,6 +16,8 @@ use agentbatch::commands::cli::Cli;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The period clock (`AGENTBATCH_PERIOD_CLOCK`) starts now, not at its first use.
+    let _ = agentbatch::govern::clock::period_now();
     // Before any thread starts: overlay workspaces are mounted only in a mount namespace
     // of the process's own, so they vanish with it, even after kill -9. Only the
     // commands that make (or describe) workspaces take one.

@@ -1,6 +1,7 @@
 //! A request's wait for a team's period cap (`on_cap: wait`): it holds nothing, looks
 //! again within a second (a cap raised by another process, the next period), and ends
-//! at the run's `--until`.
+//! at the run's `--until`. The progress display is told when a wait starts and ends
+//! (however it ends: granted, `--until`, or the request cut off while it waits).
 
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -18,6 +19,8 @@ const LOOK: Duration = Duration::from_secs(1);
 #[derive(Default)]
 pub(super) struct CapWait {
     since: Option<Instant>,
+    /// The task's log while the progress display counts the wait: told when it ends.
+    shown: Option<TaskLog>,
 }
 
 impl CapWait {
@@ -47,6 +50,8 @@ impl CapWait {
             let at = Instant::now();
             self.since = Some(at);
             *since.lock().unwrap_or_else(PoisonError::into_inner) = Some(at);
+            log.cap_waiting(true);
+            self.shown = Some(log.clone());
             log.emit(TranscriptEvent::BudgetWait {
                 reason: format!(
                     "{}: waiting (on_cap: wait) for the next period or a raised cap, holding nothing",
@@ -60,16 +65,31 @@ impl CapWait {
     }
 
     /// The request was reserved: a wait, if there was one, ends.
-    pub(super) fn granted(&self, log: &TaskLog) {
+    pub(super) fn granted(&mut self, log: &TaskLog) {
         self.ended(log, "granted");
     }
 
-    fn ended(&self, log: &TaskLog, how: &str) {
+    fn ended(&mut self, log: &TaskLog, how: &str) {
         if let Some(at) = self.since {
             log.emit(TranscriptEvent::CapWait {
                 waited_ms: at.elapsed().as_millis() as u64,
                 ended: how.into(),
             });
         }
+        self.unshow();
+    }
+
+    /// The progress display stops counting the wait.
+    fn unshow(&mut self) {
+        if let Some(log) = self.shown.take() {
+            log.cap_waiting(false);
+        }
+    }
+}
+
+/// A wait cut off (the task's time limit, the run's cancel) leaves the count too.
+impl Drop for CapWait {
+    fn drop(&mut self) {
+        self.unshow();
     }
 }

@@ -28,6 +28,8 @@ pub(super) struct Progress {
     fail: usize,
     error: usize,
     spent: Decimal,
+    /// Tasks waiting for a team's period cap (`on_cap: wait`).
+    cap_waiting: usize,
     /// Shown instead of the counts while the run stops.
     stopping: Option<String>,
 }
@@ -58,6 +60,7 @@ impl Progress {
             fail: 0,
             error: 0,
             spent: Decimal::ZERO,
+            cap_waiting: 0,
             stopping: None,
         };
         p.redraw();
@@ -67,7 +70,7 @@ impl Progress {
     fn redraw(&self) {
         if let Some(bar) = &self.bar {
             bar.set_position(self.done as u64);
-            let counts = format!(
+            let mut counts = format!(
                 "running {} pass {} fail {} error {} ${:.4}",
                 self.started - self.done,
                 self.pass,
@@ -75,6 +78,9 @@ impl Progress {
                 self.error,
                 self.spent
             );
+            if self.cap_waiting > 0 {
+                counts.push_str(&format!("; {} waiting for team cap", self.cap_waiting));
+            }
             match &self.stopping {
                 Some(s) => bar.set_message(format!("{s}; {counts}")),
                 None => bar.set_message(counts),
@@ -120,6 +126,25 @@ impl Progress {
         self.redraw();
     }
 
+    /// `n` tasks wait for a team's period cap (`on_cap: wait`): counted on the bar; in
+    /// line mode, said once when tasks start waiting and once when none waits any more.
+    pub fn cap_waiting(&mut self, n: usize) {
+        if n == self.cap_waiting {
+            return;
+        }
+        if self.lines {
+            if self.cap_waiting == 0 {
+                eprintln!(
+                    "agentbatch: tasks are waiting for a team's period cap (on_cap: wait) until the next period or a raised cap"
+                );
+            } else if n == 0 {
+                eprintln!("agentbatch: no task waits for a team's period cap now");
+            }
+        }
+        self.cap_waiting = n;
+        self.redraw();
+    }
+
     /// The run is stopping: shown on the bar (or printed once in line mode).
     pub fn stopping(&mut self, what: String) {
         if self.bar.is_none() {
@@ -133,5 +158,35 @@ impl Progress {
         if let Some(bar) = &self.bar {
             bar.finish_and_clear();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bar() -> Progress {
+        let mut p = Progress::new(ProgressMode::Quiet, 3, 0);
+        p.bar = Some(ProgressBar::hidden());
+        p
+    }
+
+    #[test]
+    fn the_bar_counts_tasks_waiting_for_a_team_cap() {
+        let mut p = bar();
+        p.started();
+        p.started();
+        let msg = |p: &Progress| p.bar.as_ref().map(|b| b.message()).unwrap_or_default();
+        assert!(!msg(&p).contains("waiting"), "{}", msg(&p));
+        p.cap_waiting(2);
+        assert!(
+            msg(&p).ends_with("running 2 pass 0 fail 0 error 0 $0.0000; 2 waiting for team cap"),
+            "{}",
+            msg(&p)
+        );
+        p.stopping("interrupted".into());
+        assert!(msg(&p).contains("2 waiting for team cap"), "{}", msg(&p));
+        p.cap_waiting(0);
+        assert!(!msg(&p).contains("waiting"), "{}", msg(&p));
     }
 }

@@ -102,6 +102,7 @@ impl Reporter {
             csv_path,
             open: HashMap::new(),
             started: HashSet::new(),
+            cap_waiting: HashSet::new(),
             dirty: HashSet::new(),
             patched: HashSet::new(),
             progress: Progress::new(cfg.progress, cfg.total_tasks, cfg.already_done),
@@ -309,6 +310,8 @@ struct State {
     csv_path: PathBuf,
     open: HashMap<Arc<str>, Open>,
     started: HashSet<Arc<str>>,
+    /// Tasks waiting for a team's period cap (`on_cap: wait`), for the progress display.
+    cap_waiting: HashSet<Arc<str>>,
     /// Transcripts written to since the last flush.
     dirty: HashSet<Arc<str>>,
     /// Tasks whose patch has been written.
@@ -633,6 +636,14 @@ impl State {
                 }
             }
             Event::Stopping(what) => self.progress.stopping(what),
+            Event::CapWaiting { task, waiting } => {
+                if waiting {
+                    self.cap_waiting.insert(task);
+                } else {
+                    self.cap_waiting.remove(&task);
+                }
+                self.progress.cap_waiting(self.cap_waiting.len());
+            }
             Event::Patch { task, diff } => {
                 let path = self.dir.join(patch_rel(&task));
                 if let Some(dir) = path.parent() {
@@ -679,6 +690,9 @@ impl State {
                     });
                 }
                 let was_started = self.started.remove(&key);
+                if self.cap_waiting.remove(&key) {
+                    self.progress.cap_waiting(self.cap_waiting.len());
+                }
                 self.progress.finished(&r, was_started);
                 self.results.push(*r);
             }

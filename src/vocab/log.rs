@@ -117,6 +117,13 @@ pub enum Event {
     TaskFinished(Box<TaskResult>),
     /// The run is stopping (shown on the progress display).
     Stopping(String),
+    /// The task started (`true`) or stopped (`false`) waiting for a team's period cap
+    /// (`on_cap: wait`): counted on the progress display. Sent only when a wait starts
+    /// and ends, so a run where nobody waits never sends one.
+    CapWaiting {
+        task: Arc<str>,
+        waiting: bool,
+    },
     /// The task's patch (written to patches/<task>.diff).
     Patch {
         task: Arc<str>,
@@ -242,6 +249,15 @@ impl TaskLog {
     pub fn started(&self) {
         let _ = self.tx.send(Event::TaskStarted {
             task: self.task.clone(),
+        });
+    }
+
+    /// Tells the reporter the task started (`true`) or stopped (`false`) waiting for a
+    /// team's period cap, for the progress display.
+    pub fn cap_waiting(&self, waiting: bool) {
+        let _ = self.tx.send(Event::CapWaiting {
+            task: self.task.clone(),
+            waiting,
         });
     }
 

@@ -52,9 +52,13 @@ fn cost(row: &HashMap<String, String>) -> Decimal {
 
 /// Prices what the simulator itself reported as usage for one answered request.
 fn billed(ran: &Ran, model: &str) -> Decimal {
+    billed_by(&ran.sim, model)
+}
+
+/// What `sim` billed: every answer it gave, priced at `model`'s built-in rates.
+fn billed_by(sim: &Sim, model: &str) -> Decimal {
     let price = price::lookup(&Default::default(), model).unwrap();
-    ran.sim
-        .requests()
+    sim.requests()
         .iter()
         .filter_map(|r| r.response.as_ref())
         .map(|m| {
@@ -1000,4 +1004,264 @@ fn tasks_wait_for_a_capped_period_and_a_raised_cap_lifts_them() {
         assert!(r["stop_detail"].contains("--until"), "{r:?}");
         assert!(num(r, "cap_wait_ms") >= 1000, "{r:?}");
     }
+}
+
+/// Three turns (two get_time calls, then done), 400 output tokens each. The calls ask
+/// for a timezone that does not exist, so their results, and with them every request
+/// body, are the same each time (a resume's replay can take the killed attempt's answers).
+fn three_turns() -> Arc<agentbatch::sim::script::Script> {
+    let call = "  - content: [ { tool_use: { name: get_time, input: { timezone: Mars/Olympus } } } ]\n    usage: { output_tokens: 400 }\n";
+    let script = format!("turns:\n{call}{call}  - content: [ {{ text: done }} ]\n    usage: {{ output_tokens: 400 }}\n");
+    Arc::new(serde_yaml::from_str(&script).unwrap())
+}
+
+/// A job of `n` three-turn tasks on the test's simulator, team `t` with a day cap of
+/// `cap` that waits. The provider's configured rate keeps the adaptive rate (for a
+/// server that states no limits) from pacing the first requests to a few a second.
+fn waiting_job(sim: &Sim, n: usize, cap: &str) -> String {
+    format!(
+        "name: waits\nconcurrency: {n}\nledger: ledger.sqlite\nproviders:\n  sim: {{ base_url: \"{}\", rpm: 60000 }}\nteams:\n  t: {{ cap: {{ usd: {cap}, period: day, on_cap: wait }} }}\ndefaults:\n  team: t\n  model: claude-sonnet-4-5\n  max_tokens: 1024\n  tools: [get_time]\n  limits: {{ min_max_tokens: 1024, max_repeats: off, time_limit: 2m }}\ntasks:\n{}",
+        sim.base_url(),
+        tasks(n)
+    )
+}
+
+/// `agentbatch ledger --json` of the case's ledger.sqlite.
+fn ledger_rows(case: &Case) -> Vec<Value> {
+    let out = case.agentbatch(&["ledger", "--json", "--ledger", "ledger.sqlite"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    v.as_array().cloned().unwrap_or_default()
+}
+
+fn total(row: &Value, field: &str) -> Decimal {
+    d(row["totals"][field].as_str().unwrap_or("0"))
+}
+
+/// The waits a run's rows show: each waited task's transcript has its `cap_wait` events
+/// and the last one was granted. Returns how many rows waited.
+fn check_granted_waits(dir: &std::path::Path, rows: &[HashMap<String, String>]) -> usize {
+    let waited: Vec<&HashMap<String, String>> =
+        rows.iter().filter(|r| num(r, "cap_wait_ms") > 0).collect();
+    for r in &waited {
+        let text = std::fs::read_to_string(dir.join(&r["transcript"])).unwrap();
+        let waits: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .filter(|e| e["event"] == "cap_wait")
+            .collect();
+        assert!(!waits.is_empty(), "{text}");
+        assert!(waits.iter().all(|e| e["ended"] == "granted"), "{waits:?}");
+        let waited_ms: u64 = waits.iter().map(|e| e["waited_ms"].as_u64().unwrap()).sum();
+        assert!(
+            waited_ms.abs_diff(num(r, "cap_wait_ms")) < 500,
+            "cap_wait_ms {} against the transcript's {waited_ms}",
+            r["cap_wait_ms"]
+        );
+    }
+    waited.len()
+}
+
+/// A day cap with `on_cap: wait` across a UTC midnight, played with the period clock
+/// (`AGENTBATCH_PERIOD_CLOCK`) four seconds before one: the first tasks use the day's
+/// cap up, the rest wait holding nothing, and at the rollover they carry on in the next
+/// day with the same conversation. Each day's spend stays under the cap, the ledger's
+/// spend is exactly what the simulator billed (nothing paid twice), every task completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_day_cap_that_waits_carries_tasks_over_midnight_within_each_days_cap() {
+    let case = Case::new();
+    let sim = Sim::start_local().await.unwrap();
+    let n = 5;
+    for i in 0..n {
+        sim.register(&format!("t{i:03}"), three_turns());
+    }
+    // About $0.02 a task, $0.10 in all: a day's $0.08 pays for most of it, the rest
+    // waits for the next day (whose cap pays for all that is left).
+    case.write("job.yaml", &waiting_job(&sim, n, "0.08"));
+    let child = bin()
+        .args(["run", "job.yaml", "--run-id", "r"])
+        .env(
+            agentbatch::govern::clock::PERIOD_CLOCK_VAR,
+            "2031-03-04T23:59:56Z",
+        )
+        .current_dir(case.dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("waiting for a team's period cap"),
+        "the progress lines say that tasks wait: {stderr}"
+    );
+    let dir = case.path("reports/r");
+    let rows = read_csv(&dir.join("results.csv"));
+    assert_eq!(rows.len(), n);
+    for r in &rows {
+        assert_eq!(r["stop_reason"], "completed", "{r:?}");
+        assert_eq!(num(r, "turns"), 3, "{r:?}");
+        // The same conversation: three requests in all, none sent again.
+        let sent = sim
+            .requests()
+            .iter()
+            .filter(|q| q.key == r["task_id"])
+            .count();
+        assert_eq!(sent, 3, "{r:?}");
+    }
+    assert!(
+        check_granted_waits(&dir, &rows) > 0,
+        "some tasks waited for the next day: {rows:?}"
+    );
+    let ledger = ledger_rows(&case);
+    let periods: Vec<&str> = ledger
+        .iter()
+        .map(|r| r["period"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        periods,
+        ["day:2031-03-04", "day:2031-03-05"],
+        "the period clock decides the day: {ledger:?}"
+    );
+    for r in &ledger {
+        assert!(total(r, "settled") <= d("0.08"), "{r}");
+        assert!(total(r, "settled") > Decimal::ZERO, "{r}");
+        assert_eq!(total(r, "reserved"), Decimal::ZERO, "{r}");
+    }
+    assert!(
+        total(&ledger[0], "settled") > d("0.05"),
+        "the first day's cap was used up before the tasks waited: {ledger:?}"
+    );
+    let settled: Decimal = ledger.iter().map(|r| total(r, "settled")).sum();
+    assert_eq!(
+        settled,
+        billed_by(&sim, "claude-sonnet-4-5"),
+        "the ledger holds exactly what the provider billed"
+    );
+    let rows_cost: Decimal = rows.iter().map(cost).sum();
+    assert_eq!(rows_cost, settled);
+}
+
+/// kill -9 while tasks wait for a used-up day cap (`on_cap: wait`), the cap raised with
+/// `ledger set-cap`, then a resume: every task completes with one row, the answers the
+/// killed attempt bought are replayed rather than bought again, and the ledger holds
+/// exactly what the simulator billed, within the cap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_killed_while_tasks_wait_for_the_cap_resumes_and_completes() {
+    let case = Case::new();
+    let sim = Sim::start_local().await.unwrap();
+    let n = 4;
+    for i in 0..n {
+        sim.register(&format!("t{i:03}"), three_turns());
+    }
+    // $0.03 pays for a task and a half: no task can wait for long before all do.
+    case.write("job.yaml", &waiting_job(&sim, n, "0.03"));
+    let mut child = case.start_run(&[]);
+    let dir = case.path("reports/r");
+    // A task waits while its transcript has more waits started than ended; one that
+    // finished has its `stop` line. Once every task is one or the other, nothing is in
+    // flight, and nothing changes until the cap does.
+    let settled_state = || {
+        (0..n).all(|i| {
+            let t = std::fs::read_to_string(dir.join(format!("transcripts/t{i:03}.jsonl")))
+                .unwrap_or_default();
+            let started = t.matches("on_cap: wait").count();
+            let ended = t.matches("\"event\":\"cap_wait\"").count();
+            started > ended || t.contains("\"event\":\"stop\"")
+        })
+    };
+    let start = Instant::now();
+    loop {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the tasks never all waited"
+        );
+        if settled_state() {
+            // Twice, a transcript flush apart, to be sure.
+            tokio::time::sleep(Duration::from_millis(600)).await;
+            if settled_state() {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let before = ledger_rows(&case);
+    assert_eq!(before.len(), 1, "{before:?}");
+    assert!(total(&before[0], "settled") <= d("0.03"), "{before:?}");
+    assert_eq!(
+        total(&before[0], "reserved"),
+        Decimal::ZERO,
+        "waiting tasks hold nothing: {before:?}"
+    );
+    let finished_before = read_csv(&dir.join("results.csv")).len();
+    assert!(finished_before < n, "some tasks were waiting at the kill");
+    let bought_before = sim.received();
+
+    let out = case.agentbatch(&[
+        "ledger",
+        "set-cap",
+        "t",
+        "1.00",
+        "--ledger",
+        "ledger.sqlite",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = tokio::task::spawn_blocking({
+        let dir = case.dir.path().to_path_buf();
+        move || {
+            bin()
+                .args(["run", "job.yaml", "--resume", "reports/r", "--quiet"])
+                .current_dir(dir)
+                .output()
+                .unwrap()
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows = read_csv(&dir.join("results.csv"));
+    let mut ids: Vec<&str> = rows.iter().map(|r| r["task_id"].as_str()).collect();
+    ids.sort();
+    let want: Vec<String> = (0..n).map(|i| format!("t{i:03}")).collect();
+    assert_eq!(ids, want, "one row per task");
+    for r in &rows {
+        assert_eq!(r["stop_reason"], "completed", "{r:?}");
+        assert_eq!(num(r, "turns"), 3, "{r:?}");
+    }
+    // Each of the 3 answers of each task was bought once: the killed attempts' answers
+    // were replayed.
+    assert_eq!(
+        sim.received(),
+        3 * n as u64,
+        "{bought_before} bought before the kill"
+    );
+    let after = ledger_rows(&case);
+    assert_eq!(after.len(), 1, "{after:?}");
+    let settled = total(&after[0], "settled");
+    assert!(settled <= d("1.00"), "{after:?}");
+    assert_eq!(total(&after[0], "reserved"), Decimal::ZERO, "{after:?}");
+    assert_eq!(
+        settled,
+        billed_by(&sim, "claude-sonnet-4-5"),
+        "the ledger holds exactly what the provider billed"
+    );
 }

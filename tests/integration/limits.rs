@@ -372,3 +372,100 @@ async fn runs_sharing_a_simulator_each_get_their_own_conversation_state() {
         .iter()
         .all(|r| r.run == "first" || r.run == "second"));
 }
+
+/// Built-in long-context tiers, with no `pricing:` in the job: a request whose prompt
+/// crosses the model's threshold is reserved at the tier's worst case and settled at
+/// its rates, one below it at the base rates, over real HTTP for GPT-5.4 (above 272k
+/// prompt tokens, Responses API) and Claude Haiku 5.5 (above 100k, Messages API). The
+/// expected figures are worked out here from the published rates in prices.yaml:
+/// GPT-5.4 $2.50 in / $15 out, above 272k $5 / $22.50 (cached input and cache writes
+/// at most the input rate); Haiku 5.5 $0.10 in / $0.50 out (cache writes $0.125), above
+/// 100k $0.50 / $2.50 (cache writes $0.625).
+#[tokio::test]
+async fn a_prompt_past_a_built_in_threshold_is_reserved_and_settled_at_the_long_context_rates() {
+    let case = Case::new();
+    // Prompts of about 290,000 and 120,000 bytes: their token bounds (bytes) are past
+    // the thresholds, and the simulator reports counts past them too (within the bounds).
+    let long = |bytes: usize| "lorem ".repeat(bytes / 6);
+    let task = |id: &str, provider: &str, model: &str, prompt: &str, input: u64| {
+        format!(
+            "  - id: {id}\n    provider: {provider}\n    model: {model}\n    prompt: \"{prompt}\"\n    sim:\n      turns:\n        - content: [ {{ text: done }} ]\n          usage: {{ input_tokens: {input}, output_tokens: 100 }}\n"
+        )
+    };
+    let yaml = format!(
+        "name: tiers\nconcurrency: 4\nproviders:\n  oai: {{ protocol: openai-responses, simulator: true }}\nteams:\n  lc: {{ max_cost_usd: 10 }}\ndefaults:\n  team: lc\n  max_tokens: 1000\n  cache: {{ mode: off }}\n  stream: never\ntasks:\n{}{}{}{}",
+        task("gpt_long", "oai", "gpt-5.4", &long(290_000), 280_000),
+        task("gpt_short", "oai", "gpt-5.4", "go", 50),
+        task("haiku_long", "sim", "claude-haiku-5-5", &long(120_000), 110_000),
+        task("haiku_short", "sim", "claude-haiku-5-5", "go", 50),
+    );
+    assert!(!yaml.contains("pricing"));
+    let ran = case.run(&yaml).await;
+    let usd = |v: &Value| Decimal::from_str(v.as_str().unwrap()).unwrap();
+    let per_million = |tokens: u64, rate: &str| {
+        Decimal::from(tokens) * Decimal::from_str(rate).unwrap() / Decimal::from(1_000_000)
+    };
+    // (task, threshold, whether its prompt is past it, [worst input and output rates,
+    // billed input and output rates])
+    let cases = [
+        (
+            "gpt_long",
+            272_000,
+            true,
+            ["5.00", "22.50", "5.00", "22.50"],
+        ),
+        (
+            "gpt_short",
+            272_000,
+            false,
+            ["2.50", "15.00", "2.50", "15.00"],
+        ),
+        (
+            "haiku_long",
+            100_000,
+            true,
+            ["0.625", "2.50", "0.50", "2.50"],
+        ),
+        (
+            "haiku_short",
+            100_000,
+            false,
+            ["0.125", "0.50", "0.10", "0.50"],
+        ),
+    ];
+    for (id, threshold, past, [worst_in, worst_out, rate_in, rate_out]) in cases {
+        let row = ran.row(id);
+        assert_eq!(row["stop_reason"], "completed", "{row:?}");
+        let reserve = ran.events(id, "reserve").pop().expect("a reserve");
+        let bound = reserve["prompt_tokens_upper_bound"].as_u64().unwrap();
+        let max_tokens = reserve["max_tokens"].as_u64().unwrap();
+        assert_eq!(bound > threshold, past, "{id}: {reserve}");
+        assert_eq!(
+            usd(&reserve["reserved_usd"]),
+            per_million(bound, worst_in) + per_million(max_tokens, worst_out),
+            "{id}: the worst case at the tier's rates: {reserve}"
+        );
+        // What the simulator reported, as it reported it.
+        let sent = ran.requests(id);
+        assert_eq!(sent.len(), 1, "{id}");
+        let usage = &sent[0].response.as_ref().expect("an answer")["usage"];
+        let input = usage["input_tokens"].as_u64().unwrap();
+        let output = usage["output_tokens"].as_u64().unwrap();
+        assert_eq!((input > threshold, output), (past, 100), "{id}: {usage}");
+        let want = per_million(input, rate_in) + per_million(output, rate_out);
+        assert_eq!(
+            row["cost_usd"].parse::<Decimal>().unwrap(),
+            want,
+            "{id}: {row:?}"
+        );
+        let settle = ran.events(id, "settle").pop().expect("a settle");
+        assert_eq!(usd(&settle["cost_usd"]), want, "{id}: {settle}");
+        assert!(
+            ran.events(id, "reservation_exceeded").is_empty()
+                && ran.events(id, "usage_clamped").is_empty(),
+            "{id}: the figures were within the bounds"
+        );
+    }
+    // By hand: 280,000 x $5 + 100 x $22.50 per million, not $0.7015 at the base rates.
+    assert_eq!(ran.row("gpt_long")["cost_usd"], "1.40225");
+}
