@@ -30,7 +30,7 @@ mod load;
 mod workspaces;
 pub use batch::{batch_mode, BatchReport};
 pub use cache::{cache_savings, CacheReport};
-pub use coordination::{coordination, CoordinationReport};
+pub use coordination::{capped_against_uncapped, coordination, CoordinationReport};
 pub use environments::{
     environments, EnvironmentReport, DEFAULT_IMAGE, IN_FLIGHT as ENV_IN_FLIGHT, TASKS as ENV_TASKS,
 };

@@ -87,8 +87,12 @@ async fn run(args: &BenchArgs) -> anyhow::Result<()> {
         let url = args.queue.as_deref().context(
             "bench coordination needs a PostgreSQL database: --queue postgres://USER@HOST/DB (or AGENTBATCH_QUEUE_URL)",
         )?;
-        for r in bench::coordination(out, url).await? {
+        let reports = bench::coordination(out, url).await?;
+        for r in &reports {
             println!("{r}");
+        }
+        if let Some(line) = bench::capped_against_uncapped(&reports) {
+            println!("{line}");
         }
     }
     if matches!(which, Which::Workspaces) {

@@ -667,3 +667,146 @@ fn a_dead_workers_reservations_hold_nobody_up_and_collect_counts_them() {
         "the dead worker's requests in flight: {run_json}"
     );
 }
+
+/// What every transcript under `dir` (any depth) says was settled: what the
+/// simulators answered and billed, as far as the processes lived to write it down.
+fn settled_in_transcripts(dir: &std::path::Path) -> Decimal {
+    let mut sum = Decimal::ZERO;
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return sum;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            sum += settled_in_transcripts(&p);
+        } else if p.extension().is_some_and(|x| x == "jsonl") {
+            for line in std::fs::read_to_string(&p).unwrap_or_default().lines() {
+                let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+                    continue;
+                };
+                if v["event"] == "settle" {
+                    if let Some(c) = v["cost_usd"].as_str() {
+                        sum += d(c);
+                    }
+                }
+            }
+        }
+    }
+    sum
+}
+
+/// Issue 32's cap slices: three workers of a shared run and a runner of another run
+/// on one team day cap in PostgreSQL, one worker killed with -9 midway. The workers
+/// spend from slices of the cap; the runner reserves each request. The cap holds,
+/// nearly all of it is spent, and every task of the shared run is in its results once.
+#[test]
+fn cap_slices_hold_a_shared_cap_exactly_through_a_killed_worker() {
+    let url = fresh_database("slices");
+    let case = Case::new();
+    let cap = d("3.00");
+    let capped = |name: &str, tasks: usize| {
+        job(
+            name,
+            tasks,
+            "teams:\n  platform: { cap: { usd: 3.00, period: day } }\n",
+        )
+        .replace("max_turns: 8", "max_turns: 400")
+        // A request's worst case is then about $0.004: what the killed worker's
+        // requests in flight keep is a small part of the cap.
+        .replace(
+            "  tools: [get_time]\n",
+            "  tools: [get_time]\n  max_tokens: 256\n",
+        )
+        .replace("  model:", "  team: platform\n  model:")
+    };
+    case.write("shared.yaml", &capped("shared", 24));
+    case.write("alone.yaml", &capped("alone", 8));
+    assert_eq!(
+        queue(&case, "shared.yaml", &url, "s").status.code(),
+        Some(0)
+    );
+    let doomed = worker(&case, &url, "s", "doomed", "2s");
+    let workers: Vec<Child> = ["w1", "w2"]
+        .iter()
+        .map(|n| worker(&case, &url, "s", n, "2s"))
+        .collect();
+    let runner = bin()
+        .args(["run", "alone.yaml", "--quiet", "--run-id", "alone"])
+        .env("AGENTBATCH_LEDGER_URL", &url)
+        .current_dir(case.dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    kill_with_requests_in_flight(doomed, &case.path("reports/workers/doomed/s/transcripts"));
+    let heir = worker(&case, &url, "s", "heir", "2s");
+    for w in workers {
+        wait_ok(w);
+    }
+    wait_ok(heir);
+    wait_ok(runner);
+    collect(&case, &url, "s");
+    let rows = read_csv(&case.path("reports/s/results.csv"));
+    let keys: HashSet<&str> = rows.iter().map(|r| r["task_id"].as_str()).collect();
+    assert_eq!(
+        (rows.len(), keys.len()),
+        (24, 24),
+        "every task exactly once"
+    );
+    // Near the end a request is shrunk to what the cap can pay (down to 128 tokens),
+    // so a 200-token answer may hit its max_tokens.
+    let alone = read_csv(&case.path("reports/alone/results.csv"));
+    let odd: Vec<_> = rows
+        .iter()
+        .chain(alone.iter())
+        .filter(|r| {
+            !["team_budget", "completed", "max_turns", "model_max_tokens"]
+                .contains(&r["stop_reason"].as_str())
+        })
+        .map(|r| (&r["task_id"], &r["stop_reason"], &r["stop_detail"]))
+        .collect();
+    assert!(odd.is_empty(), "{odd:?}");
+    let ledger = case.agentbatch(&["ledger", "--json", "--ledger", &url]);
+    let v: serde_json::Value = serde_json::from_slice(&ledger.stdout).unwrap();
+    let day = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["team"] == "platform")
+        .unwrap_or_else(|| panic!("the team's day in {v}"));
+    let settled = d(day["totals"]["settled"].as_str().unwrap());
+    let reserved = d(day["totals"]["reserved"].as_str().unwrap());
+    let stale = d(day["totals"]["stale"].as_str().unwrap());
+    // Everything any process lived to record as billed, the killed worker included.
+    // (Each process's own transcripts: the collected run folder holds copies.)
+    let billed = settled_in_transcripts(&case.path("reports/workers"))
+        + settled_in_transcripts(&case.path("reports/alone"));
+    eprintln!(
+        "cap slices: ${settled} settled, ${stale} kept by the killed worker (${reserved} reserved), ${billed} billed as the transcripts say, of a ${cap} cap"
+    );
+    assert_eq!(
+        reserved, stale,
+        "nothing is held but what the dead worker kept"
+    );
+    assert!(settled + stale <= cap, "overshoot: {settled} + {stale}");
+    assert!(billed <= cap, "billed past the cap: {billed}");
+    assert!(
+        billed <= settled + stale,
+        "the ledger counts all that was billed: {billed} against {settled} + {stale}"
+    );
+    assert!(
+        billed >= settled,
+        "the ledger settled {settled}, more than billed {billed}"
+    );
+    assert!(
+        settled >= cap * d("0.95"),
+        "at least 95% of the cap spent: {settled} (the dead worker kept {stale})"
+    );
+    // The dead worker's slice is charged to the run, and to the team.
+    let summary = read_csv(&case.path("reports/s/summary.csv"));
+    let killed: Decimal = summary.iter().map(|r| d(&r["killed_cost_usd"])).sum();
+    assert!(
+        killed >= stale,
+        "collect counts what the killed worker kept: {killed} against {stale}"
+    );
+}
