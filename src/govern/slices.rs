@@ -225,17 +225,21 @@ impl Slices {
         let moved: Vec<(String, Decimal)> = s.pending.drain().collect();
         let out: Decimal = moved.iter().map(|(_, a)| *a).sum();
         s.writing += out;
-        let in_use = s.used - s.writing;
+        let in_use = (s.used - s.writing).max(Decimal::ZERO);
+        // What stays of the slice once the settlements are out (an answer billed above
+        // its worst case may have taken more than the slice held).
+        let rest = (s.size - out).max(Decimal::ZERO);
         let (size, min_size, armed) = match amount {
             Some(a) => {
                 let margin = s.margin(a);
                 let armed = in_use + a + margin;
-                ((s.size - out).max(armed + margin), in_use + a, armed)
+                (rest.max(armed + margin), in_use + a, armed)
             }
             None if s.taken.is_zero() => (in_use, in_use, in_use),
             None => {
-                let armed = (in_use + s.taken).min(s.size - out);
-                (s.size - out, (s.size - out).min(in_use), armed)
+                // Never less than what is in use: that needs room like any growth.
+                let size = rest.max(in_use);
+                (size, in_use, (in_use + s.taken).min(size))
             }
         };
         if amount.is_none() {
@@ -405,5 +409,150 @@ impl Slices {
             (changes, writing)
         };
         self.write(changes, writing).await.map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::govern::store::SqliteStore;
+    use std::str::FromStr;
+
+    fn d(s: &str) -> Decimal {
+        Decimal::from_str(s).unwrap()
+    }
+
+    fn key(period: &str) -> (SliceKey, Decimal) {
+        (
+            SliceKey {
+                team: "t".into(),
+                period: period.into(),
+                owner: crate::govern::store::slice_task("t", ""),
+            },
+            d("1"),
+        )
+    }
+
+    /// What the store counts as spent if this worker died now: settled, and every
+    /// slice's armed part.
+    fn spent_if_dead(store: &SqliteStore, period: &str) -> Decimal {
+        let later = chrono::Utc::now() + chrono::Duration::hours(2);
+        let t = store.totals("t", period, later).unwrap();
+        t.settled + t.stale
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn what_the_store_counts_always_covers_what_was_sent_and_spent() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(SqliteStore::open(&dir.path().join("l.sqlite")).unwrap());
+        let slices = Arc::new(Slices::new(
+            store.clone(),
+            "r",
+            "w#1",
+            Duration::from_secs(60),
+        ));
+        let keys = [key("day:a")];
+        // Requests of $0.01 at worst, costing $0.004 each, sixteen at a time, until
+        // the $1 cap has no room: at every moment, a worker that died would leave the
+        // store counting at least what it sent (at worst case) and settled.
+        let sent = Arc::new(Mutex::new((Decimal::ZERO, 0u32)));
+        let mut tasks = Vec::new();
+        for i in 0..16 {
+            let (slices, keys, sent, store) =
+                (slices.clone(), keys.clone(), sent.clone(), store.clone());
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    let Some(taken) = slices.take(&keys, d("0.01")).await.unwrap() else {
+                        return;
+                    };
+                    {
+                        let mut s = sent.lock().unwrap();
+                        s.0 += d("0.01");
+                        s.1 += 1;
+                        assert!(spent_if_dead(&store, "day:a") >= s.0, "{} sent", s.0);
+                    }
+                    tokio::time::sleep(Duration::from_millis(1 + (i % 3))).await;
+                    // Counted down in the same step as the slice, so the check above
+                    // never sees one without the other.
+                    let mut s = sent.lock().unwrap();
+                    s.0 -= d("0.006");
+                    slices.finish(&taken, d("0.01"), Some(d("0.004")), &format!("task{i}"));
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        slices.tick(true).await.unwrap();
+        let (spent, n) = *sent.lock().unwrap();
+        let t = store.totals("t", "day:a", chrono::Utc::now()).unwrap();
+        assert_eq!(t.settled, spent, "{n} requests");
+        assert_eq!(t.settled, d("0.004") * Decimal::from(n));
+        assert_eq!((t.reserved, t.stale), (Decimal::ZERO, Decimal::ZERO));
+        // The cap held, and the last requests found no room only near its end.
+        assert!(
+            t.settled <= d("1") && t.settled > d("0.98"),
+            "{}",
+            t.settled
+        );
+        let per_task: Decimal = store
+            .run_charges("r")
+            .unwrap()
+            .iter()
+            .filter(|c| c.task_id.starts_with("task"))
+            .map(|c| c.settled)
+            .sum();
+        assert_eq!(per_task, spent, "every settlement is written to its task");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_answer_billed_past_its_worst_case_is_written_in_full() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(SqliteStore::open(&dir.path().join("l.sqlite")).unwrap());
+        let slices = Arc::new(Slices::new(
+            store.clone(),
+            "r",
+            "w#1",
+            Duration::from_secs(60),
+        ));
+        let keys = [key("day:b")];
+        let a = slices.take(&keys, d("0.01")).await.unwrap().unwrap();
+        let b = slices.take(&keys, d("0.01")).await.unwrap().unwrap();
+        // The provider billed 0.5 for a request whose worst case was 0.01.
+        slices.finish(&a, d("0.01"), Some(d("0.5")), "x");
+        // The slice has no room left for anything: the next request changes it.
+        let c = slices.take(&keys, d("0.01")).await.unwrap().unwrap();
+        slices.finish(&b, d("0.01"), None, "y");
+        slices.finish(&c, d("0.01"), Some(d("0.002")), "z");
+        slices.tick(true).await.unwrap();
+        let t = store.totals("t", "day:b", chrono::Utc::now()).unwrap();
+        assert_eq!((t.settled, t.reserved), (d("0.502"), Decimal::ZERO));
+    }
+
+    #[tokio::test]
+    async fn an_idle_slice_goes_back_within_two_ticks() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(SqliteStore::open(&dir.path().join("l.sqlite")).unwrap());
+        let slices = Arc::new(Slices::new(
+            store.clone(),
+            "r",
+            "w#1",
+            Duration::from_secs(60),
+        ));
+        let keys = [key("day:c")];
+        let a = slices.take(&keys, d("0.1")).await.unwrap().unwrap();
+        let held = store
+            .totals("t", "day:c", chrono::Utc::now())
+            .unwrap()
+            .reserved;
+        assert!(held >= d("0.2"), "a slice beyond the request: {held}");
+        // In flight: only its worst case stays held once nothing is taken.
+        tokio::time::sleep(TICK * 2 + Duration::from_millis(100)).await;
+        let t = store.totals("t", "day:c", chrono::Utc::now()).unwrap();
+        assert_eq!(t.reserved, d("0.1"));
+        slices.finish(&a, d("0.1"), Some(d("0.03")), "x");
+        tokio::time::sleep(TICK * 2 + Duration::from_millis(100)).await;
+        let t = store.totals("t", "day:c", chrono::Utc::now()).unwrap();
+        assert_eq!((t.settled, t.reserved), (d("0.03"), Decimal::ZERO));
     }
 }

@@ -146,16 +146,16 @@ pub(crate) fn slice_grant(
 ) -> Result<Option<(Decimal, Decimal)>, String> {
     let (amount, idle, live) = old;
     let settled: Decimal = change.settled.iter().map(|(_, a)| *a).sum();
-    if settled > amount - idle || settled < Decimal::ZERO {
+    if settled < Decimal::ZERO || change.size < Decimal::ZERO || change.armed < Decimal::ZERO {
         return Err(format!(
-            "slice {:?} of {} {}: ${settled} settled out of an armed ${}",
-            change.id,
-            change.team,
-            change.period,
-            amount - idle
+            "slice {:?} of {} {}: a negative amount (settled ${settled}, size ${}, armed ${})",
+            change.id, change.team, change.period, change.size, change.armed
         ));
     }
-    let kept = if live { amount } else { amount - idle } - settled;
+    // A provider may bill more than a request's worst case (a prompt past its upper
+    // bound): all of it is settled, out of the slice and beyond it if need be, as a
+    // reservation settled above its amount is.
+    let kept = (if live { amount } else { amount - idle } - settled).max(Decimal::ZERO);
     let granted = if change.size <= kept {
         change.size
     } else {

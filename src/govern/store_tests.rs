@@ -316,21 +316,22 @@ fn slices_grow_within_the_cap_and_write_settlements_per_task() {
         .unwrap();
     assert_eq!(a[0].totals.settled, d("0.15"));
     assert_eq!(a[0].totals.reserved, d("0.5"));
-    // Settling more than the armed part is refused as a defect.
-    assert!(s
-        .slices(&[slice(a_id, "0.1", "0.1", "0.05", &[("x", "0.06")])], &m)
-        .is_err());
     let charges = s.run_charges("r").unwrap();
     let x = charges.iter().find(|c| c.task_id == "x").unwrap();
     assert_eq!(x.settled, d("0.1"));
-    // Ending the slice gives its rest back.
+    // A negative amount is a defect.
+    assert!(s
+        .slices(&[slice(a_id, "0.1", "0.1", "-0.05", &[])], &m)
+        .is_err());
+    // An answer billed past its worst case is settled in full, beyond the slice's
+    // 0.1, and ending the slice gives the rest of the cap back.
     let a = s
-        .slices(&[slice(a_id, "0", "0", "0", &[])], &m)
+        .slices(&[slice(a_id, "0", "0", "0", &[("z", "0.12")])], &m)
         .unwrap()
         .unwrap();
     assert_eq!(a[0].id, None);
+    assert_eq!(a[0].totals.settled, d("0.27"));
     assert_eq!(a[0].totals.reserved, d("0.4"));
-    assert_eq!(a[0].totals.settled, d("0.15"));
 }
 
 #[test]

@@ -247,9 +247,9 @@ fn exercise(s: &dyn CapStore) -> Vec<String> {
         .unwrap();
     note(format!("slice a settled {:?}", shown(&a2)));
     note(format!(
-        "over armed refused {}",
+        "negative refused {}",
         s.slices(
-            &[change(a_id, "0.1", "0.1", "0.05", &[("x", "0.06")])],
+            &[change(a_id, "0.1", "0.1", "-0.05", &[])],
             &lease("s#1", 60_000)
         )
         .is_err()
@@ -265,8 +265,12 @@ fn exercise(s: &dyn CapStore) -> Vec<String> {
         "b renewed: {:?}",
         s.totals("green", "day:s", Utc::now()).unwrap()
     ));
+    // An answer billed past its worst case: settled in full, beyond the slice.
     let a3 = s
-        .slices(&[change(a_id, "0", "0", "0", &[])], &lease("s#1", 60_000))
+        .slices(
+            &[change(a_id, "0", "0", "0", &[("z", "0.12")])],
+            &lease("s#1", 60_000),
+        )
         .unwrap();
     note(format!("slice a ended {:?}", shown(&a3)));
     for run in ["r1", "r2", "r4", "r5", "r6", "none"] {
@@ -301,10 +305,11 @@ fn postgres_answers_every_ledger_operation_as_the_sqlite_file_does() {
         assert!(want.iter().any(|w| w == line), "{line} in {want:#?}");
     }
     for line in [
-        "over armed refused true",
+        "negative refused true",
         "b expired: PeriodTotals { settled: 0.15, reserved: 0.4, stale: 0.3, cap_set: None }",
         "b renewed: PeriodTotals { settled: 0.15, reserved: 0.4, stale: 0.3, cap_set: None }",
         "slice c None",
+        "slice a ended Some([\"false 0 0 PeriodTotals { settled: 0.27, reserved: 0.4, stale: 0.3, cap_set: None }\"])",
     ] {
         assert!(want.iter().any(|w| w == line), "{line} in {want:#?}");
     }
