@@ -309,7 +309,7 @@ fn postgres_answers_every_ledger_operation_as_the_sqlite_file_does() {
         "b expired: PeriodTotals { settled: 0.15, reserved: 0.4, stale: 0.3, cap_set: None }",
         "b renewed: PeriodTotals { settled: 0.15, reserved: 0.4, stale: 0.3, cap_set: None }",
         "slice c None",
-        "slice a ended Some([\"false 0 0 PeriodTotals { settled: 0.27, reserved: 0.4, stale: 0.3, cap_set: None }\"])",
+        "slice a ended Some([\"false 0 0 PeriodTotals { settled: 0.27, reserved: 0.3, stale: 0.3, cap_set: None }\"])",
     ] {
         assert!(want.iter().any(|w| w == line), "{line} in {want:#?}");
     }
