@@ -25,34 +25,22 @@ use tokio::sync::{oneshot, Notify};
 use super::cap_wait::CapWait;
 use super::pools::{Pool, Pools};
 use super::slices::{SliceKey, Slices, Taken};
-use super::store::{period_key, CapKey, CapStore, EntryId, EntryMeta, PeriodTotals, StoreError};
+
+#[path = "ledger_rooms.rs"]
+mod rooms;
+use super::store::{CapKey, CapStore, EntryId, EntryMeta, StoreError};
 use crate::job::{Plan, TeamSpec};
 use crate::vocab::limits::Period;
 use crate::vocab::log::TaskLog;
 use crate::vocab::price::Price;
 use crate::vocab::stop::{Stop, StopReason};
 use crate::vocab::transcript::{TranscriptEvent, Usd};
+use rooms::{Room, StoreCap};
 
 /// How often a request waiting on a period cap (money possibly held by another process)
 /// looks again, at first and at most.
 const POLL_FIRST: Duration = Duration::from_millis(50);
 const POLL_MAX: Duration = Duration::from_secs(1);
-
-/// What one pool can give a request.
-#[derive(Debug, Clone)]
-struct Room {
-    /// For messages and events: `run`, `team:NAME`, `team:NAME:day:2026-11-29`.
-    label: String,
-    reason: StopReason,
-    what: String,
-    cap: Decimal,
-    /// Cap minus settled spend (and stale reservations): what reserved money may return to.
-    unspent: Decimal,
-    /// Unspent minus the reservations of requests in flight.
-    free: Decimal,
-    /// A task this room cannot pay for waits for it (`on_cap: wait`).
-    waits: bool,
-}
 
 /// A reservation held for one request. Settle or release it; if it is dropped instead
 /// (a task that panicked), it is charged in full, so money is never left held.
@@ -66,54 +54,6 @@ pub struct Reservation {
     sliced: Vec<Taken>,
     task: String,
     open: bool,
-}
-
-/// A cap kept in the store rather than in memory: a team's period cap, and, when the
-/// run is shared by machines, the run's own pools (`max_cost_usd` of the run and of a
-/// team within it), as entries of a pseudo-period `run:<run-id>`.
-#[derive(Debug, Clone)]
-struct StoreCap {
-    /// The store's team key (`(run)` for the run's own pool).
-    team: String,
-    period: String,
-    cap: Decimal,
-    label: String,
-    reason: StopReason,
-    what: String,
-    /// A team's period cap (`agentbatch ledger set-cap` may have set it in the store).
-    period_cap: bool,
-    /// `on_cap: wait`: a task it cannot pay for waits instead of stopping.
-    waits: bool,
-}
-
-impl StoreCap {
-    fn key(&self, owner: &str) -> SliceKey {
-        SliceKey {
-            team: self.team.clone(),
-            period: self.period.clone(),
-            owner: owner.to_string(),
-        }
-    }
-
-    /// What the cap has room for, from its totals and this worker's slice of it: its
-    /// settled spend not yet written is spent, and what the slice has spare is free to
-    /// this worker. A cap set in the ledger replaces the job's (in `self` too).
-    fn room(&mut self, t: &PeriodTotals, local: Option<&super::slices::Local>) -> Room {
-        if let Some(set) = t.cap_set.filter(|_| self.period_cap) {
-            self.cap = set;
-        }
-        let (unwritten, spare) =
-            local.map_or((Decimal::ZERO, Decimal::ZERO), |l| (l.unwritten, l.spare));
-        Room {
-            label: self.label.clone(),
-            reason: self.reason,
-            what: self.what.clone(),
-            cap: self.cap,
-            unspent: self.cap - t.settled - t.stale - unwritten,
-            free: self.cap - t.settled - t.reserved + spare,
-            waits: self.waits,
-        }
-    }
 }
 
 impl Reservation {
@@ -288,54 +228,6 @@ impl Ledger {
         self
     }
 
-    /// The caps of a task of `team` kept in the store.
-    fn store_caps(&self, team: Option<&TeamSpec>) -> Vec<StoreCap> {
-        let mut caps = Vec::new();
-        if let Some(t) = team {
-            if let Some(c) = &t.cap {
-                let key = period_key(c.period, super::clock::period_now());
-                caps.push(StoreCap {
-                    team: t.name.clone(),
-                    label: format!("team:{}:{key}", t.name),
-                    what: format!("team {}'s {} cap ({key})", t.name, period_name(c.period)),
-                    period: key,
-                    cap: c.usd,
-                    reason: StopReason::TeamBudget,
-                    period_cap: true,
-                    waits: c.on_cap == crate::vocab::limits::OnCap::Wait,
-                });
-            }
-        }
-        if let Some(s) = &self.shared {
-            let period = format!("run:{}", self.run_id);
-            if let Some(cap) = s.run {
-                caps.push(StoreCap {
-                    team: "(run)".into(),
-                    period: period.clone(),
-                    cap,
-                    label: "run".into(),
-                    reason: StopReason::RunBudget,
-                    what: "the run's max_cost_usd (shared by its workers)".into(),
-                    period_cap: false,
-                    waits: false,
-                });
-            }
-            if let Some((name, cap)) = team.and_then(|t| s.teams.get_key_value(&t.name)) {
-                caps.push(StoreCap {
-                    team: name.clone(),
-                    period,
-                    cap: *cap,
-                    label: format!("team:{name}"),
-                    reason: StopReason::TeamBudget,
-                    what: format!("team {name}'s max_cost_usd (shared by the run's workers)"),
-                    period_cap: false,
-                    waits: false,
-                });
-            }
-        }
-        caps
-    }
-
     /// Counts what earlier attempts of this run spent (a resumed run) as spent, so the
     /// run's and the teams' caps hold across the attempts.
     pub fn carry_over(&self, run: Decimal, teams: &HashMap<String, Decimal>) {
@@ -357,79 +249,6 @@ impl Ledger {
         self.lock().run.cap.is_some()
             || self.shared.as_ref().is_some_and(|s| s.run.is_some())
             || team.is_some_and(|t| t.max_cost_usd.is_some() || t.cap.is_some())
-    }
-
-    /// The rooms of `caps` from this worker's slices of them, without asking the store:
-    /// None unless it holds a slice of each.
-    fn sliced_rooms(&self, caps: &mut [StoreCap], owner: &str) -> Option<Vec<Room>> {
-        let slices = self.slices.as_ref()?;
-        let mut rooms = Vec::with_capacity(caps.len());
-        for c in caps.iter_mut() {
-            let local = slices.local(&c.key(owner))?;
-            rooms.push(c.room(&local.totals, Some(&local)));
-        }
-        Some(rooms)
-    }
-
-    /// The rooms of `caps`, from the store; a period cap set in the ledger
-    /// (`agentbatch ledger set-cap`) replaces the job's, in `caps` too.
-    async fn store_rooms(
-        &self,
-        caps: &mut [StoreCap],
-        owner: &str,
-    ) -> Result<Vec<Room>, StoreError> {
-        let mut rooms = Vec::with_capacity(caps.len());
-        for c in caps.iter_mut() {
-            let Some(store) = self.store.clone() else {
-                return Err(StoreError {
-                    path: None,
-                    detail: format!("{} is kept in a ledger, and no ledger is open", c.what),
-                });
-            };
-            let (name, key) = (c.team.clone(), c.period.clone());
-            let t: PeriodTotals =
-                tokio::task::spawn_blocking(move || store.totals(&name, &key, Utc::now()))
-                    .await
-                    .map_err(|e| StoreError {
-                        path: None,
-                        detail: format!("ledger worker failed: {e}"),
-                    })??;
-            let local = self.slices.as_ref().and_then(|s| s.local(&c.key(owner)));
-            rooms.push(c.room(&t, local.as_ref()));
-        }
-        Ok(rooms)
-    }
-
-    fn memory_rooms(p: &Pools, team: Option<&str>) -> Vec<Room> {
-        let mut rooms = Vec::new();
-        let mut add = |label: String, reason, what: String, pool: &Pool| {
-            if let Some(cap) = pool.cap {
-                rooms.push(Room {
-                    label,
-                    reason,
-                    what,
-                    cap,
-                    unspent: cap - pool.spent,
-                    free: cap - pool.spent - pool.reserved,
-                    waits: false,
-                });
-            }
-        };
-        add(
-            "run".into(),
-            StopReason::RunBudget,
-            "the run's max_cost_usd".into(),
-            &p.run,
-        );
-        if let Some((name, pool)) = team.and_then(|t| p.teams.get_key_value(t)) {
-            add(
-                format!("team:{name}"),
-                StopReason::TeamBudget,
-                format!("team {name}'s max_cost_usd"),
-                pool,
-            );
-        }
-        rooms
     }
 
     /// Decides from the rooms (memory rooms re-read under the lock) and, if the request
@@ -559,42 +378,17 @@ impl Ledger {
                         amount,
                         armed: true,
                     };
-                    let mut entries = Vec::new();
-                    let mut sliced = Vec::new();
-                    if let (Some(slices), false) = (&self.slices, caps.is_empty()) {
-                        let keys: Vec<(SliceKey, Decimal)> =
-                            caps.iter().map(|c| (c.key(&owner), c.cap)).collect();
-                        match slices.take(&keys, amount).await {
-                            Ok(Some(t)) => sliced = t,
-                            Ok(None) => {
-                                // The caps have no room for it beyond what others hold.
-                                drop(hold);
-                                fresh = true;
-                                tokio::time::sleep(poll).await;
-                                poll = (poll * 2).min(POLL_MAX);
-                                continue;
-                            }
-                            Err(e) => {
-                                drop(hold);
-                                return Err(ledger_failed(e));
-                            }
-                        }
-                    } else if !caps.is_empty() {
-                        match self.take_stored(need, &caps, amount).await {
-                            Ok(Some(ids)) => entries = ids,
-                            Ok(None) => {
-                                // Another process took the money first: look again.
-                                drop(hold);
-                                tokio::time::sleep(poll).await;
-                                poll = (poll * 2).min(POLL_MAX);
-                                continue;
-                            }
-                            Err(e) => {
-                                drop(hold);
-                                return Err(ledger_failed(e));
-                            }
-                        }
-                    }
+                    let Some((entries, sliced)) =
+                        self.take_in_store(need, &caps, &owner, amount).await?
+                    else {
+                        // The caps have no room for it beyond what others hold (another
+                        // process took the money first): look again.
+                        drop(hold);
+                        fresh = true;
+                        tokio::time::sleep(poll).await;
+                        poll = (poll * 2).min(POLL_MAX);
+                        continue;
+                    };
                     hold.armed = false;
                     cap_wait.granted(log);
                     let res = Reservation {
@@ -631,6 +425,32 @@ impl Ledger {
                     }
                 }
             }
+        }
+    }
+
+    /// Takes `amount` in the caps kept in the store: from this worker's slices of them,
+    /// or as entries of its own. None when they have no room for it now.
+    async fn take_in_store(
+        &self,
+        need: &Need<'_>,
+        caps: &[StoreCap],
+        owner: &str,
+        amount: Decimal,
+    ) -> Result<Option<(Vec<EntryId>, Vec<Taken>)>, Stop> {
+        if caps.is_empty() {
+            return Ok(Some((Vec::new(), Vec::new())));
+        }
+        if let Some(slices) = &self.slices {
+            let keys: Vec<(SliceKey, Decimal)> =
+                caps.iter().map(|c| (c.key(owner), c.cap)).collect();
+            return match slices.take(&keys, amount).await {
+                Ok(t) => Ok(t.map(|t| (Vec::new(), t))),
+                Err(e) => Err(ledger_failed(e)),
+            };
+        }
+        match self.take_stored(need, caps, amount).await {
+            Ok(ids) => Ok(ids.map(|ids| (ids, Vec::new()))),
+            Err(e) => Err(ledger_failed(e)),
         }
     }
 

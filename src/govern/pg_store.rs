@@ -76,6 +76,78 @@ async fn totals_in(
     })
 }
 
+/// Writes one granted slice change in `tx`: its settlements, the slice's entry, and its
+/// cap's totals.
+async fn write_slice(
+    tx: &tokio_postgres::Transaction<'_>,
+    ch: &SliceChange,
+    old_amount: Decimal,
+    size: Decimal,
+    armed: Decimal,
+    meta: &EntryMeta,
+    now: DateTime<Utc>,
+) -> Result<SliceGrant, tokio_postgres::Error> {
+    let moved: Decimal = ch.settled.iter().map(|(_, a)| *a).sum();
+    for (task, a) in &ch.settled {
+        tx.execute(
+                "INSERT INTO ledger_entries
+                   (team, period, amount, state, run_id, task_id, created_at, expires_at, settled_at)
+                 VALUES ($1, $2, $3, 'settled', $4, $5, $6, $6, $6)",
+                &[&ch.team, &ch.period, a, &meta.run_id, task, &now],
+            )
+            .await?;
+    }
+    let idle = size - armed;
+    let id = match (ch.id, size.is_zero()) {
+            (Some(id), true) => {
+                tx.execute("DELETE FROM ledger_entries WHERE id = $1", &[&id])
+                    .await?;
+                None
+            }
+            (Some(id), false) => {
+                tx.execute(
+                    "UPDATE ledger_entries SET amount = $2, idle = $3, expires_at = $4 WHERE id = $1",
+                    &[&id, &size, &idle, &meta.expires_at],
+                )
+                .await?;
+                Some(id)
+            }
+            (None, true) => None,
+            (None, false) => Some(
+                tx.query_one(
+                    "INSERT INTO ledger_entries
+                       (team, period, amount, state, run_id, task_id, created_at, expires_at, holder, idle)
+                     VALUES ($1, $2, $3, 'reserved', $4, $5, $6, $7, $8, $9) RETURNING id",
+                    &[
+                        &ch.team,
+                        &ch.period,
+                        &size,
+                        &meta.run_id,
+                        &ch.owner,
+                        &now,
+                        &meta.expires_at,
+                        &meta.holder,
+                        &idle,
+                    ],
+                )
+                .await?
+                .get::<_, i64>(0),
+            ),
+        };
+    tx.execute(
+        "UPDATE ledger_totals SET settled = settled + $3, reserved = reserved + $4, cap = $5
+             WHERE team = $1 AND period = $2",
+        &[&ch.team, &ch.period, &moved, &(size - old_amount), &ch.cap],
+    )
+    .await?;
+    Ok(SliceGrant {
+        id,
+        size,
+        armed,
+        totals: totals_in(tx, &ch.team, &ch.period, now).await?,
+    })
+}
+
 impl CapStore for PgStore {
     fn totals(
         &self,
@@ -378,65 +450,7 @@ impl CapStore for PgStore {
                     }
                     let mut grants = Vec::with_capacity(changes.len());
                     for (ch, (old_amount, (size, armed))) in changes.iter().zip(plans) {
-                        let moved: Decimal = ch.settled.iter().map(|(_, a)| *a).sum();
-                        for (task, a) in &ch.settled {
-                            tx.execute(
-                                "INSERT INTO ledger_entries
-                                   (team, period, amount, state, run_id, task_id, created_at, expires_at, settled_at)
-                                 VALUES ($1, $2, $3, 'settled', $4, $5, $6, $6, $6)",
-                                &[&ch.team, &ch.period, a, &meta.run_id, task, &now],
-                            )
-                            .await?;
-                        }
-                        let idle = size - armed;
-                        let id = match (ch.id, size.is_zero()) {
-                            (Some(id), true) => {
-                                tx.execute("DELETE FROM ledger_entries WHERE id = $1", &[&id])
-                                    .await?;
-                                None
-                            }
-                            (Some(id), false) => {
-                                tx.execute(
-                                    "UPDATE ledger_entries SET amount = $2, idle = $3, expires_at = $4 WHERE id = $1",
-                                    &[&id, &size, &idle, &meta.expires_at],
-                                )
-                                .await?;
-                                Some(id)
-                            }
-                            (None, true) => None,
-                            (None, false) => Some(
-                                tx.query_one(
-                                    "INSERT INTO ledger_entries
-                                       (team, period, amount, state, run_id, task_id, created_at, expires_at, holder, idle)
-                                     VALUES ($1, $2, $3, 'reserved', $4, $5, $6, $7, $8, $9) RETURNING id",
-                                    &[
-                                        &ch.team,
-                                        &ch.period,
-                                        &size,
-                                        &meta.run_id,
-                                        &ch.owner,
-                                        &now,
-                                        &meta.expires_at,
-                                        &meta.holder,
-                                        &idle,
-                                    ],
-                                )
-                                .await?
-                                .get::<_, i64>(0),
-                            ),
-                        };
-                        tx.execute(
-                            "UPDATE ledger_totals SET settled = settled + $3, reserved = reserved + $4, cap = $5
-                             WHERE team = $1 AND period = $2",
-                            &[&ch.team, &ch.period, &moved, &(size - old_amount), &ch.cap],
-                        )
-                        .await?;
-                        grants.push(SliceGrant {
-                            id,
-                            size,
-                            armed,
-                            totals: totals_in(&tx, &ch.team, &ch.period, now).await?,
-                        });
+                        grants.push(write_slice(&tx, ch, old_amount, size, armed, &meta, now).await?);
                     }
                     tx.commit().await?;
                     Ok(Ok(Some(grants)))

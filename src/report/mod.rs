@@ -21,6 +21,7 @@ mod spend;
 mod summary;
 mod variants;
 mod writer;
+mod writer_threads;
 
 pub use attempts::{whole_run_cost, AttemptsError};
 pub use error::ReportError;
