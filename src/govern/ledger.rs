@@ -24,7 +24,7 @@ use tokio::sync::{oneshot, Notify};
 
 use super::cap_wait::CapWait;
 use super::pools::{Pool, Pools};
-use super::slices::{SliceKey, Slices, Taken};
+use super::slices::{Slices, Taken, Want};
 
 #[path = "ledger_rooms.rs"]
 mod rooms;
@@ -441,8 +441,14 @@ impl Ledger {
             return Ok(Some((Vec::new(), Vec::new())));
         }
         if let Some(slices) = &self.slices {
-            let keys: Vec<(SliceKey, Decimal)> =
-                caps.iter().map(|c| (c.key(owner), c.cap)).collect();
+            let keys: Vec<Want> = caps
+                .iter()
+                .map(|c| Want {
+                    key: c.key(owner),
+                    cap: c.cap,
+                    period_cap: c.period_cap,
+                })
+                .collect();
             return match slices.take(&keys, amount).await {
                 Ok(t) => Ok(t.map(|t| (Vec::new(), t))),
                 Err(e) => Err(ledger_failed(e)),
@@ -512,13 +518,26 @@ impl Ledger {
     ) -> Option<Stop> {
         let mut caps = self.store_caps(team);
         let owner = super::store::slice_task(team.map_or("", |t| t.name.as_str()), variant);
-        let stored = match self.sliced_rooms(&mut caps, &owner) {
-            Some(r) => r,
-            None => match self.store_rooms(&mut caps, &owner).await {
-                Ok(r) => r,
-                Err(e) => return Some(ledger_failed(e)),
-            },
+        // A slice's figures may be a tick old (a cap raised since): a stop is decided
+        // on the store's own.
+        if let Some(rooms) = self.sliced_rooms(&mut caps, &owner) {
+            self.start_stop(team, rooms, smallest)?;
+        }
+        let stored = match self.store_rooms(&mut caps, &owner).await {
+            Ok(r) => r,
+            Err(e) => return Some(ledger_failed(e)),
         };
+        self.start_stop(team, stored, smallest)
+    }
+
+    /// The stop of a task whose smallest request (`smallest`) the unspent money of its
+    /// rooms (`stored`, and the pools in memory) cannot pay for.
+    fn start_stop(
+        &self,
+        team: Option<&TeamSpec>,
+        stored: Vec<Room>,
+        smallest: Decimal,
+    ) -> Option<Stop> {
         let p = self.lock();
         let mut rooms = Self::memory_rooms(&p, team.map(|t| t.name.as_str()));
         rooms.extend(stored);

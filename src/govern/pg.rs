@@ -166,6 +166,7 @@ CREATE TABLE ledger_caps (
     // A worker's slice of a cap: the part it may not have spent (see CapStore::slices).
     "
 ALTER TABLE ledger_entries ADD COLUMN idle NUMERIC NOT NULL DEFAULT 0;
+ALTER TABLE ledger_entries ADD COLUMN seq BIGINT NOT NULL DEFAULT 0;
 ",
 ];
 

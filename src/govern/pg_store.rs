@@ -9,8 +9,8 @@ use rust_decimal::Decimal;
 
 use super::pg::{Conn, Pg, PgError};
 use super::store::{
-    slice_grant, CapKey, CapStore, EntryId, EntryMeta, PeriodRow, PeriodTotals, SliceChange,
-    SliceGrant, StoreError, TaskCharge,
+    slice_grant, CapKey, CapOf, CapStore, EntryId, EntryMeta, Granted, OldSlice, PeriodRow,
+    PeriodTotals, SliceChange, SliceGrant, SliceState, StoreError, TaskCharge,
 };
 
 /// The ledger in a PostgreSQL database.
@@ -76,74 +76,82 @@ async fn totals_in(
     })
 }
 
-/// Writes one granted slice change in `tx`: its settlements, the slice's entry, and its
-/// cap's totals.
+/// Writes one granted slice change in `tx`: its settlements, the slice's entry (its
+/// change numbered), and its cap's totals.
 async fn write_slice(
     tx: &tokio_postgres::Transaction<'_>,
     ch: &SliceChange,
-    old_amount: Decimal,
-    size: Decimal,
-    armed: Decimal,
+    old: OldSlice,
+    g: Granted,
     meta: &EntryMeta,
     now: DateTime<Utc>,
 ) -> Result<SliceGrant, tokio_postgres::Error> {
     let moved: Decimal = ch.settled.iter().map(|(_, a)| *a).sum();
     for (task, a) in &ch.settled {
         tx.execute(
-                "INSERT INTO ledger_entries
-                   (team, period, amount, state, run_id, task_id, created_at, expires_at, settled_at)
-                 VALUES ($1, $2, $3, 'settled', $4, $5, $6, $6, $6)",
-                &[&ch.team, &ch.period, a, &meta.run_id, task, &now],
+            "INSERT INTO ledger_entries
+               (team, period, amount, state, run_id, task_id, created_at, expires_at, settled_at)
+             VALUES ($1, $2, $3, 'settled', $4, $5, $6, $6, $6)",
+            &[&ch.team, &ch.period, a, &meta.run_id, task, &now],
+        )
+        .await?;
+    }
+    let idle = g.size - g.armed;
+    let seq = old.seq + 1;
+    let id = match (ch.id, g.size.is_zero()) {
+        (Some(id), true) => {
+            tx.execute("DELETE FROM ledger_entries WHERE id = $1", &[&id])
+                .await?;
+            None
+        }
+        (Some(id), false) => {
+            tx.execute(
+                "UPDATE ledger_entries SET amount = $2, idle = $3, expires_at = $4, seq = $5 WHERE id = $1",
+                &[&id, &g.size, &idle, &meta.expires_at, &seq],
             )
             .await?;
-    }
-    let idle = size - armed;
-    let id = match (ch.id, size.is_zero()) {
-            (Some(id), true) => {
-                tx.execute("DELETE FROM ledger_entries WHERE id = $1", &[&id])
-                    .await?;
-                None
-            }
-            (Some(id), false) => {
-                tx.execute(
-                    "UPDATE ledger_entries SET amount = $2, idle = $3, expires_at = $4 WHERE id = $1",
-                    &[&id, &size, &idle, &meta.expires_at],
-                )
-                .await?;
-                Some(id)
-            }
-            (None, true) => None,
-            (None, false) => Some(
-                tx.query_one(
-                    "INSERT INTO ledger_entries
-                       (team, period, amount, state, run_id, task_id, created_at, expires_at, holder, idle)
-                     VALUES ($1, $2, $3, 'reserved', $4, $5, $6, $7, $8, $9) RETURNING id",
-                    &[
-                        &ch.team,
-                        &ch.period,
-                        &size,
-                        &meta.run_id,
-                        &ch.owner,
-                        &now,
-                        &meta.expires_at,
-                        &meta.holder,
-                        &idle,
-                    ],
-                )
-                .await?
-                .get::<_, i64>(0),
-            ),
-        };
+            Some(id)
+        }
+        (None, true) => None,
+        (None, false) => Some(
+            tx.query_one(
+                "INSERT INTO ledger_entries
+                   (team, period, amount, state, run_id, task_id, created_at, expires_at, holder, idle, seq)
+                 VALUES ($1, $2, $3, 'reserved', $4, $5, $6, $7, $8, $9, $10) RETURNING id",
+                &[
+                    &ch.team,
+                    &ch.period,
+                    &g.size,
+                    &meta.run_id,
+                    &ch.owner,
+                    &now,
+                    &meta.expires_at,
+                    &meta.holder,
+                    &idle,
+                    &seq,
+                ],
+            )
+            .await?
+            .get::<_, i64>(0),
+        ),
+    };
     tx.execute(
         "UPDATE ledger_totals SET settled = settled + $3, reserved = reserved + $4, cap = $5
-             WHERE team = $1 AND period = $2",
-        &[&ch.team, &ch.period, &moved, &(size - old_amount), &ch.cap],
+         WHERE team = $1 AND period = $2",
+        &[
+            &ch.team,
+            &ch.period,
+            &moved,
+            &(g.size - old.amount),
+            &ch.cap,
+        ],
     )
     .await?;
     Ok(SliceGrant {
         id,
-        size,
-        armed,
+        seq,
+        size: g.size,
+        armed: g.armed,
         totals: totals_in(tx, &ch.team, &ch.period, now).await?,
     })
 }
@@ -414,12 +422,13 @@ impl CapStore for PgStore {
                     }
                     let now = Utc::now();
                     let mut plans = Vec::with_capacity(changes.len());
+                    let mut grown: std::collections::HashMap<CapOf, Decimal> = Default::default();
                     for ch in &changes {
                         let old = match ch.id {
                             Some(id) => {
                                 let Some(row) = tx
                                     .query_opt(
-                                        "SELECT amount, idle, expires_at > $2 FROM ledger_entries
+                                        "SELECT amount, idle, expires_at > $2, seq FROM ledger_entries
                                          WHERE id = $1 AND state = 'reserved' FOR UPDATE",
                                         &[&id, &now],
                                     )
@@ -431,13 +440,26 @@ impl CapStore for PgStore {
                                         ch.team, ch.period
                                     )));
                                 };
-                                (row.get::<_, Decimal>(0), row.get::<_, Decimal>(1), row.get::<_, bool>(2))
+                                OldSlice {
+                                    amount: row.get(0),
+                                    idle: row.get(1),
+                                    live: row.get(2),
+                                    seq: row.get(3),
+                                }
                             }
-                            None => (Decimal::ZERO, Decimal::ZERO, true),
+                            None => OldSlice {
+                                live: true,
+                                ..OldSlice::default()
+                            },
                         };
                         let t = totals_in(&tx, &ch.team, &ch.period, now).await?;
-                        match slice_grant(ch, old, ch.cap - t.settled - t.reserved) {
-                            Ok(Some(g)) => plans.push((old.0, g)),
+                        let cap_of = (ch.team.clone(), ch.period.clone());
+                        let before = grown.get(&cap_of).copied().unwrap_or_default();
+                        match slice_grant(ch, old, &t, before) {
+                            Ok(Some(g)) => {
+                                *grown.entry(cap_of).or_default() += g.growth;
+                                plans.push((old, g));
+                            }
                             Ok(None) => {
                                 tx.rollback().await?;
                                 return Ok(Ok(None));
@@ -449,8 +471,8 @@ impl CapStore for PgStore {
                         }
                     }
                     let mut grants = Vec::with_capacity(changes.len());
-                    for (ch, (old_amount, (size, armed))) in changes.iter().zip(plans) {
-                        grants.push(write_slice(&tx, ch, old_amount, size, armed, &meta, now).await?);
+                    for (ch, (old, g)) in changes.iter().zip(plans) {
+                        grants.push(write_slice(&tx, ch, old, g, &meta, now).await?);
                     }
                     tx.commit().await?;
                     Ok(Ok(Some(grants)))
@@ -460,6 +482,37 @@ impl CapStore for PgStore {
         out.map_err(|detail| StoreError {
             path: Some(url.into()),
             detail,
+        })
+    }
+
+    fn slice_state(
+        &self,
+        holder: &str,
+        team: &str,
+        period: &str,
+        owner: &str,
+    ) -> Result<Option<SliceState>, StoreError> {
+        let keys = [holder, team, period, owner].map(str::to_string);
+        self.call(move |Conn { rt, link }| {
+            let client = link.client(rt)?;
+            let r: Result<_, tokio_postgres::Error> = rt.block_on(async {
+                let row = client
+                    .query_opt(
+                        "SELECT id, seq, amount, idle FROM ledger_entries
+                         WHERE holder = $1 AND team = $2 AND period = $3 AND task_id = $4
+                           AND state = 'reserved'
+                         ORDER BY id DESC LIMIT 1",
+                        &[&keys[0], &keys[1], &keys[2], &keys[3]],
+                    )
+                    .await?;
+                Ok(row.map(|r| SliceState {
+                    id: r.get(0),
+                    seq: r.get(1),
+                    amount: r.get::<_, Decimal>(2).normalize(),
+                    idle: r.get::<_, Decimal>(3).normalize(),
+                }))
+            });
+            r.map_err(|e| link.pg(&e))
         })
     }
 

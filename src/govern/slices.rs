@@ -57,14 +57,26 @@ pub(super) struct Local {
     pub(super) spare: Decimal,
 }
 
+/// A cap a request is taken from: its slice, the cap, and whether it is a team's
+/// period cap (which `agentbatch ledger set-cap` may have set in the store).
+#[derive(Debug, Clone)]
+pub(super) struct Want {
+    pub(super) key: SliceKey,
+    pub(super) cap: Decimal,
+    pub(super) period_cap: bool,
+}
+
 #[derive(Debug, Default)]
 struct Slice {
     generation: u64,
     id: Option<i64>,
+    /// The entry's number of changes, as this worker made them.
+    seq: i64,
     cap: Decimal,
+    period_cap: bool,
     size: Decimal,
-    /// What may be spent before the next change; while one is being written, the
-    /// lower of the old and the new.
+    /// What may be spent before the next change; while one is being written (or its
+    /// outcome is unknown), the lower of the old and the new.
     armed: Decimal,
     /// Worst cases of requests in flight, plus `pending` and `writing`.
     used: Decimal,
@@ -76,6 +88,9 @@ struct Slice {
     taken: Decimal,
     last: Decimal,
     totals: PeriodTotals,
+    /// A change whose answer was lost (the connection dropped while it committed): the
+    /// store is asked what became of it before the slice changes again.
+    unknown: Option<Writing>,
 }
 
 impl Slice {
@@ -88,15 +103,49 @@ impl Slice {
     fn margin(&self, amount: Decimal) -> Decimal {
         amount.max(self.last).max(self.taken)
     }
+
+    /// The change was made: the slice is what the store says.
+    fn made(&mut self, out: Decimal, id: Option<i64>, seq: i64, size: Decimal, armed: Decimal) {
+        self.writing -= out;
+        self.used -= out;
+        self.id = id;
+        self.seq = seq;
+        self.size = size;
+        self.armed = armed;
+        self.unknown = None;
+    }
+
+    /// The change was not made: what it would have written waits for the next one.
+    fn not_made(&mut self, w: &Writing) {
+        self.writing -= w.out();
+        self.armed = w.armed_before;
+        for (task, a) in &w.moved {
+            *self.pending.entry(task.clone()).or_default() += *a;
+        }
+        self.unknown = None;
+    }
 }
 
 /// A change being written: what to restore or apply when the store answers.
+#[derive(Debug, Clone)]
 struct Writing {
     key: SliceKey,
     generation: u64,
     moved: Vec<(String, Decimal)>,
     armed_before: Decimal,
+    id_before: Option<i64>,
+    seq_before: i64,
 }
+
+impl Writing {
+    fn out(&self) -> Decimal {
+        self.moved.iter().map(|(_, a)| *a).sum()
+    }
+}
+
+/// One change at a time per worker, held until its answer is applied (even when the
+/// request that asked for it was cancelled meanwhile).
+type Turn = tokio::sync::OwnedMutexGuard<()>;
 
 /// This worker's slices.
 pub(super) struct Slices {
@@ -105,8 +154,8 @@ pub(super) struct Slices {
     holder: String,
     lease: Duration,
     state: Arc<Mutex<HashMap<SliceKey, Slice>>>,
-    /// One change at a time per worker: requests that need one wait for it together.
-    changing: tokio::sync::Mutex<()>,
+    /// Requests that need a change wait for it together.
+    changing: Arc<tokio::sync::Mutex<()>>,
     generations: std::sync::atomic::AtomicU64,
     ticking: std::sync::Once,
 }
@@ -131,7 +180,7 @@ impl Slices {
             holder: holder.to_string(),
             lease,
             state: Arc::new(Mutex::new(HashMap::new())),
-            changing: tokio::sync::Mutex::new(()),
+            changing: Arc::new(tokio::sync::Mutex::new(())),
             generations: std::sync::atomic::AtomicU64::new(1),
             ticking: std::sync::Once::new(),
         }
@@ -153,64 +202,76 @@ impl Slices {
         })
     }
 
-    /// Takes `amount` from the slice of every cap in `keys` (each with its cap), changing
-    /// slices in the store when they cannot hold it. False when a cap has no room for
-    /// it (nothing taken).
+    /// Takes `amount` from the slice of every cap in `wants`, changing slices in the
+    /// store when they cannot hold it. None when a cap has no room for it (nothing
+    /// taken).
     pub(super) async fn take(
         self: &Arc<Self>,
-        keys: &[(SliceKey, Decimal)],
+        wants: &[Want],
         amount: Decimal,
     ) -> Result<Option<Vec<Taken>>, StoreError> {
         self.start_ticking();
         loop {
-            if let Some(t) = self.take_local(keys, amount) {
+            if let Some(t) = self.take_local(wants, amount) {
                 return Ok(Some(t));
             }
-            let _one = self.changing.lock().await;
-            if let Some(t) = self.take_local(keys, amount) {
+            let turn = self
+                .reconcile(self.changing.clone().lock_owned().await)
+                .await?;
+            if let Some(t) = self.take_local(wants, amount) {
                 return Ok(Some(t));
             }
             let (changes, writing) = {
                 let mut state = self.lock();
                 let mut changes = Vec::new();
                 let mut writing = Vec::new();
-                for (key, cap) in keys {
+                for want in wants {
                     let generation = self
                         .generations
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let s = state.entry(key.clone()).or_insert_with(|| Slice {
+                    let s = state.entry(want.key.clone()).or_insert_with(|| Slice {
                         generation,
                         ..Slice::default()
                     });
-                    s.cap = *cap;
-                    let (change, w) = Self::plan(key, s, Some(amount));
+                    if s.unknown.is_some() {
+                        return Err(StoreError {
+                            path: None,
+                            detail: format!(
+                                "the ledger's answer to a change of this worker's slice of {} {} was lost, and the ledger cannot tell what became of it now",
+                                want.key.team, want.key.period
+                            ),
+                        });
+                    }
+                    s.cap = want.cap;
+                    s.period_cap = want.period_cap;
+                    let (change, w) = Self::plan(&want.key, s, Some(amount));
                     changes.push(change);
                     writing.push(w);
                 }
                 (changes, writing)
             };
-            if !self.write(changes, writing).await? {
+            if !self.write(changes, writing, turn).await? {
                 return Ok(None);
             }
         }
     }
 
-    fn take_local(&self, keys: &[(SliceKey, Decimal)], amount: Decimal) -> Option<Vec<Taken>> {
+    fn take_local(&self, wants: &[Want], amount: Decimal) -> Option<Vec<Taken>> {
         let mut state = self.lock();
-        let all = keys
+        let all = wants
             .iter()
-            .all(|(k, _)| state.get(k).is_some_and(|s| s.fits(amount)));
+            .all(|w| state.get(&w.key).is_some_and(|s| s.fits(amount)));
         if !all {
             return None;
         }
-        let mut taken = Vec::with_capacity(keys.len());
-        for (k, _) in keys {
-            if let Some(s) = state.get_mut(k) {
+        let mut taken = Vec::with_capacity(wants.len());
+        for w in wants {
+            if let Some(s) = state.get_mut(&w.key) {
                 s.used += amount;
                 s.taken += amount;
                 s.last = amount;
                 taken.push(Taken {
-                    key: k.clone(),
+                    key: w.key.clone(),
                     generation: s.generation,
                 });
             }
@@ -219,8 +280,9 @@ impl Slices {
     }
 
     /// The change of slice `s`: for a request of `amount` (room for it, and a margin),
-    /// or a tick's (`None`: keep a margin only if it was used since the last tick).
-    /// Marks what it writes, and lowers the armed part to what both sides agree on.
+    /// or a tick's (`None`: a margin of the last tick's spend if it spent, else only
+    /// what is in flight). Marks what it writes, and lowers the armed part to what both
+    /// the old and the new allow.
     fn plan(key: &SliceKey, s: &mut Slice, amount: Option<Decimal>) -> (SliceChange, Writing) {
         let moved: Vec<(String, Decimal)> = s.pending.drain().collect();
         let out: Decimal = moved.iter().map(|(_, a)| *a).sum();
@@ -235,11 +297,11 @@ impl Slices {
                 let armed = in_use + a + margin;
                 (rest.max(armed + margin), in_use + a, armed)
             }
-            None if s.taken.is_zero() => (in_use, in_use, in_use),
+            // A tick never fails for want of room: at least what the slice keeps.
+            None if s.taken.is_zero() => (in_use, in_use.min(rest), in_use),
             None => {
-                // Never less than what is in use: that needs room like any growth.
-                let size = rest.max(in_use);
-                (size, in_use, (in_use + s.taken).min(size))
+                let size = (in_use + s.taken * Decimal::TWO).min(rest).max(in_use);
+                (size, in_use.min(rest), (in_use + s.taken).min(size))
             }
         };
         if amount.is_none() {
@@ -252,8 +314,10 @@ impl Slices {
             team: key.team.clone(),
             period: key.period.clone(),
             cap: s.cap,
+            period_cap: s.period_cap,
             owner: key.owner.clone(),
             id: s.id,
+            seq: s.seq,
             settled: moved.clone(),
             size,
             min_size,
@@ -266,16 +330,19 @@ impl Slices {
                 generation: s.generation,
                 moved,
                 armed_before,
+                id_before: s.id,
+                seq_before: s.seq,
             },
         )
     }
 
-    /// Writes `changes`; applies the grants (even if the caller is gone), or puts
-    /// back what was not written. False when a cap had no room.
+    /// Writes `changes` in the worker's `turn`; applies the answer (even if the caller
+    /// is gone) before the turn ends. False when a cap had no room.
     async fn write(
         &self,
         changes: Vec<SliceChange>,
         writing: Vec<Writing>,
+        turn: Turn,
     ) -> Result<bool, StoreError> {
         if changes.is_empty() {
             return Ok(true);
@@ -293,6 +360,8 @@ impl Slices {
             let result = store.slices(&changes, &meta);
             let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
             Self::apply(&mut state, &writing, &result);
+            drop(state);
+            drop(turn);
             result.map(|g| g.is_some())
         })
         .await
@@ -311,33 +380,66 @@ impl Slices {
             else {
                 continue;
             };
-            let out: Decimal = w.moved.iter().map(|(_, a)| *a).sum();
             match result {
                 Ok(Some(grants)) => {
-                    let Some(g) = grants.get(i) else { continue };
-                    s.writing -= out;
-                    s.used -= out;
-                    s.id = g.id;
-                    s.size = g.size;
-                    s.armed = g.armed;
-                    s.totals = g.totals.clone();
-                }
-                Ok(None) => {
-                    s.writing -= out;
-                    s.armed = w.armed_before;
-                    for (task, a) in &w.moved {
-                        *s.pending.entry(task.clone()).or_default() += *a;
+                    if let Some(g) = grants.get(i) {
+                        s.made(w.out(), g.id, g.seq, g.size, g.armed);
+                        s.totals = g.totals.clone();
                     }
                 }
-                Err(_) => {
-                    // Whether the store took the change is unknown: the slice is left
-                    // to its lease (its armed part stays spent) and requests in flight
-                    // from it finish without it. The next request starts a new one.
-                    state.remove(&w.key);
-                }
+                Ok(None) => s.not_made(w),
+                // Whether the store made the change is unknown: until it says, the
+                // slice spends only what both the old and the new armed part allow.
+                Err(_) => s.unknown = Some(w.clone()),
             }
         }
-        state.retain(|_, s| s.id.is_some() || !s.used.is_zero() || !s.pending.is_empty());
+        state.retain(|_, s| {
+            s.id.is_some() || s.unknown.is_some() || !s.used.is_zero() || !s.pending.is_empty()
+        });
+    }
+
+    /// Asks the store what became of changes whose answer was lost, in the worker's
+    /// `turn`, and gives the turn back. A slice the store cannot tell about now stays
+    /// unknown (and is not changed).
+    async fn reconcile(&self, turn: Turn) -> Result<Turn, StoreError> {
+        let unknown: Vec<Writing> = self
+            .lock()
+            .values()
+            .filter_map(|s| s.unknown.clone())
+            .collect();
+        if unknown.is_empty() {
+            return Ok(turn);
+        }
+        let (store, state, holder) = (self.store.clone(), self.state.clone(), self.holder.clone());
+        tokio::task::spawn_blocking(move || {
+            for w in unknown {
+                let Ok(found) =
+                    store.slice_state(&holder, &w.key.team, &w.key.period, &w.key.owner)
+                else {
+                    continue;
+                };
+                let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
+                let Some(s) = state
+                    .get_mut(&w.key)
+                    .filter(|s| s.generation == w.generation)
+                else {
+                    continue;
+                };
+                match (w.id_before, found) {
+                    (_, Some(f)) if f.seq == w.seq_before + 1 => {
+                        s.made(w.out(), Some(f.id), f.seq, f.amount, f.amount - f.idle)
+                    }
+                    (Some(id), Some(f)) if f.id == id && f.seq == w.seq_before => s.not_made(&w),
+                    (Some(_), None) => s.made(w.out(), None, 0, Decimal::ZERO, Decimal::ZERO),
+                    (None, None) => s.not_made(&w),
+                    // Anything else is not this worker's doing: left unknown.
+                    _ => {}
+                }
+            }
+            turn
+        })
+        .await
+        .map_err(failed)
     }
 
     /// A request taken from `taken` ended: `actual` is what it cost (None: it was
@@ -373,7 +475,7 @@ impl Slices {
                     tokio::time::sleep(TICK).await;
                     let Some(me) = Weak::upgrade(&me) else { return };
                     if let Err(e) = me.tick(false).await {
-                        eprintln!("agentbatch: cannot write this worker's cap slices to the ledger (they stay spent until their lease ends): {e}");
+                        eprintln!("agentbatch: cannot write this worker's cap slices to the ledger (they are tried again next tick; what they may have spent stays counted): {e}");
                     }
                 }
             });
@@ -383,13 +485,15 @@ impl Slices {
     /// Writes every slice's settlements and gives back what it does not use; `close`
     /// ends every slice with nothing in flight (the run is over).
     pub(super) async fn tick(&self, close: bool) -> Result<(), StoreError> {
-        let _one = self.changing.lock().await;
+        let turn = self
+            .reconcile(self.changing.clone().lock_owned().await)
+            .await?;
         let (changes, writing) = {
             let mut state = self.lock();
             let mut changes = Vec::new();
             let mut writing = Vec::new();
             for (key, s) in state.iter_mut() {
-                if s.id.is_none() {
+                if s.id.is_none() || s.unknown.is_some() {
                     continue;
                 }
                 if close {
@@ -408,7 +512,7 @@ impl Slices {
             }
             (changes, writing)
         };
-        self.write(changes, writing).await.map(|_| ())
+        self.write(changes, writing, turn).await.map(|_| ())
     }
 }
 
@@ -422,15 +526,16 @@ mod tests {
         Decimal::from_str(s).unwrap()
     }
 
-    fn key(period: &str) -> (SliceKey, Decimal) {
-        (
-            SliceKey {
+    fn key(period: &str) -> Want {
+        Want {
+            key: SliceKey {
                 team: "t".into(),
                 period: period.into(),
                 owner: crate::govern::store::slice_task("t", ""),
             },
-            d("1"),
-        )
+            cap: d("1"),
+            period_cap: true,
+        }
     }
 
     /// What the store counts as spent if this worker died now: settled, and every
@@ -554,5 +659,141 @@ mod tests {
         tokio::time::sleep(TICK * 2 + Duration::from_millis(100)).await;
         let t = store.totals("t", "day:c", chrono::Utc::now()).unwrap();
         assert_eq!((t.settled, t.reserved), (d("0.03"), Decimal::ZERO));
+    }
+
+    /// A store whose answers to slice changes are lost now and then: after the change
+    /// was committed (`after`), or before it was made.
+    struct Lossy {
+        inner: SqliteStore,
+        calls: std::sync::atomic::AtomicU32,
+    }
+
+    impl CapStore for Lossy {
+        fn totals(
+            &self,
+            t: &str,
+            p: &str,
+            n: chrono::DateTime<chrono::Utc>,
+        ) -> Result<PeriodTotals, StoreError> {
+            self.inner.totals(t, p, n)
+        }
+        fn reserve(
+            &self,
+            c: &[crate::govern::store::CapKey<'_>],
+            a: Decimal,
+            m: &EntryMeta,
+        ) -> Result<Option<Vec<i64>>, StoreError> {
+            self.inner.reserve(c, a, m)
+        }
+        fn finish(&self, ids: &[i64], a: Option<Decimal>) -> Result<(), StoreError> {
+            self.inner.finish(ids, a)
+        }
+        fn abandon_run(
+            &self,
+            r: &str,
+            n: chrono::DateTime<chrono::Utc>,
+        ) -> Result<Decimal, StoreError> {
+            self.inner.abandon_run(r, n)
+        }
+        fn renew(&self, h: &str, u: chrono::DateTime<chrono::Utc>) -> Result<u64, StoreError> {
+            self.inner.renew(h, u)
+        }
+        fn run_charges(
+            &self,
+            r: &str,
+        ) -> Result<Vec<crate::govern::store::TaskCharge>, StoreError> {
+            self.inner.run_charges(r)
+        }
+        fn report(
+            &self,
+            t: Option<&str>,
+            n: chrono::DateTime<chrono::Utc>,
+        ) -> Result<Vec<crate::govern::store::PeriodRow>, StoreError> {
+            self.inner.report(t, n)
+        }
+        fn set_cap(
+            &self,
+            t: &str,
+            u: Decimal,
+            n: chrono::DateTime<chrono::Utc>,
+        ) -> Result<(), StoreError> {
+            self.inner.set_cap(t, u, n)
+        }
+        fn slices(
+            &self,
+            c: &[SliceChange],
+            m: &EntryMeta,
+        ) -> Result<Option<Vec<SliceGrant>>, StoreError> {
+            let n = self
+                .calls
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let lost = StoreError {
+                path: None,
+                detail: "connection lost".into(),
+            };
+            match n % 3 {
+                // Made, and the answer lost.
+                1 => {
+                    self.inner.slices(c, m)?;
+                    Err(lost)
+                }
+                // Lost before it was made.
+                2 => Err(lost),
+                _ => self.inner.slices(c, m),
+            }
+        }
+        fn slice_state(
+            &self,
+            h: &str,
+            t: &str,
+            p: &str,
+            o: &str,
+        ) -> Result<Option<crate::govern::store::SliceState>, StoreError> {
+            self.inner.slice_state(h, t, p, o)
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn lost_answers_are_found_out_and_nothing_is_written_twice_or_lost() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Lossy {
+            inner: SqliteStore::open(&dir.path().join("l.sqlite")).unwrap(),
+            calls: Default::default(),
+        });
+        let slices = Arc::new(Slices::new(
+            store.clone(),
+            "r",
+            "w#1",
+            Duration::from_secs(60),
+        ));
+        let keys = [key("day:d")];
+        let (mut spent, mut failed) = (Decimal::ZERO, 0);
+        for i in 0..60 {
+            match slices.take(&keys, d("0.01")).await {
+                Ok(Some(t)) => {
+                    slices.finish(&t, d("0.01"), Some(d("0.003")), &format!("task{}", i % 4));
+                    spent += d("0.003");
+                }
+                Ok(None) => panic!("room enough"),
+                // The ledger could not say what became of a change just now.
+                Err(_) => failed += 1,
+            }
+            if i % 7 == 0 {
+                let _ = slices.tick(false).await;
+            }
+        }
+        for _ in 0..6 {
+            if slices.tick(true).await.is_ok() && slices.lock().is_empty() {
+                break;
+            }
+        }
+        assert!(slices.lock().is_empty(), "every slice ended");
+        let t = store.totals("t", "day:d", chrono::Utc::now()).unwrap();
+        assert_eq!(
+            t.settled, spent,
+            "{failed} requests refused on a lost answer"
+        );
+        assert_eq!((t.reserved, t.stale), (Decimal::ZERO, Decimal::ZERO));
+        assert!(store.calls.load(std::sync::atomic::Ordering::Relaxed) > 10);
     }
 }

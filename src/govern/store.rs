@@ -151,6 +151,15 @@ pub trait CapStore: Send + Sync {
         changes: &[SliceChange],
         meta: &EntryMeta,
     ) -> Result<Option<Vec<SliceGrant>>, StoreError>;
+    /// The slice entry of `holder` for a cap and owner, as stored (None when it has
+    /// none): how a holder learns whether a change it could not confirm was made.
+    fn slice_state(
+        &self,
+        holder: &str,
+        team: &str,
+        period: &str,
+        owner: &str,
+    ) -> Result<Option<SliceState>, StoreError>;
 }
 
 /// The period a moment falls in, as stored: `day:2026-11-29`, `week:2026-W48`,
@@ -190,7 +199,8 @@ CREATE TABLE IF NOT EXISTS entries (
     expires_at TEXT NOT NULL,
     settled_at TEXT,
     holder TEXT,
-    idle TEXT NOT NULL DEFAULT '0'
+    idle TEXT NOT NULL DEFAULT '0',
+    seq INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS entries_by_state ON entries (team, period, state);
 CREATE TABLE IF NOT EXISTS totals (
@@ -266,6 +276,15 @@ impl SqliteStore {
             if !has_idle {
                 conn.execute_batch(
                     "ALTER TABLE entries ADD COLUMN idle TEXT NOT NULL DEFAULT '0'",
+                )?;
+            }
+            // ... and before their changes were numbered.
+            let has_seq = conn
+                .prepare("SELECT 1 FROM pragma_table_info('entries') WHERE name = 'seq'")?
+                .exists([])?;
+            if !has_seq {
+                conn.execute_batch(
+                    "ALTER TABLE entries ADD COLUMN seq INTEGER NOT NULL DEFAULT 0",
                 )?;
             }
             conn.execute_batch("COMMIT")
@@ -544,6 +563,16 @@ impl CapStore for SqliteStore {
         slices::sqlite_slices(self, changes, meta)
     }
 
+    fn slice_state(
+        &self,
+        holder: &str,
+        team: &str,
+        period: &str,
+        owner: &str,
+    ) -> Result<Option<SliceState>, StoreError> {
+        slices::sqlite_slice_state(self, holder, team, period, owner)
+    }
+
     fn report(&self, team: Option<&str>, now: DateTime<Utc>) -> Result<Vec<PeriodRow>, StoreError> {
         self.with(|c| {
             let mut stmt = c.prepare(
@@ -571,8 +600,8 @@ impl CapStore for SqliteStore {
 
 #[path = "store_slices.rs"]
 mod slices;
-pub(crate) use slices::slice_grant;
-pub use slices::{slice_of, slice_task, SliceChange, SliceGrant, SLICE_TASK};
+pub(crate) use slices::{slice_grant, CapOf, Granted, OldSlice};
+pub use slices::{slice_of, slice_task, SliceChange, SliceGrant, SliceState, SLICE_TASK};
 
 #[cfg(test)]
 #[path = "store_tests.rs"]

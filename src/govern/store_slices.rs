@@ -19,10 +19,15 @@ pub struct SliceChange {
     pub team: String,
     pub period: String,
     pub cap: Decimal,
+    /// A team's period cap, which `agentbatch ledger set-cap` may have set in the store
+    /// (that one is used, as it is now).
+    pub period_cap: bool,
     /// The task id of its entry ([`slice_task`]).
     pub owner: String,
-    /// Its entry; none for a new slice.
+    /// Its entry, and the number of changes it has had as its holder knows it (a change
+    /// to an entry changed since is refused); none for a new slice.
     pub id: Option<EntryId>,
+    pub seq: i64,
     /// Spend that moves out of the slice into settled entries, per task (from its armed part).
     pub settled: Vec<(String, Decimal)>,
     /// The size wanted after the change, and the least that will do: the store grants
@@ -38,6 +43,7 @@ pub struct SliceChange {
 pub struct SliceGrant {
     /// None once the slice has ended.
     pub id: Option<EntryId>,
+    pub seq: i64,
     pub size: Decimal,
     pub armed: Decimal,
     pub totals: PeriodTotals,
@@ -59,18 +65,64 @@ pub fn slice_of(task_id: &str) -> Option<(&str, &str)> {
     rest.split_once('\u{1f}')
 }
 
-/// How one slice changes, decided from its entry as stored. `old` is its amount,
-/// idle part and whether its lease still runs; `room` is what its cap has free
-/// (cap - settled - reserved, this slice's live part included in reserved).
-/// Returns the size and armed part granted, or None when the cap cannot give it
-/// `min_size`. A slice whose lease ran out has given its idle part back: keeping
-/// more than its armed part again needs room like a new reservation.
+/// A slice's entry as stored: what its holder reads back when it cannot know whether
+/// its last change was made (the connection was lost while it was being committed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SliceState {
+    pub id: EntryId,
+    pub seq: i64,
+    pub amount: Decimal,
+    pub idle: Decimal,
+}
+
+/// A slice's entry before a change: its amount, idle part, whether its lease still
+/// runs, and its number of changes.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct OldSlice {
+    pub(crate) amount: Decimal,
+    pub(crate) idle: Decimal,
+    pub(crate) live: bool,
+    pub(crate) seq: i64,
+}
+
+/// What a change is granted: the slice's size and armed part, and what it took from
+/// the cap's room beyond what the slice kept.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Granted {
+    pub(crate) size: Decimal,
+    pub(crate) armed: Decimal,
+    pub(crate) growth: Decimal,
+}
+
+/// How one slice changes, decided from its entry as stored (`old`, the default for a
+/// new one), its cap's totals `t`, and what earlier changes of the same transaction
+/// took from the same cap (`grown`). None when the cap cannot give it `min_size`. A
+/// slice whose lease ran out has given its idle part back: keeping more than its
+/// armed part again needs room like a new reservation. Over a cap that was lowered
+/// below what is reserved, a slice gets its least.
 pub(crate) fn slice_grant(
     change: &SliceChange,
-    old: (Decimal, Decimal, bool),
-    room: Decimal,
-) -> Result<Option<(Decimal, Decimal)>, String> {
-    let (amount, idle, live) = old;
+    old: OldSlice,
+    t: &PeriodTotals,
+    grown: Decimal,
+) -> Result<Option<Granted>, String> {
+    let OldSlice {
+        amount,
+        idle,
+        live,
+        seq,
+    } = old;
+    if let Some(id) = change.id.filter(|_| seq != change.seq) {
+        return Err(format!(
+            "slice {id} of {} {} was changed elsewhere (change {seq}, its holder knows {})",
+            change.team, change.period, change.seq
+        ));
+    }
+    let cap = match t.cap_set {
+        Some(set) if change.period_cap => set,
+        _ => change.cap,
+    };
+    let room = cap - t.settled - t.reserved - grown;
     let settled: Decimal = change.settled.iter().map(|(_, a)| *a).sum();
     if settled < Decimal::ZERO || change.size < Decimal::ZERO || change.armed < Decimal::ZERO {
         return Err(format!(
@@ -82,20 +134,25 @@ pub(crate) fn slice_grant(
     // bound): all of it is settled, out of the slice and beyond it if need be, as a
     // reservation settled above its amount is.
     let kept = (if live { amount } else { amount - idle } - settled).max(Decimal::ZERO);
-    let granted = if change.size <= kept {
+    let size = if change.size <= kept {
         change.size
+    } else if room > Decimal::ZERO {
+        change.size.min(kept + room)
     } else {
-        let g = change.size.min(kept + room.max(Decimal::ZERO));
-        if g < change.min_size {
-            return Ok(None);
-        }
-        g
+        change.min_size
     };
-    Ok(Some((
-        granted,
-        change.armed.min(granted).max(Decimal::ZERO),
-    )))
+    if size > kept + room.max(Decimal::ZERO) || size < change.min_size.min(change.size) {
+        return Ok(None);
+    }
+    Ok(Some(Granted {
+        size,
+        armed: change.armed.min(size).max(Decimal::ZERO),
+        growth: (size - kept).max(Decimal::ZERO),
+    }))
 }
+
+/// The (team, period) key of a change, for what a transaction's changes took from a cap.
+pub(crate) type CapOf = (String, String);
 
 /// [`super::CapStore::slices`] on the SQLite file.
 pub(super) fn sqlite_slices(
@@ -108,27 +165,33 @@ pub(super) fn sqlite_slices(
         let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let now = Utc::now();
         let mut plans = Vec::with_capacity(changes.len());
+        let mut grown: std::collections::HashMap<CapOf, Decimal> = Default::default();
         for ch in changes {
             let old = match ch.id {
                 Some(id) => {
-                    let row: Option<(String, String, String)> = tx
+                    let row: Option<(String, String, String, i64)> = tx
                         .query_row(
-                            "SELECT amount, idle, expires_at FROM entries WHERE id = ?1 AND state = 'reserved'",
+                            "SELECT amount, idle, expires_at, seq FROM entries WHERE id = ?1 AND state = 'reserved'",
                             params![id],
-                            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
                         )
                         .optional()?;
-                    let Some((amount, idle, expires)) = row else {
+                    let Some((amount, idle, expires, seq)) = row else {
                         bug = Some(format!("slice {id} of {} {} is not in the ledger", ch.team, ch.period));
                         return Ok(None);
                     };
-                    (dec(amount)?, dec(idle)?, expires > ts(now))
+                    OldSlice { amount: dec(amount)?, idle: dec(idle)?, live: expires > ts(now), seq }
                 }
-                None => (Decimal::ZERO, Decimal::ZERO, true),
+                None => OldSlice { live: true, ..OldSlice::default() },
             };
             let t = totals_in(&tx, &ch.team, &ch.period, &ts(now))?;
-            match slice_grant(ch, old, ch.cap - t.settled - t.reserved) {
-                Ok(Some(g)) => plans.push((old.0, g)),
+            let cap_of = (ch.team.clone(), ch.period.clone());
+            let before = grown.get(&cap_of).copied().unwrap_or_default();
+            match slice_grant(ch, old, &t, before) {
+                Ok(Some(g)) => {
+                    *grown.entry(cap_of).or_default() += g.growth;
+                    plans.push((old, g));
+                }
                 Ok(None) => return Ok(None),
                 Err(e) => {
                     bug = Some(e);
@@ -137,7 +200,7 @@ pub(super) fn sqlite_slices(
             }
         }
         let mut grants = Vec::with_capacity(changes.len());
-        for (ch, (old_amount, (size, armed))) in changes.iter().zip(plans) {
+        for (ch, (old, g)) in changes.iter().zip(plans) {
             let moved: Decimal = ch.settled.iter().map(|(_, a)| *a).sum();
             for (task, a) in &ch.settled {
                 tx.execute(
@@ -146,24 +209,26 @@ pub(super) fn sqlite_slices(
                     params![ch.team, ch.period, a.normalize().to_string(), meta.run_id, task, ts(now)],
                 )?;
             }
-            let id = match (ch.id, size.is_zero()) {
+            let idle = (g.size - g.armed).normalize().to_string();
+            let seq = old.seq + 1;
+            let id = match (ch.id, g.size.is_zero()) {
                 (Some(id), true) => {
                     tx.execute("DELETE FROM entries WHERE id = ?1", params![id])?;
                     None
                 }
                 (Some(id), false) => {
                     tx.execute(
-                        "UPDATE entries SET amount = ?2, idle = ?3, expires_at = ?4 WHERE id = ?1",
-                        params![id, size.normalize().to_string(), (size - armed).normalize().to_string(), ts(meta.expires_at)],
+                        "UPDATE entries SET amount = ?2, idle = ?3, expires_at = ?4, seq = ?5 WHERE id = ?1",
+                        params![id, g.size.normalize().to_string(), idle, ts(meta.expires_at), seq],
                     )?;
                     Some(id)
                 }
                 (None, true) => None,
                 (None, false) => {
                     tx.execute(
-                        "INSERT INTO entries (team, period, amount, state, run_id, task_id, created_at, expires_at, holder, idle)
-                         VALUES (?1, ?2, ?3, 'reserved', ?4, ?5, ?6, ?7, ?8, ?9)",
-                        params![ch.team, ch.period, size.normalize().to_string(), meta.run_id, ch.owner, ts(now), ts(meta.expires_at), meta.holder, (size - armed).normalize().to_string()],
+                        "INSERT INTO entries (team, period, amount, state, run_id, task_id, created_at, expires_at, holder, idle, seq)
+                         VALUES (?1, ?2, ?3, 'reserved', ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                        params![ch.team, ch.period, g.size.normalize().to_string(), meta.run_id, ch.owner, ts(now), ts(meta.expires_at), meta.holder, idle, seq],
                     )?;
                     Some(tx.last_insert_rowid())
                 }
@@ -176,14 +241,15 @@ pub(super) fn sqlite_slices(
                     ch.team,
                     ch.period,
                     (settled + moved).normalize().to_string(),
-                    (reserved + size - old_amount).normalize().to_string(),
+                    (reserved + g.size - old.amount).normalize().to_string(),
                     ch.cap.to_string()
                 ],
             )?;
             grants.push(SliceGrant {
                 id,
-                size,
-                armed,
+                seq,
+                size: g.size,
+                armed: g.armed,
                 totals: totals_in(&tx, &ch.team, &ch.period, &ts(now))?,
             });
         }
@@ -197,4 +263,34 @@ pub(super) fn sqlite_slices(
         }),
         None => Ok(out),
     }
+}
+
+/// [`super::CapStore::slice_state`] on the SQLite file.
+pub(super) fn sqlite_slice_state(
+    store: &SqliteStore,
+    holder: &str,
+    team: &str,
+    period: &str,
+    owner: &str,
+) -> Result<Option<SliceState>, StoreError> {
+    store.with(|c| {
+        let row: Option<(i64, i64, String, String)> = c
+            .query_row(
+                "SELECT id, seq, amount, idle FROM entries
+                 WHERE holder = ?1 AND team = ?2 AND period = ?3 AND task_id = ?4 AND state = 'reserved'
+                 ORDER BY id DESC LIMIT 1",
+                params![holder, team, period, owner],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            )
+            .optional()?;
+        row.map(|(id, seq, amount, idle)| {
+            Ok(SliceState {
+                id,
+                seq,
+                amount: dec(amount)?,
+                idle: dec(idle)?,
+            })
+        })
+        .transpose()
+    })
 }

@@ -249,13 +249,20 @@ fn slice(
         team: "t".into(),
         period: "day:x".into(),
         cap: d("1"),
+        period_cap: true,
         owner: slice_task("", "v"),
+        seq: 0,
         id,
         settled: settled.iter().map(|(t, a)| (t.to_string(), d(a))).collect(),
         size: d(size),
         min_size: d(min),
         armed: d(armed),
     }
+}
+
+fn at(mut change: SliceChange, seq: i64) -> SliceChange {
+    change.seq = seq;
+    change
 }
 
 fn holder_meta(holder: &str, expires_in_ms: i64) -> EntryMeta {
@@ -303,12 +310,9 @@ fn slices_grow_within_the_cap_and_write_settlements_per_task() {
     // The first settles 0.15 for two tasks out of its armed part and shrinks to 0.1.
     let a = s
         .slices(
-            &[slice(
-                a_id,
-                "0.1",
-                "0.1",
-                "0.05",
-                &[("x", "0.1"), ("y", "0.05")],
+            &[at(
+                slice(a_id, "0.1", "0.1", "0.05", &[("x", "0.1"), ("y", "0.05")]),
+                1,
             )],
             &m,
         )
@@ -319,14 +323,27 @@ fn slices_grow_within_the_cap_and_write_settlements_per_task() {
     let charges = s.run_charges("r").unwrap();
     let x = charges.iter().find(|c| c.task_id == "x").unwrap();
     assert_eq!(x.settled, d("0.1"));
-    // A negative amount is a defect.
+    // A negative amount is a defect, and so is a change to an entry changed since.
     assert!(s
-        .slices(&[slice(a_id, "0.1", "0.1", "-0.05", &[])], &m)
+        .slices(&[at(slice(a_id, "0.1", "0.1", "-0.05", &[]), 2)], &m)
         .is_err());
+    let stale = s
+        .slices(&[at(slice(a_id, "0.1", "0.1", "0.05", &[]), 1)], &m)
+        .unwrap_err();
+    assert!(stale.detail.contains("changed elsewhere"), "{stale}");
+    // What the holder reads back when an answer is lost.
+    let st = s
+        .slice_state("w1", "t", "day:x", &slice_task("", "v"))
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (Some(st.id), st.seq, st.amount, st.idle),
+        (a_id, 2, d("0.1"), d("0.05"))
+    );
     // An answer billed past its worst case is settled in full, beyond the slice's
     // 0.1, and ending the slice gives the rest of the cap back.
     let a = s
-        .slices(&[slice(a_id, "0", "0", "0", &[("z", "0.12")])], &m)
+        .slices(&[at(slice(a_id, "0", "0", "0", &[("z", "0.12")]), 2)], &m)
         .unwrap()
         .unwrap();
     assert_eq!(a[0].id, None);
@@ -369,4 +386,34 @@ fn a_dead_workers_slice_keeps_its_armed_part_spent_and_gives_the_rest_back() {
     // The slow holder's next change to its expired slice needs room like a new one.
     let id = s.report(None, Utc::now()).unwrap();
     assert_eq!(id[0].totals.settled, d("0.7"));
+}
+
+#[test]
+fn changes_in_one_transaction_share_the_caps_room_and_a_lowered_cap_applies_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = SqliteStore::open(&dir.path().join("l.sqlite")).unwrap();
+    let m = holder_meta("w1", 60_000);
+    // Two owners' slices of one cap in one transaction: 0.7 and 0.7 cannot both fit
+    // in a $1 cap; the second gets what the first left.
+    let mut other = slice(None, "0.7", "0.2", "0.2", &[]);
+    other.owner = slice_task("", "w");
+    let g = s
+        .slices(&[slice(None, "0.7", "0.2", "0.2", &[]), other], &m)
+        .unwrap()
+        .unwrap();
+    assert_eq!((g[0].size, g[1].size), (d("0.7"), d("0.3")));
+    assert_eq!(g[1].totals.reserved, d("1"));
+    // The team's cap is lowered to $0.50 in the ledger: a slice that wants to grow
+    // gets only its least, and the least beyond what it keeps is refused.
+    s.set_cap("t", d("0.5"), Utc::now()).unwrap();
+    let (a, b) = (g[0].id, g[1].id);
+    let shrunk = s
+        .slices(&[at(slice(a, "0.9", "0.25", "0.25", &[]), 1)], &m)
+        .unwrap()
+        .unwrap();
+    assert_eq!((shrunk[0].size, shrunk[0].armed), (d("0.25"), d("0.25")));
+    assert!(s
+        .slices(&[at(slice(b, "0.5", "0.4", "0.4", &[]), 1)], &m)
+        .unwrap()
+        .is_none());
 }

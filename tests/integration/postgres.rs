@@ -192,7 +192,9 @@ fn exercise(s: &dyn CapStore) -> Vec<String> {
             team: "green".into(),
             period: "day:s".into(),
             cap: d("1"),
+            period_cap: true,
             owner: store::slice_task("green", ""),
+            seq: 0,
             id,
             settled: settled.iter().map(|(t, a)| (t.to_string(), d(a))).collect(),
             size: d(size),
@@ -235,13 +237,10 @@ fn exercise(s: &dyn CapStore) -> Vec<String> {
     note(format!("slice c {:?}", shown(&c)));
     let a2 = s
         .slices(
-            &[change(
-                a_id,
-                "0.1",
-                "0.1",
-                "0.05",
-                &[("x", "0.1"), ("y", "0.05")],
-            )],
+            &[store::SliceChange {
+                seq: 1,
+                ..change(a_id, "0.1", "0.1", "0.05", &[("x", "0.1"), ("y", "0.05")])
+            }],
             &lease("s#1", 60_000),
         )
         .unwrap();
@@ -249,10 +248,19 @@ fn exercise(s: &dyn CapStore) -> Vec<String> {
     note(format!(
         "negative refused {}",
         s.slices(
-            &[change(a_id, "0.1", "0.1", "-0.05", &[])],
+            &[store::SliceChange {
+                seq: 2,
+                ..change(a_id, "0.1", "0.1", "-0.05", &[])
+            }],
             &lease("s#1", 60_000)
         )
         .is_err()
+    ));
+    note(format!(
+        "a as stored {:?}",
+        s.slice_state("s#1", "green", "day:s", &store::slice_task("green", ""))
+            .unwrap()
+            .map(|st| (st.seq, st.amount, st.idle))
     ));
     std::thread::sleep(std::time::Duration::from_millis(400));
     note(format!(
@@ -268,7 +276,10 @@ fn exercise(s: &dyn CapStore) -> Vec<String> {
     // An answer billed past its worst case: settled in full, beyond the slice.
     let a3 = s
         .slices(
-            &[change(a_id, "0", "0", "0", &[("z", "0.12")])],
+            &[store::SliceChange {
+                seq: 2,
+                ..change(a_id, "0", "0", "0", &[("z", "0.12")])
+            }],
             &lease("s#1", 60_000),
         )
         .unwrap();
@@ -306,6 +317,7 @@ fn postgres_answers_every_ledger_operation_as_the_sqlite_file_does() {
     }
     for line in [
         "negative refused true",
+        "a as stored Some((2, 0.1, 0.05))",
         "b expired: PeriodTotals { settled: 0.15, reserved: 0.4, stale: 0.3, cap_set: None }",
         "b renewed: PeriodTotals { settled: 0.15, reserved: 0.4, stale: 0.3, cap_set: None }",
         "slice c None",
