@@ -33,3 +33,14 @@ pub mod vocab;
 
 /// The version recorded in run.json and sent as the user agent.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The commit it was built from (build.rs says how it is found), or `unknown`.
+pub const COMMIT: &str = env!("AGENTBATCH_COMMIT");
+
+/// What `agentbatch --version` says: the version and the commit.
+pub const LONG_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("AGENTBATCH_COMMIT"),
+    ")"
+);

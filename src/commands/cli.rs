@@ -21,7 +21,7 @@ use crate::vocab::values::parse_duration;
 #[derive(Parser)]
 #[command(
     name = "agentbatch",
-    version,
+    version = crate::LONG_VERSION,
     about = "Run many LLM agent loops in batch under hard budgets"
 )]
 pub struct Cli {

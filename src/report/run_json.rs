@@ -28,6 +28,10 @@ pub(crate) struct RunJson {
     )]
     pub format_version: u32,
     pub agentbatch_version: String,
+    /// The commit it was built from (`unknown` when the build could not tell; absent
+    /// in a folder from before commits were recorded).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub agentbatch_commit: String,
     pub run_id: String,
     pub job_file: String,
     pub job_name: String,
@@ -96,6 +100,8 @@ pub struct LearnedLimits {
 pub(crate) struct ResumeRecord {
     pub at: String,
     pub agentbatch_version: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub agentbatch_commit: String,
     pub kept_rows: usize,
     pub superseded_rows: usize,
     pub tasks_to_run: usize,
@@ -336,6 +342,7 @@ mod tests {
     fn a_new_run_has_only_the_keys_it_has_reached() {
         let r = RunJson {
             run_id: "r".into(),
+            agentbatch_commit: "3f2a".into(),
             job: json!({"name": "j"}),
             status: Some("running".into()),
             ..RunJson::default()
@@ -347,6 +354,7 @@ mod tests {
             [
                 "format_version",
                 "agentbatch_version",
+                "agentbatch_commit",
                 "run_id",
                 "job_file",
                 "job_name",

@@ -289,6 +289,7 @@ impl Run {
         let mut run_json = match &self.resumed {
             None => RunJson {
                 agentbatch_version: crate::VERSION.to_string(),
+                agentbatch_commit: crate::COMMIT.to_string(),
                 run_id: self.run_id.clone(),
                 job_file: plan.file.display().to_string(),
                 job_name: plan.name.clone(),
@@ -304,6 +305,7 @@ impl Run {
                 v.resumes.push(ResumeRecord {
                     at: now,
                     agentbatch_version: crate::VERSION.to_string(),
+                    agentbatch_commit: crate::COMMIT.to_string(),
                     kept_rows: r.kept(),
                     superseded_rows: r.superseded,
                     tasks_to_run: self.tasks.len(),

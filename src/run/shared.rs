@@ -53,6 +53,7 @@ pub fn enqueue(
     let run_id = folder::choose_run_id(plan, run_id, Path::new("/nonexistent"))?;
     let run_json = RunJson {
         agentbatch_version: crate::VERSION.to_string(),
+        agentbatch_commit: crate::COMMIT.to_string(),
         run_id: run_id.clone(),
         job_file: job_file.display().to_string(),
         job_name: plan.name.clone(),

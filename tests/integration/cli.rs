@@ -574,3 +574,40 @@ fn a_printing_command_ends_quietly_when_its_reader_goes() {
         out.status
     );
 }
+
+/// `--version` names the commit the binary was built from, and run.json records it:
+/// git's HEAD of this checkout (the test builds from it), or `unknown` without git.
+#[test]
+fn the_version_names_its_commit_and_run_json_records_it() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let head = std::process::Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .current_dir(root)
+        .output()
+        .ok()
+        .filter(|o| o.status.success() && root.join(".git").exists())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    let want = std::env::var("AGENTBATCH_COMMIT")
+        .ok()
+        .filter(|c| !c.is_empty())
+        .or(head)
+        .unwrap_or_else(|| "unknown".into());
+    let case = Case::new();
+    let out = case.agentbatch(&["--version"]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        said.trim(),
+        format!("agentbatch {} (commit {want})", env!("CARGO_PKG_VERSION"))
+    );
+    case.write(
+        "job.yaml",
+        "name: v\ndefaults:\n  model: claude-haiku-4-5\n  sim: { turns: [ { content: [ { text: done } ] } ] }\ntasks:\n  - { id: a, prompt: go }\n",
+    );
+    let ran = case.agentbatch(&["run", "job.yaml", "--quiet", "--run-id", "v"]);
+    assert_eq!(ran.status.code(), Some(0), "{}", stderr(&ran));
+    let run_json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(case.path("reports/v/run.json")).unwrap())
+            .unwrap();
+    assert_eq!(run_json["agentbatch_commit"], want.as_str());
+    assert_eq!(run_json["agentbatch_version"], env!("CARGO_PKG_VERSION"));
+}
