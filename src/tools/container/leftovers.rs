@@ -91,9 +91,22 @@ pub async fn remove_leftovers(engine: &Engine) -> Result<Vec<String>, ContainerE
     let fmt = format!("{{{{.Id}}}}\t{{{{.Name}}}}\t{{{{index .Config.Labels \"{OWNER}\"}}}}");
     let mut args = vec!["inspect", "--format", &fmt];
     args.extend(ids.iter().copied());
-    // A container removed meanwhile makes inspect fail for all: then nothing is judged
-    // this time, and the next run tries again.
-    let listed = engine.run(&args, QUICK).await?.text();
+    // A container removed meanwhile (another run's, ending) makes inspect fail for
+    // all: then each is inspected alone, and the ones gone are skipped. (Giving up
+    // left a killed run's containers behind whenever another run was ending.)
+    let listed = match engine.run(&args, QUICK).await {
+        Ok(out) => out.text(),
+        Err(_) => {
+            let mut text = String::new();
+            for id in &ids {
+                if let Ok(out) = engine.run(&["inspect", "--format", &fmt, id], QUICK).await {
+                    text.push_str(&out.text());
+                    text.push('\n');
+                }
+            }
+            text
+        }
+    };
     let mut gone = Vec::new();
     for line in listed.lines() {
         let mut f = line.split('\t');
