@@ -46,5 +46,6 @@ mod suites;
 mod summarize;
 mod swebench_grading;
 mod usage_figures;
+mod wheel;
 mod workspace_links;
 mod workspaces;
