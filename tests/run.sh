@@ -281,4 +281,21 @@ export CONTAINERS_REGISTRIES_CONF="$podman_dir/registries.conf"
 export AGENTBATCH_TEST_REGISTRY="127.0.0.1:$registry_port"
 for _ in $(seq 100); do python3 -c "import socket; socket.create_connection(('127.0.0.1', $registry_port), 1)" 2>/dev/null && break; sleep 0.1; done
 
+# The crate as `cargo package` makes it for crates.io builds on its own (nothing it
+# needs left out), and a build from it still names its commit (from the
+# .cargo_vcs_info.json cargo writes, as it has no .git). Run before the tests, since
+# its check build shares target/debug: only with the whole suite, not a filtered run.
+if [ $# -eq 0 ]; then
+  cargo package --locked --allow-dirty --quiet
+  head=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+  packaged=$(target/debug/agentbatch --version)
+  case "$packaged" in
+    *"(commit $head)") ;;
+    *) echo "tests/run.sh: the packaged crate's build says '$packaged', not commit $head" >&2; exit 1 ;;
+  esac
+  echo "tests/run.sh: cargo package: $(du -h target/package/agentbatch-*.crate | cut -f1) crate, builds on its own ($packaged)" >&2
+else
+  echo "tests/run.sh: a filtered run: the cargo package check is left to the whole suite" >&2
+fi
+
 cargo test --locked "$@"
