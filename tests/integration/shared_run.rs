@@ -810,3 +810,64 @@ fn cap_slices_hold_a_shared_cap_exactly_through_a_killed_worker() {
         "collect counts what the killed worker kept: {killed} against {stale}"
     );
 }
+
+/// The worker image's build stage copies everything the crate is built from: what
+/// Cargo.toml's `include` lists (a file missing there, build.rs once, breaks the image
+/// build, which the suite does not run yet).
+#[test]
+fn the_dockerfile_copies_what_the_crate_includes() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let manifest: toml_like::Included =
+        toml_like::included(&std::fs::read_to_string(root.join("Cargo.toml")).unwrap());
+    let dockerfile = std::fs::read_to_string(root.join("Dockerfile")).unwrap();
+    let copied: Vec<&str> = dockerfile
+        .lines()
+        .filter_map(|l| l.strip_prefix("COPY "))
+        .filter(|l| !l.starts_with("--from"))
+        .flat_map(|l| {
+            let parts: Vec<&str> = l.split_whitespace().collect();
+            parts[..parts.len() - 1].to_vec()
+        })
+        .collect();
+    assert!(!manifest.0.is_empty());
+    for path in manifest.0 {
+        let top = path
+            .trim_start_matches('/')
+            .split('/')
+            .next()
+            .unwrap()
+            .to_string();
+        assert!(
+            copied.contains(&top.as_str()),
+            "the Dockerfile's build stage does not copy {top} (Cargo.toml includes {path}): {copied:?}"
+        );
+    }
+    for arg in [
+        "ARG BUILD_IMAGE=",
+        "ARG RUNTIME_IMAGE=",
+        "FROM ${BUILD_IMAGE} AS build",
+        "FROM ${RUNTIME_IMAGE}",
+        "ARG AGENTBATCH_COMMIT",
+    ] {
+        assert!(dockerfile.contains(arg), "{arg}");
+    }
+}
+
+/// Cargo.toml's `include` list, read without a TOML parser (one line of strings).
+mod toml_like {
+    pub struct Included(pub Vec<String>);
+
+    pub fn included(manifest: &str) -> Included {
+        let line = manifest
+            .lines()
+            .find(|l| l.starts_with("include = ["))
+            .expect("Cargo.toml has an include list");
+        Included(
+            line.split('"')
+                .skip(1)
+                .step_by(2)
+                .map(str::to_string)
+                .collect(),
+        )
+    }
+}

@@ -41,14 +41,25 @@ fn pip_installs_the_wheel_and_its_agentbatch_runs_the_demo() {
         .expect("a wheel");
     let name = wheel.file_name().unwrap().to_string_lossy().into_owned();
     assert!(
-        name.starts_with(&format!("agentbatch-{}-py3-none-", env!("CARGO_PKG_VERSION"))),
+        name.starts_with(&format!(
+            "agentbatch-{}-py3-none-",
+            env!("CARGO_PKG_VERSION")
+        )),
         "{name}"
     );
     let venv = tmp.path().join("venv");
-    ok(Command::new("python3").arg("-m").arg("venv").arg(&venv), "python3 -m venv");
+    ok(
+        Command::new("python3").arg("-m").arg("venv").arg(&venv),
+        "python3 -m venv",
+    );
     ok(
         Command::new(venv.join("bin/pip"))
-            .args(["install", "--quiet", "--disable-pip-version-check", "--no-index"])
+            .args([
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--no-index",
+            ])
             .arg(&wheel),
         "pip install the wheel",
     );
@@ -72,23 +83,33 @@ fn pip_installs_the_wheel_and_its_agentbatch_runs_the_demo() {
         std::env::var("PATH").unwrap_or_default()
     );
     let which = ok(
-        Command::new("sh").args(["-c", "command -v agentbatch"]).env("PATH", &path),
+        Command::new("sh")
+            .args(["-c", "command -v agentbatch"])
+            .env("PATH", &path),
         "command -v agentbatch",
     );
     assert_eq!(Path::new(which.trim()), venv.join("bin/agentbatch"));
     let version = ok(
-        Command::new("agentbatch").arg("--version").env("PATH", &path),
+        Command::new("agentbatch")
+            .arg("--version")
+            .env("PATH", &path),
         "agentbatch --version",
     );
     assert!(
-        version.starts_with(&format!("agentbatch {} (commit ", env!("CARGO_PKG_VERSION"))),
+        version.starts_with(&format!(
+            "agentbatch {} (commit ",
+            env!("CARGO_PKG_VERSION")
+        )),
         "{version}"
     );
     // The demo, from a folder of its own with the jobs copied in.
     let work = tmp.path().join("work");
     std::fs::create_dir_all(&work).unwrap();
     ok(
-        Command::new("cp").arg("-r").arg(root.join("jobs")).arg(&work),
+        Command::new("cp")
+            .arg("-r")
+            .arg(root.join("jobs"))
+            .arg(&work),
         "cp -r jobs",
     );
     let out = Command::new("agentbatch")
@@ -104,6 +125,10 @@ fn pip_installs_the_wheel_and_its_agentbatch_runs_the_demo() {
         String::from_utf8_lossy(&out.stderr)
     );
     let results = std::fs::read_to_string(work.join("reports/demo/results.csv")).unwrap();
-    assert_eq!(results.lines().count(), 9, "eight tasks and a header:\n{results}");
+    assert_eq!(
+        results.lines().count(),
+        9,
+        "eight tasks and a header:\n{results}"
+    );
     assert!(work.join("reports/demo/report.html").exists());
 }
