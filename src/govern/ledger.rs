@@ -332,8 +332,7 @@ impl Ledger {
         // A worker's slices size most requests without asking the store; anything but
         // a request that fits is decided again on the store's own figures.
         let mut fresh = false;
-        let owner =
-            super::store::slice_task(need.team.map_or("", |t| t.name.as_str()), need.variant);
+        let owner = self.slice_owner(need.team, need.variant);
         loop {
             let notified = self.changed.notified();
             tokio::pin!(notified);
@@ -517,7 +516,7 @@ impl Ledger {
         smallest: Decimal,
     ) -> Option<Stop> {
         let mut caps = self.store_caps(team);
-        let owner = super::store::slice_task(team.map_or("", |t| t.name.as_str()), variant);
+        let owner = self.slice_owner(team, variant);
         // A slice's figures may be a tick old (a cap raised since): a stop is decided
         // on the store's own.
         if let Some(rooms) = self.sliced_rooms(&mut caps, &owner) {
@@ -553,6 +552,15 @@ impl Ledger {
                 ),
             )
         })
+    }
+
+    /// Whose slices a task of `team` and `variant` spends from; empty (nothing made)
+    /// when this process holds no slices, as every run but a shared one.
+    fn slice_owner(&self, team: Option<&TeamSpec>, variant: &str) -> String {
+        match self.slices {
+            Some(_) => super::store::slice_task(team.map_or("", |t| t.name.as_str()), variant),
+            None => String::new(),
+        }
     }
 
     /// Writes what this worker's slices of the caps settled and gives back the rest

@@ -261,31 +261,20 @@ impl SqliteStore {
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.execute_batch("BEGIN IMMEDIATE")?;
         let made = conn.execute_batch(SCHEMA).and_then(|()| {
-            // A file made before reservations had holders gets the column (in the
-            // same transaction: two processes opening an old file both look first).
-            let has_holder = conn
-                .prepare("SELECT 1 FROM pragma_table_info('entries') WHERE name = 'holder'")?
-                .exists([])?;
-            if !has_holder {
-                conn.execute_batch("ALTER TABLE entries ADD COLUMN holder TEXT")?;
-            }
-            // ... and before slices had an idle part.
-            let has_idle = conn
-                .prepare("SELECT 1 FROM pragma_table_info('entries') WHERE name = 'idle'")?
-                .exists([])?;
-            if !has_idle {
-                conn.execute_batch(
-                    "ALTER TABLE entries ADD COLUMN idle TEXT NOT NULL DEFAULT '0'",
-                )?;
-            }
-            // ... and before their changes were numbered.
-            let has_seq = conn
-                .prepare("SELECT 1 FROM pragma_table_info('entries') WHERE name = 'seq'")?
-                .exists([])?;
-            if !has_seq {
-                conn.execute_batch(
-                    "ALTER TABLE entries ADD COLUMN seq INTEGER NOT NULL DEFAULT 0",
-                )?;
+            // A file made before a column existed gets it (in the same transaction:
+            // two processes opening an old file both look first): reservations'
+            // holders, slices' idle parts, and the numbering of slices' changes.
+            for (column, kind) in [
+                ("holder", "TEXT"),
+                ("idle", "TEXT NOT NULL DEFAULT '0'"),
+                ("seq", "INTEGER NOT NULL DEFAULT 0"),
+            ] {
+                let has = conn
+                    .prepare("SELECT 1 FROM pragma_table_info('entries') WHERE name = ?1")?
+                    .exists([column])?;
+                if !has {
+                    conn.execute_batch(&format!("ALTER TABLE entries ADD COLUMN {column} {kind}"))?;
+                }
             }
             conn.execute_batch("COMMIT")
         });
