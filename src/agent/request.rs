@@ -638,7 +638,7 @@ impl Loop<'_> {
         // An answer, not a refusal: what the adaptive rate measures the server by.
         if accepted.is_some() {
             if let Some(g) = self.provider_gate() {
-                g.answered();
+                g.answered(self.admitted_at.unwrap_or_else(Instant::now));
             }
         }
         let Some(wait) = rate.pause(Utc::now()) else {

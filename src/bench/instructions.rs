@@ -268,6 +268,8 @@ pub async fn instructions(out: &Path) -> anyhow::Result<InstructionReport> {
             concurrency: CONCURRENCY,
             tool_output: 0,
             window: None,
+            // As the baseline was measured: the adaptive rate's bookkeeping counts too.
+            stated_rpm: None,
         };
         let runner = |exe: &Path, dir: &Path| {
             let mut c = Command::new("valgrind");

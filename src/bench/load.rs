@@ -15,6 +15,12 @@ use tokio::process::Command;
 
 use super::bench_dir;
 
+/// W1's stated limit: five times the ~2,000 requests a second it sends, so it paces
+/// nothing, as a provider tier far above the run's needs does not.
+pub const W1_STATED_RPM: u32 = 600_000;
+/// W2's: five times its ~5,000 a second.
+pub const W2_STATED_RPM: u32 = 1_500_000;
+
 /// One load workload.
 #[derive(Debug, Clone)]
 pub struct Load {
@@ -29,6 +35,10 @@ pub struct Load {
     /// A context window the simulator enforces and the runner knows, in tokens, and
     /// how the runner keeps inside it (`off`: it stops at it).
     pub window: Option<(u64, ContextStrategy)>,
+    /// The request limit the simulator states in its answers' headers, as Anthropic's
+    /// and OpenAI's do (and enforces); None: it states none, as a vLLM server would,
+    /// and the runner's adaptive rate probes it.
+    pub stated_rpm: Option<u32>,
 }
 
 impl Load {
@@ -42,6 +52,16 @@ impl Load {
             concurrency: 100,
             tool_output: 0,
             window: None,
+            stated_rpm: Some(W1_STATED_RPM),
+        }
+    }
+
+    /// W1 against a server that states no limits: what the adaptive rate's probe costs.
+    pub fn w1_unstated(fraction: f64) -> Load {
+        Load {
+            name: "w1-throughput-unstated",
+            stated_rpm: None,
+            ..Load::w1(fraction)
         }
     }
 
@@ -55,6 +75,7 @@ impl Load {
             concurrency: (5000.0 * fraction).round().max(1.0) as usize,
             tool_output: 0,
             window: None,
+            stated_rpm: Some(W2_STATED_RPM),
         }
     }
 
@@ -68,6 +89,7 @@ impl Load {
             concurrency: (50.0 * fraction).round().max(1.0) as usize,
             tool_output: 2048,
             window: None,
+            stated_rpm: Some(W1_STATED_RPM),
         }
     }
 
@@ -183,7 +205,7 @@ impl fmt::Display for LoadReport {
         let ideal = l.ideal().as_secs_f64();
         writeln!(
             f,
-            "{}: {} tasks x {} requests, {} ms latency, {} in flight{}",
+            "{}: {} tasks x {} requests, {} ms latency, {} in flight{}; {}",
             l.name,
             l.tasks,
             l.rounds + 1,
@@ -193,6 +215,10 @@ impl fmt::Display for LoadReport {
                 format!(", {} B tool output per call", l.tool_output)
             } else {
                 String::new()
+            },
+            match l.stated_rpm {
+                Some(rpm) => format!("the simulator states {rpm} rpm"),
+                None => "the simulator states no limits (adaptive rate)".to_string(),
             }
         )?;
         writeln!(
@@ -285,7 +311,7 @@ pub(super) async fn run_load_with(
 ) -> anyhow::Result<LoadReport> {
     let (dir, job, repo) = prepare(load, out)?;
     let exe = std::env::current_exe().context("cannot find the agentbatch binary")?;
-    let (mut sim, url) = start_sim(&exe, &job).await?;
+    let (mut sim, url) = start_sim(&exe, &job, load.stated_rpm).await?;
     std::fs::write(&job, load.job(&url, repo.as_deref()))?;
 
     let children_before = children_cpu_s();
@@ -374,10 +400,15 @@ fn prepare(load: &Load, out: &Path) -> anyhow::Result<(PathBuf, PathBuf, Option<
 
 /// Starts the simulator as a process of its own with the job's scripts; it and the URL
 /// it serves.
-async fn start_sim(exe: &Path, job: &Path) -> anyhow::Result<(tokio::process::Child, String)> {
+async fn start_sim(
+    exe: &Path,
+    job: &Path,
+    stated_rpm: Option<u32>,
+) -> anyhow::Result<(tokio::process::Child, String)> {
     let mut sim = Command::new(exe)
         .args(["sim", "--port", "0", "--no-request-bodies", "--job"])
         .arg(job)
+        .args(stated_rpm.map(|r| format!("--rpm={r}")))
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .kill_on_drop(true)

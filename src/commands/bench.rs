@@ -76,6 +76,10 @@ async fn run(args: &BenchArgs) -> anyhow::Result<()> {
             "{}",
             bench::run_load(&bench::Load::w1(fraction), out).await?
         );
+        println!(
+            "{}",
+            bench::run_load(&bench::Load::w1_unstated(fraction), out).await?
+        );
     }
     if matches!(which, Which::Scale | Which::All) {
         println!(

@@ -4,10 +4,17 @@
 //! A rate, not a number of requests in flight: a per-minute limit is a rate, and at a
 //! server's latency of 50 ms one request in flight is already 1,200 a minute. The first
 //! request goes alone (its answer may state limits, which then pace instead); after its
-//! answer the rate starts at [`START`] a second and doubles each second (slow start).
+//! answer the rate starts at [`START`] a second and doubles each round trip (slow
+//! start): when a request sent at the current rate is answered, as long as the answers
+//! of the last [`SLOW_SPAN`] came at least at a quarter of the new rate, and at least
+//! each second while the answers of the last second keep up with half of it (so a
+//! server of long answers ramps no slower than one of short ones). At 50 ms of latency
+//! a limitless server is found within about a second, where doubling each second took
+//! ten.
 //! A 429 for a request sent after the last cut sets the rate to [`CUT`] of what the
-//! server answered over the last [`MEASURE`] (the last second, in slow start) (a 429 for one sent before it is the same
-//! episode, and is not counted twice); the rate then grows back quickly to
+//! server answered over the last [`MEASURE`] (the last second, in slow start) (a 429 for
+//! one sent before it is the same episode, and is not counted twice); the rate then
+//! grows back quickly to
 //! [`NEAR`] of that, stays there for [`HOLD`], and only then tries higher, slowly. It
 //! never grows past twice the rate the answers came at, so an idle spell does not
 //! build a burst.
@@ -32,9 +39,20 @@ pub(super) struct Adaptive {
     held: Option<Instant>,
     /// When the recent answers came, oldest first (the last [`WINDOW`]).
     answers: VecDeque<Instant>,
+    /// When the first answer came: a span reaching before it holds no answers, and
+    /// would make the server look slower than it is.
+    first: Option<Instant>,
 }
 
 const START: f64 = 2.0;
+/// What slow start measures the answers over before it doubles: two round trips of a
+/// 50 ms server, so four times the answers' rate over it is still twice the rate when
+/// the rate doubles each round trip (over 250 ms it held growth to x1.5 a round trip).
+const SLOW_SPAN: Duration = Duration::from_millis(100);
+/// How far past the answers' rate over [`SLOW_SPAN`] slow start may go: far enough that
+/// the round trip, not the span's lag, sets its pace, near enough that a rate the tasks
+/// do not use stops growing.
+const SLOW_CEILING: f64 = 4.0;
 const CUT: f64 = 0.8;
 const NEAR: f64 = 0.9;
 /// What a cut measures the server's rate over: long enough that one answer more or
@@ -58,19 +76,24 @@ impl Adaptive {
             cut: None,
             held: None,
             answers: VecDeque::new(),
+            first: None,
         }
     }
 
-    /// A limiter at `rate` a second, with no burst beyond one request.
-    fn limit(rate: f64) -> Limit {
-        let per_minute = (rate * 60.0 / RATE_SHARE)
+    /// The per-minute figure of a limiter that paces at `rate` a second.
+    fn per_minute(rate: f64) -> u32 {
+        (rate * 60.0 / RATE_SHARE)
             .ceil()
-            .clamp(1.0, f64::from(u32::MAX));
-        Limit::drained(per_minute as u32, Duration::ZERO)
+            .clamp(1.0, f64::from(u32::MAX)) as u32
     }
 
-    /// The rate the answers came at over the last `span`.
+    /// The rate the answers came at over the last `span` (or since the first answer,
+    /// when that is shorter; at least [`SLOW_SPAN`]).
     fn answered_rate(&mut self, now: Instant, span: Duration) -> f64 {
+        let span = match self.first {
+            Some(first) => span.min(now.duration_since(first).max(SLOW_SPAN)),
+            None => span,
+        };
         while self
             .answers
             .front()
@@ -91,7 +114,32 @@ impl Adaptive {
         let rate = rate.clamp(0.05, 100_000.0);
         if self.rate.is_none_or(|r| (r - rate).abs() > f64::EPSILON) {
             self.rate = Some(rate);
-            self.limit = Arc::new(Adaptive::limit(rate));
+            self.limit = Arc::new(Limit::drained(Adaptive::per_minute(rate), Duration::ZERO));
+        }
+    }
+
+    /// As [`Adaptive::set`], for slow start: the first request at the new rate goes at
+    /// once, since the round trip is what the next doubling waits for, not a gap of the
+    /// old rate.
+    fn set_at_once(&mut self, rate: f64) {
+        self.set(rate);
+        let per_minute = Adaptive::per_minute(self.rate.unwrap_or(rate));
+        self.limit = Arc::new(Limit::new(per_minute, Duration::ZERO));
+    }
+
+    /// Slow start's growth: doubled, when `sent` went at the current rate and the
+    /// recent answers keep up with half the doubled rate.
+    fn slow_start_at(&mut self, now: Instant, sent: Instant) {
+        let Some(rate) = self.rate else {
+            return;
+        };
+        if !self.slow_start || sent < self.grown {
+            return;
+        }
+        let doubled = (2.0 * rate).min(SLOW_CEILING * self.answered_rate(now, SLOW_SPAN));
+        if doubled > rate {
+            self.grown = now;
+            self.set_at_once(doubled);
         }
     }
 
@@ -109,6 +157,7 @@ impl Adaptive {
             self.grown = now;
             let ceiling = (2.0 * self.answered_rate(now, Duration::from_secs(1))).max(rate);
             let target = match self.found {
+                // A round trip longer than a second: slow start doubles each second.
                 _ if self.slow_start => rate * 2f64.powf(secs.floor()),
                 Some(found) if rate < NEAR * found => {
                     (rate * (1.0 + RECOVER * secs)).min(NEAR * found)
@@ -128,24 +177,35 @@ impl Adaptive {
         self.limit.clone()
     }
 
-    pub(super) fn answered(&mut self) {
-        self.answers.push_back(Instant::now());
+    /// An answer to a request admitted at `sent`.
+    pub(super) fn answered(&mut self, sent: Instant) {
+        self.answered_at(Instant::now(), sent);
+    }
+
+    fn answered_at(&mut self, now: Instant, sent: Instant) {
+        self.answers.push_back(now);
         if self.answers.len() > 100_000 {
             self.answers.pop_front();
         }
         if self.rate.is_none() {
-            self.grown = Instant::now();
-            self.set(START);
+            self.grown = now;
+            self.first = Some(now);
+            self.set_at_once(START);
+        } else {
+            self.slow_start_at(now, sent);
         }
     }
 
     /// A 429 for a request admitted at `sent`: the rate is cut below what the server
     /// answered over the last [`MEASURE`], unless the request went before the last cut.
     pub(super) fn refused(&mut self, sent: Instant) {
+        self.refused_at(Instant::now(), sent);
+    }
+
+    fn refused_at(&mut self, now: Instant, sent: Instant) {
         if self.cut.is_some_and(|c| sent < c) {
             return;
         }
-        let now = Instant::now();
         self.cut = Some(now);
         self.grown = now;
         self.held = None;
@@ -186,18 +246,20 @@ mod tests {
     #[test]
     fn it_grows_back_to_near_what_was_found_holds_there_then_tries_higher() {
         let mut a = Adaptive::new();
-        a.answered();
-        let t0 = a.grown;
-        // Slow start: 2, then doubling each second while the answers keep up.
-        answers(&mut a, t0 + Duration::from_secs(1), 4);
-        a.current_at(t0 + Duration::from_secs(1));
+        let t0 = Instant::now();
+        a.answered_at(t0, t0);
+        // Slow start: 2, then doubling each round trip while the answers keep up.
+        let t1 = t0 + Duration::from_millis(100);
+        a.answered_at(t1, t0 + Duration::from_millis(50));
         assert_eq!(a.rate, Some(4.0));
-        answers(&mut a, t0 + Duration::from_secs(2), 8);
-        a.current_at(t0 + Duration::from_secs(2));
+        let t2 = t1 + Duration::from_millis(100);
+        a.answered_at(t2, t1 + Duration::from_millis(50));
         assert_eq!(a.rate, Some(8.0));
         // The server answered 5 a second over the last three: found 5, cut to 4.
         let now = Instant::now();
         a.answers.clear();
+        // A run that has gone on for a while.
+        a.first = now.checked_sub(Duration::from_secs(10));
         for back in 0..3 {
             answers(&mut a, now - Duration::from_secs(back), 5);
         }
@@ -226,10 +288,69 @@ mod tests {
     }
 
     #[test]
+    fn slow_start_doubles_only_for_a_round_trip_at_the_current_rate_that_the_answers_keep_up_with()
+    {
+        let mut a = Adaptive::new();
+        let t0 = Instant::now();
+        a.answered_at(t0, t0);
+        assert_eq!(a.rate, Some(START));
+        // An answer to a request sent before the rate was set: no round trip at it yet.
+        a.answered_at(
+            t0 + Duration::from_millis(10),
+            t0 - Duration::from_millis(1),
+        );
+        assert_eq!(a.rate, Some(START));
+        // A round trip at 2 a second: 4.
+        let t1 = t0 + Duration::from_millis(60);
+        a.answered_at(t1, t0 + Duration::from_millis(5));
+        assert_eq!(a.rate, Some(4.0));
+        // Time alone, with no answers to show for it, grows nothing.
+        a.current_at(t1 + Duration::from_secs(5));
+        assert_eq!(a.rate, Some(4.0));
+        // Answers 300 ms apart: one is all the last 100 ms hold (10 a second), so round
+        // trips at the current rate carry it to four times that, no further.
+        let mut at = t1 + Duration::from_secs(5);
+        a.answers.clear();
+        for _ in 0..6 {
+            at += Duration::from_millis(300);
+            a.answered_at(at, at - Duration::from_millis(1));
+        }
+        assert_eq!(a.rate, Some(40.0), "one answer in 100 ms is 10 a second");
+        // Answers that keep up: it doubles again.
+        for i in 1..=4 {
+            a.answered_at(
+                at + Duration::from_millis(i * 20),
+                at + Duration::from_millis(1),
+            );
+        }
+        assert_eq!(a.rate, Some(80.0));
+    }
+
+    #[test]
+    fn a_cut_early_in_the_run_measures_the_server_since_its_first_answer() {
+        let mut a = Adaptive::new();
+        let t0 = Instant::now();
+        a.answered_at(t0, t0);
+        // Slow start leaves it; the server answered 6 a second over the run's first 1.5 s.
+        a.slow_start = false;
+        for i in 1..=9 {
+            a.answered_at(t0 + Duration::from_millis(i * 1500 / 9), t0);
+        }
+        a.rate = Some(8.0);
+        a.refused_at(
+            t0 + Duration::from_millis(1500),
+            t0 + Duration::from_millis(1400),
+        );
+        // Over the 3 s a cut measures, that is 3.3 a second; over the 1.5 s there was, 6.7.
+        let found = a.found.unwrap();
+        assert!((found - 10.0 / 1.5).abs() < 1e-9, "{found}");
+    }
+
+    #[test]
     fn an_idle_spell_neither_lowers_the_rate_nor_builds_a_burst() {
         let t0 = Instant::now();
         let mut a = Adaptive::new();
-        a.answered();
+        a.answered(t0);
         a.refused(t0 + Duration::from_millis(1));
         let r = a.rate.unwrap();
         // Ten idle seconds: no answers, so no growth past twice the answers, and no

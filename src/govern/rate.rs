@@ -86,6 +86,10 @@ pub struct Gate {
     adaptive: Mutex<Option<Adaptive>>,
     /// Whether `adaptive` may hold a rate (checked without its lock on every request).
     adaptive_on: std::sync::atomic::AtomicBool,
+    /// Wakes the request waiting at the adaptive limiter when the rate changes: it
+    /// would otherwise sit out a gap of the old rate (at slow start's first rates, half
+    /// a second for each doubling).
+    adaptive_changed: tokio::sync::Notify,
     /// Waiters are served in arrival order (tokio's mutex is fair), one at a time, so
     /// nobody starves and the limiter is not polled by a herd.
     queue: tokio::sync::Mutex<()>,
@@ -113,6 +117,7 @@ impl Gate {
             windows: Mutex::new(Windows::of(&pacing, limits.burst)),
             adaptive: Mutex::new(adaptive.then(Adaptive::new)),
             adaptive_on: std::sync::atomic::AtomicBool::new(adaptive),
+            adaptive_changed: tokio::sync::Notify::new(),
             queue: tokio::sync::Mutex::new(()),
             paused_until: Mutex::new(None),
             shared: None,
@@ -141,13 +146,18 @@ impl Gate {
         self.adaptive_on.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// An answer came (for the adaptive rate).
-    pub fn answered(&self) {
+    /// An answer came for a request admitted at `sent` (for the adaptive rate).
+    pub fn answered(&self, sent: Instant) {
         if !self.adaptive_on() {
             return;
         }
-        if let Some(a) = self.adaptive().as_mut() {
-            a.answered();
+        let changed = self.adaptive().as_mut().is_some_and(|a| {
+            let was = a.rate;
+            a.answered(sent);
+            a.rate != was
+        });
+        if changed {
+            self.adaptive_changed.notify_waiters();
         }
     }
 
@@ -157,8 +167,13 @@ impl Gate {
         if !self.adaptive_on() {
             return;
         }
-        if let Some(a) = self.adaptive().as_mut() {
+        let changed = self.adaptive().as_mut().is_some_and(|a| {
+            let was = a.rate;
             a.refused(sent);
+            a.rate != was
+        });
+        if changed {
+            self.adaptive_changed.notify_waiters();
         }
     }
 
@@ -229,6 +244,7 @@ impl Gate {
         *self.adaptive.lock().unwrap_or_else(PoisonError::into_inner) = None;
         self.adaptive_on
             .store(false, std::sync::atomic::Ordering::Relaxed);
+        self.adaptive_changed.notify_waiters();
         {
             let mut w = self.windows.lock().unwrap_or_else(PoisonError::into_inner);
             let fresh = Windows::learned(&now, burst);
@@ -313,13 +329,17 @@ impl Gate {
                 tokio::time::sleep(wait).await;
             }
         }
-        let adaptive = if self.adaptive_on() {
-            self.adaptive().as_mut().map(Adaptive::current)
-        } else {
-            None
-        };
-        if let Some(l) = adaptive {
-            l.take(1).await;
+        while self.adaptive_on() {
+            let changed = self.adaptive_changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let Some(l) = self.adaptive().as_mut().map(Adaptive::current) else {
+                break;
+            };
+            tokio::select! {
+                () = l.take(1) => break,
+                () = &mut changed => {}
+            }
         }
         let w = self.windows();
         if let Some(l) = &w.rpm {

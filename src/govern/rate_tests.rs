@@ -196,11 +196,12 @@ async fn without_limits_the_first_request_goes_alone_then_the_rate_starts_slow_a
         second.is_err(),
         "a second request waits for the first answer"
     );
-    g.answered();
+    g.answered(start);
     assert_eq!(g.adaptive_rate(), Some(2.0), "slow start");
-    // Answers at 20 a second for the last second, then a 429 for a request sent now.
+    // Answers at 20 a second for the last second (to requests sent before the rate was
+    // set, so it stays), then a 429 for a request sent now.
     for _ in 0..20 {
-        g.answered();
+        g.answered(start);
     }
     let sent = Instant::now();
     g.refused(sent);
@@ -221,4 +222,37 @@ async fn without_limits_the_first_request_goes_alone_then_the_rate_starts_slow_a
         ..Default::default()
     });
     assert_eq!(g.adaptive_rate(), None);
+}
+
+/// The request waiting at the adaptive limiter goes when slow start doubles the rate,
+/// rather than sitting out a gap of the rate it started waiting at (W1 lost 2 s so).
+#[tokio::test]
+async fn a_request_waiting_at_the_adaptive_rate_goes_when_the_rate_doubles() {
+    let g = std::sync::Arc::new(Gate::new(&none()));
+    g.admit(0, 0).await;
+    g.answered(Instant::now());
+    assert_eq!(g.adaptive_rate(), Some(2.0));
+    // The new rate's first request goes at once; the next would wait half a second.
+    let sent = Instant::now();
+    tokio::time::timeout(Duration::from_millis(100), g.admit(0, 0))
+        .await
+        .expect("the first request at a new rate goes at once");
+    let waiting = tokio::spawn({
+        let g = g.clone();
+        async move {
+            g.admit(0, 0).await;
+            Instant::now()
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Its answer: a round trip at 2 a second, so 4.
+    let doubled = Instant::now();
+    g.answered(sent);
+    assert_eq!(g.adaptive_rate(), Some(4.0));
+    let went = waiting.await.expect("the waiter ran");
+    assert!(
+        went.duration_since(doubled) < Duration::from_millis(150),
+        "the waiter went {:?} after the rate doubled",
+        went.duration_since(doubled)
+    );
 }

@@ -109,8 +109,17 @@ fn the_load_benchmarks_run_the_simulator_and_the_runner_as_separate_processes() 
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     let w1 = run("throughput");
+    // Against a server that states its limits (as the providers do) and one that
+    // states none (the adaptive rate's probe).
+    assert_eq!(
+        w1.matches("tasks completed 20/20; turns 120 of 120")
+            .count(),
+        2,
+        "{w1}"
+    );
     assert!(
-        w1.contains("tasks completed 20/20; turns 120 of 120"),
+        w1.contains("the simulator states 600000 rpm")
+            && w1.contains("the simulator states no limits"),
         "{w1}"
     );
     assert!(
