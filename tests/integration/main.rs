@@ -47,5 +47,6 @@ mod summarize;
 mod swebench_grading;
 mod usage_figures;
 mod wheel;
+mod worker_image;
 mod workspace_links;
 mod workspaces;

@@ -1,0 +1,357 @@
+//! The worker image (issue 33): the repository's Dockerfile built with Podman from the
+//! tests' local base image (no registry is reachable here) and the host's Rust toolchain,
+//! then a shared run whose two workers are containers of that image, started with the
+//! command line, environment, working folder and mounts of docs/launch's Kubernetes
+//! manifest, against the test PostgreSQL and the simulator (a process on the host; the
+//! containers share the host's network).
+
+use std::collections::HashSet;
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::str::FromStr;
+
+use rust_decimal::Decimal;
+
+use crate::common::{bin, read_csv, test_image, Case};
+use crate::postgres::fresh_database;
+
+fn ok(cmd: &mut Command, what: &str) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what}: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The host's Rust toolchain (its sysroot) and Cargo's home (its crate cache).
+fn toolchain() -> (PathBuf, PathBuf) {
+    let sysroot = ok(
+        Command::new("rustc").args(["--print", "sysroot"]),
+        "rustc --print sysroot",
+    );
+    let cargo_home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
+        .expect("CARGO_HOME or HOME is set");
+    let sysroot = PathBuf::from(sysroot.trim());
+    // Mounted over the build container's own folders, /usr would hide its whole system.
+    assert!(
+        !["/", "/usr", "/usr/local"]
+            .iter()
+            .any(|system| sysroot == Path::new(system)),
+        "the worker image's test mounts the host's Rust toolchain into the build, and this one is installed in {} (a distribution's package): install Rust with rustup (https://rustup.rs), as the README says",
+        sysroot.display()
+    );
+    (sysroot, cargo_home)
+}
+
+/// The build stage's base image, in place of `rust:1-bookworm`: the tests' Debian image
+/// with a C linker, the host's toolchain on PATH (mounted at the same path while the
+/// image builds) and Cargo offline, its crates from the host's cache (mounted too).
+fn build_base(base: &str, sysroot: &Path) -> String {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (base, sysroot).hash(&mut h);
+    let tag = format!("localhost/agentbatch-test-rust:{:016x}", h.finish());
+    let exists = Command::new("podman")
+        .args(["image", "exists", &tag])
+        .status()
+        .is_ok_and(|s| s.success());
+    if exists {
+        return tag;
+    }
+    let ctx = tempfile::tempdir().unwrap();
+    std::fs::write(
+        ctx.path().join("Containerfile"),
+        format!(
+            "FROM {base}\n\
+             RUN apt-get update -qq \\\n \
+             && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends gcc libc6-dev \\\n \
+             && rm -rf /var/lib/apt/lists/*\n\
+             ENV PATH={}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+             CARGO_HOME=/cargo-home CARGO_NET_OFFLINE=true\n",
+            sysroot.display()
+        ),
+    )
+    .unwrap();
+    ok(
+        Command::new("podman")
+            .args(["build", "-q", "-t", &tag])
+            .arg(ctx.path()),
+        "podman build (the build stage's base)",
+    );
+    tag
+}
+
+/// Builds the repository's Dockerfile as a user would, with the base images, the
+/// profile and the commit as build arguments; the image's tag.
+fn build_worker_image(commit: &str) -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let base = test_image("AGENTBATCH_TEST_IMAGE", "localhost/agentbatch-test-base:1");
+    let (sysroot, cargo_home) = toolchain();
+    let build = build_base(&base, &sysroot);
+    // The build's target folder persists between runs of the tests (in target/), so an
+    // unchanged crate is not compiled again.
+    let cache = root.join("target/worker-image");
+    std::fs::create_dir_all(&cache).unwrap();
+    let tag = "localhost/agentbatch-worker-test:latest".to_string();
+    let mount =
+        |from: &Path, to: &Path, opts: &str| format!("{}:{}{opts}", from.display(), to.display());
+    ok(
+        Command::new("podman")
+            .args(["build", "-q", "-t", &tag, "-f"])
+            .arg(root.join("Dockerfile"))
+            .args(["--build-arg", &format!("BUILD_IMAGE={build}")])
+            .args(["--build-arg", &format!("RUNTIME_IMAGE={base}")])
+            .args(["--build-arg", "PROFILE=dev"])
+            .args(["--build-arg", &format!("AGENTBATCH_COMMIT={commit}")])
+            .args(["-v", &mount(&sysroot, &sysroot, ":ro")])
+            .args([
+                "-v",
+                &mount(
+                    &cargo_home.join("registry"),
+                    Path::new("/cargo-home/registry"),
+                    "",
+                ),
+            ])
+            .args(["-v", &mount(&cache, Path::new("/src/target"), "")])
+            .arg(root),
+        "podman build (the worker image, from the Dockerfile)",
+    );
+    tag
+}
+
+/// The manifest's worker container: its args, the names of its environment, its
+/// working folder and where it mounts the suite and the reports.
+struct Manifest {
+    args: Vec<String>,
+    env: Vec<String>,
+    working_dir: String,
+    suite: String,
+    reports: String,
+    run_id: String,
+    job: String,
+}
+
+fn manifest() -> Manifest {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let k8s: serde_yaml::Value = serde_yaml::from_str(
+        &std::fs::read_to_string(root.join("docs/launch/kubernetes-workers.yaml")).unwrap(),
+    )
+    .unwrap();
+    let c = &k8s["spec"]["template"]["spec"]["containers"][0];
+    let strings = |v: &serde_yaml::Value| -> Vec<String> {
+        v.as_sequence()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap().to_string())
+            .collect()
+    };
+    let args = strings(&c["args"]);
+    let after = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1))
+            .unwrap_or_else(|| panic!("the manifest's args have {flag}"))
+            .clone()
+    };
+    let mounts = c["volumeMounts"].as_sequence().unwrap();
+    let mount_of = |name: &str| {
+        mounts
+            .iter()
+            .find(|m| m["name"] == name)
+            .and_then(|m| m["mountPath"].as_str())
+            .unwrap_or_else(|| panic!("the manifest mounts {name}"))
+            .to_string()
+    };
+    Manifest {
+        run_id: after("--run-id"),
+        job: after("--job"),
+        env: c["env"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|e| e["name"].as_str().unwrap().to_string())
+            .collect(),
+        working_dir: c["workingDir"].as_str().unwrap().to_string(),
+        suite: mount_of("suite"),
+        reports: mount_of("reports"),
+        args,
+    }
+}
+
+/// Loops on get_time (200 output tokens a turn) until the team cap stops it.
+const LOOP: &str = "{ latency: 100ms, repeat_last: true, turns: [ { content: [ { text: working }, { tool_use: { name: get_time, input: {} } } ], usage: { output_tokens: 200 } } ] }";
+const TASKS: usize = 16;
+const CAP: &str = "0.60";
+
+/// Starts `agentbatch sim` on the host for the case's job; it and its URL.
+fn start_sim(case: &Case, job: &str) -> (Child, String) {
+    use std::io::{BufRead, BufReader};
+    let mut sim = bin()
+        .args(["sim", "--port", "0", "--job", job])
+        .current_dir(case.dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(sim.stdout.take().unwrap());
+    let mut first = String::new();
+    out.read_line(&mut first).unwrap();
+    std::thread::spawn(move || {
+        let mut sink = String::new();
+        while out.read_line(&mut sink).is_ok_and(|n| n > 0) {
+            sink.clear();
+        }
+    });
+    let url = first
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("the simulator said {first}"))
+        .to_string();
+    (sim, url)
+}
+
+fn job_text(url: &str) -> String {
+    let tasks: String = (0..TASKS)
+        .map(|i| format!("  - {{ id: t{i:03}, prompt: go }}\n"))
+        .collect();
+    format!(
+        "name: image\nproviders:\n  sim: {{ protocol: anthropic, simulator: true, base_url: \"{url}\" }}\nteams:\n  platform: {{ cap: {{ usd: {CAP}, period: day }} }}\ndefaults:\n  provider: sim\n  team: platform\n  model: claude-sonnet-4-5\n  tools: [get_time]\n  limits: {{ max_turns: 200, min_max_tokens: 128, max_repeats: off }}\n  sim: {LOOP}\ntasks:\n{tasks}"
+    )
+}
+
+#[test]
+fn two_workers_in_containers_of_the_built_image_run_a_shared_run_as_the_manifest_starts_them() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let commit = Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .current_dir(root)
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map_or_else(
+            || "no-git-checkout".to_string(),
+            |o| String::from_utf8_lossy(&o.stdout).trim().to_string(),
+        );
+    let image = build_worker_image(&commit);
+    let version = ok(
+        Command::new("podman").args(["run", "--rm", &image, "--version"]),
+        "the image's agentbatch --version",
+    );
+    assert!(version.contains(&format!("(commit {commit})")), "{version}");
+
+    let m = manifest();
+    let url = fresh_database("image");
+    let case = Case::new();
+    case.write(&m.job, &job_text("http://127.0.0.1:1"));
+    let (mut sim, sim_url) = start_sim(&case, &m.job);
+    case.write(&m.job, &job_text(&sim_url));
+    let queued = case.agentbatch(&["run", &m.job, "--queue", &url, "--run-id", &m.run_id]);
+    assert_eq!(
+        queued.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&queued.stderr)
+    );
+
+    // Two workers as the manifest starts them: its args (the Indexed Job's index in
+    // the name), its environment by name, the suite read-only at its mount and an empty
+    // folder of the worker's own for the reports.
+    // The reports' mount point, as Kubernetes makes it in the suite's volume.
+    std::fs::create_dir_all(case.path("reports")).unwrap();
+    let workers: Vec<(Child, PathBuf)> = (0..2)
+        .map(|index| {
+            let reports = case.path(&format!("reports-of-worker-{index}"));
+            std::fs::create_dir_all(&reports).unwrap();
+            let mut c = Command::new("podman");
+            c.args(["run", "--rm", "--network", "host", "-w", &m.working_dir]);
+            c.args([
+                "-v",
+                &format!("{}:{}:ro", case.dir.path().display(), m.suite),
+            ]);
+            c.args(["-v", &format!("{}:{}", reports.display(), m.reports)]);
+            for name in &m.env {
+                let value = if name == "AGENTBATCH_QUEUE_URL" {
+                    url.clone()
+                } else {
+                    "unused-here".to_string()
+                };
+                c.args(["-e", &format!("{name}={value}")]);
+            }
+            c.arg(&image);
+            c.args(
+                m.args
+                    .iter()
+                    .map(|a| a.replace("$(JOB_COMPLETION_INDEX)", &index.to_string())),
+            );
+            let child = c
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("podman runs");
+            (child, reports)
+        })
+        .collect();
+    let mut shares = Vec::new();
+    for (index, (child, reports)) in workers.into_iter().enumerate() {
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "worker-{index}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        shares.push((index, reports));
+    }
+    let _ = sim.kill();
+    let _ = sim.wait();
+
+    let collected = case.agentbatch(&["collect", &url, "--run-id", &m.run_id]);
+    let said = String::from_utf8_lossy(&collected.stdout);
+    assert_eq!(
+        collected.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&collected.stderr)
+    );
+    assert!(
+        said.contains(&format!("{TASKS} tasks: {TASKS} done, 0 running")),
+        "{said}"
+    );
+    let rows = read_csv(&case.path(&format!("reports/{}/results.csv", m.run_id)));
+    assert_eq!(rows.len(), TASKS);
+    let ids: HashSet<&str> = rows.iter().map(|r| r["task_id"].as_str()).collect();
+    assert_eq!(ids.len(), TASKS, "every task exactly once");
+    // Each container did a share of the run, written where the manifest mounts the
+    // reports, by the image's binary (its run.json names the commit it was built from).
+    let mut in_shares = 0;
+    for (index, reports) in &shares {
+        let share = reports.join(format!("workers/worker-{index}/{}", m.run_id));
+        let n = read_csv(&share.join("results.csv")).len();
+        assert!(n > 0, "worker-{index} ran no task");
+        in_shares += n;
+        let run_json = std::fs::read_to_string(share.join("run.json")).unwrap();
+        assert!(run_json.contains(&commit), "worker-{index}: {run_json}");
+    }
+    assert_eq!(in_shares, TASKS);
+    // The team cap held across the two containers, and was used.
+    let spent: Decimal = rows
+        .iter()
+        .map(|r| Decimal::from_str(&r["cost_usd"]).unwrap())
+        .sum();
+    let cap = Decimal::from_str(CAP).unwrap();
+    eprintln!("two worker containers spent ${spent} of a ${cap} team cap");
+    assert!(spent <= cap, "{spent}");
+    assert!(
+        spent >= cap * Decimal::from_str("0.95").unwrap(),
+        "at least 95% of the cap: {spent}"
+    );
+    assert!(
+        rows.iter().any(|r| r["stop_reason"] == "team_budget"),
+        "{rows:?}"
+    );
+}
