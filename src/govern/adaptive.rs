@@ -53,6 +53,7 @@ const SLOW_SPAN: Duration = Duration::from_millis(100);
 /// the round trip, not the span's lag, sets its pace, near enough that a rate the tasks
 /// do not use stops growing.
 const SLOW_CEILING: f64 = 4.0;
+const MIN_GROWTH: f64 = 1.1;
 const CUT: f64 = 0.8;
 const NEAR: f64 = 0.9;
 /// What a cut measures the server's rate over: long enough that one answer more or
@@ -137,7 +138,9 @@ impl Adaptive {
             return;
         }
         let doubled = (2.0 * rate).min(SLOW_CEILING * self.answered_rate(now, SLOW_SPAN));
-        if doubled > rate {
+        // Growth by a sliver is not worth a new limiter (whose first request goes at
+        // once) and a wake-up of the waiter.
+        if doubled > rate * MIN_GROWTH {
             self.grown = now;
             self.set_at_once(doubled);
         }
