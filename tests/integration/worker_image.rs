@@ -134,6 +134,9 @@ struct Manifest {
     reports: String,
     run_id: String,
     job: String,
+    /// What the worker gets between SIGTERM and SIGKILL, and the worker's own grace.
+    termination_grace: std::time::Duration,
+    grace: std::time::Duration,
 }
 
 fn manifest() -> Manifest {
@@ -167,7 +170,12 @@ fn manifest() -> Manifest {
             .unwrap_or_else(|| panic!("the manifest mounts {name}"))
             .to_string()
     };
+    let seconds = k8s["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+        .as_u64()
+        .expect("the manifest sets terminationGracePeriodSeconds");
     Manifest {
+        termination_grace: std::time::Duration::from_secs(seconds),
+        grace: humantime::parse_duration(&after("--grace")).expect("--grace is a duration"),
         run_id: after("--run-id"),
         job: after("--job"),
         env: c["env"]
@@ -224,32 +232,39 @@ fn job_text(url: &str) -> String {
     )
 }
 
-#[test]
-fn two_workers_in_containers_of_the_built_image_run_a_shared_run_as_the_manifest_starts_them() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let commit = Command::new("git")
-        .args(["rev-parse", "HEAD"])
-        .current_dir(root)
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map_or_else(
-            || "no-git-checkout".to_string(),
-            |o| String::from_utf8_lossy(&o.stdout).trim().to_string(),
+/// The image, built once for the tests of this file, and the commit it names.
+fn worker_image() -> &'static (String, String) {
+    static IMAGE: std::sync::OnceLock<(String, String)> = std::sync::OnceLock::new();
+    IMAGE.get_or_init(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let commit = Command::new("git")
+            .args(["rev-parse", "HEAD"])
+            .current_dir(root)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map_or_else(
+                || "no-git-checkout".to_string(),
+                |o| String::from_utf8_lossy(&o.stdout).trim().to_string(),
+            );
+        let image = build_worker_image(&commit);
+        let version = ok(
+            Command::new("podman").args(["run", "--rm", &image, "--version"]),
+            "the image's agentbatch --version",
         );
-    let image = build_worker_image(&commit);
-    let version = ok(
-        Command::new("podman").args(["run", "--rm", &image, "--version"]),
-        "the image's agentbatch --version",
-    );
-    assert!(version.contains(&format!("(commit {commit})")), "{version}");
+        assert!(version.contains(&format!("(commit {commit})")), "{version}");
+        (image, commit)
+    })
+}
 
-    let m = manifest();
-    let url = fresh_database("image");
+/// A run queued from the host on a fresh database, its job at the manifest's path
+/// pointing at a simulator on the host: the case, the database, the simulator.
+fn queued_run(m: &Manifest, name: &str, job: &dyn Fn(&str) -> String) -> (Case, String, Child) {
+    let url = fresh_database(name);
     let case = Case::new();
-    case.write(&m.job, &job_text("http://127.0.0.1:1"));
-    let (mut sim, sim_url) = start_sim(&case, &m.job);
-    case.write(&m.job, &job_text(&sim_url));
+    case.write(&m.job, &job("http://127.0.0.1:1"));
+    let (sim, sim_url) = start_sim(&case, &m.job);
+    case.write(&m.job, &job(&sim_url));
     let queued = case.agentbatch(&["run", &m.job, "--queue", &url, "--run-id", &m.run_id]);
     assert_eq!(
         queued.status.code(),
@@ -257,43 +272,71 @@ fn two_workers_in_containers_of_the_built_image_run_a_shared_run_as_the_manifest
         "{}",
         String::from_utf8_lossy(&queued.stderr)
     );
-
-    // Two workers as the manifest starts them: its args (the Indexed Job's index in
-    // the name), its environment by name, the suite read-only at its mount and an empty
-    // folder of the worker's own for the reports.
     // The reports' mount point, as Kubernetes makes it in the suite's volume.
     std::fs::create_dir_all(case.path("reports")).unwrap();
+    (case, url, sim)
+}
+
+/// A worker as the manifest starts it: its args (the Indexed Job's index in the name),
+/// its environment by name, its working folder, the suite read-only at its mount and
+/// an empty folder of the worker's own for the reports; `args` changes the args. The
+/// container and that folder.
+fn start_worker(
+    case: &Case,
+    m: &Manifest,
+    url: &str,
+    index: usize,
+    container: &str,
+    args: &dyn Fn(Vec<String>) -> Vec<String>,
+) -> (Child, PathBuf) {
+    let (image, _) = worker_image();
+    let reports = case.path(&format!("reports-of-worker-{index}"));
+    std::fs::create_dir_all(&reports).unwrap();
+    let mut c = Command::new("podman");
+    c.args(["run", "--rm", "--name", container, "--network", "host"]);
+    c.args(["-w", &m.working_dir]);
+    c.args([
+        "-v",
+        &format!("{}:{}:ro", case.dir.path().display(), m.suite),
+    ]);
+    c.args(["-v", &format!("{}:{}", reports.display(), m.reports)]);
+    for name in &m.env {
+        let value = if name == "AGENTBATCH_QUEUE_URL" {
+            url.to_string()
+        } else {
+            "unused-here".to_string()
+        };
+        c.args(["-e", &format!("{name}={value}")]);
+    }
+    c.arg(image);
+    c.args(args(
+        m.args
+            .iter()
+            .map(|a| a.replace("$(JOB_COMPLETION_INDEX)", &index.to_string()))
+            .collect(),
+    ));
+    let child = c
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("podman runs");
+    (child, reports)
+}
+
+/// A container name of this test process's own.
+fn container(what: &str) -> String {
+    format!("agentbatch-test-{what}-{}", std::process::id())
+}
+
+#[test]
+fn two_workers_in_containers_of_the_built_image_run_a_shared_run_as_the_manifest_starts_them() {
+    let (_, commit) = worker_image();
+    let m = manifest();
+    let (case, url, mut sim) = queued_run(&m, "image", &job_text);
     let workers: Vec<(Child, PathBuf)> = (0..2)
         .map(|index| {
-            let reports = case.path(&format!("reports-of-worker-{index}"));
-            std::fs::create_dir_all(&reports).unwrap();
-            let mut c = Command::new("podman");
-            c.args(["run", "--rm", "--network", "host", "-w", &m.working_dir]);
-            c.args([
-                "-v",
-                &format!("{}:{}:ro", case.dir.path().display(), m.suite),
-            ]);
-            c.args(["-v", &format!("{}:{}", reports.display(), m.reports)]);
-            for name in &m.env {
-                let value = if name == "AGENTBATCH_QUEUE_URL" {
-                    url.clone()
-                } else {
-                    "unused-here".to_string()
-                };
-                c.args(["-e", &format!("{name}={value}")]);
-            }
-            c.arg(&image);
-            c.args(
-                m.args
-                    .iter()
-                    .map(|a| a.replace("$(JOB_COMPLETION_INDEX)", &index.to_string())),
-            );
-            let child = c
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("podman runs");
-            (child, reports)
+            let name = container(&format!("w{index}"));
+            start_worker(&case, &m, &url, index, &name, &|a| a)
         })
         .collect();
     let mut shares = Vec::new();
@@ -335,7 +378,10 @@ fn two_workers_in_containers_of_the_built_image_run_a_shared_run_as_the_manifest
         assert!(n > 0, "worker-{index} ran no task");
         in_shares += n;
         let run_json = std::fs::read_to_string(share.join("run.json")).unwrap();
-        assert!(run_json.contains(&commit), "worker-{index}: {run_json}");
+        assert!(
+            run_json.contains(commit.as_str()),
+            "worker-{index}: {run_json}"
+        );
     }
     assert_eq!(in_shares, TASKS);
     // The team cap held across the two containers, and was used.
@@ -354,4 +400,100 @@ fn two_workers_in_containers_of_the_built_image_run_a_shared_run_as_the_manifest
         rows.iter().any(|r| r["stop_reason"] == "team_budget"),
         "{rows:?}"
     );
+}
+
+/// Long tasks (60 turns of 100 ms each) and no cap.
+fn long_job(url: &str) -> String {
+    job_text(url)
+        .replace("max_turns: 200", "max_turns: 60")
+        .replace("  team: platform\n", "")
+        .replace(
+            &format!("teams:\n  platform: {{ cap: {{ usd: {CAP}, period: day }} }}\n"),
+            "",
+        )
+}
+
+/// Kubernetes stops a pod with SIGTERM to its first process, and kills it when the
+/// manifest's termination grace is over. The worker, PID 1 in its container, drains on
+/// SIGTERM: after its own (shorter) grace it cancels what still runs, hands those tasks
+/// back to the queue and exits by itself; another container runs them.
+#[test]
+fn a_worker_container_stopped_by_its_engine_hands_its_tasks_back_and_exits_by_itself() {
+    let m = manifest();
+    assert!(
+        m.grace + std::time::Duration::from_secs(10) <= m.termination_grace,
+        "the manifest's terminationGracePeriodSeconds ({:?}) leaves the worker's --grace ({:?}) too little room: Kubernetes would kill it mid-request",
+        m.termination_grace,
+        m.grace
+    );
+    let (case, url, mut sim) = queued_run(&m, "imagestop", &long_job);
+    assert!(!std::fs::read_to_string(case.path(&m.job))
+        .unwrap()
+        .contains("cap:"));
+    // The manifest's args with a short grace, so that the stop cuts tasks off.
+    let short = |mut a: Vec<String>| {
+        let i = a.iter().position(|x| x == "--grace").unwrap();
+        a[i + 1] = "2s".to_string();
+        a
+    };
+    let name = container("stopped");
+    let (first, reports) = start_worker(&case, &m, &url, 0, &name, &short);
+    let transcripts = reports.join(format!("workers/worker-0/{}/transcripts", m.run_id));
+    crate::common::wait_until(
+        "the first container's answers",
+        std::time::Duration::from_secs(120),
+        || {
+            std::fs::read_dir(&transcripts).is_ok_and(|d| {
+                d.filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+                    .any(|t| t.contains("\"event\":\"response\""))
+            })
+        },
+    );
+    let stopping = std::time::Instant::now();
+    ok(
+        Command::new("podman")
+            .args(["stop", "--time"])
+            .arg(m.termination_grace.as_secs().to_string())
+            .arg(&name),
+        "podman stop",
+    );
+    let took = stopping.elapsed();
+    let out = first.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    eprintln!(
+        "the stopped container exited {:?}, {took:?} after SIGTERM",
+        out.status.code()
+    );
+    assert_ne!(
+        out.status.code(),
+        Some(137),
+        "killed by the engine, not ended by itself: {said}"
+    );
+    assert!(
+        took < m.termination_grace / 2,
+        "{took:?} from SIGTERM to exit: {said}"
+    );
+    // Another container runs what the first handed back.
+    let (second, _) = start_worker(&case, &m, &url, 1, &container("heir"), &|a| a);
+    let out = second.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = sim.kill();
+    let _ = sim.wait();
+    let collected = case.agentbatch(&["collect", &url, "--run-id", &m.run_id]);
+    let said = String::from_utf8_lossy(&collected.stdout);
+    assert!(
+        said.contains(&format!("{TASKS} tasks: {TASKS} done, 0 running")),
+        "{said}"
+    );
+    let rows = read_csv(&case.path(&format!("reports/{}/results.csv", m.run_id)));
+    let ids: HashSet<&str> = rows.iter().map(|r| r["task_id"].as_str()).collect();
+    assert_eq!((rows.len(), ids.len()), (TASKS, TASKS), "every task once");
+    for r in &rows {
+        assert_eq!(r["stop_reason"], "max_turns", "{r:?}");
+    }
 }
