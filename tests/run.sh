@@ -302,8 +302,14 @@ if [ $# -eq 0 ]; then
   # The worker image's test (tests/integration/worker_image.rs) compiles the crate inside
   # a container, 3-4 minutes of both cores from a cold cache: it runs alone first, so it
   # does not slow the timing-sensitive tests that would run beside it.
-  cargo test --locked --test integration -- worker_image::
+  # Its failure is reported at the end, not in place of the rest of the suite.
+  image_rc=0
+  cargo test --locked --test integration -- worker_image:: || image_rc=$?
   cargo test --locked -- --skip worker_image::
+  if [ "$image_rc" -ne 0 ]; then
+    echo "tests/run.sh: the worker image's tests failed (their output is above, before the rest of the suite's)" >&2
+    exit "$image_rc"
+  fi
 else
   cargo test --locked "$@"
 fi

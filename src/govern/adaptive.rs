@@ -5,19 +5,21 @@
 //! server's latency of 50 ms one request in flight is already 1,200 a minute. The first
 //! request goes alone (its answer may state limits, which then pace instead); after its
 //! answer the rate starts at [`START`] a second and doubles each round trip (slow
-//! start): when a request sent at the current rate is answered, as long as the answers
-//! of the last [`SLOW_SPAN`] came at least at a quarter of the new rate, and at least
-//! each second while the answers of the last second keep up with half of it (so a
-//! server of long answers ramps no slower than one of short ones). At 50 ms of latency
-//! a limitless server is found within about a second, where doubling each second took
-//! ten.
+//! start): when a request sent at the current rate is answered, up to four times the
+//! recent answers' rate (over [`SLOW_SPAN`], or the last [`SLOW_ANSWERS`] answers when
+//! they are sparser), and at least each second while the last second's answers keep up
+//! with half of it (so a server of long answers ramps no slower than one of short
+//! ones). At 50 ms of latency a limitless server is found within about half a second,
+//! where doubling each second took ten.
+//!
 //! A 429 for a request sent after the last cut sets the rate to [`CUT`] of what the
-//! server answered over the last [`MEASURE`] (the last second, in slow start) (a 429 for
-//! one sent before it is the same episode, and is not counted twice); the rate then
-//! grows back quickly to
-//! [`NEAR`] of that, stays there for [`HOLD`], and only then tries higher, slowly. It
-//! never grows past twice the rate the answers came at, so an idle spell does not
-//! build a burst.
+//! server took: what it answered over the last [`MEASURE`] (never before the first
+//! answer); in slow start, over the last second, or half the rate the refused request
+//! went at (the rate before it had its round trip answered), whichever is more. A 429
+//! for a request sent before the last cut is the same episode, and is not counted
+//! twice. The rate then grows back quickly to [`NEAR`] of that, stays there for
+//! [`HOLD`], and only then tries higher, slowly, never past twice the rate the answers
+//! came at, so an idle spell does not build a burst.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -42,6 +44,9 @@ pub(super) struct Adaptive {
     /// When the first answer came: a span reaching before it holds no answers, and
     /// would make the server look slower than it is.
     first: Option<Instant>,
+    /// Slow start's rates and when each was set, oldest first (the last [`RATES_KEPT`]):
+    /// a 429 in slow start is weighed against the rate its request went at.
+    rates: VecDeque<(Instant, f64)>,
 }
 
 const START: f64 = 2.0;
@@ -54,6 +59,11 @@ const SLOW_SPAN: Duration = Duration::from_millis(100);
 /// do not use stops growing.
 const SLOW_CEILING: f64 = 4.0;
 const MIN_GROWTH: f64 = 1.1;
+/// How many answers slow start's ceiling measures at least: with fewer in
+/// [`SLOW_SPAN`], the span stretches back to the [`SLOW_ANSWERS`]th last answer, so one
+/// task's answer every few seconds does not count as ten a second.
+const SLOW_ANSWERS: usize = 4;
+const RATES_KEPT: usize = 64;
 const CUT: f64 = 0.8;
 const NEAR: f64 = 0.9;
 /// What a cut measures the server's rate over: long enough that one answer more or
@@ -78,6 +88,7 @@ impl Adaptive {
             held: None,
             answers: VecDeque::new(),
             first: None,
+            rates: VecDeque::new(),
         }
     }
 
@@ -111,6 +122,28 @@ impl Adaptive {
         n as f64 / span.as_secs_f64()
     }
 
+    /// The rate of the recent answers, for slow start's ceiling: over [`SLOW_SPAN`], or
+    /// back to the [`SLOW_ANSWERS`]th last answer when the span holds fewer.
+    fn answered_recent(&mut self, now: Instant) -> f64 {
+        let in_span = self.answered_rate(now, SLOW_SPAN);
+        let n = self.answers.len();
+        if in_span * SLOW_SPAN.as_secs_f64() >= SLOW_ANSWERS as f64 || n == 0 {
+            return in_span;
+        }
+        let oldest = self.answers[n.saturating_sub(SLOW_ANSWERS)];
+        let span = now.saturating_duration_since(oldest).max(SLOW_SPAN);
+        n.min(SLOW_ANSWERS) as f64 / span.as_secs_f64()
+    }
+
+    /// The rate slow start had set when `sent` went out.
+    fn rate_at(&self, sent: Instant) -> Option<f64> {
+        self.rates
+            .iter()
+            .rev()
+            .find(|(t, _)| *t <= sent)
+            .map(|(_, r)| *r)
+    }
+
     fn set(&mut self, rate: f64) {
         let rate = rate.clamp(0.05, 100_000.0);
         if self.rate.is_none_or(|r| (r - rate).abs() > f64::EPSILON) {
@@ -122,10 +155,17 @@ impl Adaptive {
     /// As [`Adaptive::set`], for slow start: the first request at the new rate goes at
     /// once, since the round trip is what the next doubling waits for, not a gap of the
     /// old rate.
-    fn set_at_once(&mut self, rate: f64) {
+    fn set_at_once(&mut self, now: Instant, rate: f64) {
+        let was = self.rate;
         self.set(rate);
-        let per_minute = Adaptive::per_minute(self.rate.unwrap_or(rate));
-        self.limit = Arc::new(Limit::new(per_minute, Duration::ZERO));
+        let Some(set) = self.rate.filter(|r| Some(*r) != was) else {
+            return;
+        };
+        self.limit = Arc::new(Limit::new(Adaptive::per_minute(set), Duration::ZERO));
+        self.rates.push_back((now, set));
+        if self.rates.len() > RATES_KEPT {
+            self.rates.pop_front();
+        }
     }
 
     /// Slow start's growth: doubled, when `sent` went at the current rate and the
@@ -137,12 +177,12 @@ impl Adaptive {
         if !self.slow_start || sent < self.grown {
             return;
         }
-        let doubled = (2.0 * rate).min(SLOW_CEILING * self.answered_rate(now, SLOW_SPAN));
+        let doubled = (2.0 * rate).min(SLOW_CEILING * self.answered_recent(now));
         // Growth by a sliver is not worth a new limiter (whose first request goes at
         // once) and a wake-up of the waiter.
         if doubled > rate * MIN_GROWTH {
             self.grown = now;
-            self.set_at_once(doubled);
+            self.set_at_once(now, doubled);
         }
     }
 
@@ -157,11 +197,23 @@ impl Adaptive {
         };
         let secs = now.duration_since(self.grown).as_secs_f64();
         if secs >= 1.0 {
-            self.grown = now;
             let ceiling = (2.0 * self.answered_rate(now, Duration::from_secs(1))).max(rate);
+            if self.slow_start {
+                // A round trip longer than a second: slow start doubles each second. The
+                // round trips keep counting from the last growth when it does not.
+                let target = (rate * 2f64.powf(secs.floor())).min(ceiling);
+                if target > rate * MIN_GROWTH {
+                    self.grown = now;
+                    self.set(target);
+                    self.rates.push_back((now, target));
+                    if self.rates.len() > RATES_KEPT {
+                        self.rates.pop_front();
+                    }
+                }
+                return self.limit.clone();
+            }
+            self.grown = now;
             let target = match self.found {
-                // A round trip longer than a second: slow start doubles each second.
-                _ if self.slow_start => rate * 2f64.powf(secs.floor()),
                 Some(found) if rate < NEAR * found => {
                     (rate * (1.0 + RECOVER * secs)).min(NEAR * found)
                 }
@@ -193,7 +245,7 @@ impl Adaptive {
         if self.rate.is_none() {
             self.grown = now;
             self.first = Some(now);
-            self.set_at_once(START);
+            self.set_at_once(now, START);
         } else {
             self.slow_start_at(now, sent);
         }
@@ -212,15 +264,18 @@ impl Adaptive {
         self.cut = Some(now);
         self.grown = now;
         self.held = None;
-        // In slow start the rate doubled each second: only the last one shows the
-        // server at the rate that was refused.
-        let span = if self.slow_start {
-            Duration::from_secs(1)
+        // In slow start the rate doubled each round trip: the last second of answers
+        // averages the whole ramp, far below the rate that was refused. The rate before
+        // the refused one had its round trip answered, so the server took that much
+        // (perhaps from its burst: the next cut measures again, over [`MEASURE`]).
+        let (span, answered_before) = if self.slow_start {
+            let before = self.rate_at(sent).map_or(0.0, |r| r / 2.0);
+            (Duration::from_secs(1), before)
         } else {
-            MEASURE
+            (MEASURE, 0.0)
         };
         self.slow_start = false;
-        let answered = self.answered_rate(now, span);
+        let answered = self.answered_rate(now, span).max(answered_before);
         let found = match self.rate {
             Some(r) if answered > 0.0 => r.min(answered),
             Some(r) => r,
@@ -310,23 +365,28 @@ mod tests {
         // Time alone, with no answers to show for it, grows nothing.
         a.current_at(t1 + Duration::from_secs(5));
         assert_eq!(a.rate, Some(4.0));
-        // Answers 300 ms apart: one is all the last 100 ms hold (10 a second), so round
-        // trips at the current rate carry it to four times that, no further.
+        // Answers 300 ms apart (one task with seconds of tool work between its turns):
+        // each is a round trip at the current rate, but the last four answers came at
+        // 4.4 a second, and the rate goes no further than four times the answers' rate.
         let mut at = t1 + Duration::from_secs(5);
         a.answers.clear();
         for _ in 0..6 {
             at += Duration::from_millis(300);
             a.answered_at(at, at - Duration::from_millis(1));
         }
-        assert_eq!(a.rate, Some(40.0), "one answer in 100 ms is 10 a second");
-        // Answers that keep up: it doubles again.
-        for i in 1..=4 {
-            a.answered_at(
-                at + Duration::from_millis(i * 20),
-                at + Duration::from_millis(1),
-            );
+        assert_eq!(a.rate, Some(20.0), "the answers came at 5 a second");
+        for _ in 0..10 {
+            at += Duration::from_millis(300);
+            a.answered_at(at, at - Duration::from_millis(1));
         }
-        assert_eq!(a.rate, Some(80.0));
+        assert_eq!(a.rate, Some(20.0), "four answers in 0.9 s are 4.4 a second");
+        // Answers that keep up (each request sent as the last answer came): it doubles.
+        for _ in 0..12 {
+            let sent = at;
+            at += Duration::from_millis(10);
+            a.answered_at(at, sent);
+        }
+        assert!(a.rate.unwrap() >= 80.0, "{:?}", a.rate);
     }
 
     #[test]
@@ -347,6 +407,33 @@ mod tests {
         // Over the 3 s a cut measures, that is 3.3 a second; over the 1.5 s there was, 6.7.
         let found = a.found.unwrap();
         assert!((found - 10.0 / 1.5).abs() < 1e-9, "{found}");
+    }
+
+    #[test]
+    fn a_429_in_slow_start_finds_the_server_at_the_rate_before_the_refused_one() {
+        // A 50 ms server refusing past 400 a second: slow start doubled to 800 within
+        // half a second, so its last second of answers averages far less than 400.
+        let mut a = Adaptive::new();
+        let t0 = Instant::now();
+        a.answered_at(t0, t0);
+        let mut at = t0;
+        let mut sent_at_800 = t0;
+        while a.rate.unwrap() < 800.0 {
+            let sent = at;
+            at += Duration::from_millis(50);
+            let n = (a.rate.unwrap() * 0.05).ceil() as usize;
+            for _ in 0..n {
+                a.answered_at(at, sent);
+            }
+            sent_at_800 = at + Duration::from_millis(1);
+        }
+        assert!(a.rate.unwrap() >= 800.0);
+        a.refused_at(sent_at_800 + Duration::from_millis(50), sent_at_800);
+        let found = a.found.unwrap();
+        assert!(
+            found >= 400.0,
+            "found {found} a second, not the 400 it took"
+        );
     }
 
     #[test]

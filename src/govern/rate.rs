@@ -240,11 +240,6 @@ impl Gate {
             }
         }
         let burst = c.burst;
-        // Limits are known now: the adaptive rate has done its part.
-        *self.adaptive.lock().unwrap_or_else(PoisonError::into_inner) = None;
-        self.adaptive_on
-            .store(false, std::sync::atomic::Ordering::Relaxed);
-        self.adaptive_changed.notify_waiters();
         {
             let mut w = self.windows.lock().unwrap_or_else(PoisonError::into_inner);
             let fresh = Windows::learned(&now, burst);
@@ -264,6 +259,12 @@ impl Gate {
         if let Some(sh) = &self.shared {
             *sh.shapes.lock().unwrap_or_else(PoisonError::into_inner) = Shapes::of(&now, burst);
         }
+        // Limits are known and in place now (not before: a request let through between
+        // would meet no pacing at all): the adaptive rate has done its part.
+        *self.adaptive.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        self.adaptive_on
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+        self.adaptive_changed.notify_waiters();
         Some(Learned { before, now })
     }
 

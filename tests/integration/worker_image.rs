@@ -53,8 +53,22 @@ fn toolchain() -> (PathBuf, PathBuf) {
 /// with a C linker, the host's toolchain on PATH (mounted at the same path while the
 /// image builds) and Cargo offline, its crates from the host's cache (mounted too).
 fn build_base(base: &str, sysroot: &Path) -> String {
+    let containerfile = format!(
+        "FROM {base}\n\
+         RUN apt-get update -qq \\\n \
+         && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends gcc libc6-dev \\\n \
+         && rm -rf /var/lib/apt/lists/*\n\
+         ENV PATH={}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+         CARGO_HOME=/cargo-home CARGO_NET_OFFLINE=true\n",
+        sysroot.display()
+    );
+    // Made again when its text or the base image changes.
+    let base_id = ok(
+        Command::new("podman").args(["image", "inspect", "--format", "{{.Id}}", base]),
+        "podman image inspect (the tests' base image)",
+    );
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    (base, sysroot).hash(&mut h);
+    (&containerfile, base_id.trim()).hash(&mut h);
     let tag = format!("localhost/agentbatch-test-rust:{:016x}", h.finish());
     let exists = Command::new("podman")
         .args(["image", "exists", &tag])
@@ -64,19 +78,7 @@ fn build_base(base: &str, sysroot: &Path) -> String {
         return tag;
     }
     let ctx = tempfile::tempdir().unwrap();
-    std::fs::write(
-        ctx.path().join("Containerfile"),
-        format!(
-            "FROM {base}\n\
-             RUN apt-get update -qq \\\n \
-             && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends gcc libc6-dev \\\n \
-             && rm -rf /var/lib/apt/lists/*\n\
-             ENV PATH={}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-             CARGO_HOME=/cargo-home CARGO_NET_OFFLINE=true\n",
-            sysroot.display()
-        ),
-    )
-    .unwrap();
+    std::fs::write(ctx.path().join("Containerfile"), containerfile).unwrap();
     ok(
         Command::new("podman")
             .args(["build", "-q", "-t", &tag])
@@ -97,7 +99,10 @@ fn build_worker_image(commit: &str) -> String {
     // unchanged crate is not compiled again.
     let cache = root.join("target/worker-image");
     std::fs::create_dir_all(&cache).unwrap();
-    let tag = "localhost/agentbatch-worker-test:latest".to_string();
+    // A tag of this checkout's own: two checkouts testing at once build two images.
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    root.hash(&mut h);
+    let tag = format!("localhost/agentbatch-worker-test:{:016x}", h.finish());
     let mount =
         |from: &Path, to: &Path, opts: &str| format!("{}:{}{opts}", from.display(), to.display());
     ok(
@@ -293,7 +298,15 @@ fn start_worker(
     let reports = case.path(&format!("reports-of-worker-{index}"));
     std::fs::create_dir_all(&reports).unwrap();
     let mut c = Command::new("podman");
-    c.args(["run", "--rm", "--name", container, "--network", "host"]);
+    c.args([
+        "run",
+        "--rm",
+        "--replace",
+        "--name",
+        container,
+        "--network",
+        "host",
+    ]);
     c.args(["-w", &m.working_dir]);
     c.args([
         "-v",
@@ -328,16 +341,42 @@ fn container(what: &str) -> String {
     format!("agentbatch-test-{what}-{}", std::process::id())
 }
 
+/// What a test started, ended however the test ends (a failed assertion included):
+/// the simulator killed, the containers removed.
+struct Cleanup {
+    sim: Child,
+    containers: Vec<String>,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let _ = self.sim.kill();
+        let _ = self.sim.wait();
+        if !self.containers.is_empty() {
+            let _ = Command::new("podman")
+                .args(["rm", "--force", "--ignore"])
+                .args(&self.containers)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
 #[test]
 fn two_workers_in_containers_of_the_built_image_run_a_shared_run_as_the_manifest_starts_them() {
     let (_, commit) = worker_image();
     let m = manifest();
-    let (case, url, mut sim) = queued_run(&m, "image", &job_text);
-    let workers: Vec<(Child, PathBuf)> = (0..2)
-        .map(|index| {
-            let name = container(&format!("w{index}"));
-            start_worker(&case, &m, &url, index, &name, &|a| a)
-        })
+    let (case, url, sim) = queued_run(&m, "image", &job_text);
+    let names: Vec<String> = (0..2).map(|i| container(&format!("w{i}"))).collect();
+    let _cleanup = Cleanup {
+        sim,
+        containers: names.clone(),
+    };
+    let workers: Vec<(Child, PathBuf)> = names
+        .iter()
+        .enumerate()
+        .map(|(index, name)| start_worker(&case, &m, &url, index, name, &|a| a))
         .collect();
     let mut shares = Vec::new();
     for (index, (child, reports)) in workers.into_iter().enumerate() {
@@ -350,8 +389,6 @@ fn two_workers_in_containers_of_the_built_image_run_a_shared_run_as_the_manifest
         );
         shares.push((index, reports));
     }
-    let _ = sim.kill();
-    let _ = sim.wait();
 
     let collected = case.agentbatch(&["collect", &url, "--run-id", &m.run_id]);
     let said = String::from_utf8_lossy(&collected.stdout);
@@ -426,7 +463,12 @@ fn a_worker_container_stopped_by_its_engine_hands_its_tasks_back_and_exits_by_it
         m.termination_grace,
         m.grace
     );
-    let (case, url, mut sim) = queued_run(&m, "imagestop", &long_job);
+    let (case, url, sim) = queued_run(&m, "imagestop", &long_job);
+    let (name, heir) = (container("stopped"), container("heir"));
+    let _cleanup = Cleanup {
+        sim,
+        containers: vec![name.clone(), heir.clone()],
+    };
     assert!(!std::fs::read_to_string(case.path(&m.job))
         .unwrap()
         .contains("cap:"));
@@ -436,7 +478,6 @@ fn a_worker_container_stopped_by_its_engine_hands_its_tasks_back_and_exits_by_it
         a[i + 1] = "2s".to_string();
         a
     };
-    let name = container("stopped");
     let (first, reports) = start_worker(&case, &m, &url, 0, &name, &short);
     let transcripts = reports.join(format!("workers/worker-0/{}/transcripts", m.run_id));
     crate::common::wait_until(
@@ -464,26 +505,39 @@ fn a_worker_container_stopped_by_its_engine_hands_its_tasks_back_and_exits_by_it
         "the stopped container exited {:?}, {took:?} after SIGTERM",
         out.status.code()
     );
-    assert_ne!(
+    assert_eq!(
         out.status.code(),
-        Some(137),
-        "killed by the engine, not ended by itself: {said}"
+        Some(130),
+        "interrupted is 130; 137 would be the engine's SIGKILL: {said}"
     );
     assert!(
         took < m.termination_grace / 2,
         "{took:?} from SIGTERM to exit: {said}"
     );
-    // Another container runs what the first handed back.
-    let (second, _) = start_worker(&case, &m, &url, 1, &container("heir"), &|a| a);
+    // Another container runs what the first handed back, without waiting out the
+    // first one's leases (60 s: the manifest sets no --lease).
+    let started = std::time::Instant::now();
+    let (second, heir_reports) = start_worker(&case, &m, &url, 1, &heir, &|a| a);
     let out = second.wait_with_output().unwrap();
+    let heir_took = started.elapsed();
     assert_eq!(
         out.status.code(),
         Some(0),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let _ = sim.kill();
-    let _ = sim.wait();
+    let heir_rows =
+        read_csv(&heir_reports.join(format!("workers/worker-1/{}/results.csv", m.run_id)));
+    eprintln!("the heir ran {} tasks in {heir_took:?}", heir_rows.len());
+    assert_eq!(
+        heir_rows.len(),
+        TASKS,
+        "the stopped worker finished none of its tasks"
+    );
+    assert!(
+        heir_took < std::time::Duration::from_secs(50),
+        "{heir_took:?}: the heir waited for leases"
+    );
     let collected = case.agentbatch(&["collect", &url, "--run-id", &m.run_id]);
     let said = String::from_utf8_lossy(&collected.stdout);
     assert!(
