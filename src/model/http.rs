@@ -66,41 +66,99 @@ pub struct RateHeaders {
     pub limits: StatedLimits,
 }
 
-impl RateHeaders {
-    fn read(h: &HeaderMap) -> RateHeaders {
-        let text = |name: &str| {
-            h.get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(str::trim)
-                .map(str::to_string)
-        };
-        let mut windows = Vec::new();
-        for w in ["requests", "tokens", "input-tokens", "output-tokens"] {
-            let get = |suffix: &str| text(&format!("anthropic-ratelimit-{w}-{suffix}"));
-            let Some(remaining) = get("remaining").and_then(|v| v.parse::<u64>().ok()) else {
+/// Anthropic's windows, in the order [`RateHeaders::windows`] lists them.
+const ANTHROPIC_WINDOWS: [&str; 4] = ["requests", "tokens", "input-tokens", "output-tokens"];
+/// OpenAI's windows.
+const OPENAI_WINDOWS: [&str; 2] = ["requests", "tokens"];
+
+/// The rate-limit headers of one answer, picked out in one pass over its headers.
+/// Looking each of a dozen names up instead (each parsed and hashed again, most absent)
+/// was a third of the rise in the runner's instructions per turn when limits began to
+/// be learned from the answers.
+#[derive(Default)]
+struct Found<'a> {
+    /// Anthropic: (remaining, reset, limit) per window of [`ANTHROPIC_WINDOWS`].
+    anthropic: [(Option<&'a str>, Option<&'a str>, Option<&'a str>); 4],
+    /// OpenAI: (remaining, reset, limit) per window of [`OPENAI_WINDOWS`].
+    openai: [(Option<&'a str>, Option<&'a str>, Option<&'a str>); 2],
+}
+
+impl<'a> Found<'a> {
+    fn of(h: &'a HeaderMap) -> Found<'a> {
+        let mut f = Found::default();
+        for (name, value) in h {
+            let name = name.as_str();
+            let slot = if let Some(rest) = name.strip_prefix("anthropic-ratelimit-") {
+                ANTHROPIC_WINDOWS.iter().enumerate().find_map(|(i, w)| {
+                    let field = rest.strip_prefix(w)?.strip_prefix('-')?;
+                    Some((true, i, field))
+                })
+            } else if let Some(rest) = name.strip_prefix("x-ratelimit-") {
+                rest.split_once('-').and_then(|(field, w)| {
+                    let i = OPENAI_WINDOWS.iter().position(|x| *x == w)?;
+                    Some((false, i, field))
+                })
+            } else {
+                None
+            };
+            let Some((anthropic, i, field)) = slot else {
                 continue;
             };
-            let reset = get("reset")
-                .and_then(|v| DateTime::parse_from_rfc3339(&v).ok())
+            let (remaining, reset, limit) = if anthropic {
+                &mut f.anthropic[i]
+            } else {
+                &mut f.openai[i]
+            };
+            let place = match field {
+                "remaining" => remaining,
+                "reset" => reset,
+                "limit" => limit,
+                _ => continue,
+            };
+            // The first value of a repeated header, as HeaderMap::get gives.
+            if place.is_none() {
+                *place = value.to_str().ok().map(str::trim);
+            }
+        }
+        f
+    }
+}
+
+/// A stated limit: a whole number above 0 (`-1` from Azure and some proxies, or
+/// garbage, states nothing).
+fn limit_of(v: Option<&str>) -> Option<u32> {
+    v.and_then(|v| v.parse::<u64>().ok())
+        .filter(|v| *v > 0)
+        .map(|v| u32::try_from(v).unwrap_or(u32::MAX))
+}
+
+impl RateHeaders {
+    fn read(h: &HeaderMap) -> RateHeaders {
+        let f = Found::of(h);
+        let mut windows = Vec::new();
+        for (w, (remaining, reset, _)) in ANTHROPIC_WINDOWS.iter().zip(&f.anthropic) {
+            let Some(remaining) = remaining.and_then(|v| v.parse::<u64>().ok()) else {
+                continue;
+            };
+            let reset = reset
+                .and_then(|v| DateTime::parse_from_rfc3339(v).ok())
                 .map(|t| t.with_timezone(&Utc));
             windows.push((w.to_string(), remaining, reset));
         }
-        for w in ["requests", "tokens"] {
+        for (w, (remaining, reset, _)) in OPENAI_WINDOWS.iter().zip(&f.openai) {
             // -1 (Azure, some proxies) and absent values mean "not reported".
-            let Some(remaining) =
-                text(&format!("x-ratelimit-remaining-{w}")).and_then(|v| v.parse::<u64>().ok())
-            else {
+            let Some(remaining) = remaining.and_then(|v| v.parse::<u64>().ok()) else {
                 continue;
             };
-            let reset = text(&format!("x-ratelimit-reset-{w}"))
-                .and_then(|v| parse_go_duration(&v))
+            let reset = reset
+                .and_then(parse_go_duration)
                 .and_then(|d| chrono::Duration::from_std(d).ok())
                 .and_then(|d| Utc::now().checked_add_signed(d));
             windows.push((w.to_string(), remaining, reset));
         }
         RateHeaders {
             windows,
-            limits: stated_limits(h),
+            limits: stated_limits(&f),
         }
     }
 
@@ -122,30 +180,17 @@ impl RateHeaders {
     }
 }
 
-/// The limits an answer's headers state. A value that is not a whole number above 0
-/// (`-1` from Azure and some proxies, garbage) states nothing. Looked up by fixed
-/// names, with no allocation: this runs on every answer.
-fn stated_limits(h: &HeaderMap) -> StatedLimits {
-    let limit = |name: &str| {
-        h.get(name)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .filter(|v| *v > 0)
-            .map(|v| u32::try_from(v).unwrap_or(u32::MAX))
-    };
-    let (itpm, otpm) = (
-        limit("anthropic-ratelimit-input-tokens-limit"),
-        limit("anthropic-ratelimit-output-tokens-limit"),
-    );
+/// The limits an answer's headers state.
+fn stated_limits(f: &Found) -> StatedLimits {
+    let anthropic = |i: usize| limit_of(f.anthropic[i].2);
+    let openai = |i: usize| limit_of(f.openai[i].2);
+    let (itpm, otpm) = (anthropic(2), anthropic(3));
     StatedLimits {
-        rpm: limit("anthropic-ratelimit-requests-limit")
-            .or_else(|| limit("x-ratelimit-limit-requests")),
+        rpm: anthropic(0).or_else(|| openai(0)),
         itpm,
         otpm,
         // Anthropic's combined window paces only when it states no separate ones.
-        tpm: limit("x-ratelimit-limit-tokens").or_else(|| {
-            limit("anthropic-ratelimit-tokens-limit").filter(|_| itpm.is_none() && otpm.is_none())
-        }),
+        tpm: openai(1).or_else(|| anthropic(1).filter(|_| itpm.is_none() && otpm.is_none())),
     }
 }
 
@@ -547,6 +592,96 @@ mod tests {
         let read = RateHeaders::read(&map);
         assert_eq!(read.windows.len(), 1, "-1 means not reported");
         assert_eq!(read.pause(Utc::now()), Some(Duration::from_secs(60)));
+    }
+
+    /// The one pass finds what a lookup of every name finds: each name of both
+    /// providers, alone and all together, a repeated header (the first value counts),
+    /// and names that only look alike.
+    #[test]
+    fn one_pass_over_the_headers_finds_what_looking_each_name_up_finds() {
+        let mut names = Vec::new();
+        for w in ANTHROPIC_WINDOWS {
+            for f in ["remaining", "reset", "limit"] {
+                names.push(format!("anthropic-ratelimit-{w}-{f}"));
+            }
+        }
+        for w in OPENAI_WINDOWS {
+            for f in ["remaining", "reset", "limit"] {
+                names.push(format!("x-ratelimit-{f}-{w}"));
+            }
+        }
+        let value = |name: &str| {
+            if name.ends_with("reset") || name.contains("-reset-") {
+                if name.starts_with("anthropic") {
+                    "2026-12-04T10:00:00Z".to_string()
+                } else {
+                    "6m0s".to_string()
+                }
+            } else {
+                format!("{}", name.len() * 7)
+            }
+        };
+        let lookup = |h: &HeaderMap, name: &str| {
+            h.get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(|v| v.trim().to_string())
+        };
+        let check = |h: &HeaderMap| {
+            let f = Found::of(h);
+            for (i, w) in ANTHROPIC_WINDOWS.iter().enumerate() {
+                let (r, t, l) = f.anthropic[i];
+                assert_eq!(
+                    r.map(str::to_string),
+                    lookup(h, &format!("anthropic-ratelimit-{w}-remaining"))
+                );
+                assert_eq!(
+                    t.map(str::to_string),
+                    lookup(h, &format!("anthropic-ratelimit-{w}-reset"))
+                );
+                assert_eq!(
+                    l.map(str::to_string),
+                    lookup(h, &format!("anthropic-ratelimit-{w}-limit"))
+                );
+            }
+            for (i, w) in OPENAI_WINDOWS.iter().enumerate() {
+                let (r, t, l) = f.openai[i];
+                assert_eq!(
+                    r.map(str::to_string),
+                    lookup(h, &format!("x-ratelimit-remaining-{w}"))
+                );
+                assert_eq!(
+                    t.map(str::to_string),
+                    lookup(h, &format!("x-ratelimit-reset-{w}"))
+                );
+                assert_eq!(
+                    l.map(str::to_string),
+                    lookup(h, &format!("x-ratelimit-limit-{w}"))
+                );
+            }
+        };
+        let mut all = HeaderMap::new();
+        for name in &names {
+            let mut one = HeaderMap::new();
+            let header = reqwest::header::HeaderName::from_bytes(name.as_bytes()).unwrap();
+            one.insert(header.clone(), value(name).parse().unwrap());
+            check(&one);
+            all.append(header.clone(), value(name).parse().unwrap());
+            // A repeated header: the first value is the one read.
+            all.append(header, " 1 ".parse().unwrap());
+        }
+        for alike in [
+            "anthropic-ratelimit-tokens",
+            "anthropic-ratelimit-tokens-limits",
+            "anthropic-ratelimit-input-limit",
+            "x-ratelimit-limit-tokens-usage-based",
+            "x-ratelimit-limit",
+            "x-ratelimit-",
+            "anthropic-ratelimit-",
+        ] {
+            all.insert(alike, "5".parse().unwrap());
+        }
+        check(&all);
+        check(&HeaderMap::new());
     }
 
     #[test]
