@@ -19,6 +19,7 @@ mod http;
 mod opening;
 mod params;
 pub mod protocol;
+mod rate_headers;
 mod send;
 mod stream;
 mod summary;
@@ -32,9 +33,10 @@ pub use crate::vocab::usage::{Bounds, Clamp, Reported, Usage};
 pub use compact::{Cleared, MAX_BYTES_PER_TOKEN};
 pub use conversation::Conversation;
 pub use endpoint::Endpoint;
-pub use http::{client, needs_tls, parse_go_duration, Failure, HttpError, RateHeaders, Reply};
+pub use http::{client, needs_tls, Failure, HttpError, Reply};
 pub use params::Params;
 pub use protocol::{wire, Wire};
+pub use rate_headers::{parse_go_duration, RateHeaders};
 pub use summary::Summarized;
 
 /// The usage an answer of `protocol` reports (None when it is not an answer, or has no

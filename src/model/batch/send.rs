@@ -5,7 +5,8 @@ use std::time::Instant;
 
 use super::{custom_id, Batcher, Outcome};
 use crate::model::backoff::status_is_retryable;
-use crate::model::http::{HttpError, RateHeaders, Reply};
+use crate::model::http::{HttpError, Reply};
+use crate::model::RateHeaders;
 use crate::model::{ModelError, SendError};
 use crate::vocab::log::TaskLog;
 use crate::vocab::transcript::TranscriptEvent;
