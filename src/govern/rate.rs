@@ -151,14 +151,7 @@ impl Gate {
         if !self.adaptive_on() {
             return;
         }
-        let changed = self.adaptive().as_mut().is_some_and(|a| {
-            let was = a.rate;
-            a.answered(sent);
-            a.rate != was
-        });
-        if changed {
-            self.adaptive_changed.notify_waiters();
-        }
+        self.adapt(|a| a.answered(sent));
     }
 
     /// A 429 came for a request admitted at `sent`: the adaptive rate, if that is what
@@ -167,9 +160,14 @@ impl Gate {
         if !self.adaptive_on() {
             return;
         }
+        self.adapt(|a| a.refused(sent));
+    }
+
+    /// Applies `change` to the adaptive rate, and wakes its waiter if the rate moved.
+    fn adapt(&self, change: impl FnOnce(&mut Adaptive)) {
         let changed = self.adaptive().as_mut().is_some_and(|a| {
             let was = a.rate;
-            a.refused(sent);
+            change(a);
             a.rate != was
         });
         if changed {

@@ -11,7 +11,7 @@ use std::str::FromStr;
 use rust_decimal::Decimal;
 use serde_json::Value;
 
-use crate::common::{bin, read_csv, Case};
+use crate::common::{read_csv, Case};
 
 fn dec(row: &HashMap<String, String>, col: &str) -> Decimal {
     Decimal::from_str(&row[col]).unwrap_or_else(|_| panic!("{col} = {:?}", row[col]))
@@ -347,37 +347,7 @@ fn sim_batches(url: &str) -> Vec<Value> {
 /// Returns the simulator and its URL.
 fn on_standalone_sim(case: &Case, job: &str, delay: &str) -> (std::process::Child, String) {
     case.write("job.yaml", job);
-    use std::io::{BufRead, BufReader};
-    let mut sim = bin()
-        .args([
-            "sim",
-            "--port",
-            "0",
-            "--job",
-            "job.yaml",
-            "--batch-delay",
-            delay,
-        ])
-        .current_dir(case.dir.path())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut first = String::new();
-    let mut out = BufReader::new(sim.stdout.take().unwrap());
-    out.read_line(&mut first).unwrap();
-    // Keep reading: a closed pipe would stop the simulator.
-    std::thread::spawn(move || {
-        let mut sink = String::new();
-        while out.read_line(&mut sink).is_ok_and(|n| n > 0) {
-            sink.clear();
-        }
-    });
-    let url = first
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap()
-        .to_string();
+    let (sim, url) = crate::common::standalone_sim(case, "job.yaml", &["--batch-delay", delay]);
     case.write(
         "job.yaml",
         &job.replace(

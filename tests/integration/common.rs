@@ -319,3 +319,45 @@ pub fn test_image(var: &str, default: &str) -> String {
     );
     image
 }
+
+/// Runs `cmd`, which must succeed (`what` names it in the failure); its standard output.
+pub fn ok(cmd: &mut std::process::Command, what: &str) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what}: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Starts `agentbatch sim` as a process of its own for the case's job file `job` (its
+/// tasks' scripts), with `extra` arguments; the process and the URL it serves.
+pub fn standalone_sim(case: &Case, job: &str, extra: &[&str]) -> (std::process::Child, String) {
+    use std::io::{BufRead, BufReader};
+    let mut sim = bin()
+        .args(["sim", "--port", "0", "--job", job])
+        .args(extra)
+        .current_dir(case.dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(sim.stdout.take().unwrap());
+    let mut first = String::new();
+    out.read_line(&mut first).unwrap();
+    // Keep reading: a closed pipe would stop the simulator.
+    std::thread::spawn(move || {
+        let mut sink = String::new();
+        while out.read_line(&mut sink).is_ok_and(|n| n > 0) {
+            sink.clear();
+        }
+    });
+    let url = first
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("the simulator said {first}"))
+        .to_string();
+    (sim, url)
+}

@@ -5,21 +5,12 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::common::ok;
+
 fn python() -> String {
     std::env::var("AGENTBATCH_TEST_PYTHON").unwrap_or_else(|_| {
         panic!("AGENTBATCH_TEST_PYTHON is not set: the wheel test builds with maturin from tests/python/.venv; run it through ./tests/run.sh (e.g. ./tests/run.sh --test integration wheel)")
     })
-}
-
-fn ok(cmd: &mut Command, what: &str) -> String {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
-    assert!(
-        out.status.success(),
-        "{what}: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 #[test]

@@ -13,19 +13,8 @@ use std::str::FromStr;
 
 use rust_decimal::Decimal;
 
-use crate::common::{bin, read_csv, test_image, Case};
+use crate::common::{ok, read_csv, test_image, Case};
 use crate::postgres::fresh_database;
-
-fn ok(cmd: &mut Command, what: &str) -> String {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
-    assert!(
-        out.status.success(),
-        "{what}: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 /// The host's Rust toolchain (its sysroot) and Cargo's home (its crate cache).
 fn toolchain() -> (PathBuf, PathBuf) {
@@ -201,33 +190,6 @@ const LOOP: &str = "{ latency: 100ms, repeat_last: true, turns: [ { content: [ {
 const TASKS: usize = 16;
 const CAP: &str = "0.60";
 
-/// Starts `agentbatch sim` on the host for the case's job; it and its URL.
-fn start_sim(case: &Case, job: &str) -> (Child, String) {
-    use std::io::{BufRead, BufReader};
-    let mut sim = bin()
-        .args(["sim", "--port", "0", "--job", job])
-        .current_dir(case.dir.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(sim.stdout.take().unwrap());
-    let mut first = String::new();
-    out.read_line(&mut first).unwrap();
-    std::thread::spawn(move || {
-        let mut sink = String::new();
-        while out.read_line(&mut sink).is_ok_and(|n| n > 0) {
-            sink.clear();
-        }
-    });
-    let url = first
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap_or_else(|| panic!("the simulator said {first}"))
-        .to_string();
-    (sim, url)
-}
-
 fn job_text(url: &str) -> String {
     let tasks: String = (0..TASKS)
         .map(|i| format!("  - {{ id: t{i:03}, prompt: go }}\n"))
@@ -268,7 +230,7 @@ fn queued_run(m: &Manifest, name: &str, job: &dyn Fn(&str) -> String) -> (Case, 
     let url = fresh_database(name);
     let case = Case::new();
     case.write(&m.job, &job("http://127.0.0.1:1"));
-    let (sim, sim_url) = start_sim(&case, &m.job);
+    let (sim, sim_url) = crate::common::standalone_sim(&case, &m.job, &[]);
     case.write(&m.job, &job(&sim_url));
     let queued = case.agentbatch(&["run", &m.job, "--queue", &url, "--run-id", &m.run_id]);
     assert_eq!(
